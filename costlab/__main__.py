@@ -1,0 +1,5 @@
+import sys
+
+from costlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the costlab command line, one module per command."""

@@ -1,0 +1,185 @@
+"""``costlab dataset``: build datasets from measured logs, measure new ones, inspect, split and export."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "dataset",
+        help="build, inspect, split and export datasets of measured programs",
+        description="Build TenSet-style HDF5 datasets from MetaSchedule databases, Ansor/TenSet logs or "
+        "costlab's own measurements; inspect, split and export them.",
+    )
+    ds = p.add_subparsers(dest="dataset_command", metavar="SUBCOMMAND", required=True)
+
+    q = ds.add_parser("import-ms", help="import MetaSchedule tuning databases",
+                      description="Import MetaSchedule databases (database_workload.json + "
+                      "database_tuning_record.json in each WORK_DIR). Every record is kept with its raw "
+                      "run_secs; failed ones are flagged. Re-running adds nothing twice.")
+    q.add_argument("work_dirs", nargs="+", metavar="WORK_DIR", type=Path)
+    q.add_argument("-o", "--output", required=True, type=Path, metavar="DATA.h5")
+    q.add_argument("--platform", help="platform id (default: derived from the records' target)")
+    q.add_argument("--network", help="record the tasks as one network, weighted by record count 1 each")
+    q.set_defaults(func=_import_ms)
+
+    q = ds.add_parser("import-ansor", help="import Ansor / TenSet JSON-lines logs",
+                      description="Import Ansor / TenSet JSON-lines logs (v0.5 and v0.6): single log files or "
+                      "folders of them (TenSet's measure_records/<platform>/). No TVM needed. Bad lines are "
+                      "skipped and counted.")
+    q.add_argument("paths", nargs="+", metavar="PATH", type=Path)
+    q.add_argument("-o", "--output", required=True, type=Path, metavar="DATA.h5")
+    q.add_argument("--platform", help="platform id (default: TenSet folder name or the target's -model)")
+    q.add_argument("--network-info", type=Path, metavar="PATH",
+                   help="task weights per network: TenSet's network_info folder, or a JSON file "
+                   "{network: {workload_key: weight}}")
+    q.add_argument("--network-per-file", action="store_true",
+                   help="treat each log file as one network (named after the file), each task weight 1")
+    q.set_defaults(func=_import_ansor)
+
+    q = ds.add_parser("extract", help="extract tuning tasks from networks or benchmark workloads",
+                      description="Extract MetaSchedule tasks into the dataset, with each task's weight per "
+                      "network: PyTorch modules (module:function returning (model, example_inputs)), "
+                      "Hugging Face transformers architectures built from a config with random weights "
+                      "(nothing downloaded), or TVM benchmark workloads by name (GMM, C2D, DEP, ...).")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("--target", default="llvm -num-cores=2", help="TVM target (JSON or 'llvm -num-cores=2')")
+    q.add_argument("--workload", action="append", default=[], metavar="NAME[:ARGS]",
+                   help="a te_workload benchmark, e.g. GMM or GMM:1,128,128,128 (repeatable)")
+    q.add_argument("--hf", action="append", default=[], metavar="ARCH",
+                   help="a transformers architecture built from a small config: bert, gpt2, vit, resnet, "
+                   "mobilenet_v2 (repeatable)")
+    q.add_argument("--torch", action="append", default=[], metavar="MODULE:FUNC",
+                   help="a Python function returning (torch.nn.Module, example input tuple) (repeatable)")
+    q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
+    q.add_argument("--seq-len", type=int, default=32, help="sequence length of text models")
+    q.set_defaults(func=_extract)
+
+    q = ds.add_parser("measure", help="sample candidates per task and measure them",
+                      description="Sample N diverse candidates per task (random replay of the design space "
+                      "mixed with evolutionary sampling under a random cost model; no duplicate programs), "
+                      "build and run them, and store the records. Interrupted and re-run, it continues "
+                      "where it stopped.")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("--target", default="llvm -num-cores=2", help="TVM target (JSON or 'llvm -num-cores=2')")
+    q.add_argument("--per-task", type=int, default=32, metavar="N", help="candidates per task")
+    q.add_argument("--platform", help="platform id (default: derived from the target)")
+    q.add_argument("--tasks", help="comma-separated task indices or names (default: all MetaSchedule tasks)")
+    q.add_argument("--same-programs-as", metavar="PLATFORM",
+                   help="measure exactly the programs already measured on PLATFORM (for multi-platform data)")
+    q.add_argument("--batch-size", type=int, default=16, help="candidates built and run (and saved) at once")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
+    q.add_argument("--number", type=int, default=3, help="runs per measurement (averaged by the runner)")
+    q.add_argument("--repeat", type=int, default=1, help="measurements per candidate (raw costs kept)")
+    q.add_argument("--rpc-key", help="measure on remote devices of this key through a TVM RPC tracker")
+    q.add_argument("--rpc-host", default="127.0.0.1")
+    q.add_argument("--rpc-port", type=int, default=9190)
+    q.set_defaults(func=_measure)
+
+    q = ds.add_parser("info", help="what a dataset holds",
+                      description="Tasks, networks, records and failed records per platform, records per "
+                      "task, kernel classes and splits.")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.set_defaults(func=_info)
+
+    q = ds.add_parser("split", help="make a reproducible train/test split, stored in the file",
+                      description="Split by task, by network (whole networks held out; name them with "
+                      "--held-out) or within task, from a seed. The split is stored in the dataset.")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("--by", choices=["task", "network", "within-task"], default="task")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--test-fraction", type=float, default=0.2)
+    q.add_argument("--held-out", help="comma-separated network names to hold out (implies --by network)")
+    q.add_argument("--name", help="split name (default: derived from the options)")
+    q.set_defaults(func=_split)
+
+    q = ds.add_parser("export-ms", help="write a platform's records as a MetaSchedule database",
+                      description="Write the records of one platform as database_workload.json + "
+                      "database_tuning_record.json, loadable by MetaSchedule's JSONDatabase.")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("--platform", required=True)
+    q.add_argument("-o", "--output", required=True, type=Path, metavar="WORK_DIR")
+    q.add_argument("--include-failed", action="store_true",
+                   help="also write failed records (with run_secs 1e10, as MetaSchedule does)")
+    q.set_defaults(func=_export_ms)
+
+
+def _finish_import(report) -> int:
+    print(report.format(), file=sys.stderr)
+    return 0 if report.usable else 1
+
+
+def _import_ms(args) -> int:
+    from costlab.datasets.ms_database import import_ms
+
+    return _finish_import(import_ms(args.work_dirs, args.output, platform=args.platform, network=args.network))
+
+
+def _import_ansor(args) -> int:
+    from costlab.datasets.ansor_log import import_ansor
+
+    return _finish_import(import_ansor(args.paths, args.output, platform=args.platform,
+                                       network_info=args.network_info, network_per_file=args.network_per_file))
+
+
+def _extract(args) -> int:
+    from costlab.datasets.extract import extract
+
+    if not (args.workload or args.hf or args.torch):
+        raise SystemExit("costlab dataset extract: name at least one --workload, --hf or --torch")
+    summary = extract(args.data, target=args.target, workloads=args.workload, hf=args.hf, torch_fns=args.torch,
+                      batch=args.batch, seq_len=args.seq_len)
+    print(summary, file=sys.stderr)
+    return 0
+
+
+def _measure(args) -> int:
+    from costlab.datasets.measure import MeasureOptions, measure
+
+    opts = MeasureOptions(
+        target=args.target, per_task=args.per_task, platform=args.platform, tasks=args.tasks,
+        same_programs_as=args.same_programs_as, batch_size=args.batch_size, seed=args.seed,
+        builder_timeout=args.builder_timeout, number=args.number, repeat=args.repeat,
+        rpc_key=args.rpc_key, rpc_host=args.rpc_host, rpc_port=args.rpc_port,
+    )
+    print(measure(args.data, opts), file=sys.stderr)
+    return 0
+
+
+def _info(args) -> int:
+    from costlab.datasets import open_dataset, summarize
+    from costlab.datasets.summary import format_summary
+
+    with open_dataset(args.data) as ds:
+        s = summarize(ds)
+    print(json.dumps(s, sort_keys=True) if args.json else format_summary(s))
+    return 0
+
+
+def _split(args) -> int:
+    from costlab.datasets import DatasetWriter, make_split, open_dataset
+
+    held = [n for n in (args.held_out or "").split(",") if n]
+    by = "network" if held else args.by
+    with open_dataset(args.data) as ds:
+        split = make_split(ds, by, seed=args.seed, test_fraction=args.test_fraction, held_out=held or None,
+                           name=args.name)
+        n_test = len(split.test_programs) if split.test_programs is not None else len(split.test_tasks)
+    with DatasetWriter(args.data) as w:
+        split.write(w.h5.require_group("splits"))
+    unit = "programs" if split.by == "within-task" else "tasks"
+    print(f"split {split.name!r} (by {split.by}, seed {split.seed}): {n_test} test {unit}", file=sys.stderr)
+    return 0
+
+
+def _export_ms(args) -> int:
+    from costlab.datasets.ms_database import export_ms
+
+    print(export_ms(args.data, args.platform, args.output, include_failed=args.include_failed), file=sys.stderr)
+    return 0
+

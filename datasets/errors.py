@@ -1,0 +1,30 @@
+"""Errors raised on bad input, each naming the file (and line or record) and what is wrong."""
+
+from __future__ import annotations
+
+
+class CostlabError(Exception):
+    """Base class of errors the command line reports as one clear line (exit code 2)."""
+
+
+class InputError(CostlabError):
+    """Bad input: a file that is missing, empty, malformed or of the wrong kind.
+
+    ``path`` and ``line`` (1-based) locate the problem; ``record`` names a record when there is no line.
+    """
+
+    def __init__(self, path, message: str, line: int | None = None, record: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.record = record
+        self.message = message
+        where = self.path
+        if line is not None:
+            where += f":{line}"
+        if record is not None:
+            where += f" (record {record})"
+        super().__init__(f"{where}: {message}")
+
+
+class DatasetFormatError(InputError):
+    """A file that is not a costlab dataset, or one written by a newer schema."""

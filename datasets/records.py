@@ -1,0 +1,75 @@
+"""Measured records: the batch that writers take, error codes, program ids and derived labels."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Error codes stored with each record. Ansor/TenSet logs keep their own `error_no` (1..8); MetaSchedule
+# records are mapped to these two.
+ERROR_NONE = 0
+ERROR_MS_FAILED = 1  # run_secs holds MetaSchedule's failure value (>= 1e10): build or run failed / timed out
+ERROR_MS_NO_RESULT = 2  # the record has no run_secs at all
+MS_FAILURE_SECS = 1e10
+
+
+def program_id(dialect: str, workload_hash: str, schedule: str) -> int:
+    """64-bit id of a program: one workload with one schedule, so that a program measured on several
+    platforms lines up record by record."""
+    digest = hashlib.blake2b(
+        f"{dialect}:{workload_hash}\n{schedule}".encode(), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "little")
+
+
+@dataclass
+class RecordBatch:
+    """Columns of records to append to one platform of a dataset."""
+
+    task: list = field(default_factory=list)  # task index in the dataset
+    schedule: list = field(default_factory=list)  # trace / step list exactly as logged (JSON text)
+    costs: list = field(default_factory=list)  # raw measured costs in seconds (list of floats)
+    error: list = field(default_factory=list)  # error code, 0 = ok
+    timestamp: list = field(default_factory=list)  # seconds since the epoch
+    program_id: list = field(default_factory=list)  # see program_id()
+
+    def append(self, task, schedule, costs, error, timestamp, pid):
+        self.task.append(task)
+        self.schedule.append(schedule)
+        self.costs.append(costs)
+        self.error.append(error)
+        self.timestamp.append(timestamp)
+        self.program_id.append(pid)
+
+    def __len__(self) -> int:
+        return len(self.task)
+
+
+def mean_latency(values: np.ndarray, offsets: np.ndarray, error: np.ndarray) -> np.ndarray:
+    """Per record: mean of its raw costs; ``inf`` for failed records (error, no costs, or failure value)."""
+    n = len(offsets) - 1
+    counts = np.diff(offsets)
+    lat = np.full(n, np.inf)
+    has = counts > 0
+    if values.size:
+        sums = np.add.reduceat(values.astype(np.float64), offsets[:-1][has].astype(np.int64))
+        lat[has] = sums / counts[has]
+    ok = (np.asarray(error) == ERROR_NONE) & has & (lat < MS_FAILURE_SECS) & (lat > 0)
+    lat[~ok] = np.inf
+    return lat
+
+
+def scores(task: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """Label of each record: ``best latency of its task / its latency`` in (0, 1]; failed records score 0."""
+    task = np.asarray(task)
+    out = np.zeros(len(latency))
+    if len(task) == 0:
+        return out
+    ntask = int(task.max()) + 1
+    best = np.full(ntask, np.inf)
+    np.minimum.at(best, task, latency)
+    ok = np.isfinite(latency)
+    out[ok] = best[task[ok]] / latency[ok]
+    return out

@@ -1,0 +1,104 @@
+"""Train/test splits stored in the dataset: by task, by network (whole networks held out), or within task.
+
+Every split is reproducible from its seed and is stored under ``/splits/<name>``, so training and
+evaluation read the same one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costlab.datasets.errors import InputError
+
+SPLIT_KINDS = ("task", "network", "within-task")
+
+
+@dataclass
+class Split:
+    name: str
+    by: str
+    seed: int
+    test_fraction: float
+    test_tasks: np.ndarray  # task indices held out (by task / by network)
+    test_programs: np.ndarray | None = None  # program ids held out (within task), sorted
+    held_out_networks: list = field(default_factory=list)
+
+    def is_test(self, task: np.ndarray, program_id: np.ndarray | None = None) -> np.ndarray:
+        """Boolean mask over records (given their task and program id columns): True = test."""
+        if self.by == "within-task":
+            return np.isin(np.asarray(program_id, np.uint64), self.test_programs)
+        return np.isin(np.asarray(task), self.test_tasks)
+
+    @property
+    def meta(self) -> dict:
+        return dict(by=self.by, seed=self.seed, test_fraction=self.test_fraction,
+                    held_out_networks=self.held_out_networks)
+
+    def write(self, splits_group) -> None:
+        if self.name in splits_group:
+            del splits_group[self.name]
+        g = splits_group.create_group(self.name)
+        g.attrs["meta"] = json.dumps(self.meta, sort_keys=True)
+        g.create_dataset("test_tasks", data=np.asarray(self.test_tasks, np.int64))
+        if self.test_programs is not None:
+            g.create_dataset("test_programs", data=np.asarray(self.test_programs, np.uint64))
+
+    @classmethod
+    def read(cls, g, name: str) -> "Split":
+        meta = json.loads(g.attrs["meta"])
+        progs = g["test_programs"][...] if "test_programs" in g else None
+        return cls(name, meta["by"], int(meta["seed"]), float(meta["test_fraction"]), g["test_tasks"][...],
+                   progs, list(meta.get("held_out_networks", [])))
+
+
+def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=None, name: str | None = None) -> Split:
+    """Compute a split of an open ``Dataset`` (does not write it; see ``Split.write``)."""
+    if by not in SPLIT_KINDS:
+        raise ValueError(f"split kind must be one of {', '.join(SPLIT_KINDS)}, not {by!r}")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test fraction must be in (0, 1), not {test_fraction}")
+    rng = np.random.default_rng(seed)
+    name = name or (f"network-{'+'.join(held_out)}" if held_out else f"{by}-s{seed}")
+    with_records = sorted({int(t) for p in ds.record_platforms() for t in np.unique(ds.records(p).task)})
+    if by == "task":
+        tasks = np.array(with_records, np.int64)
+        if len(tasks) < 2:
+            raise InputError(ds.path, f"a split by task needs at least 2 tasks with records, found {len(tasks)}")
+        n_test = min(len(tasks) - 1, max(1, math.ceil(test_fraction * len(tasks))))
+        test = np.sort(rng.permutation(tasks)[:n_test])
+        return Split(name, by, seed, test_fraction, test)
+    if by == "network":
+        nets = sorted(ds.networks)
+        if held_out:
+            missing = [n for n in held_out if n not in ds.networks]
+            if missing:
+                raise InputError(ds.path, f"no network named {', '.join(missing)} (networks: {', '.join(nets) or 'none'})")
+            chosen = list(held_out)
+        else:
+            if len(nets) < 2:
+                raise InputError(ds.path, f"a split by network needs at least 2 networks, found {len(nets)}")
+            chosen, covered = [], set()
+            for n in rng.permutation(nets).tolist():
+                if len(chosen) == len(nets) - 1 or len(covered) >= test_fraction * len(with_records):
+                    break
+                chosen.append(n)
+                covered |= {t for t, _ in ds.networks[n]}
+        test = np.array(sorted({t for n in chosen for t, _ in ds.networks[n]}), np.int64)
+        return Split(name, by, seed, test_fraction, test, held_out_networks=sorted(chosen))
+    # within task: a fraction of each task's programs, chosen over the union of all platforms
+    test_ids = []
+    by_task: dict[int, set] = {}
+    for p in ds.record_platforms():
+        table = ds.records(p)
+        for t, pid in zip(table.task.tolist(), table.program_id.tolist()):
+            by_task.setdefault(t, set()).add(pid)
+    for t in sorted(by_task):
+        ids = np.array(sorted(by_task[t]), np.uint64)
+        n_test = int(round(test_fraction * len(ids)))
+        test_ids.append(rng.permutation(ids)[:n_test])
+    progs = np.sort(np.concatenate(test_ids)) if test_ids else np.zeros(0, np.uint64)
+    return Split(name, by, seed, test_fraction, np.zeros(0, np.int64), progs)

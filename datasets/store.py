@@ -1,0 +1,424 @@
+"""Reading and writing costlab datasets (one HDF5 file each; layout in ``schema.py``).
+
+Reading needs only h5py and numpy. Writing is a transaction: ``DatasetWriter`` works on a copy of the file
+and renames it over the original only when the ``with`` block ends without an error, so a crash or Ctrl-C
+leaves the earlier file intact. Records are deduplicated by program id per platform, so re-running an
+import or a measurement adds nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from costlab import __version__
+from costlab.datasets import schema
+from costlab.datasets.errors import DatasetFormatError, InputError
+from costlab.datasets.records import RecordBatch, mean_latency, scores
+from costlab.datasets.targets import check_platform_id
+
+
+@dataclass
+class Platform:
+    id: str
+    target: dict
+    spec: dict | None = None
+
+
+@dataclass
+class Task:
+    index: int
+    workload_hash: str
+    dialect: str  # "ms" (MetaSchedule IRModule) or "ansor" (Ansor workload key)
+    workload: str  # MS: base64 IRModule JSON as in database_workload.json; Ansor: the workload key
+    name: str = ""
+    kernel_class: str = ""
+    flops: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _open_h5(path, mode: str) -> h5py.File:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "no such file")
+    if path.is_dir():
+        raise InputError(path, "is a directory, not a costlab dataset (.h5 file)")
+    try:
+        f = h5py.File(path, mode)
+    except OSError as exc:
+        raise DatasetFormatError(path, f"not a costlab dataset (not an HDF5 file: {exc})") from None
+    version = f.attrs.get(schema.FORMAT_ATTR)
+    if version is None:
+        f.close()
+        raise DatasetFormatError(path, f"not a costlab dataset (HDF5 file without '{schema.FORMAT_ATTR}')")
+    if int(version) > schema.FORMAT_VERSION:
+        f.close()
+        raise DatasetFormatError(
+            path,
+            f"written by a newer costlab (format {int(version)}; this costlab {__version__} reads up to "
+            f"{schema.FORMAT_VERSION}): upgrade costlab",
+        )
+    return f
+
+
+def _str_list(ds) -> list[str]:
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in ds[...]]
+
+
+def _read_tasks(f: h5py.File) -> list[Task]:
+    if "tasks" not in f:
+        return []
+    g = f["tasks"]
+    cols = {c: _str_list(g[c]) for c in schema.TASK_STR_COLUMNS}
+    flops = g["flops"][...]
+    return [
+        Task(
+            index=i,
+            workload_hash=cols["workload_hash"][i],
+            dialect=cols["dialect"][i],
+            workload=cols["workload"][i],
+            name=cols["name"][i],
+            kernel_class=cols["kernel_class"][i],
+            flops=float(flops[i]),
+            extra=json.loads(cols["extra"][i] or "{}"),
+        )
+        for i in range(len(flops))
+    ]
+
+
+def _read_platforms(f: h5py.File) -> dict[str, Platform]:
+    out = {}
+    for pid, g in f.get("platforms", {}).items():
+        spec = g.attrs.get("spec", "")
+        out[pid] = Platform(pid, json.loads(g.attrs["target"]), json.loads(spec) if spec else None)
+    return out
+
+
+def _read_networks(f: h5py.File) -> dict[str, list[tuple[int, float]]]:
+    if "networks" not in f:
+        return {}
+    g = f["networks"]
+    names = _str_list(g["names"])
+    out: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
+    for net, task, w in zip(g["network"][...], g["task"][...], g["weight"][...]):
+        out[names[int(net)]].append((int(task), float(w)))
+    return out
+
+
+class RecordTable:
+    """The records of one platform, read lazily column by column."""
+
+    def __init__(self, group: h5py.Group, platform: str):
+        self._g = group
+        self.platform = platform
+
+    def __len__(self) -> int:
+        return self._g["task"].shape[0]
+
+    def column(self, name: str, rows=None) -> np.ndarray:
+        ds = self._g[name]
+        return ds[...] if rows is None else ds[np.asarray(rows, dtype=np.int64)]
+
+    @property
+    def task(self) -> np.ndarray:
+        return self._g["task"][...]
+
+    @property
+    def program_id(self) -> np.ndarray:
+        return self._g["program_id"][...]
+
+    @property
+    def error(self) -> np.ndarray:
+        return self._g["error"][...]
+
+    def costs(self, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        """Raw costs as (flat values, offsets)."""
+        return schema.read_ragged(self._g["costs"], rows)
+
+    def schedules(self, rows=None) -> list[str]:
+        return schema.decode_strings(*schema.read_ragged(self._g["schedule"], rows))
+
+    def latency(self, rows=None) -> np.ndarray:
+        """Mean measured latency per record (seconds); ``inf`` for failed records."""
+        values, offsets = self.costs(rows)
+        error = self._g["error"][...] if rows is None else self.column("error", rows)
+        return mean_latency(values, offsets, error)
+
+    def scores(self) -> np.ndarray:
+        """Labels of all records: per task ``best / latency``, failures 0."""
+        return scores(self.task, self.latency())
+
+    def rows_by_task(self) -> dict[int, np.ndarray]:
+        task = self.task
+        order = np.argsort(task, kind="stable")
+        bounds = np.flatnonzero(np.diff(task[order])) + 1
+        return {int(task[g[0]]): g for g in np.split(order, bounds) if g.size}
+
+
+@dataclass
+class TaskRecords:
+    """All records of one task on one platform, with labels derived on read."""
+
+    task: Task
+    platform: str
+    rows: np.ndarray  # record indices in the platform's table
+    program_id: np.ndarray
+    error: np.ndarray
+    latency: np.ndarray
+    score: np.ndarray
+    _table: RecordTable
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def schedules(self) -> list[str]:
+        return self._table.schedules(self.rows)
+
+
+class Dataset:
+    """A costlab dataset opened for reading. Use as a context manager, or call ``close()``."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._f = _open_h5(self.path, "r")
+        self.format_version = int(self._f.attrs[schema.FORMAT_ATTR])
+        self.platforms: dict[str, Platform] = _read_platforms(self._f)
+        self.tasks: list[Task] = _read_tasks(self._f)
+        self.networks: dict[str, list[tuple[int, float]]] = _read_networks(self._f)
+
+    def __enter__(self) -> "Dataset":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._f.close()
+
+    @property
+    def h5(self) -> h5py.File:
+        return self._f
+
+    def record_platforms(self) -> list[str]:
+        return sorted(self._f.get("records", {}).keys())
+
+    def records(self, platform: str) -> RecordTable:
+        if platform not in self._f.get("records", {}):
+            known = ", ".join(self.record_platforms()) or "none"
+            raise InputError(self.path, f"no records for platform {platform!r} (platforms with records: {known})")
+        return RecordTable(self._f["records"][platform], platform)
+
+    def num_records(self, platform: str) -> int:
+        return len(self.records(platform))
+
+    def iter_tasks(self, platform: str, tasks=None):
+        """Yield ``TaskRecords`` per task (in task order) without loading schedules until asked."""
+        table = self.records(platform)
+        pids, errors = table.program_id, table.error
+        latency = table.latency()
+        groups = table.rows_by_task()
+        wanted = sorted(groups) if tasks is None else [t for t in tasks if t in groups]
+        for t in wanted:
+            rows = groups[t]
+            lat = latency[rows]
+            best = lat.min() if lat.size else np.inf
+            score = np.where(np.isfinite(lat), best / np.where(np.isfinite(lat), lat, 1.0), 0.0)
+            yield TaskRecords(self.tasks[t], platform, rows, pids[rows], errors[rows], lat, score, table)
+
+    def task_records(self, platform: str, task: int) -> TaskRecords:
+        for tr in self.iter_tasks(platform, [task]):
+            return tr
+        raise InputError(self.path, f"task {task} has no records on platform {platform!r}")
+
+    def split_names(self) -> list[str]:
+        return sorted(self._f.get("splits", {}).keys())
+
+    def split(self, name: str):
+        from costlab.datasets.splits import Split
+
+        if name not in self._f.get("splits", {}):
+            known = ", ".join(self.split_names()) or "none"
+            raise InputError(self.path, f"no split named {name!r} (splits: {known})")
+        return Split.read(self._f["splits"][name], name)
+
+
+def open_dataset(path) -> Dataset:
+    return Dataset(path)
+
+
+class DatasetWriter:
+    """A write transaction on a dataset file (created if missing).
+
+    Everything happens on a temporary copy beside the file; leaving the ``with`` block normally renames
+    it over the original, leaving it by an exception (or Ctrl-C) deletes the copy.
+    """
+
+    FLUSH_ROWS = 1 << 16
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._f: h5py.File | None = None
+
+    # -- transaction -------------------------------------------------------------------------------
+    def __enter__(self) -> "DatasetWriter":
+        if self.path.exists():
+            _open_h5(self.path, "r").close()  # validates: a costlab dataset of a readable version
+            shutil.copyfile(self.path, self._tmp)
+            self._f = h5py.File(self._tmp, "a")
+        else:
+            if not self.path.parent.exists():
+                raise InputError(self.path, f"directory {self.path.parent} does not exist")
+            self._f = h5py.File(self._tmp, "w")
+            self._f.attrs[schema.FORMAT_ATTR] = schema.FORMAT_VERSION
+        self._f.attrs["costlab_version"] = __version__
+        self.platforms = _read_platforms(self._f)
+        self.tasks = _read_tasks(self._f)
+        self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
+        self.networks = _read_networks(self._f)
+        self._known_ids: dict[str, np.ndarray] = {}
+        self._pending: dict[str, RecordBatch] = {}
+        self.added: dict[str, int] = {}
+        self.duplicates: dict[str, int] = {}
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                for pid in list(self._pending):
+                    self._flush(pid)
+                self._write_tables()
+                self._f.flush()
+            self._f.close()
+            if exc_type is None:
+                with open(self._tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(self._tmp, self.path)
+        finally:
+            if self._tmp.exists():
+                self._tmp.unlink()
+
+    @property
+    def h5(self) -> h5py.File:
+        return self._f
+
+    # -- tables ------------------------------------------------------------------------------------
+    def add_platform(self, pid: str, target: dict, spec: dict | None = None) -> str:
+        check_platform_id(pid)
+        old = self.platforms.get(pid)
+        if old is None or spec is not None:
+            self.platforms[pid] = Platform(pid, dict(target), spec if spec is not None else (old and old.spec))
+        return pid
+
+    def find_task(self, dialect: str, workload_hash: str) -> int | None:
+        return self._task_key.get((dialect, workload_hash))
+
+    def add_task(self, workload_hash: str, dialect: str, workload: str, name: str = "",
+                 kernel_class: str = "", flops: float = 0.0, extra: dict | None = None) -> int:
+        """Index of the task with this workload, added if new."""
+        key = (dialect, workload_hash)
+        if key in self._task_key:
+            return self._task_key[key]
+        idx = len(self.tasks)
+        self.tasks.append(Task(idx, workload_hash, dialect, workload, name, kernel_class, float(flops), extra or {}))
+        self._task_key[key] = idx
+        return idx
+
+    def set_network(self, name: str, weights: list[tuple[int, float]]) -> None:
+        """The tasks of a network and the weight (number of occurrences) of each; replaces an earlier entry."""
+        merged: dict[int, float] = {}
+        for t, w in weights:
+            merged[int(t)] = merged.get(int(t), 0.0) + float(w)
+        self.networks[name] = sorted(merged.items())
+
+    def _write_tables(self) -> None:
+        f = self._f
+        for name in ("tasks", "networks", "platforms"):
+            if name in f:
+                del f[name]
+        g = f.create_group("tasks")
+        for col in schema.TASK_STR_COLUMNS:
+            vals = [json.dumps(t.extra, sort_keys=True) if col == "extra" else getattr(t, col) for t in self.tasks]
+            g.create_dataset(col, data=np.array(vals, dtype=object), dtype=schema.STR)
+        g.create_dataset("flops", data=np.array([t.flops for t in self.tasks], dtype=np.float64))
+        g = f.create_group("networks")
+        names = sorted(self.networks)
+        rows = [(i, t, w) for i, n in enumerate(names) for t, w in self.networks[n]]
+        g.create_dataset("names", data=np.array(names, dtype=object), dtype=schema.STR)
+        g.create_dataset("network", data=np.array([r[0] for r in rows], dtype=np.int64))
+        g.create_dataset("task", data=np.array([r[1] for r in rows], dtype=np.int64))
+        g.create_dataset("weight", data=np.array([r[2] for r in rows], dtype=np.float64))
+        g = f.create_group("platforms")
+        for pid, p in self.platforms.items():
+            pg = g.create_group(pid)
+            pg.attrs["target"] = json.dumps(p.target, sort_keys=True)
+            pg.attrs["spec"] = json.dumps(p.spec, sort_keys=True) if p.spec else ""
+
+    # -- records -----------------------------------------------------------------------------------
+    def _records_group(self, pid: str) -> h5py.Group:
+        recs = self._f.require_group("records")
+        if pid in recs:
+            return recs[pid]
+        g = recs.create_group(pid)
+        schema.create_column(g, "task", np.int32)
+        schema.create_column(g, "program_id", np.uint64)
+        schema.create_column(g, "error", np.int16)
+        schema.create_column(g, "timestamp", np.float64)
+        schema.create_ragged(g, "costs", np.float64, schema.CHUNK_ROWS)
+        schema.create_ragged(g, "schedule", np.uint8, schema.CHUNK_BYTES)
+        return g
+
+    def known_program_ids(self, pid: str) -> np.ndarray:
+        """Sorted program ids already stored (or pending) for a platform."""
+        if pid not in self._known_ids:
+            recs = self._f.get("records", {})
+            ids = recs[pid]["program_id"][...] if pid in recs else np.zeros(0, np.uint64)
+            self._known_ids[pid] = np.unique(ids)
+        return self._known_ids[pid]
+
+    def add_records(self, pid: str, batch: RecordBatch) -> tuple[int, int]:
+        """Append records to a platform, skipping program ids already there. Returns (added, duplicates)."""
+        if pid not in self.platforms:
+            raise ValueError(f"platform {pid!r} must be added before its records")
+        if not len(batch):
+            return 0, 0
+        ids = np.asarray(batch.program_id, dtype=np.uint64)
+        _, first = np.unique(ids, return_index=True)
+        keep = np.zeros(len(ids), bool)
+        keep[first] = True
+        keep &= ~np.isin(ids, self.known_program_ids(pid), assume_unique=False)
+        sel = np.flatnonzero(keep)
+        self._known_ids[pid] = np.union1d(self._known_ids[pid], ids[sel])
+        pending = self._pending.setdefault(pid, RecordBatch())
+        for i in sel.tolist():
+            pending.append(batch.task[i], batch.schedule[i], batch.costs[i], batch.error[i],
+                           batch.timestamp[i], batch.program_id[i])
+        if len(pending) >= self.FLUSH_ROWS:
+            self._flush(pid)
+        added, dup = len(sel), len(ids) - len(sel)
+        self.added[pid] = self.added.get(pid, 0) + added
+        self.duplicates[pid] = self.duplicates.get(pid, 0) + dup
+        return added, dup
+
+    def _flush(self, pid: str) -> None:
+        b = self._pending.pop(pid, None)
+        if not b or not len(b):
+            return
+        g = self._records_group(pid)
+        schema.append_column(g["task"], np.asarray(b.task, np.int32))
+        schema.append_column(g["program_id"], np.asarray(b.program_id, np.uint64))
+        schema.append_column(g["error"], np.asarray(b.error, np.int16))
+        schema.append_column(g["timestamp"], np.asarray(b.timestamp, np.float64))
+        cost_len = np.fromiter((len(c) for c in b.costs), np.int64, len(b))
+        flat = np.fromiter((x for c in b.costs for x in c), np.float64, int(cost_len.sum()))
+        schema.append_ragged(g["costs"], flat, cost_len)
+        encoded = [s.encode("utf-8") for s in b.schedule]
+        blob = np.frombuffer(b"".join(encoded), np.uint8)
+        schema.append_ragged(g["schedule"], blob, np.fromiter(map(len, encoded), np.int64, len(encoded)))

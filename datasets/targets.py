@@ -1,0 +1,88 @@
+"""TVM targets as JSON dicts, converted from the familiar string form, and platform ids derived from them.
+
+Pure Python: TVM 0.27 takes targets only as JSON dicts, and logs from older tools (Ansor/TenSet) carry the
+string form (``llvm -keys=cpu -mcpu=icelake-server -model=platinum-8358``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+_PLATFORM_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def _parse_value(text: str):
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def target_from_string(text: str) -> dict:
+    """``"llvm -num-cores=2 -mattr=+avx2,+fma"`` -> ``{"kind": "llvm", "num-cores": 2, "mattr": ["+avx2", "+fma"]}``."""
+    text = text.strip()
+    if text.startswith("{"):
+        value = json.loads(text)
+        if not isinstance(value, dict) or "kind" not in value:
+            raise ValueError(f"target JSON must be an object with a 'kind': {text!r}")
+        return value
+    parts = shlex.split(text)
+    if not parts or parts[0].startswith("-"):
+        raise ValueError(f"target has no kind: {text!r}")
+    target: dict = {"kind": parts[0]}
+    for part in parts[1:]:
+        if not part.startswith("-"):
+            raise ValueError(f"target option must start with '-': {part!r} in {text!r}")
+        key, sep, value = part.lstrip("-").partition("=")
+        if not sep:
+            target[key] = True
+        elif key in ("keys", "mattr", "libs"):
+            target[key] = [v for v in value.split(",") if v]
+        else:
+            target[key] = _parse_value(value)
+    return target
+
+
+def normalize_target(target) -> dict:
+    """A target given as a JSON dict, a JSON string or the string form, as a JSON dict."""
+    if isinstance(target, dict):
+        return dict(target)
+    return target_from_string(str(target))
+
+
+def platform_id_for(target: dict) -> str:
+    """A short, stable platform id for a target, e.g. ``llvm-icelake-server-2c`` or ``cuda-sm_75``.
+
+    A ``model`` option (as TenSet and TLCBench logs carry, ``-model=platinum-8358``) names the machine and wins.
+    """
+    if target.get("model") and target["model"] != "unknown":
+        return sanitize_platform_id(str(target["model"]))
+    kind = str(target.get("kind", "unknown"))
+    parts = [kind]
+    if kind == "llvm":
+        if target.get("mcpu"):
+            parts.append(str(target["mcpu"]))
+        elif target.get("mtriple"):
+            parts.append(str(target["mtriple"]).split("-")[0])
+        if target.get("num-cores"):
+            parts.append(f"{target['num-cores']}c")
+    elif kind in ("cuda", "rocm", "vulkan", "opencl", "metal"):
+        if target.get("arch"):
+            parts.append(str(target["arch"]))
+    return sanitize_platform_id("-".join(parts))
+
+
+def sanitize_platform_id(text: str) -> str:
+    out = re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")
+    return out or "unknown"
+
+
+def check_platform_id(pid: str) -> str:
+    if not _PLATFORM_ID.match(pid or ""):
+        raise ValueError(
+            f"bad platform id {pid!r}: use letters, digits and . _ + - (e.g. 'x86-avx2-2c')"
+        )
+    return pid
