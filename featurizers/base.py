@@ -1,0 +1,114 @@
+"""The featurizer interface: a small object with a JSON config and a version that turns records into arrays.
+
+The config (including what was learned from data by ``fit``, e.g. a vocabulary) and the version travel
+inside every trained model, so a model can never be fed features it was not trained on. The same object
+featurizes dataset records (``featurize_records``) and live MetaSchedule candidates during a tuning run
+(``featurize_candidates``), so training and search see identical features.
+
+Outputs are a dict of named arrays whose first axis is the record. A value may also be a list of arrays
+(one per record, first axes of different lengths, e.g. one row per store statement): a *ragged* output,
+cached as values + offsets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+
+Features = dict  # name -> np.ndarray (first axis = record) or list[np.ndarray] (ragged)
+
+_REGISTRY: dict[str, type["Featurizer"]] = {}
+
+
+def register(cls: type["Featurizer"]) -> type["Featurizer"]:
+    """Class decorator: make a featurizer available by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def create(name_or_obj, config: dict | None = None) -> "Featurizer":
+    """A featurizer from its name (with an optional config), or the object itself."""
+    if isinstance(name_or_obj, Featurizer):
+        return name_or_obj
+    _load_builtins()
+    if name_or_obj not in _REGISTRY:
+        raise ValueError(f"unknown featurizer {name_or_obj!r} (known: {', '.join(available())})")
+    return _REGISTRY[name_or_obj](config)
+
+
+def from_json(obj: dict) -> "Featurizer":
+    """Rebuild a featurizer from ``to_json()`` output; refuses a version this costlab does not produce."""
+    _load_builtins()
+    cls = _REGISTRY.get(obj.get("name"))
+    if cls is None:
+        raise ValueError(f"unknown featurizer {obj.get('name')!r} (known: {', '.join(available())})")
+    if int(obj.get("version", -1)) != cls.version:
+        raise ValueError(
+            f"featurizer {cls.name} version {obj.get('version')} does not match this costlab's version "
+            f"{cls.version}: the model was trained on different features"
+        )
+    return cls(obj.get("config") or {})
+
+
+def _load_builtins() -> None:
+    import importlib
+
+    for mod in ("tlp", "pacm", "psa"):
+        try:
+            importlib.import_module(f"costlab.featurizers.{mod}")
+        except ModuleNotFoundError as exc:  # a featurizer not written yet
+            if exc.name != f"costlab.featurizers.{mod}":
+                raise
+
+
+class Featurizer(ABC):
+    name: ClassVar[str]
+    version: ClassVar[int]
+    default_config: ClassVar[dict] = {}
+
+    def __init__(self, config: dict | None = None):
+        unknown = set(config or {}) - set(self.default_config) - set(self.learned_keys)
+        if unknown:
+            raise ValueError(f"featurizer {self.name}: unknown config keys {sorted(unknown)}")
+        self.config = {**self.default_config, **(config or {})}
+
+    #: config keys filled in by ``fit`` (e.g. vocabulary, sequence length)
+    learned_keys: ClassVar[tuple] = ()
+
+    @property
+    def key(self) -> str:
+        """Name of this featurizer's cache group: ``<name>@<version>``."""
+        return f"{self.name}@{self.version}"
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the config; a cache made under another config is rebuilt."""
+        text = json.dumps(self.config, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "version": self.version, "config": self.config}
+
+    @property
+    def is_fitted(self) -> bool:
+        return all(k in self.config for k in self.learned_keys)
+
+    def fit(self, ds, platforms=None) -> "Featurizer":
+        """Learn the data-derived part of the config from a dataset (default: nothing to learn)."""
+        return self
+
+    @abstractmethod
+    def featurize_records(self, ds, platform: str, rows: np.ndarray) -> Features:
+        """Features of the given records (indices into the platform's record table)."""
+
+    def featurize_candidates(self, mod, target, schedules) -> Features:
+        """Features of live MetaSchedule candidates (``tvm.s_tir.Schedule`` objects of one workload)."""
+        raise NotImplementedError(f"featurizer {self.name} does not featurize live candidates")

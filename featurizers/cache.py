@@ -1,0 +1,146 @@
+"""Feature caches inside a dataset: ``/features/<name>@<version>/<platform>/``.
+
+Rows are computed in record order and the cache remembers how many are done (``n_done``), so building
+resumes where it stopped and picks up records appended later. A cache made under another config (its
+``fingerprint`` differs) is dropped and rebuilt. Each output array is a dataset whose first axis is the
+record; a ragged output (a list of per-record arrays) is a group of ``values`` + ``offsets``. The optional
+``valid`` output marks records the featurizer could not handle (e.g. a trace that fails to replay).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from costlab.datasets import DatasetWriter, open_dataset, schema
+from costlab.featurizers.base import Featurizer, create
+
+
+def group_name(featurizer: Featurizer, platform: str) -> str:
+    return f"features/{featurizer.key}/{platform}"
+
+
+class FeatureCache:
+    """Read access to one featurizer's cached features on one platform."""
+
+    def __init__(self, group):
+        self._g = group
+        self.n_done = int(group.attrs["n_done"])
+        self.config = json.loads(group.attrs["config"])
+
+    def names(self) -> list[str]:
+        return [n for n in self._g.keys()]
+
+    def get(self, rows=None) -> dict:
+        rows = np.arange(self.n_done) if rows is None else np.asarray(rows, np.int64)
+        if rows.size and rows.max() >= self.n_done:
+            raise IndexError(f"feature cache has {self.n_done} rows, asked for row {int(rows.max())}")
+        out = {}
+        for name, obj in self._g.items():
+            if "offsets" in getattr(obj, "keys", lambda: ())():
+                values, offsets = schema.read_ragged(obj, rows)
+                out[name] = [values[int(offsets[i]) : int(offsets[i + 1])] for i in range(len(rows))]
+            else:
+                out[name] = _read_rows(obj, rows)
+        return out
+
+
+def _read_rows(ds, rows: np.ndarray) -> np.ndarray:
+    if rows.size and np.all(np.diff(rows) == 1):
+        return ds[int(rows[0]) : int(rows[-1]) + 1]
+    order = np.argsort(rows)
+    out = np.empty((rows.size,) + ds.shape[1:], ds.dtype)
+    out[order] = ds[rows[order]] if rows.size else out[order]
+    return out
+
+
+def open_cache(ds, featurizer: Featurizer, platform: str) -> FeatureCache | None:
+    """The cache of this featurizer (same version and config) on a platform of an open dataset, or None."""
+    name = group_name(featurizer, platform)
+    if name not in ds.h5:
+        return None
+    g = ds.h5[name]
+    if g.attrs.get("fingerprint") != featurizer.fingerprint:
+        return None
+    return FeatureCache(g)
+
+
+def _append(g, name: str, value) -> None:
+    if isinstance(value, list):
+        arrs = [np.asarray(v) for v in value]
+        tail = arrs[0].shape[1:] if arrs else ()
+        if name not in g:
+            sub = g.create_group(name)
+            sub.create_dataset("values", shape=(0,) + tail, maxshape=(None,) + tail,
+                               dtype=arrs[0].dtype if arrs else np.float32, chunks=True, **schema.COMPRESSION)
+            schema.append_column(schema.create_column(sub, "offsets", np.uint64), np.zeros(1, np.uint64))
+        sub = g[name]
+        flat = np.concatenate(arrs, axis=0) if arrs else np.zeros((0,) + tail)
+        vals = sub["values"]
+        n = vals.shape[0]
+        vals.resize((n + flat.shape[0],) + vals.shape[1:])
+        vals[n:] = flat
+        off = sub["offsets"]
+        ends = int(off[-1]) + np.cumsum([a.shape[0] for a in arrs], dtype=np.int64)
+        schema.append_column(off, ends.astype(np.uint64))
+        return
+    value = np.asarray(value)
+    if name not in g:
+        g.create_dataset(name, shape=(0,) + value.shape[1:], maxshape=(None,) + value.shape[1:],
+                         dtype=value.dtype, chunks=True, **schema.COMPRESSION)
+    ds = g[name]
+    n = ds.shape[0]
+    ds.resize((n + value.shape[0],) + ds.shape[1:])
+    ds[n:] = value
+
+
+def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_seconds: float = 60.0,
+                progress: bool = True, fit: bool = True) -> dict:
+    """Featurize every record of a platform not yet cached; returns counts. Resumable and re-runnable.
+
+    The featurizer is fitted on the dataset first when it has learned keys and is not fitted yet.
+    """
+    featurizer = create(featurizer)
+    with open_dataset(path) as ds:
+        if fit and not featurizer.is_fitted:
+            featurizer.fit(ds, [platform])
+        total = ds.num_records(platform)
+        cache = open_cache(ds, featurizer, platform)
+        start = cache.n_done if cache else 0
+    stats = dict(featurizer=featurizer.key, platform=platform, total=total, cached_before=start, computed=0,
+                 invalid=0, seconds=0.0)
+    if start >= total:
+        return stats
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=start, unit="rec", desc=f"featurize {featurizer.key} {platform}",
+               disable=not progress)
+    t0 = time.perf_counter()
+    row = start
+    while row < total:
+        with DatasetWriter(path) as w, open_dataset(path) as ds:
+            name = group_name(featurizer, platform)
+            if name in w.h5 and w.h5[name].attrs.get("fingerprint") != featurizer.fingerprint:
+                del w.h5[name]
+            g = w.h5.require_group(name)
+            if "n_done" not in g.attrs:
+                g.attrs["n_done"] = 0
+                g.attrs["config"] = json.dumps(featurizer.config, sort_keys=True, default=str)
+                g.attrs["fingerprint"] = featurizer.fingerprint
+            t_commit = time.perf_counter()
+            while row < total and time.perf_counter() - t_commit < commit_seconds:
+                rows = np.arange(row, min(row + chunk, total))
+                feats = featurizer.featurize_records(ds, platform, rows)
+                for key, value in feats.items():
+                    _append(g, key, value)
+                if "valid" in feats:
+                    stats["invalid"] += int(np.count_nonzero(~np.asarray(feats["valid"], bool)))
+                row = int(rows[-1]) + 1
+                g.attrs["n_done"] = row
+                stats["computed"] += len(rows)
+                bar.update(len(rows))
+    bar.close()
+    stats["seconds"] = time.perf_counter() - t0
+    return stats
