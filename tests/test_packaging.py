@@ -1,0 +1,47 @@
+"""The wheel installs one import package, `costlab`, and no top-level `datasets`, `train` or `export`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+from conftest import REPO
+
+from costlab.cli import build_parser, main
+
+
+def test_wheel_installs_only_costlab(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("costlab-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"costlab", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    for sub in ("datasets", "featurizers", "costmodels", "train", "export", "commands"):
+        assert f"costlab/{sub}/__init__.py" in names
+    assert "costlab/datasets/store.py" in names
+    entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "costlab = costlab.cli:main" in entry
+
+
+def _walk(parser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            for name, sub in action.choices.items():
+                yield from _walk(sub, path + (name,))
+
+
+def test_help_on_every_level(capsys):
+    seen = []
+    for path, parser in _walk(build_parser()):
+        assert parser.description, f"costlab {' '.join(path)} has no description"
+        try:
+            main(list(path) + ["--help"])
+        except SystemExit as exc:
+            assert exc.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: costlab") and parser.description.split()[0] in out
+        seen.append(path)
+    assert ("dataset", "import-ansor") in seen and ("dataset", "measure") in seen

@@ -1,0 +1,92 @@
+"""Splits stored in the dataset and reproducible from the seed; `costlab dataset info` and `split`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from costlab.cli import main
+from costlab.datasets import DatasetWriter, open_dataset
+
+from test_store import _batch
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "d.h5"
+    with DatasetWriter(path) as w:
+        w.add_platform("cpu-a", {"kind": "llvm"})
+        w.add_platform("cpu-b", {"kind": "llvm", "num-cores": 1})
+        for t in range(10):
+            idx = w.add_task(f"wk{t}", "ansor", f"wk{t}", kernel_class="conv2d" if t % 2 else "dense")
+            w.add_records("cpu-a", _batch(idx, 8 + t, fail_every=4))
+            if t < 4:
+                w.add_records("cpu-b", _batch(idx, 5))
+        w.set_network("resnet", [(0, 3), (1, 1), (2, 2)])
+        w.set_network("bert", [(3, 12), (4, 12)])
+        w.set_network("vit", [(5, 6), (6, 6), (7, 1)])
+    return path
+
+
+def test_info_json(data, capsys):
+    assert main(["dataset", "info", str(data), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["tasks"] == 10
+    assert s["records"] == {"cpu-a": sum(8 + t for t in range(10)), "cpu-b": 20}
+    # _batch fails every 4th record index: 0, 4, 8, 12, 16 below 8 + t
+    assert s["failed"]["cpu-a"] == sum(len(range(0, 8 + t, 4)) for t in range(10))
+    assert s["failed"]["cpu-b"] == 0
+    assert s["records_per_task"]["cpu-a"] == {"tasks": 10, "min": 8, "median": 12.5, "max": 17}
+    assert s["kernel_classes"] == {"dense": 5, "conv2d": 5}
+    assert s["networks"] == {"bert": 2, "resnet": 3, "vit": 3}
+
+
+def test_info_text(data, capsys):
+    assert main(["dataset", "info", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "tasks: 10" in out and "cpu-b: 20 records, 0 failed" in out
+
+
+@pytest.mark.parametrize("by", ["task", "network", "within-task"])
+def test_split_reproducible_and_stored(data, tmp_path, by):
+    assert main(["dataset", "split", str(data), "--by", by, "--seed", "3", "--test-fraction", "0.3",
+                 "--name", "a"]) == 0
+    assert main(["dataset", "split", str(data), "--by", by, "--seed", "3", "--test-fraction", "0.3",
+                 "--name", "b"]) == 0
+    assert main(["dataset", "split", str(data), "--by", by, "--seed", "4", "--test-fraction", "0.3",
+                 "--name", "c"]) == 0
+    with open_dataset(data) as ds:
+        a, b, c = ds.split("a"), ds.split("b"), ds.split("c")
+        table = ds.records("cpu-a")
+        ma = a.is_test(table.task, table.program_id)
+        assert np.array_equal(ma, b.is_test(table.task, table.program_id))
+        assert 0 < ma.sum() < len(ma)
+        if by == "within-task":
+            # every task keeps training records, and a program is test on every platform or on none
+            assert all((~ma[table.task == t]).any() for t in range(10))
+            tb = ds.records("cpu-b")
+            mb = a.is_test(tb.task, tb.program_id)
+            common = np.isin(table.program_id, tb.program_id)
+            assert sorted(table.program_id[ma & common]) == sorted(tb.program_id[mb])
+        else:
+            assert set(table.task[ma]) == set(a.test_tasks)
+            assert set(table.task[~ma]).isdisjoint(a.test_tasks)
+        if by == "network":
+            held = {t for n in a.held_out_networks for t, _ in ds.networks[n]}
+            assert set(a.test_tasks) == held
+        # a different seed gives a different split (these seeds are checked to differ)
+        assert not np.array_equal(ma, c.is_test(table.task, table.program_id)) or by == "network"
+
+
+def test_split_named_networks(data):
+    assert main(["dataset", "split", str(data), "--held-out", "bert,vit"]) == 0
+    with open_dataset(data) as ds:
+        s = ds.split("network-bert+vit")
+        assert s.by == "network" and s.test_tasks.tolist() == [3, 4, 5, 6, 7]
+
+
+def test_split_bad_network(data, capsys):
+    assert main(["dataset", "split", str(data), "--held-out", "gpt9"]) == 2
+    assert "no network named gpt9" in capsys.readouterr().err

@@ -1,0 +1,134 @@
+"""The HDF5 dataset format: writing as a transaction, dedupe by program id, lazy reads, derived labels."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from costlab.cli import main
+from costlab.datasets import (DatasetFormatError, DatasetWriter, InputError, RecordBatch, open_dataset,
+                              program_id, schema)
+
+
+def _batch(task: int, n: int, start: int = 0, fail_every: int = 0) -> RecordBatch:
+    b = RecordBatch()
+    for i in range(start, start + n):
+        sched = f'[["SP",2,0,256,[{i},4],1]]'
+        failed = fail_every and i % fail_every == 0
+        b.append(task, sched, [] if failed else [1e-3 * (i + 1), 1.2e-3 * (i + 1)], 4 if failed else 0,
+                 1700000000.0 + i, program_id("ansor", f"wk{task}", sched))
+    return b
+
+
+def _write(path, n_tasks=3, n=10):
+    with DatasetWriter(path) as w:
+        w.add_platform("cpu-a", {"kind": "llvm", "num-cores": 2})
+        for t in range(n_tasks):
+            idx = w.add_task(f"wk{t}", "ansor", f'["wk{t}", [1, 2]]', name=f"t{t}", kernel_class="dense",
+                             flops=1e6 * (t + 1))
+            w.add_records("cpu-a", _batch(idx, n, fail_every=5))
+        w.set_network("net", [(0, 2), (1, 1)])
+
+
+def test_roundtrip_and_labels(tmp_path):
+    path = tmp_path / "d.h5"
+    _write(path)
+    with open_dataset(path) as ds:
+        assert [t.name for t in ds.tasks] == ["t0", "t1", "t2"]
+        assert ds.tasks[2].flops == 3e6
+        assert ds.networks == {"net": [(0, 2.0), (1, 1.0)]}
+        assert ds.platforms["cpu-a"].target == {"kind": "llvm", "num-cores": 2}
+        table = ds.records("cpu-a")
+        assert len(table) == 30
+        tr = ds.task_records("cpu-a", 1)
+        # record i has mean cost 1.1e-3 * (i + 1); i = 0 and 5 failed; the best is i = 1
+        assert tr.error.tolist() == [4, 0, 0, 0, 0, 4, 0, 0, 0, 0]
+        assert tr.score[0] == 0 and tr.score[5] == 0
+        assert tr.score[1] == pytest.approx(1.0)
+        assert tr.score[3] == pytest.approx(2 / 4)
+        assert tr.schedules[2] == '[["SP",2,0,256,[2,4],1]]'
+        values, offsets = table.costs([10, 11])
+        assert offsets.tolist() == [0, 0, 2] and values.tolist() == pytest.approx([2e-3, 2.4e-3])
+        # labels of the whole table equal the per-task ones
+        assert np.allclose(table.scores()[10:20], tr.score)
+
+
+def test_rerun_adds_nothing_and_new_records_append(tmp_path):
+    path = tmp_path / "d.h5"
+    _write(path)
+    with DatasetWriter(path) as w:
+        assert w.add_records("cpu-a", _batch(0, 10)) == (0, 10)
+        assert w.add_records("cpu-a", _batch(0, 4, start=8)) == (2, 2)  # 8, 9 known; 10, 11 new
+        assert w.add_task("wk0", "ansor", "ignored") == 0  # same workload -> same task
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu-a")) == 32
+        assert len(ds.tasks) == 3
+
+
+def test_failed_transaction_leaves_file_intact(tmp_path):
+    path = tmp_path / "d.h5"
+    _write(path)
+    before = path.read_bytes()
+    with pytest.raises(RuntimeError):
+        with DatasetWriter(path) as w:
+            w.add_records("cpu-a", _batch(0, 100, start=50))
+            w._flush("cpu-a")
+            raise RuntimeError("crash in the middle of a write")
+    assert path.read_bytes() == before
+    assert not list(tmp_path.glob(".d.h5.tmp-*"))
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu-a")) == 30
+
+
+def test_interrupt_leaves_file_intact(tmp_path):
+    path = tmp_path / "d.h5"
+    _write(path)
+    with pytest.raises(KeyboardInterrupt):
+        with DatasetWriter(path) as w:
+            w.add_records("cpu-a", _batch(0, 10, start=100))
+            raise KeyboardInterrupt
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu-a")) == 30
+
+
+def test_readable_with_plain_h5py(tmp_path):
+    path = tmp_path / "d.h5"
+    _write(path)
+    with h5py.File(path, "r") as f:
+        assert int(f.attrs["costlab_format"]) == schema.FORMAT_VERSION
+        g = f["records/cpu-a"]
+        assert g["task"].compression == "gzip" and g["task"].chunks is not None
+        assert g["schedule/offsets"].shape == (31,)
+
+
+def test_not_a_dataset_errors(tmp_path):
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = 1
+    with pytest.raises(DatasetFormatError, match="plain.h5: not a costlab dataset"):
+        open_dataset(plain)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(DatasetFormatError, match="not an HDF5 file"):
+        open_dataset(text)
+    with pytest.raises(InputError, match="missing.h5: no such file"):
+        open_dataset(tmp_path / "missing.h5")
+    newer = tmp_path / "newer.h5"
+    _write(newer)
+    with h5py.File(newer, "a") as f:
+        f.attrs["costlab_format"] = schema.FORMAT_VERSION + 1
+    with pytest.raises(DatasetFormatError, match="newer costlab"):
+        open_dataset(newer)
+    with pytest.raises(DatasetFormatError, match="newer costlab"):
+        with DatasetWriter(newer):
+            pass
+
+
+def test_unknown_platform_is_a_clear_error(tmp_path, capsys):
+    path = tmp_path / "d.h5"
+    _write(path)
+    with open_dataset(path) as ds, pytest.raises(InputError, match="no records for platform 'gpu'.*cpu-a"):
+        ds.records("gpu")
+    assert main(["dataset", "export-ms", str(path), "--platform", "gpu", "-o", str(tmp_path / "o")]) == 2
+    assert "no records for platform 'gpu'" in capsys.readouterr().err
