@@ -1,0 +1,348 @@
+"""Import Ansor / TenSet JSON-lines measure logs into a costlab dataset (pure parsing, no TVM).
+
+One line is one measured program::
+
+    {"i": [[workload_key, target, hw_params, target_host, layout_opt, input_names], [[], steps]],
+     "r": [costs, error_no, all_cost, timestamp], "v": "v0.6"}
+
+Older logs (v0.5 and before) carry fewer fields after the target in ``i[0]``; fields are read by position,
+so any of them may be missing. A path is a log file or a folder searched recursively for ``*.json``
+(TenSet's ``measure_records/<platform>/`` holds one file per task).
+
+Each distinct workload key is one task (dialect ``ansor``); the stored schedule is the step list serialised
+compactly (``orjson.dumps(steps)``), and the program id hashes both, so re-importing adds nothing. Costs and
+``error_no`` are kept as logged: failed records are stored and flagged, never dropped. Lines are parsed and
+written in chunks inside one ``DatasetWriter`` transaction, so memory does not grow with the log, and a
+failure or Ctrl-C leaves the output dataset as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import orjson
+
+from costlab.datasets.errors import InputError
+from costlab.datasets.report import ImportReport
+from costlab.datasets.records import RecordBatch
+from costlab.datasets.store import DatasetWriter
+from costlab.datasets.targets import check_platform_id, platform_id_for, target_from_string
+
+DIALECT = "ansor"
+# Versions of auto_scheduler's record format (AUTO_SCHEDULER_LOG_VERSION); all share the layout above, later
+# ones appending fields to ``i[0]``.
+KNOWN_VERSIONS = frozenset({"v0.2", "v0.3", "v0.4", "v0.5", "v0.6"})
+CHUNK_RECORDS = 1 << 15  # records parsed before they are handed to the writer
+
+
+class _BadLine(Exception):
+    """A line that is not a usable record; the message says what is wrong with it."""
+
+
+def kernel_class_for(compute_hash: str) -> str:
+    """Kernel class of a task known only by its workload key: the compute hash (an md5) cut to 8 digits."""
+    return f"ansor:{compute_hash[:8]}"
+
+
+def parse_workload_key(key) -> list:
+    """The workload key as a list ``[compute_hash, args...]``; raises ``_BadLine`` when it is malformed."""
+    if not isinstance(key, str):
+        raise _BadLine(f"workload key must be a string, got {type(key).__name__}")
+    try:
+        value = orjson.loads(key)
+    except orjson.JSONDecodeError:
+        raise _BadLine(f"workload key is not JSON: {key[:80]!r}") from None
+    if not isinstance(value, list) or not value or not isinstance(value[0], str) or not value[0]:
+        raise _BadLine(f"workload key is not a JSON list starting with the compute hash: {key[:80]!r}")
+    return value
+
+
+def log_files(path: Path) -> list[Path]:
+    """The log files a path names: itself, or the ``*.json`` files under a folder (recursively, sorted)."""
+    if not path.exists():
+        raise InputError(path, "no such file or directory")
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.json") if p.is_file())
+        if not files:
+            raise InputError(path, "folder holds no *.json log files")
+        return files
+    return [path]
+
+
+def tenset_platform(file: Path) -> str | None:
+    """The platform a TenSet layout implies: ``measure_records/<platform>/<task>.json`` -> ``<platform>``."""
+    if file.parent.parent.name == "measure_records":
+        return file.parent.name
+    return None
+
+
+class _Importer:
+    """Parses lines into per-platform record batches and hands them to the writer in chunks."""
+
+    def __init__(self, writer: DatasetWriter, report: ImportReport, platform: str | None):
+        self.w = writer
+        self.report = report
+        self.platform = platform
+        self.tasks: dict[str, tuple[int, bytes]] = {}  # workload key -> (task index, program id prefix)
+        self.targets: dict[tuple, str] = {}  # (target, target_host, forced platform) -> platform id
+        self.hw_seen: set = set()  # (task, platform) whose hardware params are recorded
+        self.batches: dict[str, RecordBatch] = {}
+        self.file_tasks: set[int] = set()  # tasks seen in the current file (for --network-per-file)
+        self.first_problem: tuple | None = None  # (path, line or None, message) of the first bad line
+
+    def problem(self, path: str, line: int | None, message: str) -> None:
+        if self.first_problem is None:
+            self.first_problem = (path, line, message)
+        where = path if line is None else f"{path}:{line}"
+        self.report.problem(f"{where}: {message}")
+
+    # -- per distinct key, cached -------------------------------------------------------------------
+    def task_for(self, key) -> tuple[int, bytes]:
+        hit = self.tasks.get(key)
+        if hit is not None:
+            return hit
+        compute_hash = parse_workload_key(key)[0]
+        idx = self.w.add_task(key, DIALECT, key, kernel_class=kernel_class_for(compute_hash))
+        hit = self.tasks[key] = (idx, f"{DIALECT}:{key}\n".encode())
+        return hit
+
+    def platform_for(self, target, host, forced: str | None) -> str:
+        cache_key = (target, host, forced)
+        pid = self.targets.get(cache_key)
+        if pid is not None:
+            return pid
+        if not isinstance(target, str):
+            raise _BadLine(f"target must be a string, got {type(target).__name__}")
+        try:
+            tdict = target_from_string(target)
+            if isinstance(host, str) and host.strip():
+                tdict["host"] = target_from_string(host)
+        except ValueError as exc:
+            raise _BadLine(f"bad target: {exc}") from None
+        pid = forced or platform_id_for(tdict)
+        if pid not in self.w.platforms:
+            self.w.add_platform(pid, tdict)
+        self.targets[cache_key] = pid
+        return pid
+
+    def note_hw_params(self, task: int, pid: str, hw) -> None:
+        self.hw_seen.add((task, pid))
+        if isinstance(hw, list):
+            extra = self.w.tasks[task].extra
+            extra.setdefault("hardware_params", {})[pid] = hw
+
+    # -- lines -------------------------------------------------------------------------------------
+    def import_file(self, path: Path, progress) -> None:
+        report = self.report
+        forced = self.platform or tenset_platform(path)
+        name = str(path)
+        loads, dumps, blake2b = orjson.loads, orjson.dumps, hashlib.blake2b
+        from_bytes = int.from_bytes
+        known_versions = KNOWN_VERSIONS
+        tasks, targets, batches, file_tasks = self.tasks, self.targets, self.batches, self.file_tasks
+        hw_seen = self.hw_seen
+        nonblank = 0
+        pending_bytes = 0
+        with open(path, "rb") as fh:
+            lineno = 0
+            for lineno, line in enumerate(fh, 1):
+                pending_bytes += len(line)
+                if pending_bytes >= 1 << 20:
+                    progress.update(pending_bytes)
+                    pending_bytes = 0
+                try:
+                    rec = loads(line)
+                except orjson.JSONDecodeError as exc:
+                    if line.strip():
+                        nonblank += 1
+                        self.problem(name, lineno, f"truncated or corrupt JSON line ({exc})")
+                    continue
+                nonblank += 1
+                try:
+                    # the happy path: plain indexing, with the exact cause found by _diagnose on failure
+                    inp = rec["i"]
+                    tin = inp[0]
+                    key = tin[0]
+                    steps = inp[1][1]
+                    res = rec["r"]
+                    costs = res[0]
+                    err = res[1]
+                    ts = res[3] if len(res) > 3 else 0.0
+                    if rec["v"] not in known_versions:
+                        raise _BadLine(_version_problem(rec["v"]))
+                    if steps.__class__ is not list or costs.__class__ is not list or err.__class__ is not int:
+                        raise TypeError
+                    for c in costs:
+                        if c.__class__ is not float and c.__class__ is not int:
+                            raise TypeError
+                    if ts.__class__ is not float and ts.__class__ is not int:
+                        raise TypeError
+                    hit = tasks.get(key) if key.__class__ is str else None
+                    if hit is None:
+                        hit = self.task_for(key)
+                    ntin = len(tin)
+                    host = tin[3] if ntin > 3 else ""
+                    pid = targets.get((tin[1], host, forced))
+                    if pid is None:
+                        pid = self.platform_for(tin[1], host, forced)
+                except _BadLine as exc:
+                    self.problem(name, lineno, str(exc))
+                    continue
+                except (KeyError, IndexError, TypeError, AttributeError):
+                    self.problem(name, lineno, _diagnose(rec))
+                    continue
+                task, prefix = hit
+                if (task, pid) not in hw_seen:
+                    self.note_hw_params(task, pid, tin[2] if ntin > 2 else None)
+                sched = dumps(steps)
+                batch = batches.get(pid)
+                if batch is None:
+                    batch = batches[pid] = RecordBatch()
+                batch.task.append(task)
+                batch.schedule.append(sched)
+                batch.costs.append(costs)
+                batch.error.append(err)
+                batch.timestamp.append(ts)
+                batch.program_id.append(from_bytes(blake2b(prefix + sched, digest_size=8).digest(), "little"))
+                file_tasks.add(task)
+                if len(batch.task) >= CHUNK_RECORDS:
+                    self.flush(pid)
+        progress.update(pending_bytes)
+        report.files += 1
+        report.lines += lineno
+        if nonblank == 0:
+            self.problem(name, None, "empty file (no records)")
+
+    def flush(self, pid: str | None = None) -> None:
+        for p in [pid] if pid else list(self.batches):
+            batch = self.batches.pop(p, None)
+            if batch is not None and len(batch):
+                batch.schedule = [s.decode() for s in batch.schedule]
+                self.w.add_records(p, batch)
+
+
+def _version_problem(version) -> str:
+    known = ", ".join(sorted(KNOWN_VERSIONS))
+    return f"unknown Ansor log version {version!r} (this reader knows {known})"
+
+
+def _diagnose(rec) -> str:
+    """What is wrong with a parsed line that failed the happy path (slow; bad lines only)."""
+    if not isinstance(rec, dict):
+        return f"not an Ansor record (a JSON {type(rec).__name__}, expected an object with 'i', 'r' and 'v')"
+    for k in ("i", "r", "v"):
+        if k not in rec:
+            return f"not an Ansor record: no {k!r} field"
+    if rec["v"] not in KNOWN_VERSIONS:
+        return _version_problem(rec["v"])
+    inp = rec["i"]
+    if not isinstance(inp, list) or len(inp) < 2 or not isinstance(inp[0], list):
+        return "'i' must be [[workload_key, target, ...], [stages, steps]]"
+    if not inp[0]:
+        return "record has no workload key ('i'[0] is empty)"
+    try:
+        parse_workload_key(inp[0][0])
+    except _BadLine as exc:
+        return str(exc)
+    if len(inp[0]) < 2:
+        return "record has no target ('i'[0] has only the workload key)"
+    if not isinstance(inp[1], list) or len(inp[1]) < 2 or not isinstance(inp[1][1], list):
+        return "'i'[1] must be [stages, steps] with a list of steps"
+    res = rec["r"]
+    if not isinstance(res, list) or len(res) < 2:
+        return "'r' must be [costs, error_no, all_cost, timestamp]"
+    costs = res[0]
+    if not isinstance(costs, list) or not all(type(c) in (int, float) for c in costs):
+        return f"costs ('r'[0]) must be a list of numbers, got {str(costs)[:60]}"
+    if type(res[1]) is not int:
+        return f"error_no ('r'[1]) must be an integer, got {res[1]!r}"
+    if len(res) > 3 and type(res[3]) not in (int, float):
+        return f"timestamp ('r'[3]) must be a number, got {res[3]!r}"
+    return "malformed record"
+
+
+def _progress_bar(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    # delay: short imports print nothing; long ones show a bar on stderr, counted in bytes read
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="import-ansor",
+                disable=not enabled, delay=1.0, leave=False)
+
+
+def import_ansor(paths, out, platform: str | None = None, network_info=None, network_per_file: bool = False,
+                 progress: bool = True) -> ImportReport:
+    """Import Ansor / TenSet logs into the dataset ``out`` (created if missing); returns what was done.
+
+    ``platform`` overrides where records go; by default a file under ``measure_records/<platform>/`` goes to
+    that TenSet platform, anything else to the platform id of its target (``-model=`` when present), so
+    records of several targets land on several platforms. ``network_info`` (a JSON file
+    ``{network: {workload_key: weight}}`` or TenSet's ``network_info/`` folder) records networks and task
+    weights; ``network_per_file`` instead makes each log file one network with weight 1 per distinct task.
+    Bad lines are skipped and counted in the report; when nothing usable was read an ``InputError`` is
+    raised and the output is left untouched.
+    """
+    from costlab.datasets.ansor_networks import load_network_info
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if platform is not None:
+        check_platform_id(platform)
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += log_files(p)
+    networks = load_network_info(Path(network_info)) if network_info is not None else None
+
+    report = ImportReport()
+    total = sum(f.stat().st_size for f in files)
+    with DatasetWriter(out) as w, _progress_bar(total, progress) as bar:
+        imp = _Importer(w, report, platform)
+        per_file: dict[str, list[int]] = {}
+        for f in files:
+            imp.file_tasks = set()
+            imp.import_file(f, bar)
+            if network_per_file and imp.file_tasks:
+                per_file[f.stem] = sorted(imp.file_tasks)
+        imp.flush()
+        report.added = dict(w.added)
+        report.duplicates = dict(w.duplicates)
+        if not report.usable:
+            # nothing to keep: fail the transaction (the output stays as it was) with the first problem
+            path, line, message = imp.first_problem
+            if report.bad > 1:
+                message += f"; no usable records ({report.bad} bad lines in {len(files)} file(s))"
+            raise InputError(path, message, line=line)
+        for name, tasks in per_file.items():
+            w.set_network(name, [(t, 1.0) for t in tasks])
+        if networks:
+            _add_networks(w, networks)
+        report.tasks = len(w.tasks)
+    return report
+
+
+def _add_networks(w: DatasetWriter, networks: dict) -> None:
+    """Record networks as {name: [(workload key, weight, description or None)]}; tasks are added if new."""
+    for name, entries in networks.items():
+        weights = []
+        for key, weight, desc in entries:
+            idx = w.find_task(DIALECT, key)
+            if idx is None:
+                compute_hash = parse_workload_key(key)[0]
+                idx = w.add_task(key, DIALECT, key, kernel_class=kernel_class_for(compute_hash))
+            task = w.tasks[idx]
+            if desc and not task.name:
+                task.name = desc
+                task.kernel_class = kernel_class_from_desc(desc)
+            weights.append((idx, weight))
+        w.set_network(name, weights)
+
+
+def kernel_class_from_desc(desc: str) -> str:
+    """Kernel class from a task description such as ``vm_mod_fused_nn_conv2d_add_nn_relu``: the fused-operator
+    name without the module prefix."""
+    for prefix in ("vm_mod_", "tvmgen_default_", "default_"):
+        if desc.startswith(prefix):
+            desc = desc[len(prefix):]
+            break
+    return desc
