@@ -1,0 +1,131 @@
+"""Ranking metrics of a cost model, computed per task and combined: TenSet's weighted top-k score,
+pairwise ranking accuracy and NDCG.
+
+Inputs are plain arrays over records: ``task`` (group id), ``pred`` (higher = predicted faster) and
+``latency`` (measured seconds, ``inf`` for failed programs).
+
+Conventions, stated because they change the numbers:
+- Ties in the prediction are broken *against* the model (the slower program first), so a model that
+  predicts a constant earns no credit from record order.
+- A task whose top-k holds only failed programs is charged its worst valid latency (as if the tuner fell
+  back to a bad program), never an infinite one; tasks without any valid program are left out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _groups(task: np.ndarray):
+    task = np.asarray(task)
+    order = np.argsort(task, kind="stable")
+    bounds = np.flatnonzero(np.diff(task[order])) + 1
+    for rows in np.split(order, bounds):
+        if rows.size:
+            yield int(task[rows[0]]), rows
+
+
+def _rank(pred: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """Indices by prediction, best first; ties broken against the model (slowest first)."""
+    lat = np.where(np.isfinite(latency), latency, np.finfo(np.float64).max)
+    return np.lexsort((-lat, -np.asarray(pred, np.float64)))
+
+
+def best_of_top_k(pred, latency, k: int) -> tuple[float, float]:
+    """(best latency of the task, best latency among the model's top k) for one task."""
+    latency = np.asarray(latency, np.float64)
+    valid = latency[np.isfinite(latency)]
+    if valid.size == 0:
+        return np.inf, np.inf
+    picked = latency[_rank(pred, latency)[:k]]
+    picked = picked[np.isfinite(picked)]
+    return float(valid.min()), float(picked.min()) if picked.size else float(valid.max())
+
+
+def topk_scores(task, pred, latency, k: int) -> dict[int, float]:
+    """Per task: ``best latency / best latency among the top k`` in (0, 1]."""
+    out = {}
+    for t, rows in _groups(task):
+        best, got = best_of_top_k(np.asarray(pred)[rows], np.asarray(latency)[rows], k)
+        if np.isfinite(best):
+            out[t] = best / got
+    return out
+
+
+def weighted_topk(task, pred, latency, weights: dict[int, float], k: int) -> float:
+    """TenSet's top-k score of one network: ``Σ_t w_t · L*_t / Σ_t w_t · min_{i≤k} L_{t,π(i)}``.
+
+    ``weights`` maps each of the network's tasks to its weight; tasks without records are skipped.
+    """
+    num = den = 0.0
+    groups = dict(_groups(task))
+    for t, w in weights.items():
+        if t not in groups:
+            continue
+        rows = groups[t]
+        best, got = best_of_top_k(np.asarray(pred)[rows], np.asarray(latency)[rows], k)
+        if np.isfinite(best):
+            num += w * best
+            den += w * got
+    return num / den if den > 0 else float("nan")
+
+
+def pairwise_accuracy(task, pred, latency) -> float:
+    """Fraction of same-task pairs with different measured latency that the prediction orders correctly
+    (a failed program is slower than any valid one; equal predictions count one half)."""
+    correct = total = 0.0
+    for _, rows in _groups(task):
+        p = np.asarray(pred, np.float64)[rows]
+        lat = np.asarray(latency, np.float64)[rows]
+        lat = np.where(np.isfinite(lat), lat, np.inf)
+        faster = lat[:, None] < lat[None, :]  # i strictly faster than j
+        both_failed = ~np.isfinite(lat)[:, None] & ~np.isfinite(lat)[None, :]
+        faster &= ~both_failed
+        dp = p[:, None] - p[None, :]
+        correct += np.count_nonzero(faster & (dp > 0)) + 0.5 * np.count_nonzero(faster & (dp == 0))
+        total += np.count_nonzero(faster)
+    return correct / total if total else float("nan")
+
+
+def ndcg(task, pred, score, k: int | None = None) -> float:
+    """Mean over tasks of NDCG@k with gains ``2^score − 1`` (score = best / latency, failures 0)."""
+    vals = []
+    for _, rows in _groups(task):
+        s = np.asarray(score, np.float64)[rows]
+        gains = np.power(2.0, s) - 1.0
+        ideal = np.sort(gains)[::-1][:k]
+        if ideal.sum() <= 0:
+            continue
+        order = np.lexsort((s, -np.asarray(pred, np.float64)[rows]))[:k]  # ties against the model
+        disc = 1.0 / np.log2(np.arange(2, len(order) + 2))
+        vals.append(float((gains[order] * disc).sum() / (ideal * disc[: len(ideal)]).sum()))
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def network_scores(task, pred, latency, networks: dict[str, list[tuple[int, float]]], ks=(1, 5)) -> dict:
+    """``{network: {"top1": .., "top5": ..}}`` for each network with at least one task in the records."""
+    present = set(np.unique(np.asarray(task)).tolist())
+    out = {}
+    for name, pairs in networks.items():
+        weights = {t: w for t, w in pairs if t in present}
+        if weights:
+            out[name] = {f"top{k}": weighted_topk(task, pred, latency, weights, k) for k in ks}
+    return out
+
+
+def summary(task, pred, latency, score, networks=None, ks=(1, 5)) -> dict:
+    """All metrics in one dict: ``top1``/``top5`` (mean over held-out networks when given, otherwise the
+    unweighted mean over tasks), ``pairwise``, ``ndcg``, and the per-network / per-task breakdowns."""
+    out: dict = {}
+    per_task = {k: topk_scores(task, pred, latency, k) for k in ks}
+    nets = network_scores(task, pred, latency, networks or {}, ks)
+    for k in ks:
+        if nets:
+            out[f"top{k}"] = float(np.mean([v[f"top{k}"] for v in nets.values()]))
+        else:
+            out[f"top{k}"] = float(np.mean(list(per_task[k].values()))) if per_task[k] else float("nan")
+    out["pairwise"] = pairwise_accuracy(task, pred, latency)
+    out["ndcg"] = ndcg(task, pred, score)
+    out["networks"] = nets
+    out["tasks"] = {str(t): {f"top{k}": per_task[k][t] for k in ks} for t in per_task[ks[0]]}
+    return out

@@ -1,0 +1,79 @@
+"""The ranking metrics and the per-task LambdaRank loss against hand-computed examples."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from costlab.costmodels import losses, metrics
+
+INF = np.inf
+
+# task 0 (weight 2): a failed program predicted best, then a tie between latencies 2 and 4
+# task 1 (weight 1): the model prefers the slower of two programs
+TASK = np.array([0, 0, 0, 0, 1, 1])
+LAT = np.array([1.0, 2.0, 4.0, INF, 3.0, 6.0])
+PRED = np.array([0.1, 0.9, 0.9, 1.0, 0.2, 0.8])
+
+
+def test_weighted_topk_hand_example():
+    # top-1 of task 0 is the failed program -> charged the worst valid latency (4); task 1 picks 6
+    assert metrics.weighted_topk(TASK, PRED, LAT, {0: 2.0, 1: 1.0}, k=1) == pytest.approx((2 * 1 + 3) / (2 * 4 + 6))
+    assert metrics.weighted_topk(TASK, PRED, LAT, {0: 2.0, 1: 1.0}, k=5) == pytest.approx(1.0)
+    # top-2 of task 0: failed, then the tie (0.9, 0.9) broken against the model -> latency 4, not 2
+    assert metrics.weighted_topk(TASK, PRED, LAT, {0: 1.0}, k=2) == pytest.approx(1 / 4)
+    assert metrics.weighted_topk(TASK, PRED, LAT, {0: 1.0}, k=3) == pytest.approx(1 / 2)
+    assert metrics.topk_scores(TASK, PRED, LAT, k=1) == pytest.approx({0: 0.25, 1: 0.5})
+
+
+def test_pairwise_and_ndcg_hand_example():
+    # task 0: 6 ordered pairs (a failed program is slower than any valid one), only the tie earns 1/2;
+    # task 1: one pair, wrong
+    assert metrics.pairwise_accuracy(TASK, PRED, LAT) == pytest.approx(0.5 / 7)
+    assert metrics.pairwise_accuracy(TASK, -LAT.clip(max=100), LAT) == pytest.approx(1.0)
+    score = np.array([1.0, 0.5, 0.25, 0.0, 1.0, 0.5])
+    assert metrics.ndcg(TASK, score, score) == pytest.approx(1.0)
+    # task 1 reversed: gains [1, 0.414]; DCG = 0.414 + 1/log2(3); ideal = 1 + 0.414/log2(3)
+    g = 2 ** 0.5 - 1
+    t1 = (g + 1 / math.log2(3)) / (1 + g / math.log2(3))
+    assert metrics.ndcg(np.array([1, 1]), np.array([0.2, 0.8]), np.array([1.0, 0.5])) == pytest.approx(t1)
+
+
+def test_summary_uses_networks_when_given():
+    s = metrics.summary(TASK, PRED, LAT, np.zeros(6), networks={"net": [(0, 2.0), (1, 1.0)]})
+    assert s["top1"] == pytest.approx(5 / 14) and s["networks"]["net"]["top5"] == pytest.approx(1.0)
+    s = metrics.summary(TASK, PRED, LAT, np.zeros(6))
+    assert s["top1"] == pytest.approx((0.25 + 0.5) / 2)
+
+
+def test_lambdarank_hand_example():
+    pred = torch.tensor([0.0, 1.0, 0.5], dtype=torch.float64, requires_grad=True)
+    label = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+    # ranks by prediction: item 1, item 2, item 0
+    disc = {0: 1 / math.log2(4), 1: 1.0, 2: 1 / math.log2(3)}
+    gain = {0: 1.0, 1: 2 ** 0.5 - 1, 2: 0.0}
+    ideal = 1.0 + gain[1] / math.log2(3)
+    expected = 0.0
+    for i, j in [(0, 1), (0, 2), (1, 2)]:
+        w = abs(gain[i] - gain[j]) * abs(disc[i] - disc[j]) / ideal
+        expected += w * math.log2(1 + math.exp(-(pred[i].item() - pred[j].item())))
+    loss = losses.lambdarank_loss(pred, label)
+    assert loss.item() == pytest.approx(expected, rel=1e-9)
+    assert loss.item() == pytest.approx(0.6686, abs=1e-3)
+    loss.backward()
+    assert pred.grad[0] < 0 < pred.grad[1]  # push the best program up, the over-rated one down
+
+
+def test_lambdarank_lists_never_mix_tasks():
+    torch.manual_seed(0)
+    pred, label = torch.randn(7, dtype=torch.float64), torch.rand(7, dtype=torch.float64)
+    group = torch.tensor([5, 9, 5, 9, 9, 5, 2])
+    p, l, m = losses.group_lists(pred, label, group)
+    assert p.shape == (3, 3) and m.sum() == 7
+    by_hand = [losses.lambdarank_loss(pred[group == g], label[group == g]) for g in (5, 9)]  # task 2: no pair
+    assert losses.lambdarank_loss(p, l, m).item() == pytest.approx(float(sum(by_hand) / 2))
+    mixed = losses.lambdarank_loss(pred, label)
+    assert mixed.item() != pytest.approx(losses.lambdarank_loss(p, l, m).item())
