@@ -1,0 +1,66 @@
+"""PaCM net: per-statement features and data-flow pattern tokens, two branches fused.
+
+Statement branch: an MLP over each store statement's features, summed over the program's statements
+(pack-sum, as MetaSchedule's models do). Pattern branch: an MLP over each buffer-access token, a
+self-attention encoder with the padding mask, summed. The two are concatenated and scored by a residual
+MLP. ``heads > 1`` gives one output per platform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from costlab.costmodels.tlp_net import _mlp
+
+
+@dataclass
+class PaCMNetConfig:
+    stmt_features: int
+    pattern_features: int
+    d_model: int = 256
+    heads: int = 1
+    attention_heads: int = 4
+    dropout: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Residual(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class PaCMNet(nn.Module):
+    def __init__(self, config: PaCMNetConfig):
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.stmt_mlp = nn.Sequential(_mlp([config.stmt_features, d, d]), nn.ReLU())
+        self.pattern_mlp = nn.Sequential(_mlp([config.pattern_features, d // 4, d // 2]), nn.ReLU())
+        layer = nn.TransformerEncoderLayer(d // 2, config.attention_heads, dim_feedforward=d,
+                                           dropout=config.dropout, batch_first=True, norm_first=True)
+        self.pattern_attn = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        fused = d + d // 2
+        self.head = nn.Sequential(nn.Linear(fused, d), _Residual(d), _Residual(d), nn.ReLU(), nn.Linear(d, config.heads))
+
+    def forward(self, stmt: torch.Tensor, stmt_mask: torch.Tensor, pattern: torch.Tensor,
+                pattern_mask: torch.Tensor) -> torch.Tensor:
+        """stmt (N, S, F1) with mask (N, S); pattern (N, P, F2) with mask (N, P). Scores (N,) or (N, heads)."""
+        s = (self.stmt_mlp(stmt) * stmt_mask[..., None]).sum(1)
+        pm = pattern_mask.bool()
+        # a program without pattern tokens attends to nothing: keep one dummy slot unmasked, zero it after
+        empty = ~pm.any(1)
+        attn_mask = pm.clone()
+        attn_mask[empty, 0] = True
+        p = self.pattern_attn(self.pattern_mlp(pattern), src_key_padding_mask=~attn_mask)
+        p = (p * pm[..., None]).sum(1)
+        out = self.head(torch.cat([s, p], dim=-1))
+        return out[:, 0] if self.config.heads == 1 else out

@@ -1,0 +1,87 @@
+"""TLP net: a schedule as a sentence of primitive tokens, scored by an attention encoder.
+
+Token embedding (kind index + a linear map of the numeric slots + a learned position) → MLP encoder →
+self-attention encoder that honours the padding mask → per-token decoder → masked sum over tokens. TLP's
+published net had no normalisation, no positions and let padding rows add to the sum; this one fixes all
+three. ``backbone="bert"`` swaps the attention encoder for a Hugging Face BERT encoder built from a config
+(trained from scratch, nothing downloaded). ``heads > 1`` gives one output per platform (MTL-TLP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class TLPNetConfig:
+    vocab_size: int
+    num_slots: int
+    max_len: int
+    d_model: int = 256
+    heads: int = 1  # outputs: one per platform
+    backbone: str = "attention"  # "attention" | "bert" | "lstm"
+    layers: int = 1
+    attention_heads: int = 8
+    dropout: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _mlp(sizes, act=nn.ReLU):
+    layers = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), act()]
+    return nn.Sequential(*layers[:-1])
+
+
+class TLPNet(nn.Module):
+    def __init__(self, config: TLPNetConfig):
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.kind_embed = nn.Embedding(config.vocab_size, d, padding_idx=0)
+        self.slot_proj = nn.Linear(config.num_slots, d)
+        self.pos_embed = nn.Embedding(config.max_len, d)
+        self.norm_in = nn.LayerNorm(d)
+        self.encoder_mlp = nn.Sequential(_mlp([d, d, d]), nn.ReLU())
+        if config.backbone == "attention":
+            layer = nn.TransformerEncoderLayer(d, config.attention_heads, dim_feedforward=2 * d,
+                                               dropout=config.dropout, batch_first=True, norm_first=True)
+            self.backbone = nn.TransformerEncoder(layer, config.layers, enable_nested_tensor=False)
+        elif config.backbone == "bert":
+            from transformers import BertConfig, BertModel
+
+            bert = BertConfig(vocab_size=2, hidden_size=d, num_hidden_layers=config.layers,
+                              num_attention_heads=config.attention_heads, intermediate_size=2 * d,
+                              max_position_embeddings=config.max_len, hidden_dropout_prob=config.dropout,
+                              attention_probs_dropout_prob=config.dropout)
+            self.backbone = BertModel(bert, add_pooling_layer=False)
+        elif config.backbone == "lstm":
+            self.backbone = nn.LSTM(d, d // 2, num_layers=config.layers, batch_first=True, bidirectional=True)
+        else:
+            raise ValueError(f"unknown TLP backbone {config.backbone!r} (attention, bert, lstm)")
+        self.decoder = _mlp([d, d, d // 2, d // 4, config.heads])
+
+    def encode(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Per-token hidden states (N, L, d)."""
+        pos = torch.arange(kind.shape[1], device=kind.device)
+        x = self.kind_embed(kind) + self.slot_proj(numeric) + self.pos_embed(pos)[None]
+        x = self.encoder_mlp(self.norm_in(x))
+        if self.config.backbone == "attention":
+            x = self.backbone(x, src_key_padding_mask=~mask)
+        elif self.config.backbone == "bert":
+            x = self.backbone(inputs_embeds=x, attention_mask=mask.long()).last_hidden_state
+        else:
+            x, _ = self.backbone(x)
+        return x
+
+    def forward(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Scores (N,) — or (N, heads) with several heads; higher = predicted faster."""
+        mask = mask.bool()
+        per_token = self.decoder(self.encode(kind, numeric, mask))  # (N, L, heads)
+        out = (per_token * mask[..., None]).sum(1)
+        return out[:, 0] if self.config.heads == 1 else out

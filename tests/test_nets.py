@@ -1,0 +1,85 @@
+"""The cost-model nets: shapes, padding masks that really mask, multi-task heads, the momentum rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from costlab.costmodels.momentum import MomentumTransfer
+from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig
+from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig
+
+
+def _tokens(n=4, length=12, slots=6, vocab=20):
+    g = torch.Generator().manual_seed(0)
+    kind = torch.randint(1, vocab, (n, length), generator=g)
+    numeric = torch.randn(n, length, slots, generator=g)
+    mask = torch.ones(n, length, dtype=torch.bool)
+    mask[0, 7:] = False
+    kind[0, 7:] = 0
+    return kind, numeric, mask
+
+
+@pytest.mark.parametrize("backbone", ["attention", "bert", "lstm"])
+def test_tlp_net_shapes_and_padding(backbone):
+    torch.manual_seed(0)
+    net = TLPNet(TLPNetConfig(vocab_size=20, num_slots=6, max_len=12, d_model=32, backbone=backbone,
+                              attention_heads=4)).eval()
+    kind, numeric, mask = _tokens()
+    out = net(kind, numeric, mask)
+    assert out.shape == (4,)
+    if backbone != "lstm":  # attention encoders ignore what stands in padded positions
+        numeric2 = numeric.clone()
+        numeric2[0, 7:] = 100.0
+        assert torch.allclose(net(kind, numeric2, mask)[0], out[0], atol=1e-5)
+    out.sum().backward()
+
+
+def test_tlp_net_heads():
+    net = TLPNet(TLPNetConfig(vocab_size=20, num_slots=6, max_len=12, d_model=32, heads=3, attention_heads=4))
+    assert net(*_tokens()).shape == (4, 3)
+
+
+def test_pacm_net_shapes_and_empty_patterns():
+    torch.manual_seed(0)
+    net = PaCMNet(PaCMNetConfig(stmt_features=10, pattern_features=5, d_model=32, heads=2)).eval()
+    stmt, sm = torch.randn(3, 4, 10), torch.ones(3, 4, dtype=torch.bool)
+    pat, pm = torch.randn(3, 6, 5), torch.ones(3, 6, dtype=torch.bool)
+    pm[1] = False  # a program without pattern tokens
+    sm[2, 2:] = False
+    out = net(stmt, sm, pat, pm)
+    assert out.shape == (3, 2) and torch.isfinite(out).all()
+    stmt2 = stmt.clone()
+    stmt2[2, 2:] = 50.0
+    assert torch.allclose(net(stmt2, sm, pat, pm)[2], out[2], atol=1e-5)
+
+
+def test_momentum_update_rule():
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 1)
+    start = {k: v.clone() for k, v in net.state_dict().items()}
+    moa = MomentumTransfer(net, momentum=0.9, every=2)
+    trained_to = {}
+
+    def train(online):
+        with torch.no_grad():
+            for p in online.parameters():
+                p.add_(1.0)
+        trained_to.update({k: v.clone() for k, v in online.state_dict().items()})
+
+    assert moa.update(train) is False  # 1st update: collects only
+    assert not trained_to
+    assert moa.update(train) is True  # 2nd: reset from momentum, train, EMA
+    for k in start:
+        assert torch.allclose(trained_to[k], start[k] + 1.0)
+        assert torch.allclose(moa.momentum_net.state_dict()[k], 0.9 * start[k] + 0.1 * (start[k] + 1.0))
+    assert all(not p.requires_grad for p in moa.momentum_net.parameters())
+    # the next training round starts from the momentum copy, not from the online net
+    moa.update(train)
+    moa.update(train)
+    for k in start:
+        m1 = start[k] + 0.1
+        assert torch.allclose(trained_to[k], m1 + 1.0)
+        assert torch.allclose(moa.momentum_net.state_dict()[k], 0.9 * m1 + 0.1 * (m1 + 1.0))
+    x = torch.randn(5, 3)
+    assert torch.allclose(moa(x), net(x))  # predictions come from the online net
