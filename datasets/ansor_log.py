@@ -24,7 +24,7 @@ from pathlib import Path
 
 import orjson
 
-from costlab.datasets.errors import InputError
+from costlab.datasets.errors import CostlabError, InputError
 from costlab.datasets.report import ImportReport
 from costlab.datasets.records import RecordBatch
 from costlab.datasets.store import DatasetWriter
@@ -288,7 +288,10 @@ def import_ansor(paths, out, platform: str | None = None, network_info=None, net
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if platform is not None:
-        check_platform_id(platform)
+        try:
+            check_platform_id(platform)
+        except ValueError as exc:
+            raise CostlabError(f"--platform: {exc}") from None
     files: list[Path] = []
     for p in map(Path, paths):
         files += log_files(p)
