@@ -1,0 +1,364 @@
+"""Hardware specs for the PSA static analyzer and PaCM's CPU memory levels.
+
+A ``HardwareSpec`` says how fast a machine computes and moves data: for CPUs the cores, clock, SIMD width,
+FMA units, vector registers and each cache level's size and bandwidth (``detect_cpu`` reads them for the
+local machine from ``/proc/cpuinfo`` and ``/sys/devices/system/cpu/cpu0/cache``); for NVIDIA GPUs the SMs,
+peak fp32 FLOP/s, memory bandwidth and per-SM limits, from a table of public data-sheet figures
+(``GPU_TABLE``). Every field can be overridden from a JSON file or dict, and a spec round-trips through
+``to_json`` / ``from_json`` so a dataset can store the spec of each platform beside its target.
+
+Pure Python: no TVM needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+@dataclass
+class HardwareSpec:
+    """Base of the CPU and GPU specs; ``kind`` picks the class in ``from_json``."""
+
+    name: str = "unknown"
+
+    kind = "base"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+    @staticmethod
+    def from_json(obj) -> "HardwareSpec":
+        """A spec from a dict, a JSON string or a path to a JSON file (``kind``: ``cpu`` or ``gpu``)."""
+        obj, where = _load_obj(obj)
+        kind = obj.get("kind")
+        cls = {"cpu": CPUSpec, "gpu": GPUSpec}.get(kind)
+        if cls is None:
+            raise ValueError(f"{where}: hardware spec needs \"kind\": \"cpu\" or \"gpu\" (got {kind!r})")
+        return cls().updated(obj, where)
+
+    def updated(self, overrides, where: str = "hardware spec override") -> "HardwareSpec":
+        """A copy with the given fields replaced; unknown fields or wrong types are an error."""
+        overrides, where = _load_obj(overrides, where)
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        changes = {}
+        for key, value in overrides.items():
+            if key == "kind":
+                if value != self.kind:
+                    raise ValueError(f"{where}: spec kind {value!r} does not match {self.kind!r}")
+                continue
+            if key not in fields:
+                raise ValueError(f"{where}: unknown {self.kind} spec field {key!r} (known: {', '.join(fields)})")
+            default = getattr(self, key)
+            if isinstance(default, str):
+                changes[key] = str(value)
+            else:
+                try:
+                    changes[key] = type(default)(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{where}: field {key!r} must be a number, got {value!r}") from None
+                if changes[key] < 0:
+                    raise ValueError(f"{where}: field {key!r} must not be negative, got {value!r}")
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class CPUSpec(HardwareSpec):
+    """A CPU. Bandwidths of the caches are per core per cycle; DRAM bandwidth is for the whole socket."""
+
+    cores: int = 4
+    freq_ghz: float = 2.5
+    simd_bits: int = 256
+    fma_units: int = 2  # FMA pipes per core (each does one vector FMA per cycle)
+    vector_registers: int = 16
+    cache_line: int = 64
+    l1_bytes: int = 32 * KIB  # per core, data
+    l2_bytes: int = 1 * MIB  # per core
+    llc_bytes: int = 16 * MIB  # shared by all cores
+    l1_bw: float = 64.0  # bytes per cycle per core
+    l2_bw: float = 32.0
+    llc_bw: float = 16.0
+    dram_gbs: float = 20.0  # GB/s, whole machine
+
+    kind = "cpu"
+
+    def lanes(self, dtype_bytes: int = 4) -> int:
+        """SIMD lanes for elements of this size."""
+        return max(1, self.simd_bits // (8 * max(1, int(dtype_bytes))))
+
+    def peak_flops(self, dtype_bytes: int = 4, cores: int | None = None) -> float:
+        """Peak FLOP/s (an FMA counts 2) of ``cores`` cores (all by default)."""
+        n = self.cores if cores is None else cores
+        return n * self.freq_ghz * 1e9 * max(1, self.fma_units) * 2 * self.lanes(dtype_bytes)
+
+    def levels(self) -> list[tuple[str, float]]:
+        """Memory levels with their capacity in bytes, innermost first (``reg`` is the vector register file)."""
+        reg = self.vector_registers * self.simd_bits // 8
+        return [("reg", reg), ("L1", self.l1_bytes), ("L2", self.l2_bytes), ("LLC", self.llc_bytes),
+                ("DRAM", float("inf"))]
+
+
+@dataclass
+class GPUSpec(HardwareSpec):
+    """An NVIDIA GPU."""
+
+    arch: str = "sm_80"
+    sms: int = 108
+    peak_gflops: float = 19500.0  # fp32, FMA = 2
+    mem_gbs: float = 1555.0
+    l2_bytes: int = 40 * MIB
+    regs_per_sm: int = 65536
+    max_regs_per_thread: int = 255
+    smem_per_sm: int = 164 * KIB
+    smem_per_block: int = 48 * KIB
+    max_threads_per_sm: int = 2048
+    max_threads_per_block: int = 1024
+    max_blocks_per_sm: int = 32
+    warp_size: int = 32
+
+    kind = "gpu"
+
+    def levels(self) -> list[tuple[str, float]]:
+        return [("local", self.max_regs_per_thread * 4), ("shared", self.smem_per_block), ("L2", self.l2_bytes),
+                ("global", float("inf"))]
+
+
+# Data-sheet figures (fp32 peak at boost clock). K80 is one of the board's two GK210 GPUs, as TVM sees it.
+GPU_TABLE: dict[str, GPUSpec] = {
+    "k80": GPUSpec("k80", "sm_37", 13, 4368.0, 240.0, int(1.5 * MIB), 131072, 255, 112 * KIB, 48 * KIB, 2048,
+                   1024, 16),
+    "v100": GPUSpec("v100", "sm_70", 80, 15700.0, 900.0, 6 * MIB, 65536, 255, 96 * KIB, 48 * KIB, 2048, 1024, 32),
+    "t4": GPUSpec("t4", "sm_75", 40, 8141.0, 320.0, 4 * MIB, 65536, 255, 64 * KIB, 48 * KIB, 1024, 1024, 16),
+    "rtx2080ti": GPUSpec("rtx2080ti", "sm_75", 68, 13450.0, 616.0, int(5.5 * MIB), 65536, 255, 64 * KIB, 48 * KIB,
+                         1024, 1024, 16),
+    "a100": GPUSpec("a100", "sm_80", 108, 19500.0, 1555.0, 40 * MIB, 65536, 255, 164 * KIB, 48 * KIB, 2048, 1024,
+                    32),
+    "h100": GPUSpec("h100", "sm_90", 132, 66900.0, 3350.0, 50 * MIB, 65536, 255, 228 * KIB, 48 * KIB, 2048, 1024,
+                    32),
+}
+_GPU_ALIASES = {
+    "tesla-k80": "k80", "tesla-v100": "v100", "tesla-t4": "t4", "2080ti": "rtx2080ti", "rtx-2080-ti": "rtx2080ti",
+    "geforce-rtx-2080-ti": "rtx2080ti", "a100-sxm4": "a100", "a100-40gb": "a100", "h100-sxm": "h100",
+    "h100-sxm5": "h100",
+}
+# The GPU assumed for a CUDA target that names only its architecture.
+_GPU_BY_ARCH = {"sm_37": "k80", "sm_70": "v100", "sm_75": "t4", "sm_80": "a100", "sm_86": "a100", "sm_89": "a100",
+                "sm_90": "h100", "sm_90a": "h100"}
+
+
+def gpu_spec(name: str) -> GPUSpec:
+    """The table's spec of a GPU by name (``t4``, ``a100``, ``Tesla-T4``, ...)."""
+    key = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    key = _GPU_ALIASES.get(key, key)
+    if key not in GPU_TABLE:
+        key = key.replace("-", "")
+    if key not in GPU_TABLE:
+        raise ValueError(f"unknown GPU {name!r} (known: {', '.join(sorted(GPU_TABLE))}); give a spec JSON instead")
+    return dataclasses.replace(GPU_TABLE[key])
+
+
+# -- CPU detection ---------------------------------------------------------------------------------------
+
+def _read(path) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _size_bytes(text: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text or "", re.I)
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "K": KIB, "M": MIB, "G": 1024 * MIB}[m.group(2).upper()]
+
+
+def _cpu_count(cpu_list: str) -> int:
+    n = 0
+    for part in cpu_list.strip().split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            n += int(b) - int(a) + 1
+        elif part:
+            n += 1
+    return max(1, n)
+
+
+def detect_cpu(override=None, cpuinfo_path="/proc/cpuinfo", cache_dir="/sys/devices/system/cpu/cpu0/cache",
+               cpufreq_path="/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") -> CPUSpec:
+    """The local CPU, as far as Linux tells; fields it does not tell keep ``CPUSpec``'s defaults.
+
+    ``override`` (a dict, JSON string or path to a JSON file) replaces any field afterwards.
+    """
+    spec = CPUSpec(name="local-cpu")
+    changes: dict = {}
+    info = _read(cpuinfo_path) or ""
+    first = info.split("\n\n")[0]
+    kv = {}
+    for line in first.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            kv[key.strip().lower()] = value.strip()
+    if kv.get("model name"):
+        changes["name"] = kv["model name"]
+    try:
+        changes["cores"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        changes["cores"] = os.cpu_count() or spec.cores
+    max_khz = _read(cpufreq_path)
+    if max_khz and max_khz.strip().isdigit():
+        changes["freq_ghz"] = int(max_khz) / 1e6
+    elif kv.get("cpu mhz"):
+        try:
+            changes["freq_ghz"] = float(kv["cpu mhz"]) / 1000.0
+        except ValueError:
+            pass
+    flags = set((kv.get("flags") or kv.get("features") or "").split())
+    if flags:
+        if "avx512f" in flags:
+            changes.update(simd_bits=512, vector_registers=32, l1_bw=128.0, l2_bw=64.0)
+        elif "avx2" in flags or "avx" in flags:
+            changes.update(simd_bits=256, vector_registers=16)
+        elif "asimd" in flags or "neon" in flags:
+            changes.update(simd_bits=128, vector_registers=32, l1_bw=32.0)
+        elif "sse2" in flags:
+            changes.update(simd_bits=128, vector_registers=16, l1_bw=32.0)
+        changes["fma_units"] = 2 if ({"fma", "asimd"} & flags) else 1
+    for idx in sorted(Path(cache_dir).glob("index*")) if Path(cache_dir).is_dir() else []:
+        level = (_read(idx / "level") or "").strip()
+        ctype = (_read(idx / "type") or "").strip()
+        size = _size_bytes(_read(idx / "size") or "")
+        if not size or ctype == "Instruction":
+            continue
+        line = (_read(idx / "coherency_line_size") or "").strip()
+        if line.isdigit():
+            changes["cache_line"] = int(line)
+        if level == "1":
+            changes["l1_bytes"] = size
+        elif level == "2":
+            changes["l2_bytes"] = size
+        elif level == "3":
+            changes["llc_bytes"] = size
+    if "llc_bytes" not in changes and "l2_bytes" in changes:
+        changes["llc_bytes"] = changes["l2_bytes"]  # no L3: the L2 is the last level
+    cores = changes.get("cores", spec.cores)
+    changes["dram_gbs"] = float(min(10.0 * cores, 200.0))
+    spec = spec.updated(changes, "detected CPU")
+    if override is not None:
+        spec = spec.updated(override)
+    return spec
+
+
+# -- targets ---------------------------------------------------------------------------------------------
+
+_SIMD_BY_MCPU = [(r"avx512|skylake-server|skylake-avx512|cascadelake|icelake|sapphire|znver4|cooperlake", 512),
+                 (r"haswell|broadwell|skylake|znver|core-avx2|alderlake|raptorlake|x86-64-v3", 256),
+                 (r"neoverse-v1|a64fx", 512), (r"neoverse|cortex|apple|graviton|aarch64|arm", 128)]
+
+
+def spec_for_target(target, override=None) -> HardwareSpec:
+    """The spec PSA should assume for a TVM target (a JSON dict, or the string form).
+
+    CUDA: from ``GPU_TABLE`` by the target's ``model`` or ``tag`` name, else by ``arch``. LLVM: the local CPU,
+    with ``num-cores`` and the SIMD width the code is compiled for taken from the target: ``mattr`` /
+    ``mcpu`` when it names them, 128 bits when it names neither (LLVM's generic x86-64 / aarch64 code), the
+    detected width for ``-mcpu=native``. A dataset measured elsewhere should store its own spec.
+    ``override`` replaces fields at the end.
+    """
+    from costlab.datasets.targets import normalize_target
+
+    t = normalize_target(target)
+    kind = str(t.get("kind", "llvm"))
+    if kind in ("cuda", "nvptx"):
+        spec = None
+        for key in ("model", "tag"):
+            name = str(t.get(key) or "")
+            if name and name != "unknown":
+                try:
+                    spec = gpu_spec(name.split("/")[-1])
+                    break
+                except ValueError:
+                    pass
+        if spec is None:
+            arch = str(t.get("arch") or "sm_80")
+            spec = gpu_spec(_GPU_BY_ARCH.get(arch, "a100"))
+            spec = dataclasses.replace(spec, arch=arch)
+        if t.get("max_shared_memory_per_block"):
+            spec = dataclasses.replace(spec, smem_per_block=int(t["max_shared_memory_per_block"]))
+        if t.get("max_threads_per_block"):
+            spec = dataclasses.replace(spec, max_threads_per_block=int(t["max_threads_per_block"]))
+    elif kind == "llvm" or kind == "c":
+        spec = detect_cpu()
+        changes: dict = {}
+        if t.get("num-cores"):
+            changes["cores"] = int(t["num-cores"])
+            changes["dram_gbs"] = float(min(10.0 * int(t["num-cores"]), 200.0))
+        text = " ".join([str(t.get("mcpu") or ""), str(t.get("mtriple") or ""), " ".join(t.get("mattr") or [])])
+        simd = None
+        if "+avx512f" in text:
+            simd = 512
+        elif "+avx2" in text or "+avx" in text:
+            simd = 256
+        elif t.get("mcpu"):
+            for pattern, bits in _SIMD_BY_MCPU:
+                if re.search(pattern, str(t["mcpu"])):
+                    simd = bits
+                    break
+        if str(t.get("mcpu") or "") == "native":
+            simd = None  # the local CPU's own width, as detected
+        elif simd is None:
+            # No -mcpu / -mattr: LLVM compiles for the generic triple (x86-64: SSE2, aarch64: NEON), so the
+            # code uses 128-bit vectors whatever the machine has.
+            simd = 128
+        if simd is not None:
+            changes["simd_bits"] = simd
+            changes["vector_registers"] = 32 if simd == 512 or re.search(r"aarch64|arm", text) else 16
+            # two vector loads per cycle from L1, one vector line per cycle from L2
+            changes["l1_bw"] = simd / 4.0
+            changes["l2_bw"] = simd / 8.0
+        spec = spec.updated(changes, "target")
+    else:
+        raise ValueError(f"no hardware spec for target kind {kind!r} (PSA knows llvm and cuda)")
+    if override is not None:
+        spec = spec.updated(override)
+    return spec
+
+
+def spec_for_platform(platform) -> HardwareSpec:
+    """The spec of a dataset platform: the one stored with it, else derived from its target."""
+    if getattr(platform, "spec", None):
+        return HardwareSpec.from_json(platform.spec)
+    return spec_for_target(platform.target)
+
+
+def _load_obj(obj, where: str = "hardware spec"):
+    if isinstance(obj, HardwareSpec):
+        return obj.to_json(), where
+    if isinstance(obj, dict):
+        return dict(obj), where
+    if isinstance(obj, Path) or (isinstance(obj, str) and not obj.lstrip().startswith("{")):
+        path = Path(obj)
+        text = _read(path)
+        if text is None:
+            raise ValueError(f"{path}: cannot read hardware spec file")
+        where = str(path)
+    else:
+        text = str(obj)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: a hardware spec must be a JSON object")
+    return value, where
+
+
+__all__ = ["HardwareSpec", "CPUSpec", "GPUSpec", "GPU_TABLE", "gpu_spec", "detect_cpu", "spec_for_target",
+           "spec_for_platform"]

@@ -1,0 +1,135 @@
+"""A scheduled tensor program as loop nests and affine buffer accesses: what PSA and PaCM reason about.
+
+Both ways into it produce the same ``Program``: walking a scheduled TIR module (``tir_nest``) and simulating a
+MetaSchedule trace on a per-task analysis of the workload (``trace_nest``). A program is a list of statements
+(TIR blocks, in execution order); each statement has the loops around it, outermost first (a loop shared by
+several statements is the same ``Loop`` object), its floating-point work per instance, and its buffer
+accesses. An access index is affine in the loop variables: per buffer dimension a list of *terms*
+``(pos, coef, span)``: loop ``pos`` of the statement moves the index by ``coef`` per step over ``span``
+steps (a loop split or fused into a multi-radix index contributes several terms; ``pos == len(loops)``
+stands for a range accessed by one instance). That is enough to get, for every loop level, how many
+distinct elements each access touches below it (its footprint), from which reuse, cache traffic and
+register tiles follow.
+
+Pure Python, no TVM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SERIAL, PARALLEL, VECTORIZED, UNROLLED = "serial", "parallel", "vectorized", "unrolled"
+
+
+class Loop:
+    """One loop: extent, kind (``serial``, ``parallel``, ``vectorized``, ``unrolled`` or a thread tag such as
+    ``blockIdx.x`` / ``threadIdx.x`` / ``vthread.x``) and its ``pragma_auto_unroll_max_step``."""
+
+    __slots__ = ("extent", "kind", "unroll")
+
+    def __init__(self, extent: int, kind: str = SERIAL, unroll: int = 0):
+        self.extent = int(extent)
+        self.kind = kind
+        self.unroll = int(unroll)
+
+    @property
+    def is_thread(self) -> bool:
+        return "." in self.kind
+
+    def __repr__(self) -> str:
+        return f"Loop({self.extent}, {self.kind}{', unroll=%d' % self.unroll if self.unroll else ''})"
+
+
+@dataclass
+class Access:
+    buffer: str
+    scope: str  # storage scope: global, shared, local, ...
+    nbytes: int  # bytes per element
+    write: bool
+    shape: tuple  # the buffer's shape (elements per dimension)
+    dims: list  # per dimension: [(pos, coef, span), ...]
+
+
+@dataclass
+class Stmt:
+    name: str
+    loops: list  # [Loop], outermost first
+    flops: float  # floating-point operations per instance
+    accesses: list = field(default_factory=list)  # [Access]
+    init: bool = False  # the init statement of a reduction (writes a constant)
+
+    def instances(self) -> int:
+        n = 1
+        for lp in self.loops:
+            n *= lp.extent
+        return n
+
+
+@dataclass
+class Program:
+    stmts: list  # [Stmt] in execution order
+    gpu: bool = False
+    exact: bool = True  # False when some index or loop could only be approximated
+
+    def signature(self) -> list:
+        """Comparable summary: per statement its name, loop extents and kinds, and its accesses."""
+        return [(s.name, [(lp.extent, lp.kind) for lp in s.loops],
+                 sorted((a.buffer, a.write) for a in s.accesses)) for s in self.stmts]
+
+
+def access_span(access: Access, depth: int) -> list:
+    """Per dimension, how many consecutive indices loops ``depth..`` sweep (clipped to the buffer's shape)."""
+    out = []
+    for d, terms in enumerate(access.dims):
+        width = 1
+        for pos, coef, span in terms:
+            if pos >= depth and span > 1:
+                width += abs(coef) * (span - 1)
+        shape = access.shape[d] if d < len(access.shape) else width
+        out.append(min(width, shape) if shape > 0 else width)
+    return out
+
+
+def footprint(access: Access, depth: int) -> int:
+    """Distinct elements (bounding box) the access touches during one iteration of loop ``depth - 1``."""
+    n = 1
+    for w in access_span(access, depth):
+        n *= w
+    return n
+
+
+def footprints(stmt: Stmt) -> list:
+    """``fp[a][d]``: elements access ``a`` touches below loop depth ``d``, for d = 0 .. len(loops)."""
+    n = len(stmt.loops)
+    return [[footprint(a, d) for d in range(n + 1)] for a in stmt.accesses]
+
+
+def loops_used(access: Access) -> set:
+    """Loop positions the access index depends on."""
+    return {pos for terms in access.dims for pos, coef, span in terms if coef != 0 and span > 1}
+
+
+def flat_strides(access: Access) -> dict:
+    """Per loop position, the smallest non-zero step (in elements of the flattened buffer) of the index."""
+    strides = [1] * len(access.dims)
+    for d in range(len(access.dims) - 2, -1, -1):
+        nxt = access.shape[d + 1] if d + 1 < len(access.shape) else 1
+        strides[d] = strides[d + 1] * max(1, int(nxt))
+    out: dict = {}
+    for d, terms in enumerate(access.dims):
+        for pos, coef, span in terms:
+            if coef == 0 or span <= 1:
+                continue
+            step = abs(coef) * strides[d]
+            if pos not in out or step < out[pos]:
+                out[pos] = step
+    return out
+
+
+def reduction_positions(stmt: Stmt) -> set:
+    """Loops the statement's written index does not depend on (the reduction loops of a reduction)."""
+    written = [a for a in stmt.accesses if a.write]
+    if not written:
+        return set()
+    used = set().union(*(loops_used(a) for a in written))
+    return {i for i, lp in enumerate(stmt.loops) if lp.extent > 1 and i not in used}

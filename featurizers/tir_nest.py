@@ -1,0 +1,336 @@
+"""Walk a (scheduled) TensorIR module into loop nests and affine accesses (``loopnest.Program``).
+
+The walk visits loops and blocks only: each block carries its iterator bindings (affine in the loop
+variables around it) and its read/write regions (affine in its iterators), so no expression tree of a
+statement is walked except to count its floating-point operations. Indices that are not affine (``//`` and
+``%`` of fused loops) are split into the mixed-radix terms they stand for; what cannot be split exactly is
+bounded and the program is marked inexact.
+
+``walk_blocks`` returns the blocks with their iterators and per-iterator bindings (the form the trace
+simulator starts from, see ``trace_nest``); ``program_of`` composes them into a ``Program``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt
+
+_KIND = {0: SERIAL, 1: "parallel", 2: "vectorized", 3: "unrolled"}
+_FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "FloorDiv", "FloorMod", "Mod"}
+_CMP_OPS = {"EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not"}
+
+
+def dtype_bytes(dtype) -> int:
+    text = str(dtype)
+    if text == "bool":
+        return 1
+    m = re.search(r"(\d+)(?:x(\d+))?$", text)
+    if not m:
+        return 4
+    return max(1, int(m.group(1)) // 8) * (int(m.group(2)) if m.group(2) else 1)
+
+
+def _int(expr, default=None):
+    v = getattr(expr, "value", None)
+    if isinstance(v, int):
+        return v
+    if isinstance(expr, int):
+        return expr
+    return default
+
+
+@dataclass
+class AxisAccess:
+    """A buffer access of a block, its index affine in the block's iterators."""
+
+    buffer: str
+    scope: str
+    nbytes: int
+    write: bool
+    shape: tuple
+    dims: list  # per dimension: [(axis, coef, span)] ; axis == -1: a range of `span` read by one instance
+
+
+@dataclass
+class BlockRecord:
+    name: str
+    loops: list  # [Loop] outermost first, shared objects
+    axes: list  # [(extent, is_reduce)]
+    binding: list  # per axis: [(pos, coef, span)] over `loops`
+    accesses: list  # [AxisAccess]
+    flops: float
+    init: bool = False
+    exact: bool = True
+    store_value: object = field(default=None, repr=False)
+
+
+class _Affine:
+    """Affine forms of index expressions: ``{key: [(coef, span)]}`` + constant, keys being loop or block vars.
+
+    A key's list holds several (coef, span) pairs when ``//`` / ``%`` split a variable into mixed-radix
+    digits. ``exact`` drops to False when a form had to be bounded.
+    """
+
+    def __init__(self, spans: dict):
+        self.spans = spans  # var handle -> extent
+        self.exact = True
+
+    def form(self, e):
+        k = type(e).__name__
+        if k == "Var":
+            h = e.__chandle__()
+            span = self.spans.get(h)
+            if span is None:
+                return {}, 0
+            return {h: [(1, span)]}, 0
+        if k == "IntImm":
+            return {}, e.value
+        if k == "Add" or k == "Sub":
+            fa, ca = self.form(e.a)
+            fb, cb = self.form(e.b)
+            sign = 1 if k == "Add" else -1
+            out = {h: list(v) for h, v in fa.items()}
+            for h, v in fb.items():
+                out.setdefault(h, []).extend((sign * c, s) for c, s in v)
+            return out, ca + sign * cb
+        if k == "Mul":
+            ca, cb = _int(e.a), _int(e.b)
+            if cb is not None or ca is not None:
+                f, c = self.form(e.a if cb is not None else e.b)
+                m = cb if cb is not None else ca
+                return {h: [(co * m, s) for co, s in v] for h, v in f.items()}, c * m
+        elif k in ("FloorDiv", "FloorMod"):
+            d = _int(e.b)
+            if d is not None and d > 0:
+                f, c = self.form(e.a)
+                return self._divmod(f, c, d, k == "FloorDiv")
+        elif k == "Cast":
+            return self.form(e.value)
+        # anything else: every variable inside may move the index by its whole range
+        self.exact = False
+        out: dict = {}
+        self._collect(e, out)
+        return out, 0
+
+    def _collect(self, e, out):
+        k = type(e).__name__
+        if k == "Var":
+            h = e.__chandle__()
+            if h in self.spans:
+                out.setdefault(h, [(1, self.spans[h])])
+            return
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            sub = getattr(e, attr, None)
+            if sub is not None and not isinstance(sub, (int, float, str)):
+                self._collect(sub, out)
+        for sub in getattr(e, "args", ()) or ():
+            self._collect(sub, out)
+
+    def _divmod(self, form, const, d, is_div):
+        out: dict = {}
+        for h, terms in form.items():
+            for coef, span in terms:
+                parts = [(coef, span)]
+                if abs(coef) < d and d % abs(coef) == 0:
+                    m = d // abs(coef)  # steps of this term below one step of d
+                    if span > m:
+                        if span % m == 0:
+                            parts = [(coef, m), (coef * m, span // m)]
+                        else:
+                            self.exact = False
+                            parts = [(coef, m), (coef * m, -(-span // m))]
+                elif abs(coef) < d:
+                    self.exact = False
+                for c, s in parts:
+                    if abs(c) % d == 0:
+                        if is_div:
+                            out.setdefault(h, []).append((c // d, s))
+                    elif abs(c) < d:
+                        if not is_div:
+                            out.setdefault(h, []).append((c, s))
+                    else:  # coef > d but not a multiple: both digits move
+                        self.exact = False
+                        if is_div:
+                            out.setdefault(h, []).append((max(1, c // d), s))
+                        else:
+                            out.setdefault(h, []).append((1, min(s, d)))
+        if is_div:
+            return out, const // d
+        return out, const % d
+
+
+def count_flops(e) -> float:
+    """Floating-point operations of one evaluation of an expression (a math call counts one)."""
+    k = type(e).__name__
+    if k in ("TensorLoad", "BufferLoad", "FloatImm", "IntImm", "Var", "StringImm"):
+        return 0.0
+    n = 0.0
+    if k in _FLOAT_OPS:
+        ty = getattr(e, "ty", None)
+        if ty is not None and str(getattr(ty, "dtype", "")).startswith(("float", "bfloat")):
+            n += 1.0
+        return n + count_flops(e.a) + count_flops(e.b)
+    if k == "Call":
+        op = str(getattr(e.op, "name", ""))
+        ty = getattr(e, "ty", None)
+        if ty is not None and str(getattr(ty, "dtype", "")).startswith(("float", "bfloat")) and not op.endswith(
+                ("if_then_else", "likely", "reinterpret")):
+            n += 1.0
+        return n + sum(count_flops(a) for a in e.args)
+    if k == "Cast":
+        return count_flops(e.value)
+    if k == "Select":
+        return count_flops(e.true_value) + count_flops(e.false_value)
+    if k in _CMP_OPS:
+        return 0.0
+    return 0.0
+
+
+def _stores(stmt):
+    k = type(stmt).__name__
+    if k == "BufferStore":
+        yield stmt
+    elif k == "SeqStmt":
+        for s in stmt.seq:
+            yield from _stores(s)
+    elif k == "IfThenElse":
+        yield from _stores(stmt.then_case)
+        if stmt.else_case is not None:
+            yield from _stores(stmt.else_case)
+    else:
+        body = getattr(stmt, "body", None)
+        if body is not None:
+            yield from _stores(body)
+
+
+def _loop_of(node) -> Loop:
+    ext = _int(node.extent, 1)
+    kind = _KIND.get(int(node.kind), SERIAL)
+    if int(node.kind) == 4 and node.thread_binding is not None:
+        kind = str(node.thread_binding.thread_tag)
+    unroll = 0
+    ann = node.annotations
+    if ann is not None and "pragma_auto_unroll_max_step" in ann:
+        unroll = _int(ann["pragma_auto_unroll_max_step"], 0)
+    return Loop(ext, kind, unroll)
+
+
+def walk_blocks(func) -> list:
+    """The blocks of a PrimFunc (or the ``main`` of an IRModule) in execution order, root excluded."""
+    if hasattr(func, "functions_items"):
+        funcs = [f for _, f in func.functions_items() if type(f).__name__ == "PrimFunc"]
+        func = funcs[0]
+    out: list = []
+    loops: list = []
+    loop_vars: list = []  # (handle, extent)
+
+    def visit(node):
+        k = type(node).__name__
+        if k == "For":
+            lp = _loop_of(node)
+            loops.append(lp)
+            loop_vars.append((node.loop_var.__chandle__(), lp.extent))
+            visit(node.body)
+            loops.pop()
+            loop_vars.pop()
+        elif k == "SeqStmt":
+            for s in node.seq:
+                visit(s)
+        elif k == "SBlockRealize":
+            block = node.block
+            if block.name_hint != "root" or loops:
+                out.append(_block_record(node, block, list(loops), list(loop_vars)))
+            visit(block.body)
+        elif k == "IfThenElse":
+            visit(node.then_case)
+            if node.else_case is not None:
+                visit(node.else_case)
+        elif k in ("AttrStmt", "Bind", "LetStmt", "AllocBuffer", "DeclBuffer", "AssertStmt", "While"):
+            body = getattr(node, "body", None)
+            if body is not None:
+                visit(body)
+
+    visit(func.body)
+    return out
+
+
+def _region_dims(region, aff, axis_of) -> list:
+    dims = []
+    for rng in region.region:
+        form, _ = aff.form(rng.min)
+        terms = []
+        for h, parts in form.items():
+            a = axis_of[h]
+            for coef, span in parts:
+                terms.append((a, coef, span))
+        ext = _int(rng.extent, None)
+        if ext is None:
+            aff.exact = False
+            ext = 1
+        if ext > 1:
+            terms.append((-1, 1, ext))
+        dims.append(terms)
+    return dims
+
+
+def _block_record(realize, block, loops, loop_vars) -> BlockRecord:
+    loop_aff = _Affine({h: ext for h, ext in loop_vars})
+    pos_of = {h: i for i, (h, _) in enumerate(loop_vars)}
+    axes, binding, spans, axis_of = [], [], {}, {}
+    for i, (iv, value) in enumerate(zip(block.iter_vars, realize.iter_values)):
+        ext = _int(iv.dom.extent, 1)
+        axes.append((ext, int(iv.iter_type) == 2))
+        form, _ = loop_aff.form(value)
+        binding.append([(pos_of[h], coef, span) for h, parts in form.items() for coef, span in parts])
+        h = iv.var.__chandle__()
+        spans[h] = ext
+        axis_of[h] = i
+    aff = _Affine(spans)
+    accesses = []
+    written = set()
+    for region in block.writes:
+        buf = region.source
+        written.add(buf.name)
+        accesses.append(AxisAccess(buf.name, str(buf.scope()), dtype_bytes(buf.dtype), True,
+                                   tuple(_int(s, 1) for s in buf.shape), _region_dims(region, aff, axis_of)))
+    for region in block.reads:
+        buf = region.source
+        accesses.append(AxisAccess(buf.name, str(buf.scope()), dtype_bytes(buf.dtype), False,
+                                   tuple(_int(s, 1) for s in buf.shape), _region_dims(region, aff, axis_of)))
+    flops, init, value = 0.0, False, None
+    for store in _stores(block.body):
+        value = store.value
+        if type(value).__name__ in ("FloatImm", "IntImm"):
+            init = True
+        flops += count_flops(value)
+    if block.init is not None:
+        init = False
+    return BlockRecord(block.name_hint, loops, axes, binding, accesses, flops, init,
+                       loop_aff.exact and aff.exact, value)
+
+
+def compose(record: BlockRecord) -> Stmt:
+    """The statement of a block: its accesses' indices expressed over its loops."""
+    n = len(record.loops)
+    accesses = []
+    for acc in record.accesses:
+        dims = []
+        for terms in acc.dims:
+            out = []
+            for axis, coef, span in terms:
+                if axis < 0:
+                    out.append((n, coef, span))
+                    continue
+                for pos, c2, s2 in record.binding[axis]:
+                    out.append((pos, coef * c2, s2))
+            dims.append(out)
+        accesses.append(Access(acc.buffer, acc.scope, acc.nbytes, acc.write, acc.shape, dims))
+    return Stmt(record.name, record.loops, record.flops, accesses, record.init)
+
+
+def program_of(mod_or_func, gpu: bool = False) -> Program:
+    """The ``Program`` of a scheduled TIR module (or PrimFunc)."""
+    records = walk_blocks(mod_or_func)
+    return Program([compose(r) for r in records], gpu=gpu, exact=all(r.exact for r in records))
