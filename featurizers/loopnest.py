@@ -98,10 +98,33 @@ def footprint(access: Access, depth: int) -> int:
     return n
 
 
-def footprints(stmt: Stmt) -> list:
-    """``fp[a][d]``: elements access ``a`` touches below loop depth ``d``, for d = 0 .. len(loops)."""
+def footprints(stmt: Stmt, relaxed: set | None = None) -> list:
+    """``fp[a][d]``: elements access ``a`` touches below loop depth ``d``, for d = 0 .. len(loops).
+
+    ``relaxed``: loop positions that always count as swept, whatever the depth (e.g. the thread loops of
+    a GPU statement when asking what one thread block touches).
+    """
     n = len(stmt.loops)
-    return [[footprint(a, d) for d in range(n + 1)] for a in stmt.accesses]
+    out = []
+    for a in stmt.accesses:
+        total = [1] * (n + 1)
+        for d, terms in enumerate(a.dims):
+            add = [0] * (n + 2)
+            extra = 0
+            for pos, coef, span in terms:
+                if span > 1 and coef:
+                    w = abs(coef) * (span - 1)
+                    if relaxed is not None and pos in relaxed:
+                        extra += w
+                    else:
+                        add[min(pos, n)] += w
+            cap = a.shape[d] if d < len(a.shape) and a.shape[d] > 0 else None
+            width = 1 + extra
+            for depth in range(n, -1, -1):
+                width += add[depth]
+                total[depth] *= width if cap is None or width < cap else cap
+        out.append(total)
+    return out
 
 
 def loops_used(access: Access) -> set:

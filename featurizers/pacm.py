@@ -1,0 +1,254 @@
+"""PaCM: per-statement features and data-flow pattern tokens, the inputs of Pruner's verify model.
+
+Each record's trace is replayed on its workload (``Schedule`` + ``Trace.apply_json_to_schedule``) and
+then gives two ragged outputs:
+
+- ``stmt``: TVM's per-store features (``PerStoreFeature``: 164 numbers per store statement, computed on
+  the schedule lowered by MetaSchedule's feature passes), one row per statement;
+- ``pattern``: one token per buffer access along the producer -> consumer chain (statements in execution
+  order, each statement's reads before its write), ``PATTERN_FEATURES`` numbers each (see
+  ``PATTERN_NAMES``): memory level, access type, bytes and unique bytes, reuse distance and count,
+  stride, vectorisation and parallel context.
+
+The memory level of an access is where its data lives between two uses. On GPU it is the storage scope
+(``local`` -> registers, ``shared``, ``global``; global data that fits the L2 counts as L2). On CPU it is
+derived from footprints: the access is reused across the innermost loop whose index it does not depend
+on; everything the statement touches below that loop must stay cached in between, so the level is the
+smallest of (vector registers, L1, L2, LLC, DRAM) of the platform's ``HardwareSpec`` that holds it. An
+access never reused is served from the smallest level holding everything it ever touches. So on CPU the
+tokens follow the tiling: a matmul whose tiles fit in L1 reads its operands from L1, an untiled one
+streams them from L2 or DRAM.
+
+``valid`` is False for a record whose trace does not replay (or whose task is not a MetaSchedule
+workload); its ragged outputs are empty.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costlab.featurizers.base import Featurizer, register
+from costlab.featurizers.loopnest import Program, flat_strides, footprints
+
+LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, -, L2, global
+PATTERN_NAMES = (
+    "level_reg", "level_l1", "level_l2", "level_llc", "level_dram",
+    "read", "write", "read_write",
+    "log_bytes", "log_unique_bytes", "log_reuse_dis_bytes", "log_reuse_dis_iter", "log_reuse_ct",
+    "log_total_reuse", "log_stride", "unit_stride",
+    "log_vector_lanes", "log_parallel", "log_threads", "log_level_footprint", "log_stmt_flops",
+    "log_alloc_bytes", "chain_position", "init", "level_depth",
+)
+PATTERN_FEATURES = len(PATTERN_NAMES)
+STMT_FEATURES = 164
+
+
+def _lg(x: float) -> float:
+    return math.log2(1.0 + max(0.0, float(x)))
+
+
+def pattern_tokens(program: Program, spec) -> np.ndarray:
+    """The data-flow pattern tokens of a program: ``(accesses, PATTERN_FEATURES)`` float32."""
+    gpu = program.gpu
+    if gpu:
+        caps = None
+    else:
+        caps = [spec.vector_registers * spec.simd_bits // 8, spec.l1_bytes, spec.l2_bytes, spec.llc_bytes]
+    rows = []
+    n_stmts = max(1, len(program.stmts))
+    for k, s in enumerate(program.stmts):
+        loops = s.loops
+        n = len(loops)
+        exts = [lp.extent for lp in loops]
+        inst = 1
+        for e in exts:
+            inst *= e
+        fps = footprints(s)
+        ws = [sum(fp[d] * a.nbytes for a, fp in zip(s.accesses, fps)) for d in range(n + 1)]
+        par = 1
+        threads = 1
+        for lp in loops:
+            if lp.kind == "parallel" or lp.kind.startswith("blockIdx"):
+                par *= lp.extent
+            elif lp.kind.startswith("threadIdx"):
+                threads = max(threads, lp.extent)
+        vec = next((i for i in range(n - 1, -1, -1) if loops[i].kind == "vectorized"), None)
+        written = {a.buffer for a in s.accesses if a.write}
+        read = {a.buffer for a in s.accesses if not a.write}
+        order = [a for a in s.accesses if not a.write] + [a for a in s.accesses if a.write]
+        index = {id(a): i for i, a in enumerate(s.accesses)}
+        for a in order:
+            if not a.write and a.buffer in written:
+                continue  # the read half of a read-modify-write: one token, typed read_write
+            fp = fps[index[id(a)]]
+            used = {pos for terms in a.dims for pos, coef, span in terms if coef and span > 1}
+            r = next((i for i in range(n - 1, -1, -1) if i not in used and exts[i] > 1), None)
+            if r is not None:
+                reuse_bytes = ws[r + 1]
+                reuse_iter = 1
+                for e in exts[r + 1:]:
+                    reuse_iter *= e
+                reuse_ct = exts[r]
+                depth = r + 1
+            else:
+                reuse_bytes, reuse_iter, reuse_ct, depth = fp[0] * a.nbytes, 0, 0, 0
+            row = [0.0] * PATTERN_FEATURES
+            level = _level(a, reuse_bytes, caps, spec, gpu)
+            row[level] = 1.0
+            kind = 7 if (a.write and a.buffer in read) else (6 if a.write else 5)
+            row[kind] = 1.0
+            touched = inst
+            for terms in a.dims:
+                for pos, coef, span in terms:
+                    if pos >= n and span > 1:
+                        touched *= span
+            row[8] = _lg(touched * a.nbytes)
+            row[9] = _lg(fp[0] * a.nbytes)
+            row[10] = _lg(reuse_bytes)
+            row[11] = _lg(reuse_iter)
+            row[12] = _lg(reuse_ct)
+            row[13] = _lg(touched / max(1, fp[0]))
+            strides = flat_strides(a)
+            inner = max(strides) if strides else None
+            stride = strides[inner] if inner is not None and inner < n else 0
+            row[14] = _lg(stride)
+            row[15] = 1.0 if stride == 1 else 0.0
+            row[16] = _lg(exts[vec]) if vec is not None and vec in strides else 0.0
+            row[17] = _lg(par)
+            row[18] = _lg(threads)
+            row[19] = _lg(reuse_bytes)
+            row[20] = _lg(inst * s.flops)
+            alloc = a.nbytes
+            for dim in a.shape:
+                alloc *= max(1, int(dim))
+            row[21] = _lg(alloc)
+            row[22] = k / n_stmts
+            row[23] = 1.0 if s.init else 0.0
+            row[24] = depth / max(1, n)
+            rows.append(row)
+    return np.asarray(rows, dtype=np.float32).reshape(-1, PATTERN_FEATURES)
+
+
+def _level(access, reuse_bytes: float, caps, spec, gpu: bool) -> int:
+    if gpu:
+        scope = access.scope.split(".")[0]
+        if scope == "local":
+            return 0
+        if scope == "shared":
+            return 1
+        return 3 if reuse_bytes <= spec.l2_bytes else 4
+    for i, cap in enumerate(caps):
+        if reuse_bytes <= cap:
+            return i
+    return 4
+
+
+@register
+class PaCM(Featurizer):
+    name = "pacm"
+    version = 1
+    default_config = {"spec": None, "num_threads": 1}
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self._contexts: dict = {}
+        self._psa = None
+        self.stats = {"ok": 0, "invalid": 0}
+        self.errors: list = []  # (record row, reason) of records that could not be featurized
+
+    def _spec(self, platform=None, target=None):
+        from costlab.featurizers.psa import PSA
+
+        if self._psa is None:
+            self._psa = PSA({"spec": self.config.get("spec")})
+        return self._psa.spec_for(platform, target)
+
+    def _context(self, key, mod, target_dict):
+        if key not in self._contexts:
+            from tvm.s_tir import meta_schedule as ms
+
+            from costlab.featurizers.ms_records import tvm_target
+
+            ctx = ms.TuneContext(mod=mod, target=tvm_target(target_dict), num_threads=int(self.config["num_threads"]))
+            args = ms.arg_info.ArgInfo.from_prim_func(_main(mod))
+            self._contexts[key] = (ctx, args, ms.feature_extractor.PerStoreFeature())
+            if len(self._contexts) > 64:
+                self._contexts.pop(next(iter(self._contexts)))
+        return self._contexts[key]
+
+    def _features(self, key, mod, target_dict, schedules, spec, gpu):
+        from tvm.s_tir import meta_schedule as ms
+
+        from costlab.featurizers.tir_nest import program_of
+
+        ctx, args, extractor = self._context(key, mod, target_dict)
+        cands = [ms.MeasureCandidate(s, args) for s in schedules]
+        stmt = [f.numpy().astype(np.float32) for f in extractor.extract_from(ctx, cands)] if cands else []
+        pattern = [pattern_tokens(program_of(s.mod, gpu=gpu), spec) for s in schedules]
+        return stmt, pattern
+
+    def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
+        from costlab.featurizers.ms_records import ReplayError, is_gpu, replay, task_module
+
+        rows = np.asarray(rows, np.int64)
+        plat = ds.platforms[platform]
+        spec = self._spec(plat)
+        gpu = is_gpu(plat.target)
+        table = ds.records(platform)
+        task_ids = table.column("task", rows) if rows.size else np.zeros(0, np.int32)
+        schedules = table.schedules(rows)
+        stmt = [np.zeros((0, STMT_FEATURES), np.float32)] * rows.size
+        pattern = [np.zeros((0, PATTERN_FEATURES), np.float32)] * rows.size
+        valid = np.zeros(rows.size, bool)
+        by_task: dict = {}
+        for i, t in enumerate(task_ids.tolist()):
+            by_task.setdefault(t, []).append(i)
+        for t, idx in by_task.items():
+            task = ds.tasks[t]
+            try:
+                mod = task_module(task)
+            except ReplayError as exc:
+                self._fail([rows[i] for i in idx], str(exc))
+                continue
+            ok_idx, schs = [], []
+            for i in idx:
+                try:
+                    schs.append(replay(mod, schedules[i]))
+                    ok_idx.append(i)
+                except ReplayError as exc:
+                    self._fail([rows[i]], str(exc))
+            if not schs:
+                continue
+            key = (task.workload_hash, task.index, platform)
+            s_feats, p_feats = self._features(key, mod, plat.target, schs, spec, gpu)
+            for i, sf, pf in zip(ok_idx, s_feats, p_feats):
+                stmt[i], pattern[i], valid[i] = sf, pf, True
+            self.stats["ok"] += len(ok_idx)
+        return {"stmt": stmt, "pattern": pattern, "valid": valid}
+
+    def _fail(self, rows, reason: str) -> None:
+        self.stats["invalid"] += len(rows)
+        for r in rows:
+            if len(self.errors) < 1000:
+                self.errors.append((int(r), reason))
+
+    def featurize_candidates(self, mod, target, schedules) -> dict:
+        from costlab.featurizers.ms_records import is_gpu
+        from costlab.featurizers.psa import _target_dict
+
+        tdict = _target_dict(target)
+        spec = self._spec(target=tdict)
+        import tvm
+
+        key = ("live", int(tvm.ir.structural_hash(mod)), repr(sorted(tdict.items(), key=str)))
+        stmt, pattern = self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict))
+        return {"stmt": stmt, "pattern": pattern, "valid": np.ones(len(stmt), bool)}
+
+
+def _main(mod):
+    for gv, func in mod.functions_items():
+        if type(func).__name__ == "PrimFunc":
+            return func
+    raise ValueError("module has no PrimFunc")

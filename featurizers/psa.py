@@ -1,0 +1,147 @@
+"""PSA: Pruner's static analyzer, the cheap *draft* model. A formula, not a network.
+
+For every record: the scheduled program as loop nests (``loopnest.Program``), then ``psa_model.estimate``
+against the platform's ``HardwareSpec``. Outputs per record: ``estimate`` (seconds, lower is better),
+``score`` (``1 / estimate``, 0 when the program cannot run) and ``valid``.
+
+How the program is obtained (config ``mode``):
+
+- ``trace`` (default): the trace is simulated on a per-task analysis of the workload (``trace_nest``),
+  done once per task and cached; no TVM work per record. A trace using a primitive the simulator does not
+  model falls back to ``tir``.
+- ``tir``: the trace is replayed in TVM and the scheduled TIR walked (``tir_nest``). Same program,
+  several times slower; kept as the reference ``benchmarks/psa_recall.py`` compares against.
+
+Config ``spec``: fields overriding the platform's hardware spec (e.g. ``{"cores": 8}``), or a full spec.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costlab.featurizers.base import Featurizer, register
+
+
+@register
+class PSA(Featurizer):
+    name = "psa"
+    version = 1
+    default_config = {"mode": "trace", "spec": None}
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        if self.config["mode"] not in ("trace", "tir"):
+            raise ValueError(f"featurizer psa: mode must be 'trace' or 'tir', not {self.config['mode']!r}")
+        self._tasks: dict = {}
+        self._specs: dict = {}
+        self.stats = {"simulated": 0, "walked": 0, "fallback": 0, "invalid": 0}
+
+    # -- spec -----------------------------------------------------------------------------------------------
+    def spec_for(self, platform=None, target=None):
+        from costlab.featurizers.hardware import HardwareSpec, spec_for_platform, spec_for_target
+
+        key = platform.id if platform is not None else repr(target)
+        if key not in self._specs:
+            spec = spec_for_platform(platform) if platform is not None else spec_for_target(target)
+            over = self.config.get("spec")
+            if over:
+                spec = HardwareSpec.from_json(over) if "kind" in over and len(over) > 3 else spec.updated(over)
+            self._specs[key] = spec
+        return self._specs[key]
+
+    # -- one program ----------------------------------------------------------------------------------------
+    def _task_model(self, task, gpu: bool):
+        from costlab.featurizers.ms_records import task_module
+        from costlab.featurizers.trace_nest import TaskModel, Unsupported
+
+        key = (task.workload_hash, task.index, gpu)
+        if key not in self._tasks:
+            try:
+                self._tasks[key] = TaskModel(task_module(task), gpu=gpu)
+            except Unsupported as exc:
+                self._tasks[key] = exc
+        return self._tasks[key]
+
+    def program(self, task, schedule, gpu: bool):
+        """The ``Program`` of one record (trace simulation, or replay + TIR walk)."""
+        from costlab.featurizers.ms_records import parse_trace, replay, task_module
+        from costlab.featurizers.tir_nest import program_of
+        from costlab.featurizers.trace_nest import Simulator, TaskModel, Unsupported
+
+        trace = parse_trace(schedule)
+        if self.config["mode"] == "trace":
+            model = self._task_model(task, gpu)
+            if isinstance(model, TaskModel):
+                try:
+                    prog = Simulator(model).run(trace).program()
+                    self.stats["simulated"] += 1
+                    return prog
+                except Unsupported:
+                    pass
+            self.stats["fallback"] += 1
+        self.stats["walked"] += 1
+        return program_of(replay(task_module(task), trace).mod, gpu=gpu)
+
+    # -- featurizer interface ----------------------------------------------------------------------------------
+    def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
+        from costlab.featurizers.ms_records import ReplayError, is_gpu
+        from costlab.featurizers.psa_model import estimate
+
+        rows = np.asarray(rows, np.int64)
+        plat = ds.platforms[platform]
+        spec = self.spec_for(plat)
+        gpu = is_gpu(plat.target)
+        table = ds.records(platform)
+        task_ids = table.column("task", rows) if rows.size else np.zeros(0, np.int32)
+        schedules = table.schedules(rows)
+        est = np.full(rows.size, np.inf)
+        valid = np.zeros(rows.size, bool)
+        for i, (t, sched) in enumerate(zip(task_ids.tolist(), schedules)):
+            try:
+                est[i] = estimate(self.program(ds.tasks[t], sched, gpu), spec)
+                valid[i] = True
+            except ReplayError:
+                self.stats["invalid"] += 1
+        return {"estimate": est, "score": _score(est), "valid": valid}
+
+    def featurize_candidates(self, mod, target, schedules) -> dict:
+        """Estimates of live candidates: their scheduled TIR is at hand, so it is walked directly."""
+        from costlab.datasets.targets import normalize_target
+        from costlab.featurizers.ms_records import is_gpu
+        from costlab.featurizers.psa_model import estimate
+        from costlab.featurizers.tir_nest import program_of
+
+        tdict = _target_dict(target)
+        spec = self.spec_for(target=normalize_target(tdict))
+        gpu = is_gpu(tdict)
+        est = np.array([estimate(program_of(s.mod, gpu=gpu), spec) for s in schedules], dtype=np.float64)
+        return {"estimate": est, "score": _score(est), "valid": np.isfinite(est)}
+
+
+def _score(est: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        out = np.where(np.isfinite(est) & (est > 0), 1.0 / np.where(est > 0, est, 1.0), 0.0)
+    return out
+
+
+def _target_dict(target) -> dict:
+    """A target (``tvm.target.Target``, dict or string) as a plain JSON dict."""
+    if isinstance(target, dict):
+        return dict(target)
+    if hasattr(target, "export"):
+        return _plain(target.export())
+    from costlab.datasets.targets import normalize_target
+
+    return normalize_target(str(target))
+
+
+def _plain(value):
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "value") and isinstance(value.value, (int, float)):
+        return value.value
+    if hasattr(value, "__iter__"):
+        return [_plain(v) for v in value]
+    return str(value)

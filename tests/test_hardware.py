@@ -1,0 +1,116 @@
+"""Hardware specs: CPU detection from Linux files, JSON round trip and overrides, GPU table, targets."""
+
+import json
+
+import pytest
+
+from costlab.featurizers.hardware import (GPU_TABLE, CPUSpec, GPUSpec, HardwareSpec, detect_cpu, gpu_spec,
+                                          spec_for_target)
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8272CL CPU @ 2.60GHz
+cpu MHz\t\t: 2593.906
+flags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512bw
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8272CL CPU @ 2.60GHz
+"""
+
+
+def _cache_dir(tmp_path, entries):
+    root = tmp_path / "cache"
+    for i, (level, ctype, size) in enumerate(entries):
+        d = root / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{ctype}\n")
+        (d / "size").write_text(f"{size}\n")
+        (d / "coherency_line_size").write_text("64\n")
+    return root
+
+
+def test_detect_cpu_reads_cpuinfo_and_caches(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text(CPUINFO)
+    cache = _cache_dir(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                  (3, "Unified", "36608K")])
+    spec = detect_cpu(cpuinfo_path=info, cache_dir=cache, cpufreq_path=tmp_path / "none")
+    assert spec.name.startswith("Intel(R) Xeon(R) Platinum 8272CL")
+    assert spec.simd_bits == 512 and spec.vector_registers == 32 and spec.fma_units == 2
+    assert spec.l1_bytes == 48 * 1024  # the data cache, not the instruction cache
+    assert spec.l2_bytes == 1024 * 1024 and spec.llc_bytes == 36608 * 1024
+    assert abs(spec.freq_ghz - 2.593906) < 1e-6
+    assert spec.lanes(4) == 16 and spec.lanes(2) == 32
+
+
+def test_detect_cpu_defaults_when_linux_tells_nothing(tmp_path):
+    spec = detect_cpu(cpuinfo_path=tmp_path / "missing", cache_dir=tmp_path / "missing-dir",
+                      cpufreq_path=tmp_path / "missing")
+    default = CPUSpec()
+    assert spec.simd_bits == default.simd_bits and spec.l1_bytes == default.l1_bytes
+    assert spec.llc_bytes == default.llc_bytes and spec.freq_ghz == default.freq_ghz
+    assert spec.cores >= 1
+
+
+def test_detect_cpu_on_this_machine_is_sane():
+    spec = detect_cpu()
+    assert spec.cores >= 1 and spec.freq_ghz > 0.1
+    assert spec.l1_bytes < spec.l2_bytes <= spec.llc_bytes
+    assert spec.peak_flops() > 1e9
+
+
+def test_json_round_trip_and_file_override(tmp_path):
+    spec = detect_cpu()
+    again = HardwareSpec.from_json(json.loads(json.dumps(spec.to_json())))
+    assert again == spec and isinstance(again, CPUSpec)
+    override = tmp_path / "spec.json"
+    override.write_text(json.dumps({"cores": 64, "l2_bytes": 2097152, "dram_gbs": 140}))
+    big = detect_cpu(override=override)
+    assert big.cores == 64 and big.l2_bytes == 2097152 and big.dram_gbs == 140.0
+    assert big.l1_bytes == spec.l1_bytes  # untouched fields kept
+    gpu = gpu_spec("Tesla-T4")
+    assert HardwareSpec.from_json(gpu.to_json()) == gpu
+
+
+def test_bad_override_names_the_file_and_field(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"corez": 8}))
+    with pytest.raises(ValueError, match=r"bad\.json.*unknown cpu spec field 'corez'"):
+        detect_cpu(override=bad)
+    bad.write_text(json.dumps({"cores": "many"}))
+    with pytest.raises(ValueError, match=r"bad\.json.*'cores' must be a number"):
+        detect_cpu(override=bad)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad\.json: not valid JSON"):
+        detect_cpu(override=bad)
+    with pytest.raises(ValueError, match="kind"):
+        HardwareSpec.from_json({"cores": 2})
+
+
+def test_gpu_table_has_the_platforms_and_plausible_numbers():
+    for name in ("k80", "v100", "t4", "rtx2080ti", "a100", "h100"):
+        g = GPU_TABLE[name]
+        assert isinstance(g, GPUSpec)
+        assert 10 <= g.sms <= 200 and 1000 < g.peak_gflops < 100000 and 100 < g.mem_gbs < 5000
+        assert g.regs_per_sm >= 65536 and g.smem_per_sm >= g.smem_per_block
+    assert GPU_TABLE["h100"].peak_gflops > GPU_TABLE["a100"].peak_gflops > GPU_TABLE["t4"].peak_gflops
+    with pytest.raises(ValueError, match="unknown GPU"):
+        gpu_spec("voodoo2")
+
+
+def test_spec_for_target():
+    assert spec_for_target({"kind": "cuda", "arch": "sm_75"}).name == "t4"
+    assert spec_for_target({"kind": "cuda", "arch": "sm_80"}).sms == 108
+    assert spec_for_target("cuda -model=h100").name == "h100"
+    a100 = spec_for_target({"kind": "cuda", "arch": "sm_80", "max_shared_memory_per_block": 65536})
+    assert a100.smem_per_block == 65536
+    cpu = spec_for_target({"kind": "llvm", "num-cores": 3})
+    assert cpu.cores == 3
+    # no -mcpu / -mattr: LLVM emits generic 128-bit vector code whatever this machine has
+    assert cpu.simd_bits == 128
+    assert spec_for_target("llvm -mcpu=skylake-avx512 -num-cores=4").simd_bits == 512
+    assert spec_for_target("llvm -mattr=+avx2,+fma").simd_bits == 256
+    assert spec_for_target({"kind": "llvm"}, override={"cores": 7}).cores == 7
+    with pytest.raises(ValueError, match="no hardware spec"):
+        spec_for_target({"kind": "hexagon"})
