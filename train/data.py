@@ -1,0 +1,214 @@
+"""The Lightning DataModule over a costlab dataset and its feature cache.
+
+Batches are built as per-task ranking lists: each list holds up to ``list_size`` records of one task, each
+batch ``lists_per_batch`` lists. Features are read lazily from the HDF5 cache, one read per batch; labels
+come from ``labels.build_label_table`` (one column per platform). Splits are the dataset's stored ones:
+test = the split's test part, validation = a seeded fraction of the training tasks (or programs, for a
+within-task split), training = the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import lightning as L
+import numpy as np
+import torch
+
+from costlab.datasets import open_dataset
+from costlab.featurizers import create, from_json
+from costlab.featurizers.cache import open_cache
+from costlab.train.labels import build_label_table
+
+
+@dataclass
+class DataConfig:
+    data: str
+    featurizer: str = "tlp"
+    platforms: list = field(default_factory=list)  # label columns; the first is the default target
+    base_platform: str | None = None  # whose records (and feature cache) are the rows; default: first
+    split: str | None = None
+    list_size: int = 32
+    lists_per_batch: int = 16
+    val_fraction: float = 0.1
+    keep_fraction: dict = field(default_factory=dict)  # {platform: fraction of labels kept}
+    seed: int = 0
+    num_workers: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def pad_ragged(arrays: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-record arrays (k_i, d) -> padded (N, max k, d) and mask (N, max k)."""
+    k = max((a.shape[0] for a in arrays), default=0)
+    k = max(k, 1)
+    tail = arrays[0].shape[1:] if arrays else ()
+    out = np.zeros((len(arrays), k) + tail, np.float32)
+    mask = np.zeros((len(arrays), k), bool)
+    for i, a in enumerate(arrays):
+        out[i, : a.shape[0]] = a
+        mask[i, : a.shape[0]] = True
+    return torch.from_numpy(out), torch.from_numpy(mask)
+
+
+def to_tensors(feats: dict) -> dict:
+    out = {}
+    for name, value in feats.items():
+        if isinstance(value, list):
+            out[name], out[f"{name}_mask"] = pad_ragged(value)
+        else:
+            out[name] = torch.from_numpy(np.ascontiguousarray(value))
+    return out
+
+
+class ListSampler(torch.utils.data.Sampler):
+    """Yields batches as lists of base-row indices (one task per list), drawn afresh each epoch from the
+    seed; Lightning calls ``set_epoch``."""
+
+    def __init__(self, task: np.ndarray, rows: np.ndarray, list_size: int, lists_per_batch: int,
+                 shuffle: bool, seed: int):
+        t = task[rows]
+        order = np.argsort(t, kind="stable")
+        bounds = np.flatnonzero(np.diff(t[order])) + 1
+        self.groups = [rows[g] for g in np.split(order, bounds) if g.size]
+        self.list_size, self.lists_per_batch = list_size, lists_per_batch
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _plan(self) -> list:
+        rng = np.random.default_rng(self.seed + 7919 * self.epoch)
+        lists = []
+        for g in self.groups:
+            g = rng.permutation(g) if self.shuffle else g
+            for a in range(0, len(g), self.list_size):
+                part = g[a : a + self.list_size]
+                if len(part) >= 2 or not self.shuffle:  # a list of one record teaches no ranking
+                    lists.append(part)
+        if self.shuffle:
+            lists = [lists[i] for i in rng.permutation(len(lists))]
+        n = self.lists_per_batch
+        return [tuple(lists[i : i + n]) for i in range(0, len(lists), n)]
+
+    def __iter__(self):
+        return iter(self._plan())
+
+    def __len__(self) -> int:
+        return len(self._plan())
+
+
+class BatchReader(torch.utils.data.Dataset):
+    """Reads one batch (a tuple of row lists) from the feature cache and the label table."""
+
+    def __init__(self, dm: "CostDataModule"):
+        self.dm = dm
+
+    def __getitem__(self, lists) -> dict:
+        rows = np.concatenate(lists)
+        labels = self.dm.labels
+        batch = to_tensors(self.dm.read_features(rows))
+        batch["score"] = torch.from_numpy(labels.score[rows].astype(np.float32))
+        batch["latency"] = torch.from_numpy(labels.latency[rows])
+        batch["list_id"] = torch.from_numpy(np.repeat(np.arange(len(lists)), [len(x) for x in lists]))
+        batch["task"] = torch.from_numpy(labels.task[rows])
+        batch["row"] = torch.from_numpy(rows)
+        return batch
+
+
+class CostDataModule(L.LightningDataModule):
+    def __init__(self, config: DataConfig, featurizer=None):
+        super().__init__()
+        self.config = config
+        self._featurizer = featurizer
+        self._ds = None
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if getattr(self, "labels", None) is not None:
+            return
+        cfg = self.config
+        ds = open_dataset(cfg.data)
+        try:
+            if not cfg.platforms:
+                cfg.platforms = ds.record_platforms()[:1]
+            self.base = cfg.base_platform or cfg.platforms[0]
+            self.featurizer = self._resolve_featurizer(ds)
+            self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed)
+            self.networks = dict(ds.networks)
+            n = len(self.labels)
+            if cfg.split:
+                split = ds.split(cfg.split)
+                test = split.is_test(self.labels.task, self.labels.program_id)
+            else:
+                split, test = None, np.zeros(n, bool)
+            rng = np.random.default_rng(cfg.seed)
+            if split is not None and split.by == "within-task":
+                val = ~test & (rng.random(n) < cfg.val_fraction)
+            else:
+                train_tasks = np.unique(self.labels.task[~test])
+                n_val = int(round(cfg.val_fraction * len(train_tasks)))
+                val_tasks = rng.permutation(train_tasks)[:n_val] if len(train_tasks) > 1 else []
+                val = np.isin(self.labels.task, val_tasks) & ~test
+            has_label = np.isfinite(self.labels.score).any(1)
+            self.train_rows = np.flatnonzero(~test & ~val & has_label)
+            self.val_rows = np.flatnonzero(val & has_label)
+            self.test_rows = np.flatnonzero(test & has_label)
+            self.split = split
+        finally:
+            ds.close()
+
+    def _resolve_featurizer(self, ds):
+        f = self._featurizer
+        if f is None:
+            # the cached config of this featurizer on the base platform (fitted when the cache was built)
+            f = create(self.config.featurizer)
+            group = ds.h5.get(f"features/{f.key}/{self.base}")
+            if group is None:
+                raise FileNotFoundError(
+                    f"{self.config.data}: no {f.key} feature cache for platform {self.base!r}; run "
+                    f"`costlab featurize {self.config.data} --featurizer {self.config.featurizer} --platform {self.base}`")
+            import json
+
+            f = from_json({"name": f.name, "version": f.version, "config": json.loads(group.attrs["config"])})
+        elif isinstance(f, dict):
+            f = from_json(f)
+        cache = open_cache(ds, f, self.base)
+        if cache is None or cache.n_done < ds.num_records(self.base):
+            done = cache.n_done if cache else 0
+            raise FileNotFoundError(
+                f"{self.config.data}: the {f.key} cache for {self.base!r} covers {done} of "
+                f"{ds.num_records(self.base)} records (or was made with another config); run `costlab featurize`")
+        return f
+
+    def read_features(self, rows: np.ndarray) -> dict:
+        if self._ds is None:
+            self._ds = open_dataset(self.config.data)
+            self._cache = open_cache(self._ds, self.featurizer, self.base)
+        order = np.argsort(rows)
+        feats = self._cache.get(rows[order])
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        return {k: ([v[i] for i in inv] if isinstance(v, list) else v[inv]) for k, v in feats.items()}
+
+    def teardown(self, stage: str | None = None) -> None:
+        if self._ds is not None:
+            self._ds.close()
+            self._ds = None
+
+    # -- loaders -----------------------------------------------------------------------------------
+    def _loader(self, rows, shuffle: bool):
+        cfg = self.config
+        sampler = ListSampler(self.labels.task, rows, cfg.list_size, cfg.lists_per_batch, shuffle, cfg.seed)
+        return torch.utils.data.DataLoader(BatchReader(self), sampler=sampler, batch_size=None,
+                                           num_workers=cfg.num_workers)
+
+    def train_dataloader(self):
+        return self._loader(self.train_rows, True)
+
+    def val_dataloader(self):
+        return self._loader(self.val_rows, False)
+
+    def test_dataloader(self):
+        return self._loader(self.test_rows, False)

@@ -1,0 +1,131 @@
+"""Training and fine-tuning entry points: a config in, a run directory out.
+
+    RUN_DIR/config.yaml          the resolved configuration
+    RUN_DIR/checkpoints/         Lightning checkpoints (best by validation top-1, and last.ckpt to resume)
+    RUN_DIR/logs/, RUN_DIR/tb/   CSV and TensorBoard logs
+    RUN_DIR/model/               the best net as config.json + model.safetensors (no pickle)
+    RUN_DIR/summary.json         best validation metrics, records/s, wall time
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+import yaml
+
+from costlab.costmodels.pretrained import load_pretrained, save_pretrained
+from costlab.train.data import CostDataModule, DataConfig
+from costlab.train.module import CostModelModule
+from costlab.train.nets import build_net, featurizer_for, net_config_for
+
+LEARNED = ("tlp", "pacm", "mtl")
+
+
+class _Throughput(L.Callback):
+    """Counts training records and time, for records/s."""
+
+    def __init__(self):
+        self.records, self.seconds = 0, 0.0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.records += len(batch["row"])
+        self.seconds += time.perf_counter() - self._t
+
+
+class _MomentumRounds(L.Callback):
+    """MoA offline: at the start of every round of ``momentum_every`` epochs (after the first) the online
+    net restarts from the momentum copy; at the end of each round the momentum copy moves by EMA."""
+
+    def on_train_epoch_start(self, trainer, module):
+        if trainer.current_epoch and trainer.current_epoch % module.hparams.momentum_every == 0:
+            module.net.reset_online()
+
+    def on_train_epoch_end(self, trainer, module):
+        if (trainer.current_epoch + 1) % module.hparams.momentum_every == 0:
+            module.net.ema()
+
+
+def load_weights(module: CostModelModule, source) -> None:
+    """Initialise a module's net from a Lightning checkpoint or a pretrained model directory."""
+    source = Path(source)
+    if source.is_dir():
+        net, _ = load_pretrained(source, build_net)
+        state = net.state_dict()
+    else:
+        ckpt = torch.load(source, map_location="cpu", weights_only=True)
+        state = {k[len("net."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
+        state = {k[len("online."):] if k.startswith("online.") else k: v for k, v in state.items()
+                 if not k.startswith("momentum_net.") and k != "updates"}
+    module.core.load_state_dict(state)
+    if hasattr(module.net, "momentum_net"):
+        module.net.momentum_net.load_state_dict(state)
+
+
+def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
+    kind = cfg["model"]
+    if kind not in LEARNED:
+        from costlab.train.baselines import train_baseline
+
+        return train_baseline(cfg)
+    out = Path(cfg["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
+    dopts = dict(cfg["data_options"])
+    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=featurizer_for(kind),
+                                   platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
+                                   **dopts))
+    dm.setup()
+    cfg["platforms"] = list(dm.config.platforms)
+    if kind == "mtl" and len(cfg["platforms"]) < 2:
+        raise ValueError("model 'mtl' needs at least two platforms (platforms: [target, other, ...])")
+    heads = len(cfg["platforms"]) if kind == "mtl" else 1
+    if kind != "mtl":
+        dm.labels.score = dm.labels.score[:, :1]
+        dm.labels.latency = dm.labels.latency[:, :1]
+    net_config = net_config_for(kind, dm.featurizer, heads, **cfg["net"])
+    module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
+                             lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
+                             momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]))
+    if cfg.get("init_from"):
+        load_weights(module, cfg["init_from"])
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    has_val = len(dm.val_rows) > 0
+    ckpt = ModelCheckpoint(dirpath=out / "checkpoints", filename="best-{epoch}",
+                           monitor="val_top1" if has_val else None, mode="max", save_last=True)
+    speed = _Throughput()
+    callbacks = [ckpt, speed] + ([_MomentumRounds()] if cfg["momentum"] is not None else [])
+    tcfg = dict(cfg["trainer"])
+    if not has_val:
+        tcfg["limit_val_batches"] = 0
+    trainer = L.Trainer(default_root_dir=out, logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")],
+                        callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=progress,
+                        **tcfg)
+    last = out / "checkpoints" / "last.ckpt"
+    t0 = time.perf_counter()
+    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if resume and last.exists() else None)
+    wall = time.perf_counter() - t0
+
+    best = ckpt.best_model_path or ckpt.last_model_path
+    if best and has_val:
+        load_weights(module, best)
+    val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+    summary = dict(model=kind, platforms=cfg["platforms"], train_records=len(dm.train_rows),
+                   val_records=len(dm.val_rows), test_records=len(dm.test_rows), best_checkpoint=str(best),
+                   best_val_top1=float(ckpt.best_model_score) if ckpt.best_model_score is not None else None,
+                   last_val=val, train_records_per_s=speed.records / speed.seconds if speed.seconds else None,
+                   wall_seconds=wall, epochs=trainer.current_epoch)
+    save_pretrained(out / "model", module.core, kind, net_config, dm.featurizer.to_json(), cfg["platforms"],
+                    training=summary, split=cfg["split"], dataset=str(cfg["data"]))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,53 @@
+"""Labels for training: records of one (base) platform, with each program's score on every platform.
+
+Multi-platform data lines up by program id: row ``i`` of the base platform's records gets, for each platform
+``p``, the score of the same program measured on ``p`` (``best / latency`` within its task on ``p``, failed
+0), or NaN where ``p`` has no measurement — or where it was hidden to simulate scarce target labels
+(``keep_fraction``), in which case the best of the task is taken over the kept labels only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costlab.datasets.records import scores
+
+
+@dataclass
+class LabelTable:
+    platforms: list[str]
+    task: np.ndarray  # (n,) task index of each base row
+    program_id: np.ndarray  # (n,)
+    score: np.ndarray  # (n, P) float64, NaN = no label
+    latency: np.ndarray  # (n, P) float64, inf = failed, NaN = no label
+
+    def __len__(self) -> int:
+        return len(self.task)
+
+
+def build_label_table(ds, platforms: list[str], base: str | None = None, keep_fraction=None,
+                      seed: int = 0) -> LabelTable:
+    """``keep_fraction``: optional {platform: fraction of its programs whose labels are kept}."""
+    base = base or platforms[0]
+    table = ds.records(base)
+    task, pids = table.task.astype(np.int64), table.program_id
+    n, rng = len(task), np.random.default_rng(seed)
+    score = np.full((n, len(platforms)), np.nan)
+    latency = np.full((n, len(platforms)), np.nan)
+    for j, p in enumerate(platforms):
+        t = ds.records(p)
+        p_task, p_ids, p_lat = t.task.astype(np.int64), t.program_id, t.latency()
+        frac = (keep_fraction or {}).get(p, 1.0)
+        if frac < 1.0:
+            keep = rng.random(len(p_ids)) < frac
+            p_task, p_ids, p_lat = p_task[keep], p_ids[keep], p_lat[keep]
+        p_score = scores(p_task, p_lat)
+        order = np.argsort(p_ids)
+        pos = np.searchsorted(p_ids[order], pids).clip(0, max(len(order) - 1, 0))
+        found = (p_ids[order][pos] == pids) if len(order) else np.zeros(n, bool)
+        src = order[pos[found]]
+        score[found, j] = p_score[src]
+        latency[found, j] = p_lat[src]
+    return LabelTable(list(platforms), task, pids, score, latency)
