@@ -1,0 +1,282 @@
+"""MetaSchedule databases in and out: ``import_ms`` reads the JSON databases that ``tune_tir`` /
+``tune_relax`` leave in their work directories, ``export_ms`` writes a platform's records back as one.
+
+A MetaSchedule work directory holds two JSON-lines files:
+
+- ``database_workload.json``: one workload per line, ``[shash, base64 IRModule JSON]``;
+- ``database_tuning_record.json``: one record per line,
+  ``[workload_index, [trace_json, run_secs, target_json, args_info]]``, the index counting lines of the
+  workload file from 0. ``run_secs`` is a list of seconds, ``[1e10]`` when building or running failed,
+  or ``null``.
+
+Every record is kept with its raw ``run_secs``; failed ones are flagged (``ERROR_MS_FAILED`` for the
+failure value, ``ERROR_MS_NO_RESULT`` when there is no result). A task is keyed by (``ms``, shash) and
+stores the base64 IR exactly as in the file; a record's schedule is the trace JSON written compactly, and
+its program id is ``program_id("ms", shash, schedule)``, the same that ``costlab dataset measure`` gives
+the same program. Reading needs no TVM; TVM (when importable) only names and classifies the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from costlab.datasets import records as rec
+from costlab.datasets.errors import InputError
+from costlab.datasets.ms_workload import describe_json, plain_json
+from costlab.datasets.report import ImportReport
+from costlab.datasets.store import DatasetWriter, open_dataset
+from costlab.datasets.targets import platform_id_for
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+
+
+def compact_json(value) -> str:
+    """The canonical text of a trace: ``json.dumps`` with no spaces (the form program ids hash)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _work_dir_files(work_dir: Path) -> tuple[Path, Path]:
+    work_dir = Path(work_dir)
+    if not work_dir.exists():
+        raise InputError(work_dir, "no such MetaSchedule work directory")
+    if not work_dir.is_dir():
+        raise InputError(work_dir, f"not a directory: give the MetaSchedule work directory holding "
+                                   f"{WORKLOAD_FILE} and {RECORD_FILE}")
+    wl, tr = work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE
+    missing = [p.name for p in (wl, tr) if not p.is_file()]
+    if missing:
+        raise InputError(work_dir, f"not a MetaSchedule database: missing {' and '.join(missing)} "
+                                   f"(a work directory of tune_tir / tune_relax holds {WORKLOAD_FILE} and {RECORD_FILE})")
+    return wl, tr
+
+
+def _read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, str]]:
+    """Line index (0-based, as record files count) -> (shash, base64), good lines only."""
+    out: dict[int, tuple[str, str]] = {}
+    with open(path, "rb") as fh:
+        for i, line in enumerate(fh):
+            if not line.strip():
+                continue
+            report.lines += 1
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                report.problem(f"{path}:{i + 1}: not JSON ({exc})")
+                continue
+            if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str)
+                    or not isinstance(value[1], str) or not value[0].isdigit()):
+                report.problem(f"{path}:{i + 1}: not a workload ([shash string, base64 IR string])")
+                continue
+            out[i] = (value[0], value[1])
+    return out
+
+
+def _parse_record(value) -> tuple[int, list, list | None, dict | None, list | None]:
+    """(workload index, trace, run_secs, target, args_info) of a record line, or ValueError saying what is wrong."""
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
+        raise ValueError("not a tuning record ([workload_index, [trace, run_secs, target, args_info]])")
+    idx, body = value
+    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+        raise ValueError(f"bad workload index {idx!r}")
+    if len(body) < 2:
+        raise ValueError("tuning record without trace and run_secs")
+    trace, run_secs = body[0], body[1]
+    target = body[2] if len(body) > 2 else None
+    args_info = body[3] if len(body) > 3 else None
+    if not isinstance(trace, list) or len(trace) != 2 or not isinstance(trace[0], list):
+        raise ValueError("trace is not [instructions, decisions]")
+    if run_secs is not None:
+        if not isinstance(run_secs, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in run_secs):
+            raise ValueError(f"run_secs is not a list of numbers: {str(run_secs)[:80]}")
+    if target is not None and not (isinstance(target, dict) and "kind" in target):
+        raise ValueError(f"target is not a JSON object with a 'kind': {str(target)[:80]}")
+    return idx, trace, run_secs, target, args_info
+
+
+def costs_and_error(run_secs) -> tuple[list[float], int]:
+    """Raw costs and error code of a record's ``run_secs`` (MetaSchedule writes ``[1e10]`` for failures)."""
+    if not run_secs:
+        return [], rec.ERROR_MS_NO_RESULT
+    costs = [float(x) for x in run_secs]
+    if any(not math.isfinite(x) or x >= rec.MS_FAILURE_SECS or x < 0 for x in costs):
+        return costs, rec.ERROR_MS_FAILED
+    return costs, rec.ERROR_NONE
+
+
+def import_ms(work_dirs, out, platform: str | None = None, network: str | None = None,
+              progress: bool = True) -> ImportReport:
+    """Import MetaSchedule databases (one per work directory) into the dataset ``out`` (created if missing).
+
+    ``platform`` names the platform of all records; by default it is derived from each record's target
+    (``targets.platform_id_for``). ``network`` records all tasks read as one network, each with weight 1.
+    Bad lines are skipped and counted in the report; a work directory without both files is an error
+    raised before anything is written. Re-importing adds nothing twice (records dedupe by program id).
+    """
+    dirs = [Path(d) for d in work_dirs]
+    pairs = [_work_dir_files(d) for d in dirs]  # all checked before any work
+    report = ImportReport()
+    task_info: dict[str, tuple] = {}  # shash -> (WorkloadInfo) computed once per workload
+    decode_problems: set[str] = set()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        total = sum(os.path.getsize(tr) for _, tr in pairs)
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="import-ms", leave=False)
+    with DatasetWriter(out) as writer:
+        network_tasks: dict[int, float] = {}
+        for wl_path, tr_path in pairs:
+            report.files += 2
+            workloads = _read_workloads(wl_path, report)
+            mtime = tr_path.stat().st_mtime
+            batches: dict[str, rec.RecordBatch] = {}
+            task_of: dict[int, int] = {}
+            with open(tr_path, "rb") as fh:
+                for i, line in enumerate(fh):
+                    if bar is not None:
+                        bar.update(len(line))
+                    if not line.strip():
+                        continue
+                    report.lines += 1
+                    where = f"{tr_path}:{i + 1}"
+                    try:
+                        idx, trace, run_secs, target, args_info = _parse_record(orjson.loads(line))
+                    except orjson.JSONDecodeError as exc:
+                        report.problem(f"{where}: not JSON ({exc})")
+                        continue
+                    except ValueError as exc:
+                        report.problem(f"{where}: {exc}")
+                        continue
+                    if idx not in workloads:
+                        report.problem(f"{where}: workload index {idx} is not a good line of {wl_path.name}")
+                        continue
+                    if platform:
+                        pid = platform
+                    elif target is not None:
+                        pid = platform_id_for(target)
+                    else:
+                        report.problem(f"{where}: record without a target (pass --platform to name one)")
+                        continue
+                    if pid not in writer.platforms:
+                        writer.add_platform(pid, target or {})
+                    elif not writer.platforms[pid].target and target:
+                        writer.add_platform(pid, target)
+                    shash, b64 = workloads[idx]
+                    if idx not in task_of:
+                        if shash not in task_info:
+                            info, why = describe_json(shash, b64)
+                            task_info[shash] = info
+                            if why:
+                                decode_problems.add(why)
+                        info = task_info[shash]
+                        extra = {"args_info": args_info} if args_info is not None else {}
+                        t = writer.add_task(shash, "ms", b64, name=info.name, kernel_class=info.kernel_class,
+                                            flops=info.flops, extra=extra)
+                        if args_info is not None and "args_info" not in writer.tasks[t].extra:
+                            writer.tasks[t].extra["args_info"] = args_info
+                        task_of[idx] = t
+                    t = task_of[idx]
+                    network_tasks[t] = 1.0
+                    schedule = compact_json(trace)
+                    costs, error = costs_and_error(run_secs)
+                    batches.setdefault(pid, rec.RecordBatch()).append(
+                        t, schedule, costs, error, mtime, rec.program_id("ms", shash, schedule))
+            for pid, batch in batches.items():
+                writer.add_records(pid, batch)
+        if network:
+            writer.set_network(network, sorted(network_tasks.items()))
+        report.added = dict(writer.added)
+        report.duplicates = dict(writer.duplicates)
+        report.tasks = len(writer.tasks)
+    if bar is not None:
+        bar.close()
+    for why in sorted(decode_problems):
+        report.problems.append(f"(note) tasks named by hash: {why}")
+    return report
+
+
+def _args_info(task) -> list:
+    """``args_info`` of a task: kept from its database, else derived from the workload with TVM."""
+    if task.extra.get("args_info") is not None:
+        return task.extra["args_info"]
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from costlab.datasets.ms_workload import decode_workload
+
+    mod = decode_workload(task.workload_hash, task.workload)
+    return [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
+
+
+def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str:
+    """Write the records of ``platform`` as a MetaSchedule database in ``out_dir`` (created if missing),
+    loadable by ``JSONDatabase(work_dir=out_dir)``. Returns a one-line summary.
+
+    Only MetaSchedule tasks can be written: records of Ansor-dialect tasks make it refuse. Failed records
+    are left out unless ``include_failed`` (they are then written as MetaSchedule writes them:
+    ``run_secs`` ``[1e10]``, or ``null`` for no result). An existing database in ``out_dir`` is never
+    overwritten; the files are written under temporary names and renamed when complete.
+    """
+    out_dir = Path(out_dir)
+    with open_dataset(data) as ds:
+        if platform not in ds.record_platforms():
+            known = ", ".join(ds.record_platforms()) or "none"
+            raise InputError(data, f"no records for platform {platform!r} (platforms with records: {known})")
+        table = ds.records(platform)
+        task_col = table.task
+        used = np.unique(task_col)
+        ansor = [int(t) for t in used if ds.tasks[int(t)].dialect != "ms"]
+        if ansor:
+            names = ", ".join(ds.tasks[t].name or ds.tasks[t].workload_hash for t in ansor[:3])
+            raise InputError(
+                data, f"platform {platform!r} has records of {len(ansor)} Ansor-dialect task(s) ({names}"
+                f"{', ...' if len(ansor) > 3 else ''}): a MetaSchedule database holds only MetaSchedule "
+                "('ms') tasks; Ansor logs cannot be converted to MetaSchedule traces")
+        target = ds.platforms[platform].target
+        values, offsets = table.costs()
+        errors = table.error
+        keep = np.ones(len(task_col), bool) if include_failed else np.isfinite(table.latency())
+        rows = np.flatnonzero(keep)
+        schedules = table.schedules(rows) if rows.size else []
+        wl_index = {int(t): i for i, t in enumerate(sorted(set(task_col[rows].tolist())))}
+        wl_lines = []
+        for t in wl_index:
+            task = ds.tasks[t]
+            wl_lines.append(json.dumps([task.workload_hash, task.workload]))
+        args = {t: plain_json(_args_info(ds.tasks[t])) for t in wl_index}
+        rec_lines = []
+        for r, schedule in zip(rows.tolist(), schedules):
+            t = int(task_col[r])
+            costs = values[int(offsets[r]):int(offsets[r + 1])].tolist()
+            if int(errors[r]) == rec.ERROR_MS_NO_RESULT or (not costs and int(errors[r]) == rec.ERROR_NONE):
+                run_secs = None
+            elif int(errors[r]) != rec.ERROR_NONE and not costs:
+                run_secs = [rec.MS_FAILURE_SECS]
+            else:
+                run_secs = costs
+            rec_lines.append("[%d,[%s,%s,%s,%s]]" % (
+                wl_index[t], schedule, json.dumps(run_secs), json.dumps(target, sort_keys=True),
+                json.dumps(args[t])))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    existing = [n for n in (WORKLOAD_FILE, RECORD_FILE) if (out_dir / n).exists()]
+    if existing:
+        raise InputError(out_dir, f"already holds a MetaSchedule database ({', '.join(existing)}); "
+                                  "choose an empty directory (costlab never overwrites one)")
+    for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.")
+        with os.fdopen(fd, "w") as fh:
+            fh.writelines(line + "\n" for line in lines)
+        os.replace(tmp, out_dir / name)
+    skipped = len(task_col) - len(rows)
+    text = f"{out_dir}: {len(wl_lines)} workloads, {len(rec_lines)} records of platform {platform!r}"
+    if skipped:
+        text += f" ({skipped} failed records left out; --include-failed writes them)"
+    return text

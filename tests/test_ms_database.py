@@ -1,0 +1,194 @@
+"""import-ms / export-ms on a real MetaSchedule database (tests/fixtures/ms_tune_db, made by tune_tir with
+scripts/make_ms_database.py) and round trips through MetaSchedule's own JSONDatabase."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costlab.datasets import DatasetWriter, InputError, RecordBatch, open_dataset, program_id
+from costlab.datasets import records as rec
+from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, compact_json, export_ms, import_ms
+from costlab.datasets.ms_workload import trace_json
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TUNE_DB = FIXTURES / "ms_tune_db"
+
+
+def _lines(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture()
+def tune_db(tmp_path) -> Path:
+    dst = tmp_path / "tune_db"
+    shutil.copytree(TUNE_DB, dst)
+    return dst
+
+
+def test_import_keeps_every_record_as_written(tmp_path, tune_db):
+    out = tmp_path / "d.h5"
+    report = import_ms([tune_db], out, network="tiny", progress=False)
+    workloads = _lines(tune_db / WORKLOAD_FILE)
+    records = _lines(tune_db / RECORD_FILE)
+    assert report.bad == 0 and report.usable
+    target = records[0][1][2]
+    with open_dataset(out) as ds:
+        (pid,) = ds.record_platforms()
+        assert pid == "llvm-" + target["mtriple"].split("-")[0] + "-2c"
+        assert ds.platforms[pid].target == target
+        table = ds.records(pid)
+        assert len(table) == len(records)
+        # tasks: the shash and the base64 IR exactly as in the file, described with TVM
+        assert sorted((t.workload_hash, t.workload) for t in ds.tasks) == sorted(map(tuple, workloads))
+        assert sorted(t.kernel_class for t in ds.tasks) == ["mac.s2r1", "mac.s4r3"]
+        assert all(t.flops > 0 and t.extra["args_info"] for t in ds.tasks)
+        assert ds.networks["tiny"] == [(0, 1.0), (1, 1.0)]
+        by_hash = {t.workload_hash: t.index for t in ds.tasks}
+        values, offsets = table.costs()
+        schedules = table.schedules()
+        for i, (widx, (trace, run_secs, _target, _args)) in enumerate(records):
+            shash = workloads[widx][0]
+            assert table.task[i] == by_hash[shash]
+            assert schedules[i] == compact_json(trace)
+            assert table.program_id[i] == np.uint64(program_id("ms", shash, compact_json(trace)))
+            assert values[offsets[i]:offsets[i + 1]].tolist() == run_secs  # raw run_secs
+            failed = run_secs[0] >= 1e10
+            assert table.error[i] == (rec.ERROR_MS_FAILED if failed else rec.ERROR_NONE)
+        assert (table.error == rec.ERROR_NONE).sum() > 0, "the fixture should hold successful records"
+
+
+def test_reimport_adds_nothing_and_platform_override(tmp_path, tune_db):
+    out = tmp_path / "d.h5"
+    first = import_ms([tune_db], out, progress=False)
+    again = import_ms([tune_db], out, progress=False)
+    assert sum(again.added.values()) == 0
+    assert sum(again.duplicates.values()) == sum(first.added.values())
+    named = import_ms([tune_db], out, platform="my-box", progress=False)
+    assert named.added == {"my-box": sum(first.added.values())}
+    with open_dataset(out) as ds:
+        assert len(ds.tasks) == 2
+        assert ds.platforms["my-box"].target["kind"] == "llvm"
+
+
+def test_missing_files_are_one_clear_error(tmp_path, tune_db):
+    (tune_db / RECORD_FILE).unlink()
+    with pytest.raises(InputError, match=f"missing {RECORD_FILE}"):
+        import_ms([tune_db], tmp_path / "d.h5", progress=False)
+    with pytest.raises(InputError, match="no such MetaSchedule work directory"):
+        import_ms([tmp_path / "nope"], tmp_path / "d.h5", progress=False)
+    assert not (tmp_path / "d.h5").exists()
+
+
+def test_bad_lines_are_skipped_and_counted(tmp_path, tune_db):
+    rec_path, wl_path = tune_db / RECORD_FILE, tune_db / WORKLOAD_FILE
+    good = rec_path.read_text().splitlines()
+    n = len(good)
+    broken = good[:2] + ["[0, [\"truncated", "[7, " + good[0].split(",", 1)[1], "{\"not\": \"a record\"}"] + good[2:]
+    rec_path.write_text("\n".join(broken) + "\n")
+    wl_path.write_text(wl_path.read_text() + "not json at all\n")
+    report = import_ms([tune_db], tmp_path / "d.h5", progress=False)
+    assert report.bad == 4
+    assert sum(report.added.values()) == n
+    text = report.format()
+    assert f"{rec_path}:3: not JSON" in text
+    assert f"{rec_path}:4: workload index 7" in text
+    assert f"{rec_path}:5: not a tuning record" in text
+    assert f"{wl_path}:3: not JSON" in text
+
+
+def test_failed_and_missing_results_are_flagged(tmp_path, tune_db):
+    rec_path = tune_db / RECORD_FILE
+    lines = _lines(rec_path)
+    lines[0][1][1] = None  # no run_secs at all
+    lines[1][1][1] = [1e10]
+    lines[2][1][1] = [2e-6, 3e-6]
+    rec_path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "d.h5"
+    import_ms([tune_db], out, progress=False)
+    with open_dataset(out) as ds:
+        table = ds.records(ds.record_platforms()[0])
+        assert table.error[:3].tolist() == [rec.ERROR_MS_NO_RESULT, rec.ERROR_MS_FAILED, rec.ERROR_NONE]
+        lat = table.latency([0, 1, 2])
+        assert np.isinf(lat[0]) and np.isinf(lat[1]) and lat[2] == pytest.approx(2.5e-6)
+
+
+def test_export_loads_in_metaschedule_and_best_record_matches(tmp_path, tune_db):
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    out = tmp_path / "d.h5"
+    import_ms([tune_db], out, progress=False)
+    with open_dataset(out) as ds:
+        pid = ds.record_platforms()[0]
+        table = ds.records(pid)
+        lat = table.latency()
+        ok = int(np.isfinite(lat).sum())
+        best_row = {t: rows[np.argmin(lat[rows])] for t, rows in table.rows_by_task().items()}
+        schedules = table.schedules()
+        tasks = list(ds.tasks)
+        target = ds.platforms[pid].target
+    summary = export_ms(out, pid, tmp_path / "db")
+    assert f"{ok} records" in summary
+    db = JSONDatabase(work_dir=str(tmp_path / "db"), allow_missing=False)
+    assert len(db) == ok
+    import tvm
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    for t in tasks:
+        r = best_row[t.index]
+        if not np.isfinite(lat[r]):
+            continue
+        wl = Workload.from_json([t.workload_hash, t.workload])
+        (top,) = db.get_top_k(db.commit_workload(wl.mod), 1)
+        assert compact_json(trace_json(top.trace)) == schedules[r]
+        assert np.mean([float(x) for x in top.run_secs]) == pytest.approx(lat[r])
+        best = db.query_tuning_record(wl.mod, tvm.target.Target(target), "main")
+        assert compact_json(trace_json(best.trace)) == schedules[r]
+
+
+def test_export_then_import_gives_the_same_programs(tmp_path, tune_db):
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    import_ms([tune_db], a, progress=False)
+    with open_dataset(a) as ds:
+        pid = ds.record_platforms()[0]
+        ids_a = set(ds.records(pid).program_id.tolist())
+        n = ds.num_records(pid)
+    text = export_ms(a, pid, tmp_path / "db", include_failed=True)
+    assert f"{n} records" in text
+    import_ms([tmp_path / "db"], b, platform=pid, progress=False)
+    with open_dataset(b) as ds:
+        assert set(ds.records(pid).program_id.tolist()) == ids_a
+        assert ds.num_records(pid) == n
+
+
+def test_export_refuses_ansor_tasks_and_existing_databases(tmp_path, tune_db):
+    out = tmp_path / "d.h5"
+    import_ms([tune_db], out, platform="p", progress=False)
+    export_ms(out, "p", tmp_path / "db")
+    with pytest.raises(InputError, match="already holds a MetaSchedule database"):
+        export_ms(out, "p", tmp_path / "db")
+    with pytest.raises(InputError, match="no records for platform 'q'"):
+        export_ms(out, "q", tmp_path / "db2")
+    with DatasetWriter(out) as w:
+        t = w.add_task('["matmul", 16, 16, 16]', "ansor", '["matmul", 16, 16, 16]', name="ansor-mm")
+        w.add_platform("p", {"kind": "llvm"})
+        batch = RecordBatch()
+        batch.append(t, '[["SP", 2, 0, 16, [4], 1]]', [1e-5], 0, 0.0, program_id("ansor", "x", "s"))
+        w.add_records("p", batch)
+    with pytest.raises(InputError, match="Ansor-dialect task"):
+        export_ms(out, "p", tmp_path / "db3")
+    assert not (tmp_path / "db3" / WORKLOAD_FILE).exists()
+
+
+def test_trace_json_is_the_database_form(tune_db):
+    """Traces loaded by MetaSchedule and written by ``trace_json`` are the lines of the file, character
+    for character once compact: what ``measure`` stores is what a tuning database holds."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    db = JSONDatabase(work_dir=str(tune_db), allow_missing=False)
+    from_file = sorted(compact_json(r[1][0]) for r in _lines(tune_db / RECORD_FILE))
+    assert sorted(compact_json(trace_json(r.trace)) for r in db.get_all_tuning_records()) == from_file
