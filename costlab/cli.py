@@ -7,8 +7,10 @@ import sys
 
 from costlab import __version__
 from costlab.commands import dataset as dataset_cmd
+from costlab.commands import featurize as featurize_cmd
+from costlab.commands import train as train_cmd
 
-COMMANDS = [dataset_cmd]
+COMMANDS = [dataset_cmd, featurize_cmd, train_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,3 +28,7 @@ class InputError(CostlabError):
 
 class DatasetFormatError(InputError):
     """A file that is not a costlab dataset, or one written by a newer schema."""
+
+
+class UsageError(CostlabError):
+    """A command asked for something that cannot be done as asked (a missing cache, a bad option value)."""

@@ -5,6 +5,10 @@ resumes where it stopped and picks up records appended later. A cache made under
 ``fingerprint`` differs) is dropped and rebuilt. Each output array is a dataset whose first axis is the
 record; a ragged output (a list of per-record arrays) is a group of ``values`` + ``offsets``. The optional
 ``valid`` output marks records the featurizer could not handle (e.g. a trace that fails to replay).
+
+A featurizer with learned keys (TLP's vocabulary) is fitted once per dataset, on all its platforms, and the
+fitted config is stored with each cache; later runs reuse it (``fitted_featurizer``), so records added since
+are featurized with the same vocabulary and appended instead of refitting and rebuilding everything.
 """
 
 from __future__ import annotations
@@ -67,6 +71,43 @@ def open_cache(ds, featurizer: Featurizer, platform: str) -> FeatureCache | None
     return FeatureCache(g)
 
 
+def features_of(ds, featurizer, platform: str, rows: np.ndarray, chunk: int = 2048) -> dict:
+    """Features of records: from the dataset's cache when it was made with this exact featurizer config,
+    otherwise computed now (e.g. a model evaluated on another dataset than it was trained on)."""
+    cache = open_cache(ds, featurizer, platform)
+    if cache is not None and (rows.size == 0 or rows.max() < cache.n_done):
+        return cache.get(rows)
+    parts = [featurizer.featurize_records(ds, platform, rows[a : a + chunk]) for a in range(0, len(rows), chunk)]
+    if not parts:
+        return {}
+    return {k: (sum((p[k] for p in parts), []) if isinstance(parts[0][k], list) else np.concatenate([p[k] for p in parts]))
+            for k in parts[0]}
+
+
+def _settings(featurizer: Featurizer, config: dict) -> str:
+    """The config without its learned keys, as canonical JSON."""
+    plain = {k: v for k, v in config.items() if k not in featurizer.learned_keys}
+    return json.dumps(plain, sort_keys=True, default=str)
+
+
+def fitted_featurizer(ds, featurizer, platforms=None, refit: bool = False) -> Featurizer:
+    """The featurizer ready for this dataset: as given when it is fitted (or learns nothing); else the
+    fitted config stored with an existing cache of it made under the same settings (so added records extend
+    that cache rather than refit and rebuild it), unless ``refit``; else fitted on the records of
+    ``platforms`` (all the dataset's platforms when None, so that every platform shares one vocabulary)."""
+    featurizer = create(featurizer)
+    if featurizer.is_fitted or not featurizer.learned_keys:
+        return featurizer
+    if not refit:
+        group = ds.h5.get(f"features/{featurizer.key}")
+        want = _settings(featurizer, featurizer.config)
+        for pid in sorted(group.keys()) if group is not None else ():
+            config = json.loads(group[pid].attrs.get("config", "{}"))
+            if _settings(featurizer, config) == want and all(k in config for k in featurizer.learned_keys):
+                return type(featurizer)(config)
+    return featurizer.fit(ds, list(platforms) if platforms else ds.record_platforms())
+
+
 def _append(g, name: str, value) -> None:
     if isinstance(value, list):
         arrs = [np.asarray(v) for v in value]
@@ -100,12 +141,13 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                 progress: bool = True, fit: bool = True) -> dict:
     """Featurize every record of a platform not yet cached; returns counts. Resumable and re-runnable.
 
-    The featurizer is fitted on the dataset first when it has learned keys and is not fitted yet.
+    A featurizer with learned keys that is not fitted yet is fitted first (``fitted_featurizer``: the config
+    of an existing cache of it, or fitted on all the dataset's platforms).
     """
     featurizer = create(featurizer)
     with open_dataset(path) as ds:
-        if fit and not featurizer.is_fitted:
-            featurizer.fit(ds, [platform])
+        if fit:
+            featurizer = fitted_featurizer(ds, featurizer)
         total = ds.num_records(platform)
         cache = open_cache(ds, featurizer, platform)
         start = cache.n_done if cache else 0

@@ -20,6 +20,8 @@ command line as ``--set section.key=value``.
 
 from __future__ import annotations
 
+from costlab.datasets.errors import UsageError
+
 import copy
 from pathlib import Path
 
@@ -60,7 +62,7 @@ def parse_override(text: str) -> tuple[list[str], object]:
     """``trainer.max_epochs=5`` -> (["trainer", "max_epochs"], 5); values are read as YAML."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"override must look like section.key=value, not {text!r}")
+        raise UsageError(f"override must look like section.key=value, not {text!r}")
     return key.split("."), yaml.safe_load(value)
 
 
@@ -70,10 +72,10 @@ def load_config(path=None, overrides=(), **named) -> dict:
         text = Path(path).read_text()
         loaded = yaml.safe_load(text) or {}
         if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: a training config must be a YAML mapping")
+            raise UsageError(f"{path}: a training config must be a YAML mapping")
         unknown = set(loaded) - set(DEFAULTS)
         if unknown:
-            raise ValueError(f"{path}: unknown config keys {sorted(unknown)} (known: {sorted(DEFAULTS)})")
+            raise UsageError(f"{path}: unknown config keys {sorted(unknown)} (known: {sorted(DEFAULTS)})")
         cfg = _merge(cfg, loaded)
     for key, value in named.items():
         if value is not None:
@@ -81,13 +83,13 @@ def load_config(path=None, overrides=(), **named) -> dict:
     for text in overrides:
         keys, value = parse_override(text)
         if keys[0] not in DEFAULTS:
-            raise ValueError(f"unknown config key {keys[0]!r} in override {text!r}")
+            raise UsageError(f"unknown config key {keys[0]!r} in override {text!r}")
         node = cfg
         for k in keys[:-1]:
             node = node.setdefault(k, {})
         node[keys[-1]] = value
     if not cfg["data"]:
-        raise ValueError("no dataset: give --data DATA.h5 or `data:` in the config")
+        raise UsageError("no dataset: give --data DATA.h5 or `data:` in the config")
     if isinstance(cfg["platforms"], str):
         cfg["platforms"] = [p for p in cfg["platforms"].split(",") if p]
     return cfg

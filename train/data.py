@@ -9,6 +9,8 @@ within-task split), training = the rest.
 
 from __future__ import annotations
 
+from costlab.datasets.errors import UsageError
+
 from dataclasses import asdict, dataclass, field
 
 import lightning as L
@@ -17,7 +19,7 @@ import torch
 
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
-from costlab.featurizers.cache import open_cache
+from costlab.featurizers.cache import features_of, open_cache
 from costlab.train.labels import build_label_table
 
 
@@ -123,6 +125,7 @@ class CostDataModule(L.LightningDataModule):
         self.config = config
         self._featurizer = featurizer
         self._ds = None
+        self._mem_feats = None
 
     # -- set-up ------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -166,7 +169,7 @@ class CostDataModule(L.LightningDataModule):
             f = create(self.config.featurizer)
             group = ds.h5.get(f"features/{f.key}/{self.base}")
             if group is None:
-                raise FileNotFoundError(
+                raise UsageError(
                     f"{self.config.data}: no {f.key} feature cache for platform {self.base!r}; run "
                     f"`costlab featurize {self.config.data} --featurizer {self.config.featurizer} --platform {self.base}`")
             import json
@@ -176,13 +179,15 @@ class CostDataModule(L.LightningDataModule):
             f = from_json(f)
         cache = open_cache(ds, f, self.base)
         if cache is None or cache.n_done < ds.num_records(self.base):
-            done = cache.n_done if cache else 0
-            raise FileNotFoundError(
-                f"{self.config.data}: the {f.key} cache for {self.base!r} covers {done} of "
-                f"{ds.num_records(self.base)} records (or was made with another config); run `costlab featurize`")
+            # no cache made with exactly this featurizer config (e.g. fine-tuning a model whose vocabulary
+            # came from another dataset): featurize the records now and keep them in memory
+            rows = np.arange(ds.num_records(self.base))
+            self._mem_feats = features_of(ds, f, self.base, rows)
         return f
 
     def read_features(self, rows: np.ndarray) -> dict:
+        if self._mem_feats is not None:
+            return {k: ([v[i] for i in rows] if isinstance(v, list) else v[rows]) for k, v in self._mem_feats.items()}
         if self._ds is None:
             self._ds = open_dataset(self.config.data)
             self._cache = open_cache(self._ds, self.featurizer, self.base)

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from costlab.datasets.errors import UsageError
+
 import json
 import time
 from pathlib import Path
@@ -68,6 +70,20 @@ def load_weights(module: CostModelModule, source) -> None:
         module.net.momentum_net.load_state_dict(state)
 
 
+def source_meta(source) -> dict:
+    """kind, net config and featurizer of a trained model (run dir, model dir or checkpoint)."""
+    source = Path(source)
+    if (source / "model" / "config.json").exists():
+        source = source / "model"
+    if source.is_dir():
+        from costlab.costmodels.pretrained import read_config
+
+        c = read_config(source)
+        return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"])
+    hp = torch.load(source, map_location="cpu", weights_only=True)["hyper_parameters"]
+    return dict(path=source, kind=hp["kind"], net=hp["net_config"], featurizer=hp["featurizer"])
+
+
 def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     kind = cfg["model"]
     if kind not in LEARNED:
@@ -78,23 +94,25 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
     dopts = dict(cfg["data_options"])
+    source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=featurizer_for(kind),
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
-                                   **dopts))
+                                   **dopts), featurizer=source and source["featurizer"])
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
     if kind == "mtl" and len(cfg["platforms"]) < 2:
-        raise ValueError("model 'mtl' needs at least two platforms (platforms: [target, other, ...])")
+        raise UsageError("model 'mtl' needs at least two platforms (platforms: [target, other, ...])")
     heads = len(cfg["platforms"]) if kind == "mtl" else 1
     if kind != "mtl":
         dm.labels.score = dm.labels.score[:, :1]
         dm.labels.latency = dm.labels.latency[:, :1]
-    net_config = net_config_for(kind, dm.featurizer, heads, **cfg["net"])
+    # fine-tuning keeps the source's net (and featurizer, vocabulary included) exactly
+    net_config = dict(source["net"]) if source else net_config_for(kind, dm.featurizer, heads, **cfg["net"])
     module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
                              lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
                              momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]))
-    if cfg.get("init_from"):
-        load_weights(module, cfg["init_from"])
+    if source:
+        load_weights(module, source["path"])
     (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
     from lightning.pytorch.callbacks import ModelCheckpoint

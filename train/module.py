@@ -39,7 +39,7 @@ class CostModelModule(L.LightningModule):
     def _loss(self, pred: torch.Tensor, batch: dict) -> torch.Tensor:
         score, lists = batch["score"], batch["list_id"]
         total = pred.new_zeros(())
-        for h in range(pred.shape[1]):
+        for h in range(min(pred.shape[1], score.shape[1])):
             has = torch.isfinite(score[:, h])
             if int(has.sum()) < 2:
                 continue

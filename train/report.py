@@ -1,0 +1,77 @@
+"""Evaluation reports: a markdown page with the metrics and two plots — predicted vs measured score for a
+few tasks, and the top-k curve (score@k for k = 1..20) — written beside each other in one folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from costlab.costmodels import metrics
+
+
+def _plots(result: dict, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a = result["_arrays"]
+    task, pred, latency, score = a["task"], a["pred"], a["latency"], a["score"]
+    files = []
+    tasks = [t for t in np.unique(task) if np.count_nonzero(task == t) >= 2][:6]
+    if tasks:
+        cols = min(3, len(tasks))
+        rows = (len(tasks) + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False)
+        for ax, t in zip(axes.flat, tasks):
+            m = task == t
+            ax.scatter(pred[m], score[m], s=8, alpha=0.6)
+            ax.set_title(f"task {t} ({np.count_nonzero(m)} programs)", fontsize=9)
+            ax.set_xlabel("predicted score")
+            ax.set_ylabel("measured best / latency")
+        for ax in list(axes.flat)[len(tasks):]:
+            ax.axis("off")
+        fig.tight_layout()
+        fig.savefig(out / "predicted_vs_measured.png", dpi=90)
+        plt.close(fig)
+        files.append("predicted_vs_measured.png")
+    ks = list(range(1, 21))
+    curve = [np.mean(list(metrics.topk_scores(task, pred, latency, k).values()) or [np.nan]) for k in ks]
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.plot(ks, curve, marker="o", ms=3)
+    ax.set_xlabel("k (programs measured)")
+    ax.set_ylabel("mean top-k score over tasks")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "topk_curve.png", dpi=90)
+    plt.close(fig)
+    files.append("topk_curve.png")
+    return files
+
+
+def write_report(result: dict, out) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plain = {k: v for k, v in result.items() if not k.startswith("_")}
+    (out / "metrics.json").write_text(json.dumps(plain, indent=2, default=str))
+    lines = [f"# Evaluation of `{result['model']}`", "",
+             f"Dataset `{result['data']}`, platform `{result['platform']}`, split `{result['split']}` "
+             f"({result['part']}), {result['records']} records, {len(result['tasks'])} tasks.", "",
+             "| metric | value |", "| --- | --- |"]
+    for k in ("top1", "top5", "pairwise", "ndcg"):
+        lines.append(f"| {k} | {result[k]:.4f} |")
+    if result["networks"]:
+        lines += ["", "## Held-out networks (weighted top-k)", "", "| network | top-1 | top-5 |", "| --- | --- | --- |"]
+        for n, v in sorted(result["networks"].items()):
+            lines.append(f"| {n} | {v['top1']:.4f} | {v['top5']:.4f} |")
+    lines += ["", "## Per task", "", "| task | top-1 | top-5 |", "| --- | --- | --- |"]
+    for t, v in sorted(result["tasks"].items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| {t} | {v['top1']:.4f} | {v['top5']:.4f} |")
+    for f in _plots(result, out):
+        lines += ["", f"![{f}]({f})"]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
