@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from costlab.datasets.errors import UsageError
+
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 FORMAT = "costlab-model"
@@ -39,12 +41,12 @@ def save_pretrained(directory, net: torch.nn.Module, kind: str, net_config: dict
 def read_config(directory) -> dict:
     path = Path(directory) / CONFIG
     if not path.exists():
-        raise FileNotFoundError(f"{directory}: not a costlab model (no {CONFIG})")
+        raise UsageError(f"{directory}: not a costlab model (no {CONFIG})")
     config = json.loads(path.read_text())
     if config.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a costlab model config (format {config.get('format')!r})")
+        raise UsageError(f"{path}: not a costlab model config (format {config.get('format')!r})")
     if int(config.get("format_version", 0)) > FORMAT_VERSION:
-        raise ValueError(f"{path}: written by a newer costlab (model format {config['format_version']})")
+        raise UsageError(f"{path}: written by a newer costlab (model format {config['format_version']})")
     return config
 
 

@@ -71,10 +71,10 @@ def read_ragged(g: h5py.Group, rows=None) -> tuple[np.ndarray, np.ndarray]:
         return values[...], offsets
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
-        return np.zeros(0, values.dtype), np.zeros(1, np.uint64)
+        return np.zeros((0,) + values.shape[1:], values.dtype), np.zeros(1, np.uint64)
     starts, ends = offsets[rows], offsets[rows + 1]
     lengths = (ends - starts).astype(np.int64)
-    out = np.empty(int(lengths.sum()), values.dtype)
+    out = np.empty((int(lengths.sum()),) + values.shape[1:], values.dtype)
     # split into runs of consecutive rows
     breaks = np.flatnonzero(np.diff(rows) != 1) + 1
     pos = 0
