@@ -71,10 +71,15 @@ class Program:
     gpu: bool = False
     exact: bool = True  # False when some index or loop could only be approximated
 
-    def signature(self) -> list:
-        """Comparable summary: per statement its name, loop extents and kinds, and its accesses."""
-        return [(s.name, [(lp.extent, lp.kind) for lp in s.loops],
-                 sorted((a.buffer, a.write) for a in s.accesses)) for s in self.stmts]
+    def signature(self, footprint: bool = True) -> list:
+        """Comparable summary: per statement its name, loops (extent, kind, unroll pragma), FLOPs, and per
+        access (buffer, written, footprint below every loop depth)."""
+        out = []
+        for s in self.stmts:
+            fps = footprints(s) if footprint else [()] * len(s.accesses)
+            acc = sorted((a.buffer, a.write, tuple(fp)) for a, fp in zip(s.accesses, fps))
+            out.append((s.name, tuple((lp.extent, lp.kind, lp.unroll) for lp in s.loops), s.flops, tuple(acc)))
+        return out
 
 
 def access_span(access: Access, depth: int) -> list:

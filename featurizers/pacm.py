@@ -116,8 +116,8 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
             row[14] = _lg(stride)
             row[15] = 1.0 if stride == 1 else 0.0
             row[16] = _lg(exts[vec]) if vec is not None and vec in strides else 0.0
-            row[17] = _lg(par)
-            row[18] = _lg(threads)
+            row[17] = math.log2(par)  # 0: serial
+            row[18] = math.log2(threads)
             row[19] = _lg(reuse_bytes)
             row[20] = _lg(inst * s.flops)
             alloc = a.nbytes
@@ -169,9 +169,9 @@ class PaCM(Featurizer):
         if key not in self._contexts:
             from tvm.s_tir import meta_schedule as ms
 
-            from costlab.featurizers.ms_records import tvm_target
+            from costlab.featurizers.ms_records import feature_context
 
-            ctx = ms.TuneContext(mod=mod, target=tvm_target(target_dict), num_threads=int(self.config["num_threads"]))
+            ctx = feature_context(mod, target_dict, int(self.config["num_threads"]))
             args = ms.arg_info.ArgInfo.from_prim_func(_main(mod))
             self._contexts[key] = (ctx, args, ms.feature_extractor.PerStoreFeature())
             if len(self._contexts) > 64:
@@ -240,9 +240,9 @@ class PaCM(Featurizer):
 
         tdict = _target_dict(target)
         spec = self._spec(target=tdict)
-        import tvm
+        import tvm_ffi
 
-        key = ("live", int(tvm.ir.structural_hash(mod)), repr(sorted(tdict.items(), key=str)))
+        key = ("live", int(tvm_ffi.structural_hash(mod)), repr(sorted(tdict.items(), key=str)))
         stmt, pattern = self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict))
         return {"stmt": stmt, "pattern": pattern, "valid": np.ones(len(stmt), bool)}
 

@@ -320,7 +320,7 @@ class Simulator:
             out.append(d)
         return out
 
-    def _move_under(self, b, loop, region_dims, shape, before_consumers, scope="global"):
+    def _move_under(self, b, loop, region_dims, shape, before_consumers, scope="global", preserve_unit=True):
         """Put block ``b`` (whose iterators index ``shape`` one to one) under ``loop``: new loops cover the
         region ``region_dims`` (atoms per dimension) takes below ``loop``. As in TVM, loops bound to threads
         that share the buffer's storage scope (threadIdx / vthread for shared memory, every thread loop for
@@ -342,9 +342,10 @@ class Simulator:
                     width += abs(coef) * (span - 1)
             if d < len(shape) and shape[d] > 0:
                 width = min(width, shape[d])
-            lp = _Loop(width)
-            new_loops.append(lp)
-            keep.append([lp, 1, 1, width])
+            if width > 1 or preserve_unit:
+                lp = _Loop(width)
+                new_loops.append(lp)
+                keep.append([lp, 1, 1, width])
             new_atoms.append(keep)
         b.atoms = new_atoms
         parent = loop
@@ -363,7 +364,7 @@ class Simulator:
                 return i
         return None
 
-    def compute_at(self, b, loop, reverse):
+    def compute_at(self, b, loop, reverse, preserve_unit=True):
         if loop == "root":
             return
         if loop == "inline":
@@ -405,7 +406,8 @@ class Simulator:
         shape = [0] * len(b.axes)
         for d, axis in enumerate(axis_of_dim):
             shape[axis] = own[4][d] if d < len(own[4]) else 0
-        self._move_under(b, loop, by_axis, shape, before_consumers=not reverse, scope=own[1])
+        self._move_under(b, loop, by_axis, shape, before_consumers=not reverse, scope=own[1],
+                         preserve_unit=preserve_unit)
 
     def cache_read(self, b, consumers, index, scope):
         reads = [a for a in b.accesses if not a[3]]
@@ -746,7 +748,7 @@ def _bind(sim, inp, attrs, dec):
 
 def _compute_at(reverse):
     def handler(sim, inp, attrs, dec):
-        sim.compute_at(inp[0], inp[1], reverse)
+        sim.compute_at(inp[0], inp[1], reverse, bool(attrs[0]) if attrs else True)
     return handler
 
 
