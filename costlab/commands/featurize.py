@@ -1,0 +1,107 @@
+"""``costlab featurize``: compute a featurizer's features for a dataset's records and cache them in the file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EPILOG = """\
+The features are stored in the dataset under features/<featurizer>@<version>/<platform>/, one row per
+record. A run resumes where an earlier one stopped, featurizes only records added since, and rebuilds a
+platform's cache only when the featurizer's version or config changed. A featurizer that learns from data
+(TLP: the vocabulary and the sequence length) is fitted once on all platforms of the dataset and keeps that
+fit for later runs; --refit fits it again (and so rebuilds the caches when the fit changes).
+
+examples:
+  costlab featurize data.h5 --featurizer tlp
+  costlab featurize data.h5 --featurizer tlp --platform llvm-x86_64-2c --config '{"num_slots": 20}'
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "featurize",
+        help="compute and cache features of a dataset's records (tlp, pacm, psa)",
+        description="Featurize the records of a dataset with TLP (schedule primitive tokens), PaCM\n"
+        "(data-flow patterns) or PSA (static analyzer estimates) and cache the features in the dataset.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("data", type=Path, metavar="DATA.h5")
+    p.add_argument("--featurizer", required=True, metavar="NAME", help="tlp, pacm or psa")
+    p.add_argument("--platform", action="append", metavar="ID",
+                   help="featurize this platform's records (repeatable, or comma-separated; default: all)")
+    p.add_argument("--config", metavar="JSON|@FILE",
+                   help="featurizer settings as a JSON object, or @path of a JSON file (default: the defaults)")
+    p.add_argument("--refit", action="store_true",
+                   help="fit the featurizer's learned part (vocabulary, sequence length) again")
+    p.add_argument("--chunk", type=int, default=256, metavar="N", help="records featurized per step")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_featurize)
+
+
+def _config(text: str | None, data: Path) -> dict:
+    from costlab.datasets.errors import InputError
+
+    if not text:
+        return {}
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise InputError(path, f"cannot read the featurizer config ({exc.strerror})") from None
+        where = path
+    else:
+        where = Path("--config")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(where, f"featurizer config is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+                         line=exc.lineno) from None
+    if not isinstance(value, dict):
+        raise InputError(where, "featurizer config must be a JSON object ({\"key\": value, ...})")
+    return value
+
+
+def _featurize(args) -> int:
+    from costlab.datasets import open_dataset
+    from costlab.datasets.errors import InputError
+    from costlab.featurizers import create
+    from costlab.featurizers.cache import build_cache, fitted_featurizer
+
+    try:
+        featurizer = create(args.featurizer, _config(args.config, args.data))
+    except ValueError as exc:  # unknown featurizer or config key
+        raise SystemExit(f"costlab featurize: {exc}") from None
+    with open_dataset(args.data) as ds:
+        known = ds.record_platforms()
+        wanted = [p for arg in args.platform or [] for p in arg.split(",") if p] or known
+        missing = [p for p in wanted if p not in known]
+        if missing:
+            raise InputError(args.data, f"no records for platform {', '.join(map(repr, missing))} "
+                             f"(platforms with records: {', '.join(known) or 'none'})")
+        if not wanted:
+            raise InputError(args.data, "the dataset has no records to featurize")
+        try:
+            featurizer = fitted_featurizer(ds, featurizer, refit=args.refit)
+        except ValueError as exc:
+            raise InputError(args.data, str(exc)) from None
+    if featurizer.learned_keys:
+        learned = ", ".join(f"{k} {_describe(featurizer.config[k])}" for k in featurizer.learned_keys)
+        print(f"{featurizer.key}: {learned}", file=sys.stderr)
+    for pid in wanted:
+        s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False)
+        if s["computed"] == 0:
+            print(f"{s['featurizer']} {pid}: {s['total']} records, cache up to date", file=sys.stderr)
+        else:
+            print(f"{s['featurizer']} {pid}: {s['total']} records, {s['cached_before']} cached before, "
+                  f"{s['computed']} featurized in {s['seconds']:.1f} s ({s['invalid']} unreadable)",
+                  file=sys.stderr)
+    return 0
+
+
+def _describe(value) -> str:
+    return f"of {len(value)}" if isinstance(value, (list, dict)) else str(value)
