@@ -34,7 +34,7 @@ DIALECT = "ansor"
 # Versions of auto_scheduler's record format (AUTO_SCHEDULER_LOG_VERSION); all share the layout above, later
 # ones appending fields to ``i[0]``.
 KNOWN_VERSIONS = frozenset({"v0.2", "v0.3", "v0.4", "v0.5", "v0.6"})
-CHUNK_RECORDS = 1 << 15  # records parsed before they are handed to the writer
+CHUNK_RECORDS = 1 << 13  # records parsed before they are handed to the writer
 
 
 class _BadLine(Exception):
@@ -88,7 +88,8 @@ class _Importer:
         self.tasks: dict[str, tuple[int, bytes]] = {}  # workload key -> (task index, program id prefix)
         self.targets: dict[tuple, str] = {}  # (target, target_host, forced platform) -> platform id
         self.hw_seen: set = set()  # (task, platform) whose hardware params are recorded
-        self.batches: dict[str, RecordBatch] = {}
+        self.batches: dict[str, list[list]] = {}  # platform -> pending columns (see columns())
+        self._hw = None  # hardware params of the line being read, for combo()
         self.file_tasks: set[int] = set()  # tasks seen in the current file (for --network-per-file)
         self.first_problem: tuple | None = None  # (path, line or None, message) of the first bad line
 
@@ -134,24 +135,40 @@ class _Importer:
             extra.setdefault("hardware_params", {})[pid] = hw
 
     # -- lines -------------------------------------------------------------------------------------
+    def columns(self, pid: str) -> list[list]:
+        """The pending columns of a platform: task, schedule (bytes), costs, error, timestamp, program id."""
+        cols = self.batches.get(pid)
+        if cols is None:
+            cols = self.batches[pid] = [[], [], [], [], [], []]
+        return cols
+
+    def combo(self, combos: dict, key, target, host, forced: str | None) -> tuple:
+        """What the lines of one (workload key, target) share: task, id prefix, platform and its columns."""
+        task, prefix = self.task_for(key)
+        pid = self.platform_for(target, host, forced)
+        if (task, pid) not in self.hw_seen:
+            self.note_hw_params(task, pid, self._hw)
+        self.file_tasks.add(task)
+        cols = self.columns(pid)
+        hit = combos[(key, target, host)] = (task, prefix, *(c.append for c in cols))
+        return hit
+
     def import_file(self, path: Path, progress) -> None:
-        report = self.report
+        """Parse one log, handing records to the writer every ``CHUNK_RECORDS``; bad lines are counted."""
         forced = self.platform or tenset_platform(path)
         name = str(path)
-        loads, dumps, blake2b = orjson.loads, orjson.dumps, hashlib.blake2b
-        from_bytes = int.from_bytes
+        loads, dumps, blake2b, from_bytes = orjson.loads, orjson.dumps, hashlib.blake2b, int.from_bytes
         known_versions = KNOWN_VERSIONS
-        tasks, targets, batches, file_tasks = self.tasks, self.targets, self.batches, self.file_tasks
-        hw_seen = self.hw_seen
-        nonblank = 0
-        pending_bytes = 0
+        combos: dict = {}  # (workload key, target, target host) -> combo(); per file, as ``forced`` is
+        nonblank = pending = 0
+        done_bytes = 0
         with open(path, "rb") as fh:
             lineno = 0
             for lineno, line in enumerate(fh, 1):
-                pending_bytes += len(line)
-                if pending_bytes >= 1 << 20:
-                    progress.update(pending_bytes)
-                    pending_bytes = 0
+                if not lineno & 0xFFF:
+                    pos = fh.tell()
+                    progress.update(pos - done_bytes)
+                    done_bytes = pos
                 try:
                     rec = loads(line)
                 except orjson.JSONDecodeError as exc:
@@ -161,10 +178,9 @@ class _Importer:
                     continue
                 nonblank += 1
                 try:
-                    # the happy path: plain indexing, with the exact cause found by _diagnose on failure
+                    # the happy path: plain indexing; on failure _diagnose finds the exact cause
                     inp = rec["i"]
                     tin = inp[0]
-                    key = tin[0]
                     steps = inp[1][1]
                     res = rec["r"]
                     costs = res[0]
@@ -179,48 +195,43 @@ class _Importer:
                             raise TypeError
                     if ts.__class__ is not float and ts.__class__ is not int:
                         raise TypeError
-                    hit = tasks.get(key) if key.__class__ is str else None
+                    host = tin[3] if len(tin) > 3 else ""
+                    hit = combos.get((tin[0], tin[1], host))
                     if hit is None:
-                        hit = self.task_for(key)
-                    ntin = len(tin)
-                    host = tin[3] if ntin > 3 else ""
-                    pid = targets.get((tin[1], host, forced))
-                    if pid is None:
-                        pid = self.platform_for(tin[1], host, forced)
+                        self._hw = tin[2] if len(tin) > 2 else None
+                        hit = self.combo(combos, tin[0], tin[1], host, forced)
                 except _BadLine as exc:
                     self.problem(name, lineno, str(exc))
                     continue
                 except (KeyError, IndexError, TypeError, AttributeError):
                     self.problem(name, lineno, _diagnose(rec))
                     continue
-                task, prefix = hit
-                if (task, pid) not in hw_seen:
-                    self.note_hw_params(task, pid, tin[2] if ntin > 2 else None)
+                task, prefix, add_task, add_sched, add_costs, add_err, add_ts, add_id = hit
                 sched = dumps(steps)
-                batch = batches.get(pid)
-                if batch is None:
-                    batch = batches[pid] = RecordBatch()
-                batch.task.append(task)
-                batch.schedule.append(sched)
-                batch.costs.append(costs)
-                batch.error.append(err)
-                batch.timestamp.append(ts)
-                batch.program_id.append(from_bytes(blake2b(prefix + sched, digest_size=8).digest(), "little"))
-                file_tasks.add(task)
-                if len(batch.task) >= CHUNK_RECORDS:
-                    self.flush(pid)
-        progress.update(pending_bytes)
-        report.files += 1
-        report.lines += lineno
+                add_task(task)
+                add_sched(sched)
+                add_costs(costs)
+                add_err(err)
+                add_ts(ts)
+                add_id(from_bytes(blake2b(prefix + sched, digest_size=8).digest(), "little"))
+                pending += 1
+                if pending >= CHUNK_RECORDS:
+                    self.flush()
+                    pending = 0
+        progress.update(path.stat().st_size - done_bytes)
+        self.report.files += 1
+        self.report.lines += lineno
         if nonblank == 0:
             self.problem(name, None, "empty file (no records)")
 
-    def flush(self, pid: str | None = None) -> None:
-        for p in [pid] if pid else list(self.batches):
-            batch = self.batches.pop(p, None)
-            if batch is not None and len(batch):
-                batch.schedule = [s.decode() for s in batch.schedule]
-                self.w.add_records(p, batch)
+    def flush(self) -> None:
+        """Hand all pending records to the writer (which dedupes them); the column lists are reused."""
+        for pid, cols in self.batches.items():
+            if cols[0]:
+                task, schedule, costs, error, timestamp, program_id = (c.copy() for c in cols)
+                self.w.add_records(pid, RecordBatch(task, schedule, costs, error, timestamp, program_id))
+                for c in cols:
+                    c.clear()
 
 
 def _version_problem(version) -> str:

@@ -29,7 +29,7 @@ class RecordBatch:
     """Columns of records to append to one platform of a dataset."""
 
     task: list = field(default_factory=list)  # task index in the dataset
-    schedule: list = field(default_factory=list)  # trace / step list exactly as logged (JSON text)
+    schedule: list = field(default_factory=list)  # trace / step list as logged (JSON text: str or UTF-8 bytes)
     costs: list = field(default_factory=list)  # raw measured costs in seconds (list of floats)
     error: list = field(default_factory=list)  # error code, 0 = ok
     timestamp: list = field(default_factory=list)  # seconds since the epoch

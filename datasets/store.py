@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -284,7 +285,7 @@ class DatasetWriter:
         self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
         self.networks = _read_networks(self._f)
         self._known_ids: dict[str, np.ndarray] = {}
-        self._pending: dict[str, RecordBatch] = {}
+        self._pending: dict[str, list[dict]] = {}  # platform -> column chunks not yet written
         self.added: dict[str, int] = {}
         self.duplicates: dict[str, int] = {}
         return self
@@ -384,7 +385,12 @@ class DatasetWriter:
         return self._known_ids[pid]
 
     def add_records(self, pid: str, batch: RecordBatch) -> tuple[int, int]:
-        """Append records to a platform, skipping program ids already there. Returns (added, duplicates)."""
+        """Append records to a platform, skipping program ids already there. Returns (added, duplicates).
+
+        The kept rows are converted to column arrays at once (one numpy pass per column, not per record)
+        and held as pending chunks until ``FLUSH_ROWS`` rows are pending; schedules may be given as ``str``
+        or as UTF-8 ``bytes``.
+        """
         if pid not in self.platforms:
             raise ValueError(f"platform {pid!r} must be added before its records")
         if not len(batch):
@@ -393,32 +399,60 @@ class DatasetWriter:
         _, first = np.unique(ids, return_index=True)
         keep = np.zeros(len(ids), bool)
         keep[first] = True
-        keep &= ~np.isin(ids, self.known_program_ids(pid), assume_unique=False)
-        sel = np.flatnonzero(keep)
-        self._known_ids[pid] = np.union1d(self._known_ids[pid], ids[sel])
-        pending = self._pending.setdefault(pid, RecordBatch())
-        for i in sel.tolist():
-            pending.append(batch.task[i], batch.schedule[i], batch.costs[i], batch.error[i],
-                           batch.timestamp[i], batch.program_id[i])
-        if len(pending) >= self.FLUSH_ROWS:
-            self._flush(pid)
-        added, dup = len(sel), len(ids) - len(sel)
+        known = self.known_program_ids(pid)
+        if len(known):  # membership by binary search in the sorted known ids (np.isin would re-sort them)
+            pos = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+            keep &= known[pos] != ids
+        new_ids = np.sort(ids[keep])
+        self._known_ids[pid] = np.insert(known, np.searchsorted(known, new_ids), new_ids)  # stays sorted
+        added, dup = len(new_ids), len(ids) - len(new_ids)
+        if added:
+            chunks = self._pending.setdefault(pid, [])
+            chunks.append(_columns(batch, None if dup == 0 else keep))
+            if sum(len(c["task"]) for c in chunks) >= self.FLUSH_ROWS:
+                self._flush(pid)
         self.added[pid] = self.added.get(pid, 0) + added
         self.duplicates[pid] = self.duplicates.get(pid, 0) + dup
         return added, dup
 
     def _flush(self, pid: str) -> None:
-        b = self._pending.pop(pid, None)
-        if not b or not len(b):
+        chunks = self._pending.pop(pid, None)
+        if not chunks:
             return
         g = self._records_group(pid)
-        schema.append_column(g["task"], np.asarray(b.task, np.int32))
-        schema.append_column(g["program_id"], np.asarray(b.program_id, np.uint64))
-        schema.append_column(g["error"], np.asarray(b.error, np.int16))
-        schema.append_column(g["timestamp"], np.asarray(b.timestamp, np.float64))
-        cost_len = np.fromiter((len(c) for c in b.costs), np.int64, len(b))
-        flat = np.fromiter((x for c in b.costs for x in c), np.float64, int(cost_len.sum()))
-        schema.append_ragged(g["costs"], flat, cost_len)
-        encoded = [s.encode("utf-8") for s in b.schedule]
-        blob = np.frombuffer(b"".join(encoded), np.uint8)
-        schema.append_ragged(g["schedule"], blob, np.fromiter(map(len, encoded), np.int64, len(encoded)))
+        cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        schema.append_column(g["task"], cols["task"])
+        schema.append_column(g["program_id"], cols["program_id"])
+        schema.append_column(g["error"], cols["error"])
+        schema.append_column(g["timestamp"], cols["timestamp"])
+        schema.append_ragged(g["costs"], cols["costs"], cols["cost_len"])
+        schema.append_ragged(g["schedule"], cols["schedule"], cols["schedule_len"])
+
+
+def _columns(b: RecordBatch, keep: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The rows of a batch (those where ``keep`` is true, or all) as the arrays the records group stores."""
+    n = len(b)
+    cost_len = np.fromiter(map(len, b.costs), np.int64, n)
+    costs = np.fromiter(chain.from_iterable(b.costs), np.float64, int(cost_len.sum()))
+    try:
+        raw = b"".join(b.schedule)  # schedules given as UTF-8 bytes
+        sched_len = np.fromiter(map(len, b.schedule), np.int64, n)
+    except TypeError:
+        text = "".join(b.schedule)
+        raw = text.encode("utf-8")
+        if len(raw) == len(text):  # all ASCII: character counts are byte counts
+            sched_len = np.fromiter(map(len, b.schedule), np.int64, n)
+        else:
+            encoded = [s.encode("utf-8") for s in b.schedule]
+            sched_len = np.fromiter(map(len, encoded), np.int64, n)
+    cols = dict(
+        task=np.asarray(b.task, np.int32), program_id=np.asarray(b.program_id, np.uint64),
+        error=np.asarray(b.error, np.int16), timestamp=np.asarray(b.timestamp, np.float64),
+        costs=costs, cost_len=cost_len, schedule=np.frombuffer(raw, np.uint8), schedule_len=sched_len,
+    )
+    if keep is not None:
+        for k in ("task", "program_id", "error", "timestamp", "cost_len", "schedule_len"):
+            cols[k] = cols[k][keep]
+        cols["costs"] = costs[np.repeat(keep, cost_len)]
+        cols["schedule"] = cols["schedule"][np.repeat(keep, sched_len)]
+    return cols
