@@ -66,14 +66,14 @@ class PSA(Featurizer):
         """The ``Program`` of one record (trace simulation, or replay + TIR walk)."""
         from costlab.featurizers.ms_records import parse_trace, replay, task_module
         from costlab.featurizers.tir_nest import program_of
-        from costlab.featurizers.trace_nest import Simulator, TaskModel, Unsupported
+        from costlab.featurizers.trace_nest import TaskModel, Unsupported, simulate
 
         trace = parse_trace(schedule)
         if self.config["mode"] == "trace":
             model = self._task_model(task, gpu)
             if isinstance(model, TaskModel):
                 try:
-                    prog = Simulator(model).run(trace).program()
+                    prog = simulate(model, trace)
                     self.stats["simulated"] += 1
                     return prog
                 except Unsupported:

@@ -3,18 +3,24 @@
 Per statement, ``max(compute time, memory time)``, summed over the program (Pruner's PSA, extended to CPUs):
 
 CPU (``CPUSpec``)
-  compute = FLOPs / (peak per core x cores used x SIMD lane use), times a register-spill penalty when the
-  accumulator tile of a reduction does not fit the vector registers, and (1 + 1/reuse) for low data reuse
-  (reuse = 1 + FLOPs / elements brought into L1). Cores used: the parallel loop's extent against the cores,
-  with wave quantisation (``P / (ceil(P / cores) * cores)``). Lane use: the vectorised loop's extent against
-  the SIMD lanes (``V / (ceil(V / lanes) * lanes)``), halved for strided (gathered) vector accesses; a
-  scalar loop gets half its lanes when the innermost loop is unit-stride (LLVM's own vectoriser), else 1.
-  Loop overhead (one cycle per iteration of every loop not unrolled) is added.
-  memory = the largest of the traffic between each pair of levels over that level's bandwidth. Traffic into
-  a level: the outermost loop whose working set (all accesses' footprints below it) fits the level's
-  capacity keeps its data there; everything it touches is re-fetched once per iteration of the loops
-  outside it. Levels: vector registers, L1, L2 (per core), LLC (shared), DRAM.
-  Each entry into a parallel region costs a fork-join.
+  compute = FLOPs / (FMA units x 2 x lanes in use x clock x cores used), times a register-spill penalty
+  when the accumulator tile of a reduction (plus an operand vector or two) exceeds the vector registers,
+  and (1 + 1/reuse) for low data reuse (reuse = 1 + FLOPs / elements brought into L1).
+  Cores used: the parallel loop's extent against the cores, with wave quantisation
+  (``P / ceil(P / cores)``). Lanes in use: an explicitly vectorised loop's extent against the SIMD lanes
+  (``V / ceil(V / lanes)``), halved for strided (gathered) accesses; without one, what LLVM does itself:
+  it fully unrolls the small constant loops at the bottom of the nest and vectorises the innermost
+  remaining loop when every access walks it with unit stride (or not at all), the written one with unit
+  stride (a reduction loop is not vectorised without fast-math).
+  load/store issue = elements moved between registers and L1 / (loads per cycle x lanes in use x clock
+  x cores used); the register file keeps data reused within ``vector registers x lanes`` elements.
+  memory = the largest of the traffic into L1, L2 and LLC over the next level's bandwidth (weighted:
+  hardware prefetching hides much of it). Traffic into a level: the outermost loop whose working set (all
+  accesses' footprints below it) fits the level's capacity keeps its data there; everything it touches
+  is re-fetched once per iteration of the loops outside it.
+  statement time = max(compute, load/store, memory) + loop overhead (a fraction of a cycle per iteration
+  of each loop neither vectorised nor unrolled, by pragma or by LLVM) + a fork-join per entry into a
+  parallel region. The constants are in ``CPU_PARAMS``.
 
 GPU (``GPUSpec``)
   compute = FLOPs x (1 + 1/reuse) / (peak x occupancy x warp use / register penalty), with occupancy the
@@ -34,14 +40,29 @@ import math
 from costlab.featurizers.loopnest import Program, Stmt, flat_strides, footprints, reduction_positions
 
 FORK_JOIN_S = 2e-6  # one entry into a TVM parallel region (thread-pool fork + join)
+# Constants of the CPU formula (see ``_cpu_stmt``), set against measured MetaSchedule records
+# (``benchmarks/psa_recall.py``).
+CPU_PARAMS = dict(
+    auto_vec=1.0,  # share of the SIMD lanes LLVM's vectoriser gets on a unit-stride innermost loop
+    gather=0.5,  # lane efficiency of a vectorised loop with strided accesses
+    spill_exp=0.5,  # register-spill penalty = (registers needed / registers) ** spill_exp
+    loads_per_cycle=2.0,  # L1 loads + stores issued per cycle
+    mem_weight=0.25,  # weight of the L2 / LLC / DRAM traffic terms (hardware prefetching hides much of it)
+    reuse=1.0,  # weight of the low-reuse penalty (1 + reuse / (1 + FLOPs / elements into L1))
+    llvm_unroll=128,  # LLVM fully unrolls constant loop nests up to this many iterations
+    loop_cycles=0.5,  # cycles per iteration of a loop that is not unrolled
+    fork_s=FORK_JOIN_S,
+)
 KERNEL_LAUNCH_S = 3e-6
 
 
-def estimate(program: Program, spec) -> float:
-    """Estimated run time in seconds (lower is better); ``inf`` for a launch the GPU cannot run."""
+def estimate(program: Program, spec, detail: list | None = None) -> float:
+    """Estimated run time in seconds (lower is better); ``inf`` for a launch the GPU cannot run.
+
+    ``detail``: a list that receives one dict per statement with the terms of the formula (CPU only)."""
     if getattr(spec, "kind", "cpu") == "gpu":
         return _gpu(program, spec)
-    return _cpu(program, spec)
+    return _cpu(program, spec, detail)
 
 
 def _elem_bytes(stmt: Stmt) -> int:
@@ -53,16 +74,17 @@ def _elem_bytes(stmt: Stmt) -> int:
 
 # -- CPU ---------------------------------------------------------------------------------------------------
 
-def _cpu(program: Program, spec) -> float:
+def _cpu(program: Program, spec, detail=None) -> float:
     total = 0.0
     freq = spec.freq_ghz * 1e9
     levels = [spec.vector_registers * spec.simd_bits // 8, spec.l1_bytes, spec.l2_bytes, spec.llc_bytes]
     for s in program.stmts:
-        total += _cpu_stmt(s, spec, freq, levels)
+        total += _cpu_stmt(s, spec, freq, levels, detail)
     return total
 
 
-def _cpu_stmt(s: Stmt, spec, freq: float, levels: list) -> float:
+def _cpu_stmt(s: Stmt, spec, freq: float, levels: list, detail=None) -> float:
+    k = CPU_PARAMS
     loops = s.loops
     n = len(loops)
     exts = [lp.extent for lp in loops]
@@ -88,38 +110,47 @@ def _cpu_stmt(s: Stmt, spec, freq: float, levels: list) -> float:
     fps = footprints(s)
     strides = [flat_strides(a) for a in s.accesses]
 
-    # SIMD lane use
+    # SIMD lanes in use: an explicitly vectorised loop against the lanes (halved for gathers). Otherwise
+    # LLVM's own vectoriser: after fully unrolling the small constant loops at the bottom of the nest, it
+    # vectorises the innermost remaining loop when every access walks it with unit stride (or not at all)
+    # and the written one with unit stride (a reduction loop is not vectorised without fast-math)
     vec_pos = next((i for i in range(n - 1, -1, -1) if loops[i].kind == "vectorized"), None)
     if vec_pos is not None:
         v = exts[vec_pos]
-        simd = v / (math.ceil(v / lanes) * lanes)
+        lanes_used = v / math.ceil(v / lanes)
         if any(st.get(vec_pos, 0) > 1 for st in strides):
-            simd *= 0.5  # gathers / scatters
+            lanes_used *= k["gather"]
     else:
-        inner = n - 1
-        while inner >= 0 and exts[inner] == 1:
-            inner -= 1
-        if inner >= 0 and exts[inner] >= lanes and all(st.get(inner, 0) <= 1 for st in strides):
-            simd = 0.5
-        else:
-            simd = 1.0 / lanes
+        lanes_used = 1.0
+        prod = 1
+        for i in range(n - 1, -1, -1):
+            prod *= exts[i]
+            if exts[i] == 1 or prod <= k["llvm_unroll"]:
+                continue
+            if exts[i] >= lanes and all(st.get(i, 0) <= 1 for st in strides) and all(
+                    st.get(i, 0) == 1 for a, st in zip(s.accesses, strides) if a.write):
+                lanes_used = max(1.0, k["auto_vec"] * lanes)
+            break
+    lanes_used = max(1.0, lanes_used)
 
     # register tile of a reduction: accumulators (and one vector per operand) live across the innermost
-    # reduction loop
+    # reduction loop; beyond the register file they spill
     reg_penalty = 1.0
     red = reduction_positions(s)
     if red:
         r = max(red) + 1
         regs = 0
         for a, fp in zip(s.accesses, fps):
-            vecs = math.ceil(fp[r] / lanes) if vec_pos is not None else fp[r]
+            vecs = math.ceil(fp[r] / lanes_used)
             regs += vecs if a.write else min(vecs, 2)
         if regs > spec.vector_registers:
-            reg_penalty = regs / spec.vector_registers
+            reg_penalty = (regs / spec.vector_registers) ** k["spill_exp"]
 
-    # memory traffic between levels
+    # traffic into each level: the outermost loop whose working set fits the level keeps its data there;
+    # the register file holds as many elements as vector registers x lanes in use
+    caps = [spec.vector_registers * lanes_used * nbytes] + levels[1:]
     traffic = []
-    for cap in levels:
+    for cap in caps:
         d = 0
         while d < n:
             ws = 0
@@ -133,35 +164,40 @@ def _cpu_stmt(s: Stmt, spec, freq: float, levels: list) -> float:
             outer *= e
         traffic.append(sum(fp[d] * a.nbytes for a, fp in zip(s.accesses, fps)) * outer)
     act = max(1.0, used)
-    t_mem = max(
-        traffic[0] / (spec.l1_bw * freq * act),
+    # loads and stores issue at ``loads_per_cycle`` vector (or scalar) accesses per cycle
+    t_load = traffic[0] / nbytes / (k["loads_per_cycle"] * lanes_used * freq * act)
+    t_mem = k["mem_weight"] * max(
         traffic[1] / (spec.l2_bw * freq * act),
         traffic[2] / (spec.llc_bw * freq * act),
         traffic[3] / (spec.dram_gbs * 1e9),
     )
 
     flops = inst * s.flops
-    peak_core = freq * max(1, spec.fma_units) * 2 * lanes
+    ops_per_cycle = max(1, spec.fma_units) * 2 * lanes_used
     elems_in = max(1.0, traffic[1] / nbytes)
     reuse = 1.0 + flops / elems_in
-    t_comp = flops / (peak_core * used * simd) * reg_penalty * (1.0 + 1.0 / reuse) if flops else 0.0
+    t_comp = flops / (ops_per_cycle * freq * act) * reg_penalty * (1.0 + k["reuse"] / reuse) if flops else 0.0
 
-    # loop overhead: one cycle per iteration of each loop that is not unrolled or vectorised
-    unroll_limit = max((lp.unroll for lp in loops), default=0)
-    overhead = 0.0
-    iters = 1
+    # loop overhead: a cycle per iteration of every loop that is not unrolled: explicitly, by the unroll
+    # pragma, or by LLVM (which fully unrolls small constant loop nests), nor vectorised
+    unroll_limit = max([lp.unroll for lp in loops] + [k["llvm_unroll"]])
     inner_prod = [1] * (n + 1)
     for i in range(n - 1, -1, -1):
-        inner_prod[i] = inner_prod[i + 1] * exts[i]
+        inner_prod[i] = inner_prod[i + 1] * (1 if loops[i].kind == "vectorized" else exts[i])
+    overhead = 0.0
+    iters = 1
     for i, lp in enumerate(loops):
         iters *= exts[i]
-        if lp.kind in ("vectorized", "unrolled") or exts[i] == 1:
-            continue
-        if unroll_limit and inner_prod[i] <= unroll_limit:
+        if lp.kind in ("vectorized", "unrolled") or exts[i] == 1 or inner_prod[i] <= unroll_limit:
             continue
         overhead += iters
-    t_over = overhead / (freq * used)
-    return max(t_comp, t_mem) + t_over + launches * FORK_JOIN_S
+    t_over = k["loop_cycles"] * overhead / (freq * act)
+    t = max(t_comp, t_load, t_mem) + t_over + launches * k["fork_s"]
+    if detail is not None:
+        detail.append(dict(stmt=s.name, comp=t_comp, load=t_load, mem=t_mem, over=t_over,
+                           fork=launches * k["fork_s"], used=used, lanes=lanes_used, reg=reg_penalty, reuse=reuse,
+                           traffic=traffic))
+    return t
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------

@@ -173,7 +173,6 @@ class Simulator:
         self.root, self.blocks = task.fresh()
         self.rv: dict = {}
         self.exact = [True]
-        self.decisions: dict = {}
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _val(self, x):
@@ -599,6 +598,20 @@ class Simulator:
                         rv[name] = value
         return self
 
+    def release(self) -> None:
+        """Break the loop tree's parent links so that it is freed at once (not by the cycle collector)."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            node.parent = None
+            children = getattr(node, "children", None)
+            if children:
+                stack.extend(children)
+                node.children = []
+        for b in self.blocks:
+            b.atoms = []
+        self.rv.clear()
+
     def program(self) -> Program:
         stmts = []
         loops: dict = {}  # one Loop per simulated loop, shared by the statements under it
@@ -798,4 +811,8 @@ def simulate(task: TaskModel, trace) -> Program:
     """The ``Program`` a trace (JSON text or its parsed ``[instructions, decisions]``) makes of the task."""
     if isinstance(trace, (str, bytes)):
         trace = json.loads(trace)
-    return Simulator(task).run(trace).program()
+    sim = Simulator(task)
+    try:
+        return sim.run(trace).program()
+    finally:
+        sim.release()
