@@ -154,6 +154,69 @@ def flat_strides(access: Access) -> dict:
     return out
 
 
+def divmod_terms(terms: list, d: int, is_div: bool, exact: list) -> list:
+    """``(sum of terms) // d`` or ``% d`` as terms, a term ``(key, coef, lower, span)`` standing for
+    ``coef * ((key // lower) % span)``.
+
+    Exact for the mixed-radix sums fused and split loops produce (no term carries into another); a term
+    whose coefficient neither divides nor is divided by ``d`` is bounded and ``exact[0]`` set False.
+    """
+    out = []
+    low = []  # digits below d: without carries between them they must nest (c_i * span_i <= c_next)
+    for key, coef, lower, span in terms:
+        c = abs(coef)
+        if c == 0 or span <= 1:
+            continue
+        if c < d:
+            low.append((c, min(span, -(-d // c))))
+        sign = 1 if coef > 0 else -1
+        if c % d == 0:
+            if is_div:
+                out.append((key, coef // c * (c // d), lower, span))
+            continue
+        if d % c == 0:
+            m = d // c  # steps of this digit within one step of d
+            if span <= m:
+                if not is_div:
+                    out.append((key, coef, lower, span))
+                continue
+            if span % m:
+                exact[0] = False
+            if is_div:
+                out.append((key, sign, lower * m, -(-span // m)))
+            else:
+                out.append((key, coef, lower, m))
+            continue
+        exact[0] = False
+        if is_div:
+            out.append((key, sign * max(1, c // d), lower, span))
+        else:
+            out.append((key, sign, lower, min(span * c, d)))
+    low.sort()
+    if any(c1 * s1 > c2 for (c1, s1), (c2, _) in zip(low, low[1:])):
+        exact[0] = False  # e.g. (h + rh) // 2: a carry can move the quotient; the digits only bound it
+    return out
+
+
+def compose_terms(terms: list, mapping: dict, exact: list) -> list:
+    """Terms over keys ``a`` rewritten over the keys of ``mapping[a]`` (the value of ``a`` as terms); keys
+    without a mapping are kept. Digits (``lower`` > 1 or a ``span`` shorter than the value's range) are
+    taken with ``divmod_terms``."""
+    out = []
+    for a, coef, lower, span in terms:
+        parts = mapping.get(a)
+        if parts is None:
+            out.append((a, coef, lower, span))
+            continue
+        if lower > 1:
+            parts = divmod_terms(parts, lower, True, exact)
+        reach = 1 + sum(abs(c) * (sp - 1) for _, c, _, sp in parts)
+        if reach > span:
+            parts = divmod_terms(parts, span, False, exact)
+        out.extend((b, coef * c, lw, sp) for b, c, lw, sp in parts)
+    return out
+
+
 def reduction_positions(stmt: Stmt) -> set:
     """Loops the statement's written index does not depend on (the reduction loops of a reduction)."""
     written = [a for a in stmt.accesses if a.write]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt
+from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
 
 _KIND = {0: SERIAL, 1: "parallel", 2: "vectorized", 3: "unrolled"}
 _FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "FloorDiv", "FloorMod", "Mod"}
@@ -50,7 +50,7 @@ class AxisAccess:
     nbytes: int
     write: bool
     shape: tuple
-    dims: list  # per dimension: [(axis, coef, span)] ; axis == -1: a range of `span` read by one instance
+    dims: list  # per dimension: [(axis, coef, lower, span)]; axis == -1: a range of `span` read by one instance
 
 
 @dataclass
@@ -58,7 +58,7 @@ class BlockRecord:
     name: str
     loops: list  # [Loop] outermost first, shared objects
     axes: list  # [(extent, is_reduce)]
-    binding: list  # per axis: [(pos, coef, span)] over `loops`
+    binding: list  # per axis: [(pos, coef, lower, span)] over `loops`
     accesses: list  # [AxisAccess]
     flops: float
     init: bool = False
@@ -67,15 +67,16 @@ class BlockRecord:
 
 
 class _Affine:
-    """Affine forms of index expressions: ``{key: [(coef, span)]}`` + constant, keys being loop or block vars.
+    """Affine forms of index expressions: a list of terms ``(key, coef, lower, span)`` (the digit
+    ``coef * ((key // lower) % span)`` of a loop or block variable ``key``) and a constant.
 
-    A key's list holds several (coef, span) pairs when ``//`` / ``%`` split a variable into mixed-radix
-    digits. ``exact`` drops to False when a form had to be bounded.
+    ``//`` and ``%`` by constants split variables into mixed-radix digits (``loopnest.divmod_terms``);
+    ``exact[0]`` drops to False when a form had to be bounded.
     """
 
     def __init__(self, spans: dict):
         self.spans = spans  # var handle -> extent
-        self.exact = True
+        self.exact = [True]
 
     def form(self, e):
         k = type(e).__name__
@@ -83,43 +84,43 @@ class _Affine:
             h = e.__chandle__()
             span = self.spans.get(h)
             if span is None:
-                return {}, 0
-            return {h: [(1, span)]}, 0
+                return [], 0
+            return [(h, 1, 1, span)], 0
         if k == "IntImm":
-            return {}, e.value
+            return [], e.value
         if k == "Add" or k == "Sub":
             fa, ca = self.form(e.a)
             fb, cb = self.form(e.b)
-            sign = 1 if k == "Add" else -1
-            out = {h: list(v) for h, v in fa.items()}
-            for h, v in fb.items():
-                out.setdefault(h, []).extend((sign * c, s) for c, s in v)
-            return out, ca + sign * cb
+            if k == "Sub":
+                fb = [(h, -c, lw, sp) for h, c, lw, sp in fb]
+                cb = -cb
+            return fa + fb, ca + cb
         if k == "Mul":
             ca, cb = _int(e.a), _int(e.b)
             if cb is not None or ca is not None:
                 f, c = self.form(e.a if cb is not None else e.b)
                 m = cb if cb is not None else ca
-                return {h: [(co * m, s) for co, s in v] for h, v in f.items()}, c * m
+                return [(h, co * m, lw, sp) for h, co, lw, sp in f], c * m
         elif k in ("FloorDiv", "FloorMod"):
             d = _int(e.b)
             if d is not None and d > 0:
                 f, c = self.form(e.a)
-                return self._divmod(f, c, d, k == "FloorDiv")
+                is_div = k == "FloorDiv"
+                return divmod_terms(f, d, is_div, self.exact), (c // d if is_div else c % d)
         elif k == "Cast":
             return self.form(e.value)
         # anything else: every variable inside may move the index by its whole range
-        self.exact = False
+        self.exact[0] = False
         out: dict = {}
         self._collect(e, out)
-        return out, 0
+        return [(h, 1, 1, sp) for h, sp in out.items()], 0
 
     def _collect(self, e, out):
         k = type(e).__name__
         if k == "Var":
             h = e.__chandle__()
             if h in self.spans:
-                out.setdefault(h, [(1, self.spans[h])])
+                out.setdefault(h, self.spans[h])
             return
         for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
             sub = getattr(e, attr, None)
@@ -127,38 +128,6 @@ class _Affine:
                 self._collect(sub, out)
         for sub in getattr(e, "args", ()) or ():
             self._collect(sub, out)
-
-    def _divmod(self, form, const, d, is_div):
-        out: dict = {}
-        for h, terms in form.items():
-            for coef, span in terms:
-                parts = [(coef, span)]
-                if abs(coef) < d and d % abs(coef) == 0:
-                    m = d // abs(coef)  # steps of this term below one step of d
-                    if span > m:
-                        if span % m == 0:
-                            parts = [(coef, m), (coef * m, span // m)]
-                        else:
-                            self.exact = False
-                            parts = [(coef, m), (coef * m, -(-span // m))]
-                elif abs(coef) < d:
-                    self.exact = False
-                for c, s in parts:
-                    if abs(c) % d == 0:
-                        if is_div:
-                            out.setdefault(h, []).append((c // d, s))
-                    elif abs(c) < d:
-                        if not is_div:
-                            out.setdefault(h, []).append((c, s))
-                    else:  # coef > d but not a multiple: both digits move
-                        self.exact = False
-                        if is_div:
-                            out.setdefault(h, []).append((max(1, c // d), s))
-                        else:
-                            out.setdefault(h, []).append((1, min(s, d)))
-        if is_div:
-            return out, const // d
-        return out, const % d
 
 
 def count_flops(e) -> float:
@@ -260,17 +229,13 @@ def _region_dims(region, aff, axis_of) -> list:
     dims = []
     for rng in region.region:
         form, _ = aff.form(rng.min)
-        terms = []
-        for h, parts in form.items():
-            a = axis_of[h]
-            for coef, span in parts:
-                terms.append((a, coef, span))
+        terms = [(axis_of[h], coef, lower, span) for h, coef, lower, span in form]
         ext = _int(rng.extent, None)
         if ext is None:
-            aff.exact = False
+            aff.exact[0] = False
             ext = 1
         if ext > 1:
-            terms.append((-1, 1, ext))
+            terms.append((-1, 1, 1, ext))
         dims.append(terms)
     return dims
 
@@ -283,22 +248,20 @@ def _block_record(realize, block, loops, loop_vars) -> BlockRecord:
         ext = _int(iv.dom.extent, 1)
         axes.append((ext, int(iv.iter_type) == 2))
         form, _ = loop_aff.form(value)
-        binding.append([(pos_of[h], coef, span) for h, parts in form.items() for coef, span in parts])
+        binding.append([(pos_of[h], coef, lower, span) for h, coef, lower, span in form])
         h = iv.var.__chandle__()
         spans[h] = ext
         axis_of[h] = i
     aff = _Affine(spans)
     accesses = []
-    written = set()
     for region in block.writes:
         buf = region.source
-        written.add(buf.name)
         accesses.append(AxisAccess(buf.name, str(buf.scope()), dtype_bytes(buf.dtype), True,
-                                   tuple(_int(s, 1) for s in buf.shape), _region_dims(region, aff, axis_of)))
+                                   tuple(_int(x, 1) for x in buf.shape), _region_dims(region, aff, axis_of)))
     for region in block.reads:
         buf = region.source
         accesses.append(AxisAccess(buf.name, str(buf.scope()), dtype_bytes(buf.dtype), False,
-                                   tuple(_int(s, 1) for s in buf.shape), _region_dims(region, aff, axis_of)))
+                                   tuple(_int(x, 1) for x in buf.shape), _region_dims(region, aff, axis_of)))
     flops, init, value = 0.0, False, None
     for store in _stores(block.body):
         value = store.value
@@ -308,29 +271,31 @@ def _block_record(realize, block, loops, loop_vars) -> BlockRecord:
     if block.init is not None:
         init = False
     return BlockRecord(block.name_hint, loops, axes, binding, accesses, flops, init,
-                       loop_aff.exact and aff.exact, value)
+                       loop_aff.exact[0] and aff.exact[0], value)
 
 
 def compose(record: BlockRecord) -> Stmt:
     """The statement of a block: its accesses' indices expressed over its loops."""
     n = len(record.loops)
+    mapping = {i: terms for i, terms in enumerate(record.binding)}
+    exact = [True]
     accesses = []
     for acc in record.accesses:
         dims = []
         for terms in acc.dims:
             out = []
-            for axis, coef, span in terms:
-                if axis < 0:
-                    out.append((n, coef, span))
-                    continue
-                for pos, c2, s2 in record.binding[axis]:
-                    out.append((pos, coef * c2, s2))
+            for pos, coef, lower, span in compose_terms([t for t in terms if t[0] >= 0], mapping, exact):
+                out.append((pos, coef, span))
+            out.extend((n, coef, span) for a, coef, lower, span in terms if a < 0)
             dims.append(out)
         accesses.append(Access(acc.buffer, acc.scope, acc.nbytes, acc.write, acc.shape, dims))
+    if not exact[0]:
+        record.exact = False
     return Stmt(record.name, record.loops, record.flops, accesses, record.init)
 
 
 def program_of(mod_or_func, gpu: bool = False) -> Program:
     """The ``Program`` of a scheduled TIR module (or PrimFunc)."""
     records = walk_blocks(mod_or_func)
-    return Program([compose(r) for r in records], gpu=gpu, exact=all(r.exact for r in records))
+    stmts = [compose(r) for r in records]
+    return Program(stmts, gpu=gpu, exact=all(r.exact for r in records))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt
+from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms
 
 
 class Unsupported(Exception):
@@ -54,7 +54,7 @@ class _Block:
     def __init__(self, name, axes, accesses, flops, init=False, has_init=False):
         self.name = name
         self.axes = axes
-        self.accesses = accesses  # [[buffer, scope, nbytes, write, shape, dims]] dims: [[(axis, coef, span)]]
+        self.accesses = accesses  # [[buffer, scope, nbytes, write, shape, dims]] dims: [[(axis, coef, lower, span)]]
         self.flops = flops
         self.init = init
         self.has_init = has_init
@@ -73,7 +73,7 @@ class TaskModel:
         for rec in walk_blocks(mod):
             n = len(rec.loops)
             trivial = len(rec.axes) == n and all(
-                b == [(i, 1, rec.loops[i].extent)] or (rec.loops[i].extent == 1 and not b)
+                b == [(i, 1, 1, rec.loops[i].extent)] or (rec.loops[i].extent == 1 and not b)
                 for i, b in enumerate(rec.binding))
             if not trivial:
                 raise Unsupported(f"workload block {rec.name} is not one loop per iterator")
@@ -306,16 +306,14 @@ class Simulator:
         self.blocks.remove(b)
 
     def _block_atoms_terms(self, b, dims):
-        """An access of block ``b`` (dims over its iterators) as per-dimension atoms ``[loop, coef, lower, span]``."""
+        """An access of block ``b`` (dims over its iterators) as per-dimension atoms ``[loop, coef, lower, span]``
+        (``loop`` None for a range one instance accesses)."""
+        mapping = {i: [(lp, c, lw, sp) for lp, c, lw, sp in atoms] for i, atoms in enumerate(b.atoms)}
         out = []
         for terms in dims:
-            d = []
-            for axis, coef, span in terms:
-                if axis < 0:
-                    d.append([None, coef, 1, span])
-                    continue
-                for lp, c2, lower, s2 in b.atoms[axis]:
-                    d.append([lp, coef * c2, lower, s2])
+            d = [[None, coef, 1, span] for axis, coef, lower, span in terms if axis < 0]
+            d.extend([lp, c, lw, sp] for lp, c, lw, sp in
+                     compose_terms([t for t in terms if t[0] >= 0], mapping, self.exact))
             out.append(d)
         return out
 
@@ -342,7 +340,7 @@ class Simulator:
             if d < len(shape) and shape[d] > 0:
                 width = min(width, shape[d])
             if width > 1 or preserve_unit:
-                lp = _Loop(width)
+                lp = _Loop(width, red=b.axes[d][1] if d < len(b.axes) else False)
                 new_loops.append(lp)
                 keep.append([lp, 1, 1, width])
             new_atoms.append(keep)
@@ -385,11 +383,12 @@ class Simulator:
         # the moved block must index the connecting buffer one iterator per dimension
         axis_of_dim = []
         for terms in own[5]:
-            if len(terms) != 1 or terms[0][1] != 1 or terms[0][0] < 0:
+            if len(terms) != 1 or terms[0][1] != 1 or terms[0][2] != 1 or terms[0][0] < 0:
                 raise Unsupported(f"compute-at of {b.name}: its index of {own[0]} is not one iterator per dim")
             axis_of_dim.append(terms[0][0])
-        if sorted(axis_of_dim) != list(range(len(b.axes))):
+        if len(set(axis_of_dim)) != len(axis_of_dim):
             raise Unsupported(f"compute-at of {b.name}: iterators do not map one to one on {own[0]}")
+        # iterators the buffer does not index (a reduction's) get loops over their whole range
         region = None
         for c, acc in peer_acc:
             if acc[0] != own[0]:
@@ -399,10 +398,10 @@ class Simulator:
                 region = dims
             else:  # several accesses: widen each dimension to cover all of them
                 region = [r if _width(r) >= _width(d2) else d2 for r, d2 in zip(region, dims)]
-        by_axis = [None] * len(b.axes)
+        by_axis = [[[None, 1, 1, ext]] for ext, _ in b.axes]
         for d, axis in enumerate(axis_of_dim):
             by_axis[axis] = region[d]
-        shape = [0] * len(b.axes)
+        shape = [ext for ext, _ in b.axes]
         for d, axis in enumerate(axis_of_dim):
             shape[axis] = own[4][d] if d < len(own[4]) else 0
         self._move_under(b, loop, by_axis, shape, before_consumers=not reverse, scope=own[1],
@@ -426,7 +425,7 @@ class Simulator:
                 if a[0] == name and not a[3]:
                     a[0], a[1] = new_name, scope
         nd = len(shape)
-        ident = [[(i, 1, shape[i])] for i in range(nd)]
+        ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
                      [[new_name, scope, nbytes, True, shape, ident], [name, old_scope, nbytes, False, shape, ident]], 0.0)
         self._place_root(blk, before=b)
@@ -443,7 +442,7 @@ class Simulator:
             if a[0] == name:
                 a[0], a[1] = new_name, scope
         nd = len(shape)
-        ident = [[(i, 1, shape[i])] for i in range(nd)]
+        ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
                      [[name, old_scope, nbytes, True, shape, ident], [new_name, scope, nbytes, False, shape, ident]],
                      0.0)
@@ -481,7 +480,7 @@ class Simulator:
                     continue
                 axis_terms = {dim_axis[d]: terms for d, terms in enumerate(a[5])}
                 for r in reads:
-                    new_acc.append([r[0], r[1], r[2], False, r[4], _substitute(r[5], axis_terms)])
+                    new_acc.append([r[0], r[1], r[2], False, r[4], self._substitute(r[5], axis_terms)])
             c.accesses = new_acc
             c.flops += b.flops
         self._remove_block(b)
@@ -500,7 +499,7 @@ class Simulator:
         for a in b.accesses:
             if a is link or (a[0] == link[0]):
                 continue
-            new_acc.append([a[0], a[1], a[2], a[3], a[4], _substitute(a[5], axis_terms)])
+            new_acc.append([a[0], a[1], a[2], a[3], a[4], self._substitute(a[5], axis_terms)])
         p.accesses = new_acc
         p.flops += b.flops
         self._remove_block(b)
@@ -513,14 +512,15 @@ class Simulator:
             raise Unsupported("decompose_reduction at a loop not around the block")
         inner = path[path.index(loop):]
         reduce_axes = {i for i, (_, red) in enumerate(b.axes) if red}
-        reduce_loops = {id(at[0]) for i in reduce_axes for at in b.atoms[i]}
+        spatial_loops = {id(at[0]) for i, atoms in enumerate(b.atoms) if i not in reduce_axes for at in atoms}
+        reduce_loops = {id(at[0]) for i in reduce_axes for at in b.atoms[i]} - spatial_loops
         copies = {}
         init = _Block(b.name + "_init", [ax for ax in b.axes], [], 0.0, init=True)
         parent = loop.parent
         idx = parent.children.index(loop)
         first = True
         for lp in inner:
-            if lp.red or id(lp) in reduce_loops:
+            if id(lp) in reduce_loops or (lp.red and id(lp) not in spatial_loops):
                 continue
             cp = _Loop(lp.extent, lp.kind, lp.unroll)
             copies[id(lp)] = cp
@@ -545,6 +545,104 @@ class Simulator:
         self.blocks.append(init)
         return init
 
+    def _substitute(self, dims, axis_terms):
+        """Dims over an inlined block's iterators, rewritten over the other block's iterators (iterators not
+        determined by the other block's index become a range of one instance)."""
+        out = []
+        for terms in dims:
+            d = [t for t in terms if t[0] < 0]
+            for axis, coef, lower, span in terms:
+                if axis >= 0 and axis not in axis_terms:
+                    d.append((-1, 1, 1, span))
+            d.extend(compose_terms([t for t in terms if t[0] >= 0 and t[0] in axis_terms], axis_terms, self.exact))
+            out.append(d)
+        return out
+
+    def rfactor(self, loop, factor_axis):
+        """``rfactor(loop, factor_axis)``: the reduction block under ``loop`` keeps the loop nest but writes
+        partial results into a new buffer with one more dimension (the loop's iteration, at ``factor_axis``);
+        the original block becomes a reduction of those partial results, under new loops after the nest.
+
+        As in TVM, the partial-result block's iterators are [the factored loop (spatial), the original
+        spatial iterators, one reduction iterator per other reduction loop]; the reduction's are
+        [the factored one (reduction), the spatial ones]."""
+        blocks = [b for b in _blocks_under(loop) if any(red for _, red in b.axes)]
+        if len(blocks) != 1:
+            raise Unsupported("rfactor: not one reduction block under the loop")
+        b = blocks[0]
+        writes = [a for a in b.accesses if a[3]]
+        if len(writes) != 1:
+            raise Unsupported("rfactor: the reduction writes more than one buffer")
+        out = writes[0]
+        name, scope, nbytes, shape, dims = out[0], out[1], out[2], tuple(out[4]), out[5]
+        ext = loop.extent
+        k = max(0, min(int(factor_axis), len(shape)))
+        rf_name = f"{name}.rf"  # TVM's name for the partial-results buffer
+        spatial = [i for i, (_, red) in enumerate(b.axes) if not red]
+        reduce_ = [i for i, (_, red) in enumerate(b.axes) if red]
+        # iterators of the partial-result block
+        axes, atoms, mapping = [(ext, False)], [[[loop, 1, 1, ext]]], {}
+        for i in spatial:
+            mapping[i] = [(len(axes), 1, 1, b.axes[i][0])]
+            axes.append(b.axes[i])
+            atoms.append([list(at) for at in b.atoms[i]])
+        loop_axis = {id(loop): 0}
+        red_loops = {id(at[0]) for i in reduce_ for at in b.atoms[i]}
+        spatial_loops = {id(at[0]) for i in spatial for at in b.atoms[i]}
+        for lp in _path(b):
+            if lp is not loop and (id(lp) in red_loops or (lp.red and id(lp) not in spatial_loops)):
+                loop_axis[id(lp)] = len(axes)
+                axes.append((lp.extent, True))
+                atoms.append([[lp, 1, 1, lp.extent]])
+        for i in reduce_:
+            mapping[i] = [(loop_axis[id(at[0])], at[1], at[2], at[3]) for at in b.atoms[i]]
+        rf = _Block(b.name + "_rf", axes, [], b.flops, has_init=b.has_init)
+        rf.atoms = atoms
+
+        def remap(dims_):
+            return [[t for t in terms if t[0] < 0] + compose_terms([t for t in terms if t[0] >= 0], mapping, self.exact)
+                    for terms in dims_]
+
+        rf_shape = shape[:k] + (ext,) + shape[k:]
+        out_dims = remap(dims)
+        rf_dims = out_dims[:k] + [[(0, 1, 1, ext)]] + out_dims[k:]
+        rf.accesses = [[rf_name, "global", nbytes, True, rf_shape, rf_dims]]
+        rf.accesses += [[a[0], a[1], a[2], False, a[4], remap(a[5])] for a in b.accesses if not a[3] and a[0] != name]
+        if any(not a[3] and a[0] == name for a in b.accesses):
+            rf.accesses.append([rf_name, "global", nbytes, False, rf_shape, rf_dims])
+        loop.red = False
+        # the partial-result block takes the original block's place under the loops
+        parent = b.parent
+        parent.children[parent.children.index(b)] = rf
+        rf.parent = parent
+        b.parent = None
+        # the original block reduces the partial results: iterators [factored (reduction), spatial...], under
+        # new loops [spatial..., factored] right after the nest
+        new_index = {old: 1 + j for j, old in enumerate(spatial)}
+        new_dims = [[(new_index[a], c, lw, sp) if a >= 0 else (a, c, lw, sp) for a, c, lw, sp in terms
+                     if a < 0 or a in new_index] for terms in dims]
+        b.axes = [(ext, True)] + [b.axes[i] for i in spatial]
+        b.atoms = [[] for _ in b.axes]
+        b.accesses = [[name, scope, nbytes, True, shape, new_dims],
+                      [rf_name, "global", nbytes, False, rf_shape, new_dims[:k] + [[(0, 1, 1, ext)]] + new_dims[k:]]]
+        b.flops = 1.0
+        b.has_init = True
+        node = rf
+        while not isinstance(node.parent, _Root):
+            node = node.parent
+        idx = self.root.children.index(node) + 1
+        parent, first = self.root, True
+        for i in list(range(1, len(b.axes))) + [0]:
+            e, red = b.axes[i]
+            lp = _Loop(e, red=red)
+            _attach(parent, lp, idx if first else None)
+            first = False
+            b.atoms[i] = [[lp, 1, 1, e]]
+            parent = lp
+        _attach(parent, b, idx if first else None)
+        self.blocks.append(rf)
+        return rf
+
     def transform_layout(self, b, index, is_read):
         """MetaSchedule's RewriteLayout: the buffer is stored in the order the block's loops walk it."""
         accs = [a for a in b.accesses if (not a[3]) == is_read]
@@ -567,7 +665,7 @@ class Simulator:
             for k, at in enumerate(atoms):
                 b.axes.append((at[3], False))
                 b.atoms.append([[at[0], 1, at[2], at[3]]])
-                dims.append([(base + k, 1, at[3])])
+                dims.append([(base + k, 1, 1, at[3])])
                 shape.append(at[3])
             a[4], a[5] = tuple(shape), dims
         for blk in self.blocks:
@@ -575,7 +673,7 @@ class Simulator:
                 continue
             for a in blk.accesses:
                 if a[0] == name:  # other users (the layout-rewrite preprocessing block) are not costed
-                    a[5] = [[(-1, 1, max(1, int(s)))] for s in a[4]]
+                    a[5] = [[(-1, 1, 1, max(1, int(s)))] for s in a[4]]
 
     # -- running a trace -----------------------------------------------------------------------------------
     def run(self, trace):
@@ -628,15 +726,8 @@ class Simulator:
             accesses = []
             for a in b.accesses:
                 dims = []
-                for terms in a[5]:
-                    d = []
-                    for axis, coef, span in terms:
-                        if axis < 0:
-                            d.append((n, coef, span))
-                            continue
-                        for lp, c2, lower, s2 in b.atoms[axis]:
-                            d.append((pos.get(id(lp), n), coef * c2, s2))
-                    dims.append(d)
+                for atoms in self._block_atoms_terms(b, a[5]):
+                    dims.append([(n if lp is None else pos.get(id(lp), n), coef, span) for lp, coef, lower, span in atoms])
                 accesses.append(Access(a[0], a[1], a[2], a[3], a[4], dims))
             stmts.append(Stmt(b.name, out_loops, b.flops, accesses, b.init))
         return Program(stmts, gpu=self.task.gpu, exact=self.exact[0])
@@ -656,24 +747,9 @@ def _width(dims):
 def _identity_axes(acc, n_axes):
     out = []
     for terms in acc[5]:
-        if len(terms) != 1 or terms[0][1] != 1 or terms[0][0] < 0:
+        if len(terms) != 1 or terms[0][1] != 1 or terms[0][2] != 1 or terms[0][0] < 0:
             raise Unsupported(f"inline: index of {acc[0]} is not one iterator per dimension")
         out.append(terms[0][0])
-    return out
-
-
-def _substitute(dims, axis_terms):
-    """Dims over the inlined block's iterators, rewritten over the other block's iterators."""
-    out = []
-    for terms in dims:
-        d = []
-        for axis, coef, span in terms:
-            if axis < 0 or axis not in axis_terms:
-                d.append((axis, coef, span) if axis < 0 else (-1, 1, span))
-                continue
-            for a2, c2, s2 in axis_terms[axis]:
-                d.append((a2, coef * c2, s2))
-        out.append(d)
     return out
 
 
@@ -803,6 +879,7 @@ _HANDLERS = {
     "CacheRead": _cache_read, "CacheWrite": _cache_write,
     "DecomposeReduction": lambda s, i, a, d: s.decompose_reduction(i[0], i[1]),
     "TransformLayout": _transform_layout,
+    "RFactor": lambda s, i, a, d: s.rfactor(i[0], int(a[0])),
     "EnterPostproc": _noop,
 }
 

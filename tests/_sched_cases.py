@@ -83,6 +83,20 @@ def cpu_conv(mod, inline_pad=True):
     return sch
 
 
+def cpu_rfactor(mod):
+    """MetaSchedule's AddRFactor on a matmul: the reduction split, its inner part factored out into a
+    partial-sum buffer, the final reduction computed at the output loop."""
+    sch = Schedule(mod)
+    blk = sch.get_sblock("C")
+    i, j, k = sch.get_loops(blk)
+    k0, k1 = sch.split(k, [16, 8])
+    rf = sch.rfactor(k1, 1)
+    sch.parallel(sch.get_loops(rf)[0])
+    sch.reverse_compute_at(blk, sch.get_loops(rf)[0])
+    sch.decompose_reduction(rf, sch.get_loops(rf)[2])
+    return sch
+
+
 def gpu_tiled(mod, tiles=((1, 2, 8, 2, 4), (2, 1, 16, 2, 2), (8, 2, 8)), threads_x=None, fetch_vec=2):
     """MetaSchedule's GPU tiling (SSSRRSRS) of a matmul: blockIdx / vthread / threadIdx, shared-memory
     cache reads computed at the outer reduction loop and fetched cooperatively, a local cache write."""

@@ -27,6 +27,7 @@ CPU_CASES = {
     "tiled+relu": (cases.matmul_relu, lambda m: cases.cpu_tiled(m, (2, 2, 2, 8), (2, 2, 2, 16), (8, 8), 16, True)),
     "conv, pad inlined": (cases.conv2d, cases.cpu_conv),
     "conv, pad at tile": (cases.conv2d, lambda m: cases.cpu_conv(m, inline_pad=False)),
+    "rfactor": (cases.matmul, cases.cpu_rfactor),
 }
 
 
@@ -131,16 +132,14 @@ def test_unreplayable_trace_is_reported_not_fatal(tmp_path):
 
 
 def test_unsupported_primitive_falls_back_to_the_tir_walk(tmp_path):
-    """A trace using a primitive the simulator does not model (rfactor) is replayed and walked instead."""
+    """A trace using a primitive the simulator does not model (reindex) is replayed and walked instead."""
     from costlab.datasets import open_dataset
 
     mod = cases.matmul(64)
     sch = cases.naive(mod)
-    k = sch.get_loops(sch.get_sblock("C"))[2]
-    _, ki = sch.split(k, [None, 4])
-    sch.rfactor(ki, 0)
+    sch.reindex(sch.get_sblock("C"), ("write", 0))
     trace = cases.trace_of(sch)
-    with pytest.raises(Unsupported, match="RFactor"):
+    with pytest.raises(Unsupported, match="ReIndex"):
         simulate(TaskModel(mod), trace)
     cases.dataset_of(tmp_path / "d.h5", cases.LLVM, [("matmul", mod, [json.dumps(trace)])])
     psa = create("psa")
