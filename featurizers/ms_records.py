@@ -77,10 +77,12 @@ def replay(mod, trace):
 
 
 def trace_json(sch) -> list:
-    """The trace of a live schedule as plain JSON (as a database would store it)."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    """The trace of a live schedule as plain JSON, as a MetaSchedule database stores it.
 
-    return orjson.loads(orjson.dumps(TuningRecord(sch.trace, Workload(sch.mod)).as_json()[0], default=_plain))
+    Taken from TVM's own ``Trace.as_json`` (index maps of layout transforms come as JSON text), with the
+    few TVM scalars it leaves (``IntImm``, ``Bool``) made plain.
+    """
+    return orjson.loads(orjson.dumps(sch.trace.as_json(), default=_plain))
 
 
 def _plain(obj):

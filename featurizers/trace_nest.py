@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms
+from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
 
 
 class Unsupported(Exception):
@@ -535,11 +535,12 @@ class Simulator:
                 continue
             init.atoms[i] = [[copies[id(at[0])], at[1], at[2], at[3]] if id(at[0]) in inner_ids else list(at)
                              for at in atoms if id(at[0]) not in inner_ids or id(at[0]) in copies]
-        for a in list(b.accesses):
-            if a[3]:
-                init.accesses.append([a[0], a[1], a[2], True, a[4], a[5]])
-                # the update statement now reads what it accumulates into
-                b.accesses.append([a[0], a[1], a[2], False, a[4], a[5]])
+        writes = [a for a in b.accesses if a[3]]
+        for a in writes:
+            init.accesses.append([a[0], a[1], a[2], True, a[4], a[5]])
+        # the update statement now reads what it accumulates into, first among its reads (as in TVM)
+        b.accesses = writes + [[a[0], a[1], a[2], False, a[4], a[5]] for a in writes] + \
+            [a for a in b.accesses if not a[3]]
         b.name = b.name + "_update"
         b.has_init = False
         self.blocks.append(init)
@@ -643,8 +644,9 @@ class Simulator:
         self.blocks.append(rf)
         return rf
 
-    def transform_layout(self, b, index, is_read):
-        """MetaSchedule's RewriteLayout: the buffer is stored in the order the block's loops walk it."""
+    def transform_layout(self, b, index, is_read, index_map):
+        """``transform_layout``: the buffer's layout changes everywhere, each access's index becomes the
+        index map applied to the old one (MetaSchedule's RewriteLayout uses it for weights)."""
         accs = [a for a in b.accesses if (not a[3]) == is_read]
         names = []
         for a in accs:
@@ -653,27 +655,18 @@ class Simulator:
         if index >= len(names):
             raise Unsupported("transform_layout index out of range")
         name = names[index]
-        path = _path(b)
-        for a in b.accesses:
-            if a[0] != name:
-                continue
-            atoms = [at for d in self._block_atoms_terms(b, a[5]) for at in d if at[0] is not None]
-            atoms.sort(key=lambda at: (path.index(at[0]) if at[0] in path else -1, -at[2]))
-            # one new dimension per atom, in loop order; the block indexes it through a fresh iterator each
-            base = len(b.axes)
-            dims, shape = [], []
-            for k, at in enumerate(atoms):
-                b.axes.append((at[3], False))
-                b.atoms.append([[at[0], 1, at[2], at[3]]])
-                dims.append([(base + k, 1, 1, at[3])])
-                shape.append(at[3])
-            a[4], a[5] = tuple(shape), dims
+        old_shape = next(a[4] for a in accs if a[0] == name)
+        final, new_shape = _index_map(index_map, old_shape, self.exact)
         for blk in self.blocks:
-            if blk is b:
-                continue
             for a in blk.accesses:
-                if a[0] == name:  # other users (the layout-rewrite preprocessing block) are not costed
-                    a[5] = [[(-1, 1, 1, max(1, int(s)))] for s in a[4]]
+                if a[0] != name:
+                    continue
+                old = {i: terms for i, terms in enumerate(a[5])}
+                dims = []
+                for terms in final:
+                    d = compose_terms(terms, old, self.exact)
+                    dims.append([t for t in d if t[0] < 0 or isinstance(t[0], int)])
+                a[4], a[5] = new_shape, dims
 
     # -- running a trace -----------------------------------------------------------------------------------
     def run(self, trace):
@@ -858,8 +851,64 @@ def _producers(sim, inp, attrs, dec):
 
 
 def _transform_layout(sim, inp, attrs, dec):
-    # attrs: buffer_index, buffer_index_type (0 read / 1 write), index_map, pad_value, assume_injective
-    return sim.transform_layout(inp[0], int(attrs[0]), int(attrs[1]) == 0)
+    # inputs: block, index map (TVM JSON text); attrs: buffer_index, buffer_index_type (0 read / 1 write), ...
+    return sim.transform_layout(inp[0], int(attrs[0]), int(attrs[1]) == 0, inp[1])
+
+
+def _index_map(text, old_shape, exact):
+    """An index map in TVM's JSON node-graph form as per-output-dimension terms over the input dimensions
+    (keys 0..n-1), and the shape it maps ``old_shape`` to."""
+    try:
+        graph = json.loads(text) if isinstance(text, str) else None
+        nodes = graph["nodes"]
+        root = nodes[graph["root_index"]]
+        if root.get("type") != "tirx.IndexMap":
+            raise KeyError("type")
+        inputs = nodes[root["data"]["initial_indices"]]["data"]
+        outputs = nodes[root["data"]["final_indices"]]["data"]
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise Unsupported("transform_layout: index map not understood") from None
+    key_of = {ref: i for i, ref in enumerate(inputs)}
+    spans = {i: int(old_shape[i]) if i < len(old_shape) else 1 for i in range(len(inputs))}
+
+    def form(ref):
+        node = nodes[ref]
+        kind, data = node.get("type"), node.get("data")
+        if ref in key_of:
+            i = key_of[ref]
+            return [(i, 1, 1, spans[i])], 0
+        if kind == "ir.IntImm":  # fields refer to other nodes; the value is an "int" node
+            return form(data["value"])
+        if kind == "int":
+            return [], int(data)
+        if kind in ("prim.Add", "prim.Sub"):
+            fa, ca = form(data["a"])
+            fb, cb = form(data["b"])
+            if kind == "prim.Sub":
+                fb, cb = [(k, -c, lw, sp) for k, c, lw, sp in fb], -cb
+            return fa + fb, ca + cb
+        if kind == "prim.Mul":
+            fa, ca = form(data["a"])
+            fb, cb = form(data["b"])
+            if not fb:
+                return [(k, c * cb, lw, sp) for k, c, lw, sp in fa], ca * cb
+            if not fa:
+                return [(k, c * ca, lw, sp) for k, c, lw, sp in fb], ca * cb
+        if kind in ("prim.FloorDiv", "prim.FloorMod"):
+            fa, ca = form(data["a"])
+            fb, d = form(data["b"])
+            if not fb and d > 0:
+                is_div = kind == "prim.FloorDiv"
+                return divmod_terms(fa, d, is_div, exact), (ca // d if is_div else ca % d)
+        raise Unsupported(f"transform_layout: {kind} in an index map")
+
+    final = []
+    shape = []
+    for ref in outputs:
+        terms, _ = form(ref)
+        final.append(terms)
+        shape.append(1 + sum(abs(c) * (sp - 1) for _, c, _, sp in terms))
+    return final, tuple(shape)
 
 
 def _noop(sim, inp, attrs, dec):

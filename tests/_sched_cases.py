@@ -83,6 +83,13 @@ def cpu_conv(mod, inline_pad=True):
     return sch
 
 
+def cpu_layout(mod):
+    """The tiled matmul with B stored in the order its tile walks it (what RewriteLayout does to weights)."""
+    sch = cpu_tiled(mod, (2, 2, 2, 8), (2, 2, 1, 16), (8, 8))
+    sch.transform_layout(sch.get_sblock("C_update"), ("read", 2), lambda k, j: (j // 16, k, j % 16))
+    return sch
+
+
 def cpu_rfactor(mod):
     """MetaSchedule's AddRFactor on a matmul: the reduction split, its inner part factored out into a
     partial-sum buffer, the final reduction computed at the output loop."""

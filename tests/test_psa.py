@@ -28,6 +28,7 @@ CPU_CASES = {
     "conv, pad inlined": (cases.conv2d, cases.cpu_conv),
     "conv, pad at tile": (cases.conv2d, lambda m: cases.cpu_conv(m, inline_pad=False)),
     "rfactor": (cases.matmul, cases.cpu_rfactor),
+    "layout rewrite": (lambda: cases.matmul(64), cases.cpu_layout),
 }
 
 
