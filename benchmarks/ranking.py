@@ -1,0 +1,167 @@
+"""Ranking quality of costlab's cost models against the baselines, side by side on the same split.
+
+Sections (run one or several with --section):
+
+  models  On a measured CPU dataset (DATA.h5 with a stored split): top-1, top-5 and pairwise accuracy of
+          TLP, PaCM, MetaSchedule's XGBoost, the SegmentSum MLP, PSA and random, all by the same
+          `evaluate`, plus training records/s on this machine. Targets: TLP and PaCM top-1 >= XGBoost's
+          + 0.03 and >= 0.90; top-5 >= 0.95.
+  mtl     Two platforms measured on the same programs: with --keep of the target's labels, the multi-task
+          model vs a single-platform model trained on the same labels (top-1 on held-out tasks).
+  moa     Fine-tuning from platform A to B by the momentum rule on a small target sample vs training on
+          that sample from scratch.
+  public  TLP on public TenSet-format (Ansor) logs, one network held out at a time.
+
+    python benchmarks/ranking.py --section models --data ranking.h5 --split task-s0
+    python benchmarks/ranking.py --section public --logs ../shared/data/ansor_logs/xeon8358
+    python benchmarks/ranking.py --section mtl --data two.h5 --split task-s0 --target llvm-1c --source llvm-2c
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from costlab.cli import main as costlab
+from costlab.featurizers.cache import build_cache
+from costlab.train.config import load_config
+from costlab.train.evaluate import evaluate
+from costlab.train.fit import train
+
+
+OVERRIDES: list = []
+
+
+def _train(data, out, model, split, platforms, epochs, extra=()):
+    cfg = load_config(None, [f"trainer.max_epochs={epochs}", *OVERRIDES, *extra], model=model, data=str(data), split=split,
+                      platforms=list(platforms), out=str(out))
+    return train(cfg, progress=False)
+
+
+def _row(name, result, train_summary=None):
+    rps = (train_summary or {}).get("train_records_per_s")
+    return dict(model=name, top1=result["top1"], top5=result["top5"], pairwise=result["pairwise"],
+                ndcg=result["ndcg"], train_records_per_s=rps)
+
+
+def _print_table(rows, title, baseline="xgb"):
+    base = next((r for r in rows if r["model"] == baseline), None)
+    print(f"\n## {title}\n")
+    print("| model | top-1 | top-5 | pairwise | NDCG | top-1 − baseline | train records/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        diff = f"{r['top1'] - base['top1']:+.4f}" if base else "—"
+        rps = f"{r['train_records_per_s']:.0f}" if r.get("train_records_per_s") else "—"
+        print(f"| {r['model']} | {r['top1']:.4f} | {r['top5']:.4f} | {r['pairwise']:.4f} | {r['ndcg']:.4f} | {diff} | {rps} |")
+    sys.stdout.flush()
+
+
+def section_models(args, work: Path) -> list:
+    platform = args.platform
+    for f in ("tlp", "pacm", "psa"):
+        t0 = time.perf_counter()
+        stats = build_cache(args.data, f, platform, progress=False)
+        print(f"featurize {f}: {stats['computed']} records in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    rows = []
+    for model in ("tlp", "pacm", "xgb", "mlp"):
+        s = _train(args.data, work / model, model, args.split, [platform], args.epochs)
+        rows.append(_row(model, evaluate(str(work / model), args.data, split=args.split, platform=platform), s))
+    for name in ("psa", "random"):
+        rows.append(_row(name, evaluate(name, args.data, split=args.split, platform=platform)))
+    _print_table(rows, f"Ranking on {args.data} ({platform}, split {args.split}, test part)")
+    return rows
+
+
+def section_mtl(args, work: Path) -> list:
+    build_cache(args.data, "tlp", args.target, progress=False)
+    keep = [f"data_options.keep_fraction={{{args.target}: {args.keep}}}"]
+    single = _train(args.data, work / "single", "tlp", args.split, [args.target], args.epochs, keep)
+    multi = _train(args.data, work / "mtl", "mtl", args.split, [args.target, args.source], args.epochs, keep)
+    rows = [_row(f"tlp, {args.keep:.0%} of {args.target}", evaluate(str(work / "single"), args.data, split=args.split, platform=args.target), single),
+            _row(f"mtl, {args.keep:.0%} of {args.target} + {args.source}", evaluate(str(work / "mtl"), args.data, split=args.split, platform=args.target), multi)]
+    _print_table(rows, f"MTL: target {args.target} with {args.keep:.0%} of its labels", baseline=rows[0]["model"])
+    return rows
+
+
+def section_moa(args, work: Path) -> list:
+    build_cache(args.data, "tlp", args.source, progress=False)
+    _train(args.data, work / "source", "tlp", args.split, [args.source], args.epochs)
+    keep = [f"data_options.keep_fraction={{{args.target}: {args.keep}}}"]
+    scratch = _train(args.data, work / "scratch", "tlp", args.split, [args.target], args.epochs, keep)
+    cfg = load_config(None, [f"trainer.max_epochs={args.epochs}", *OVERRIDES, *keep], model="tlp", data=str(args.data),
+                      split=args.split, platforms=[args.target], out=str(work / "moa"))
+    cfg.update(init_from=str(work / "source"), momentum=0.99, momentum_every=2)
+    moa = train(cfg, progress=False)
+    rows = [_row(f"scratch on {args.keep:.0%} of {args.target}", evaluate(str(work / "scratch"), args.data, split=args.split, platform=args.target), scratch),
+            _row(f"MoA from {args.source}", evaluate(str(work / "moa"), args.data, split=args.split, platform=args.target), moa),
+            _row(f"{args.source} model as is", evaluate(str(work / "source"), args.data, split=args.split, platform=args.target))]
+    _print_table(rows, f"MoA: {args.source} -> {args.target} with {args.keep:.0%} of the target's labels", baseline=rows[0]["model"])
+    return rows
+
+
+def section_public(args, work: Path) -> list:
+    rows = []
+    for logs in args.logs:
+        logs = Path(logs)
+        data = work / f"{logs.name}.h5"
+        if costlab(["dataset", "import-ansor", str(logs), "-o", str(data), "--network-per-file"]) != 0:
+            raise SystemExit(f"import of {logs} failed")
+        from costlab.datasets import open_dataset
+
+        with open_dataset(data) as ds:
+            nets, platform = sorted(ds.networks), ds.record_platforms()[0]
+        build_cache(data, "tlp", platform, progress=False)
+        for net in nets:
+            costlab(["dataset", "split", str(data), "--held-out", net, "--name", f"hold-{net}"])
+            out = work / f"{logs.name}-{net}"
+            s = _train(data, out, "tlp", f"hold-{net}", [platform], args.epochs)
+            for name, model in (("tlp", str(out)), ("random", "random")):
+                r = evaluate(model, data, split=f"hold-{net}", platform=platform)
+                rows.append(_row(f"{name}: {logs.name}, held out {net}", r, s if name == "tlp" else None))
+    _print_table(rows, "TLP on public Ansor/TenSet logs, one network held out at a time", baseline="none")
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--section", action="append", choices=["models", "mtl", "moa", "public"], required=True)
+    p.add_argument("--data", type=Path)
+    p.add_argument("--split", default=None)
+    p.add_argument("--platform", help="platform of the models section (default: the first)")
+    p.add_argument("--target"), p.add_argument("--source")
+    p.add_argument("--keep", type=float, default=0.1, help="fraction of target labels kept (mtl, moa)")
+    p.add_argument("--logs", nargs="*", default=[])
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--work", type=Path, help="keep runs here (default: a temporary folder)")
+    p.add_argument("--json", type=Path, help="also write all rows here")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="training config override for every model trained, e.g. net.d_model=128")
+    args = p.parse_args(argv)
+    OVERRIDES[:] = args.set
+    if args.data and not args.platform:
+        from costlab.datasets import open_dataset
+
+        with open_dataset(args.data) as ds:
+            args.platform = ds.record_platforms()[0]
+    work = args.work or Path(tempfile.mkdtemp(prefix="costlab-ranking-"))
+    work.mkdir(parents=True, exist_ok=True)
+    out = {}
+    try:
+        for section in args.section:
+            (work / section).mkdir(parents=True, exist_ok=True)
+            out[section] = globals()[f"section_{section}"](args, work / section)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
