@@ -284,6 +284,7 @@ class DatasetWriter:
         self.tasks = _read_tasks(self._f)
         self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
         self.networks = _read_networks(self._f)
+        self._tables_read = self._table_state() if "tasks" in self._f else None
         self._known_ids: dict[str, np.ndarray] = {}
         self._pending: dict[str, list[dict]] = {}  # platform -> column chunks not yet written
         self.added: dict[str, int] = {}
@@ -339,8 +340,20 @@ class DatasetWriter:
             merged[int(t)] = merged.get(int(t), 0.0) + float(w)
         self.networks[name] = sorted(merged.items())
 
+    def _table_state(self):
+        """The tables' content, to tell whether a transaction changed them (strings compare by identity first)."""
+        tasks = [(t.workload_hash, t.dialect, t.workload, t.name, t.kernel_class, t.flops,
+                  json.dumps(t.extra, sort_keys=True)) for t in self.tasks]
+        platforms = {p: (json.dumps(v.target, sort_keys=True), json.dumps(v.spec, sort_keys=True))
+                     for p, v in self.platforms.items()}
+        return tasks, {n: list(v) for n, v in self.networks.items()}, platforms
+
     def _write_tables(self) -> None:
         f = self._f
+        # HDF5 does not reuse the space of deleted datasets: rewriting unchanged tables (a measurement
+        # batch that only appends records) would grow the file by the whole task table every time.
+        if self._tables_read is not None and self._table_state() == self._tables_read:
+            return
         for name in ("tasks", "networks", "platforms"):
             if name in f:
                 del f[name]

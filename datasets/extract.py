@@ -1,0 +1,240 @@
+"""``costlab dataset extract``: MetaSchedule tuning tasks from networks, with each task's weight per network.
+
+Three sources:
+
+- TVM's benchmark workloads (``tvm.s_tir.meta_schedule.testing.te_workload``) by name, ``GMM`` or with
+  shape arguments ``GMM:1,128,128,128``: each a network of one task, weight 1;
+- Hugging Face ``transformers`` architectures (``bert``, ``gpt2``, ``vit``, ``resnet``, ``mobilenet_v2``,
+  ...) built from small configs written here, with random weights: nothing is downloaded;
+- any PyTorch ``module:function`` returning ``(model, example_inputs)``.
+
+Networks go ``torch.export`` -> ``relax.frontend.torch.from_exported_program`` -> the passes
+MetaSchedule's ``static_shape_tuning_pipeline`` runs before tuning (decompose for inference, legalize,
+fuse) -> ``relax_integration.extract_tasks``. Each task's workload is stored as a MetaSchedule database
+stores it (``Workload(mod).as_json()``), so tasks extracted here and records imported later from a tuning
+run of the same network are the same tasks. The target is only used to extract (it selects legalization
+and fusion); it is recorded with a platform when measuring, not here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from dataclasses import dataclass, field
+
+from costlab.datasets.errors import InputError
+from costlab.datasets.store import DatasetWriter
+from costlab.datasets.targets import normalize_target
+
+
+@dataclass
+class ExtractedNetwork:
+    name: str
+    tasks: list = field(default_factory=list)  # (task_name, IRModule or PrimFunc, weight)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- TVM benchmark workloads ----------------------------------------------------------------------------
+
+def _parse_arg(text: str):
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return text  # e.g. a dtype
+
+
+def te_workload_task(spec: str):
+    """``(canonical name, PrimFunc)`` of ``NAME`` or ``NAME:ARG,ARG,...`` (default: the first shape TVM lists)."""
+    from tvm import te
+    from tvm.s_tir.meta_schedule.testing import te_workload
+
+    name, _, args = spec.partition(":")
+    name = name.strip().upper()
+    if name not in te_workload.CONFIGS:
+        raise ValueError(f"unknown te_workload {name!r} (known: {', '.join(sorted(te_workload.CONFIGS))})")
+    func, shapes = te_workload.CONFIGS[name]
+    params = tuple(_parse_arg(a) for a in args.split(",")) if args.strip() else tuple(shapes[0])
+    try:
+        tensors = func(*params)
+    except TypeError as exc:
+        raise ValueError(f"bad arguments for {name}: {exc} (e.g. {name}:{','.join(map(str, shapes[0]))})") from None
+    return f"{name}:{','.join(map(str, params))}", te.create_prim_func(tensors)
+
+
+# -- Hugging Face architectures -----------------------------------------------------------------------
+
+def hf_model(arch: str, batch: int, seq_len: int):
+    """``(model, example_inputs)`` of a small randomly initialised ``transformers`` model (nothing downloaded).
+
+    Sizes are small (hidden 64, 2 layers, 32x32 or 64x64 images) so that extraction takes seconds; the
+    task *kinds* are those of the full models.
+    """
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    arch = arch.lower().replace("-", "_")
+    text = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+    ids = lambda vocab: torch.randint(0, vocab, (batch, seq_len))  # noqa: E731
+    if arch == "bert":
+        cfg = tf.BertConfig(vocab_size=1000, max_position_embeddings=max(64, seq_len), **text)
+        return tf.BertModel(cfg, add_pooling_layer=False), (ids(1000),)
+    if arch == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=1000, n_positions=max(64, seq_len), n_embd=64, n_layer=2, n_head=2,
+                            n_inner=128, use_cache=False)
+        return tf.GPT2Model(cfg), (ids(1000),)
+    if arch == "vit":
+        cfg = tf.ViTConfig(image_size=32, patch_size=8, num_channels=3, **text)
+        return tf.ViTModel(cfg, add_pooling_layer=False), (torch.randn(batch, 3, 32, 32),)
+    if arch == "resnet":
+        cfg = tf.ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                              layer_type="basic")
+        return tf.ResNetModel(cfg), (torch.randn(batch, 3, 64, 64),)
+    if arch == "mobilenet_v2":
+        cfg = tf.MobileNetV2Config(num_channels=3, image_size=64, depth_multiplier=0.35)
+        return tf.MobileNetV2Model(cfg), (torch.randn(batch, 3, 64, 64),)
+    raise ValueError(f"unknown architecture {arch!r} (known: {', '.join(HF_ARCHS)})")
+
+
+HF_ARCHS = ("bert", "gpt2", "vit", "resnet", "mobilenet_v2")
+
+
+class _FirstOutput:
+    """Wraps a model so that it returns one tensor (``transformers`` models return output objects)."""
+
+    def __new__(cls, model):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *args):
+                out = self.inner(*args)
+                if isinstance(out, torch.Tensor):
+                    return out
+                if isinstance(out, dict):
+                    return next(iter(out.values()))
+                return out[0]
+
+        return Wrapped(model)
+
+
+def _torch_fn_model(spec: str):
+    mod_name, sep, fn_name = spec.partition(":")
+    if not sep or not mod_name or not fn_name:
+        raise ValueError(f"--torch wants MODULE:FUNCTION, got {spec!r}")
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {mod_name!r}: {exc}") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ValueError(f"{mod_name!r} has no function {fn_name!r}")
+    result = fn()
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ValueError(f"{spec} must return (model, example_inputs), got {type(result).__name__}")
+    model, inputs = result
+    return model, tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+
+
+def network_tasks(model, inputs, target) -> list:
+    """``(task_name, IRModule, weight)`` per MetaSchedule task of a PyTorch model."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+    from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
+
+    model = _FirstOutput(model.eval())
+    with torch.no_grad():
+        exported = torch.export.export(model, tuple(inputs))
+    mod = from_exported_program(exported, keep_params_as_input=False)
+    with target:
+        mod = tvm.transform.Sequential([
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            relax.pipeline.zero_pipeline(),
+        ])(mod)
+    return [(str(t.task_name), t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
+
+
+def _store(data, net: ExtractedNetwork) -> tuple[int, int]:
+    """Write one network (its own transaction); returns (tasks, of which new)."""
+    from costlab.datasets.ms_workload import describe, workload_json
+
+    rows = []
+    for name, mod, weight in net.tasks:
+        shash, b64 = workload_json(mod)
+        info = describe(workload_json_mod(mod))
+        rows.append((shash, b64, name, info, weight))
+    with DatasetWriter(data) as w:
+        before = len(w.tasks)
+        weights = []
+        for shash, b64, name, info, weight in rows:
+            t = w.add_task(shash, "ms", b64, name=name, kernel_class=info.kernel_class, flops=info.flops)
+            weights.append((t, weight))
+        w.set_network(net.name, weights)
+        return len({t for t, _ in weights}), len(w.tasks) - before
+
+
+def workload_json_mod(mod):
+    """The IRModule MetaSchedule tunes for ``mod`` (a PrimFunc is normalized as ``tune_tir`` does)."""
+    from tvm import tirx
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    return _normalize_mod(mod) if isinstance(mod, tirx.PrimFunc) else mod
+
+
+def extract(data, target="llvm -num-cores=2", workloads=(), hf=(), torch_fns=(), batch: int = 1,
+            seq_len: int = 32) -> str:
+    """Extract tasks into the dataset ``data`` (created if missing); returns a summary (tasks per network).
+
+    A network that fails (export, conversion, extraction) is reported with the reason and skipped; the
+    others are still extracted. Raises ``InputError`` only when nothing could be extracted.
+    """
+    import tvm
+
+    try:
+        tgt = tvm.target.Target(normalize_target(target))
+    except Exception as exc:
+        raise InputError(data, f"bad target {target!r}: {exc}") from None
+    jobs = [("workload", w) for w in workloads] + [("hf", a) for a in hf] + [("torch", f) for f in torch_fns]
+    lines, failures = [], []
+    for i, (kind, spec) in enumerate(jobs):
+        started = time.time()
+        _log(f"[{i + 1}/{len(jobs)}] extracting {kind} {spec} ...")
+        try:
+            if kind == "workload":
+                name, func = te_workload_task(spec)
+                net = ExtractedNetwork(name, [(name, func, 1.0)])
+            else:
+                if kind == "hf":
+                    model, inputs = hf_model(spec, batch, seq_len)
+                    name = f"{spec.lower()}-b{batch}" + (f"-s{seq_len}" if spec.lower() in ("bert", "gpt2") else "")
+                else:
+                    model, inputs = _torch_fn_model(spec)
+                    name = spec
+                net = ExtractedNetwork(name, network_tasks(model, inputs, tgt))
+                if not net.tasks:
+                    raise ValueError("no tunable tasks found")
+            n, new = _store(data, net)
+        except InputError:
+            raise
+        except Exception as exc:  # report which network failed and why, then go on with the others
+            reason = str(exc).strip().splitlines()
+            reason = reason[-1] if reason else type(exc).__name__
+            failures.append(f"  {kind} {spec}: FAILED: {type(exc).__name__}: {reason[:300]}")
+            _log(failures[-1])
+            continue
+        weight = sum(w for _, _, w in net.tasks)
+        lines.append(f"  {net.name}: {n} tasks ({new} new), {weight:g} task instances  [{time.time() - started:.1f} s]")
+    if not lines:
+        raise InputError(data, "nothing extracted:\n" + "\n".join(failures))
+    return f"{data}: extracted {len(lines)} network(s)\n" + "\n".join(lines + failures)

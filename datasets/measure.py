@@ -1,0 +1,343 @@
+"""``costlab dataset measure``: sample candidate programs per MetaSchedule task, build and run them, and
+store every result (failures included) as records of one platform.
+
+Sampling mixes two of MetaSchedule's own search strategies over the task's design space
+(``post-order-apply`` with the target's default rules), each in its own ``TuneContext``:
+
+- ``ReplayTrace``: the design spaces' traces replayed with freshly sampled decisions, postprocessors
+  applied (uniform random programs, as TenSet sampled);
+- ``EvolutionarySearch`` under ``RandomModel``: random initial population, mutated and selected by a
+  random cost model (programs near others, which random replay rarely yields).
+
+Candidates are taken alternately from both, and a program already measured on the platform (same
+program id) is never measured again. Candidates are built with ``LocalBuilder`` and run with
+``LocalRunner`` (or ``RPCRunner`` through a tracker); each batch is saved in its own dataset transaction,
+so an interruption loses at most the batch in flight and a re-run continues where it stopped.
+
+Records hold the trace exactly as MetaSchedule's database writes it (``sch.trace.as_json()``, written
+compactly), so a program has the same id here as when ``import-ms`` reads it from a tuning database.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from itertools import zip_longest
+
+import numpy as np
+
+from costlab.datasets import records as rec
+from costlab.datasets.errors import InputError
+from costlab.datasets.ms_database import compact_json, costs_and_error
+from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
+from costlab.datasets.store import DatasetWriter, open_dataset
+from costlab.datasets.targets import normalize_target, platform_id_for
+
+
+@dataclass
+class MeasureOptions:
+    target: str | dict = "llvm -num-cores=2"
+    per_task: int = 32  # records wanted per task on the platform (existing ones count)
+    platform: str | None = None  # default: derived from the target
+    tasks: str | None = None  # comma-separated task indices or names; default all MetaSchedule tasks
+    same_programs_as: str | None = None  # replay the programs recorded on this platform instead of sampling
+    batch_size: int = 16  # candidates built, run and saved at once
+    seed: int = 0
+    builder_timeout: float = 30.0
+    number: int = 3  # runs averaged into one cost
+    repeat: int = 1  # costs per candidate
+    rpc_key: str | None = None
+    rpc_host: str = "127.0.0.1"
+    rpc_port: int = 9190
+    runner_timeout: float = 30.0
+    min_repeat_ms: int = 100  # MetaSchedule's default: repeat short kernels until a run takes this long
+    progress: bool = True
+
+
+def build_without_intrinsic_registry(mod, target, _params):
+    """MetaSchedule's ``default_build`` without its ``import tvm.s_tir.tensor_intrin``.
+
+    That import only registers tensor intrinsics for *scheduling* (``tensorize``); an already scheduled
+    module never consults the registry when it is compiled. In a fresh builder worker it takes 10-25 s
+    here, counted against the build timeout, so with MetaSchedule's default most builds of each batch
+    (the builder starts fresh workers per batch) failed as timeouts although they compile in well under
+    a second. Used as ``LocalBuilder(f_build=...)``; the worker imports this module by name.
+    """
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
+def _rand_state(seed: int, task: int, have: int, stream: int) -> int:
+    """A TuneContext random state in [1, 2^31 - 1], different per task, per stream and per resume point
+    (so that a continued run does not propose the candidates of the first one again)."""
+    x = (seed * 1_000_003 + task * 7_919 + have * 104_729 + stream * 15_485_863) % (2**31 - 2)
+    return x + 1
+
+
+class _Sampler:
+    """Alternating candidates from ReplayTrace and EvolutionarySearch(RandomModel) on one task."""
+
+    MAX_EMPTY_ROUNDS = 8  # rounds in a row without a new program before the space counts as exhausted
+
+    def __init__(self, mod, target, seed: int, per_iter: int):
+        from tvm.s_tir import meta_schedule as ms
+
+        self.ms = ms
+        self.per_iter = max(1, per_iter)
+        self.contexts = []
+        for stream, strategy in enumerate((
+            ms.search_strategy.ReplayTrace(),
+            ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32),
+        )):
+            ctx = ms.TuneContext(mod, target=target, space_generator="post-order-apply",
+                                 search_strategy=strategy, rand_state=seed + stream, num_threads="physical")
+            self.contexts.append(ctx)
+        self.spaces = self.contexts[0].generate_design_space()
+        for ctx in self.contexts:
+            self._start(ctx)
+
+    def _start(self, ctx) -> None:
+        ms = self.ms
+        ctx.pre_tuning(1 << 30, self.per_iter, self.spaces, ms.database.MemoryDatabase(), ms.cost_model.RandomModel())
+
+    def _draw(self, ctx) -> list:
+        cands = ctx.generate_measure_candidates()
+        if not cands:  # the strategy ran out (e.g. evolutionary search failed to sample): restart it
+            ctx.post_tuning()
+            self._start(ctx)
+            cands = ctx.generate_measure_candidates() or []
+        cands = list(cands)
+        # The strategies only advance when told the results; the measured ones are recorded by costlab.
+        ctx.notify_runner_results(cands, [self.ms.runner.RunnerResult([1.0], None) for _ in cands])
+        return cands
+
+    def sample(self, n: int, known: set, workload_hash: str) -> list[tuple[object, str, int]]:
+        """Up to ``n`` new candidates as ``(candidate, schedule text, program id)``; fewer only when the
+        design space yields no new program for several rounds."""
+        out: list[tuple[object, str, int]] = []
+        empty = 0
+        while len(out) < n and empty < self.MAX_EMPTY_ROUNDS:
+            drawn = [self._draw(ctx) for ctx in self.contexts]
+            before = len(out)
+            for cand in (c for pair in zip_longest(*drawn) for c in pair if c is not None):
+                schedule = compact_json(trace_json(cand.sch.trace))
+                pid = rec.program_id("ms", workload_hash, schedule)
+                if pid in known or len(out) >= n:
+                    continue
+                known.add(pid)
+                out.append((cand, schedule, pid))
+            empty = empty + 1 if len(out) == before else 0
+        return out
+
+
+def _replay(mod, schedule: str):
+    """A measure candidate for a recorded trace (as ``TuningRecord.as_measure_candidate`` builds one)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    sch = Schedule(mod)
+    Trace.apply_json_to_schedule(json.loads(schedule), sch)
+    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+    return ms.MeasureCandidate(sch, args)
+
+
+def _make_runner(opts: MeasureOptions):
+    from tvm.s_tir import meta_schedule as ms
+
+    evaluator = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
+                                          min_repeat_ms=opts.min_repeat_ms, enable_cpu_cache_flush=False)
+    if opts.rpc_key:
+        config = ms.runner.RPCConfig(tracker_host=opts.rpc_host, tracker_port=opts.rpc_port,
+                                     tracker_key=opts.rpc_key, session_timeout_sec=int(max(opts.runner_timeout, 10)))
+        return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+    return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator)
+
+
+def build_and_run(builder, runner, target, candidates) -> list[tuple[list[float], int, str | None]]:
+    """``(raw costs, error code, error message)`` per candidate; failures get MetaSchedule's ``[1e10]``."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import remove_build_dir
+
+    import tvm
+
+    # The runner wants the device name ("cpu", "cuda"), not the target kind ("llvm").
+    device = str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
+    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
+    out: list = [None] * len(candidates)
+    inputs, where = [], []
+    for i, b in enumerate(built):
+        if b.error_msg is None:
+            inputs.append(ms.runner.RunnerInput(b.artifact_path, device, candidates[i].args_info))
+            where.append(i)
+        else:
+            out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(b.error_msg))
+    try:
+        for i, fut in zip(where, runner.run(inputs) if inputs else []):
+            res = fut.result()
+            if res.error_msg is not None or res.run_secs is None:
+                out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(res.error_msg))
+            else:
+                costs, error = costs_and_error([float(plain_json(x)) for x in res.run_secs])
+                out[i] = (costs, error, None)
+    finally:
+        for i in where:
+            try:
+                remove_build_dir(built[i].artifact_path)
+            except OSError:
+                pass
+    return out
+
+
+def _short_error(msg: str) -> str:
+    """The gist of a builder/runner error: its first line and its last non-empty line."""
+    lines = [x.strip() for x in str(msg).strip().splitlines() if x.strip()]
+    if not lines:
+        return "unknown error"
+    return lines[0][:100] if len(lines) == 1 else f"{lines[0][:60]} ... {lines[-1][:120]}"
+
+
+def _select_tasks(ds, spec: str | None, path) -> list:
+    ms_tasks = [t for t in ds.tasks if t.dialect == "ms"]
+    if not spec:
+        return ms_tasks
+    by_name = {}
+    for t in ds.tasks:
+        by_name.setdefault(t.name, t)
+    chosen = []
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        if item.isdigit() and int(item) < len(ds.tasks):
+            t = ds.tasks[int(item)]
+        elif item in by_name:
+            t = by_name[item]
+        else:
+            raise InputError(path, f"no task {item!r} (give task indices 0..{len(ds.tasks) - 1} or names; "
+                                   "`costlab dataset info` lists them)")
+        if t.dialect != "ms":
+            raise InputError(path, f"task {item!r} is an Ansor task; only MetaSchedule tasks can be measured")
+        if t not in chosen:
+            chosen.append(t)
+    return chosen
+
+
+def measure(data, opts: MeasureOptions) -> str:
+    """Measure candidates of the dataset's MetaSchedule tasks on one platform; returns a summary."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        target = tvm.target.Target(normalize_target(opts.target))
+    except Exception as exc:
+        raise InputError(data, f"bad target {opts.target!r}: {exc}") from None
+    target_json = plain_json(target.export())
+    pid = opts.platform or platform_id_for(target_json)
+
+    with open_dataset(data) as ds:
+        tasks = _select_tasks(ds, opts.tasks, data)
+        if not tasks:
+            raise InputError(data, "has no MetaSchedule tasks to measure (run `costlab dataset extract` first)")
+        have: dict[int, set] = {t.index: set() for t in tasks}
+        if pid in ds.record_platforms():
+            table = ds.records(pid)
+            for t, p in zip(table.task.tolist(), table.program_id.tolist()):
+                if t in have:
+                    have[t].add(p)
+        replay: dict[int, list[tuple[str, int]]] = {}
+        if opts.same_programs_as:
+            src = ds.records(opts.same_programs_as)
+            groups = src.rows_by_task()
+            for t in tasks:
+                rows = groups.get(t.index, np.zeros(0, np.int64))
+                ids = src.program_id[rows] if rows.size else []
+                replay[t.index] = [(s, int(i)) for s, i in zip(src.schedules(rows), ids) if int(i) not in have[t.index]]
+
+    if opts.same_programs_as:
+        todo = {t.index: len(replay[t.index]) for t in tasks}
+    else:
+        todo = {t.index: max(0, opts.per_task - len(have[t.index])) for t in tasks}
+    total = sum(todo.values())
+    if total == 0:
+        return f"{data}: nothing to measure on {pid!r} ({len(tasks)} task(s) already have their records)"
+
+    builder = ms.builder.LocalBuilder(timeout_sec=opts.builder_timeout, f_build=build_without_intrinsic_registry)
+    runner = _make_runner(opts)
+    bar = None
+    if opts.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="cand", desc=f"measure {pid}")
+    lines, measured, failed, short = [], 0, 0, []
+    errors: dict[str, int] = {}
+    started = time.time()
+    try:
+        for task in tasks:
+            n = todo[task.index]
+            if n == 0:
+                continue
+            if bar is not None:
+                bar.set_postfix_str(task.name[:40])
+            mod = decode_workload(task.workload_hash, task.workload)
+            sampler = None
+            if not opts.same_programs_as:
+                seed = _rand_state(opts.seed, task.index, len(have[task.index]), 0)
+                sampler = _Sampler(mod, target, seed, max(1, opts.batch_size // 2))
+            queue = list(replay.get(task.index, []))
+            done = task_failed = 0
+            while done < n:
+                size = min(opts.batch_size, n - done)
+                if sampler is not None:
+                    batch = sampler.sample(size, have[task.index], task.workload_hash)
+                    if not batch:
+                        short.append(f"task {task.index} {task.name}: design space gave only "
+                                     f"{len(have[task.index])} distinct programs")
+                        if bar is not None:
+                            bar.total -= n - done
+                        break
+                else:
+                    batch = []
+                    for schedule, prog in queue[:size]:
+                        try:
+                            batch.append((_replay(mod, schedule), schedule, prog))
+                        except Exception as exc:  # a trace that does not apply to this workload
+                            short.append(f"task {task.index} {task.name}: program {prog:016x} does not replay "
+                                         f"({str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__})")
+                    del queue[:size]
+                    if not batch:
+                        done += size
+                        if bar is not None:
+                            bar.update(size)
+                        continue
+                results = build_and_run(builder, runner, target, [c for c, _, _ in batch])
+                now = time.time()
+                records = rec.RecordBatch()
+                for (_, schedule, prog), (costs, error, msg) in zip(batch, results):
+                    records.append(task.index, schedule, costs, error, now, prog)
+                    task_failed += error != rec.ERROR_NONE
+                    if msg:
+                        reason = _short_error(msg)
+                        errors[reason] = errors.get(reason, 0) + 1
+                with DatasetWriter(data) as w:  # one transaction per batch: Ctrl-C loses only this batch
+                    w.add_platform(pid, target_json)
+                    w.add_records(pid, records)
+                for _, _, prog in batch:
+                    have[task.index].add(prog)
+                done += len(batch) if sampler is not None else size
+                measured += len(batch)
+                if bar is not None:
+                    bar.update(len(batch) if sampler is not None else size)
+            failed += task_failed
+            lines.append(f"  task {task.index} {task.name}: {len(have[task.index])} records on {pid} "
+                         f"({task_failed} of the new ones failed)")
+    finally:
+        if bar is not None:
+            bar.close()
+    text = (f"{data}: measured {measured} candidates of {len(lines)} task(s) on {pid!r} "
+            f"({failed} failed) in {time.time() - started:.0f} s\n" + "\n".join(lines))
+    for reason, count in sorted(errors.items(), key=lambda kv: -kv[1])[:5]:
+        text += f"\n  failure x{count}: {reason}"
+    for msg in short:
+        text += f"\n  note: {msg}"
+    return text
