@@ -115,15 +115,31 @@ def _reduction_kind(block) -> str:
 
 
 def _blocks(mod):
+    """The blocks of every PrimFunc of a module (root excluded), found by walking the statement tree
+    (this TVM has no Python ``post_order_visit`` for TIR)."""
     from tvm import tirx
-    from tvm.s_tir import SBlock
 
     found = []
+
+    def visit(node):
+        k = type(node).__name__
+        if k == "SeqStmt":
+            for s in node.seq:
+                visit(s)
+        elif k == "SBlockRealize":
+            if node.block.name_hint != "root":
+                found.append(node.block)
+            visit(node.block.body)
+        elif k == "IfThenElse":
+            visit(node.then_case)
+            if node.else_case is not None:
+                visit(node.else_case)
+        elif getattr(node, "body", None) is not None:
+            visit(node.body)
+
     for _, func in mod.functions_items():
         if isinstance(func, tirx.PrimFunc):
-            tirx.stmt_functor.post_order_visit(
-                func.body, lambda n: found.append(n) if isinstance(n, SBlock) and n.name_hint != "root" else None
-            )
+            visit(func.body)
     return found
 
 
