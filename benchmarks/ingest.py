@@ -1,0 +1,222 @@
+"""Ingest speed and memory of the two log importers (Ansor/TenSet logs, MetaSchedule databases).
+
+Generates logs of N records by replicating real records (the public Ansor logs in ../shared/data, or the
+test fixtures without them; the MetaSchedule database in tests/fixtures/ms_tune_db) with fresh costs and
+perturbed schedules, so every record is a new program. Each import runs in a fresh subprocess, which
+reports its wall time and its peak resident memory (``getrusage`` max RSS: it includes h5py's and HDF5's C
+allocations, which tracemalloc does not see) before and during the import. Running two sizes shows
+whether memory grows with the number of records.
+
+    flock /tmp/costlab-cpu.lock .venv/bin/python benchmarks/ingest.py            # 250k and 1M records
+    .venv/bin/python benchmarks/ingest.py --sizes 20000 50000 --work /tmp/x    # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+ANSOR_SOURCES = [REPO.parent / "shared" / "data" / "ansor_logs", REPO / "tests" / "fixtures" / "ansor"]
+MS_SOURCE = REPO / "tests" / "fixtures" / "ms_tune_db"
+TARGET_RATE = 50_000  # records/s
+
+
+# -- generated inputs ---------------------------------------------------------------------------------------
+
+def _ansor_source() -> list[dict]:
+    for folder in ANSOR_SOURCES:
+        files = sorted(folder.rglob("*.json")) if folder.exists() else []
+        if files:
+            return [orjson.loads(line) for f in files for line in f.read_bytes().splitlines() if line.strip()]
+    raise SystemExit("no Ansor logs found to replicate")
+
+
+def generate_ansor(sizes: list[int], out_dir: Path, seed: int = 0) -> dict[int, Path]:
+    """One log per size; the smaller ones are prefixes of the largest. Replica r of a record has the first
+    tile length L of its first split step set to L * 100000 + r (so its program id is new, and no two
+    replicas collide) and its costs scaled by a random factor; failed records stay failed. Written with ``json.dumps`` separators, as TVM writes them."""
+    base = _ansor_source()
+    rng = np.random.default_rng(seed)
+    sizes = sorted(sizes)
+    paths = {n: out_dir / f"ansor-{n}.json" for n in sizes}
+    handles = {n: open(p, "w") for n, p in paths.items()}
+    sp_index = [next((k for k, s in enumerate(r["i"][1][1]) if s[0] == "SP" and s[4]), None) for r in base]
+    factors = rng.lognormal(0.0, 0.3, size=sizes[-1])
+    try:
+        for i in range(sizes[-1]):
+            j = i % len(base)
+            rec, r = base[j], i // len(base)
+            steps = rec["i"][1][1]
+            k = sp_index[j]
+            if r and k is not None:
+                sp = steps[k]
+                steps = steps[:k] + [sp[:4] + [[sp[4][0] * 100_000 + r] + sp[4][1:]] + sp[5:]] + steps[k + 1:]
+            elif r:
+                steps = steps + [["PR", 0, 0, f"auto_unroll_max_step${r}"]]
+            costs, err, all_cost, ts = rec["r"][:4]
+            if err == 0:
+                costs = [c * float(factors[i]) for c in costs]
+            line = json.dumps({"i": [rec["i"][0], [[], steps]], "r": [costs, err, all_cost, ts + i],
+                               "v": rec["v"]}) + "\n"
+            for n, fh in handles.items():
+                if i < n:
+                    fh.write(line)
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return paths
+
+
+def generate_ms(sizes: list[int], out_dir: Path, seed: int = 0) -> dict[int, Path]:
+    """One MetaSchedule database (work dir) per size, replicating the records of MS_SOURCE: each replica
+    gets its sampling decisions perturbed (an integer decision set to a new value) and fresh run_secs."""
+    workloads = (MS_SOURCE / "database_workload.json").read_text()
+    base = [orjson.loads(line) for line in (MS_SOURCE / "database_tuning_record.json").read_bytes().splitlines()
+            if line.strip()]
+    rng = np.random.default_rng(seed)
+    factors = rng.lognormal(0.0, 0.3, size=max(sizes))
+    sizes = sorted(sizes)
+    dirs = {n: out_dir / f"ms-{n}" for n in sizes}
+    handles = {}
+    for n, d in dirs.items():
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "database_workload.json").write_text(workloads)
+        handles[n] = open(d / "database_tuning_record.json", "wb")
+    try:
+        for i in range(sizes[-1]):
+            j = i % len(base)
+            widx, (trace, run_secs, target, args_info) = base[j][0], base[j][1][:4]
+            r = i // len(base)
+            if r:
+                trace = _perturb_trace(trace, r)
+            if run_secs and all(s < 1e9 for s in run_secs):
+                run_secs = [s * float(factors[i]) for s in run_secs]
+            line = orjson.dumps([widx, [trace, run_secs, target, args_info]]) + b"\n"
+            for n, fh in handles.items():
+                if i < n:
+                    fh.write(line)
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return dirs
+
+
+def _perturb_trace(trace, r: int):
+    """A trace JSON ``[insts, decisions]`` whose first integer decision D becomes D * 100000 + r (or a new
+    decision is appended when there is none), so that every replica is a different program."""
+    insts, decisions = trace[0], [list(d) for d in trace[1]]
+    for d in decisions:
+        if isinstance(d[1], int):
+            d[1] = d[1] * 100_000 + r
+            return [insts, decisions]
+        if isinstance(d[1], list) and d[1] and isinstance(d[1][0], int):
+            d[1] = [d[1][0] * 100_000 + r] + d[1][1:]
+            return [insts, decisions]
+    return [insts, decisions + [[len(insts), r]]]
+
+
+# -- one measured import, in a fresh process ----------------------------------------------------------------
+
+def _child(kind: str, src: str, out: str) -> None:
+    from costlab.datasets.ansor_log import import_ansor
+
+    fn = import_ansor
+    if kind == "ms":
+        from costlab.datasets.ms_database import import_ms as fn
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    report = fn([src], out, progress=False)
+    dt = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps(dict(seconds=dt, records=report.good, added=sum(report.added.values()), bad=report.bad,
+                          rss_before_kb=before, rss_peak_kb=peak)))
+
+
+def measure(kind: str, src: Path, out: Path) -> dict:
+    if out.exists():
+        out.unlink()
+    proc = subprocess.run([sys.executable, __file__, "--child", kind, str(src), str(out)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"{kind} import of {src} failed:\n{proc.stderr}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["out_bytes"] = out.stat().st_size
+    res["in_bytes"] = sum(p.stat().st_size for p in ([src] if src.is_file() else src.iterdir()))
+    return res
+
+
+def _ms_available() -> str | None:
+    try:
+        from costlab.datasets.ms_database import import_ms  # noqa: F401
+    except ImportError:
+        return "costlab.datasets.ms_database.import_ms does not exist yet"
+    if not (MS_SOURCE / "database_tuning_record.json").exists():
+        return f"no MetaSchedule database to replicate in {MS_SOURCE}"
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[250_000, 1_000_000])
+    ap.add_argument("--ms-sizes", type=int, nargs="+", help="sizes for the MetaSchedule importer (default: --sizes)")
+    ap.add_argument("--work", type=Path, help="folder for generated logs and datasets (default: a temp dir)")
+    ap.add_argument("--only", choices=["ansor", "ms"])
+    ap.add_argument("--child", nargs=3, metavar=("KIND", "SRC", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return _child(*args.child)
+
+    tmp = None if args.work else tempfile.TemporaryDirectory(prefix="costlab-ingest-")
+    work = args.work or Path(tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    kinds = [args.only] if args.only else ["ansor", "ms"]
+    rows = []
+    for kind in kinds:
+        if kind == "ms" and (why := _ms_available()):
+            print(f"ms: skipped ({why})")
+            continue
+        t0 = time.perf_counter()
+        sizes = (args.ms_sizes or args.sizes) if kind == "ms" else args.sizes
+        srcs = (generate_ansor if kind == "ansor" else generate_ms)(sizes, work)
+        print(f"{kind}: generated {', '.join(map(str, sizes))} records in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+        for n, src in srcs.items():
+            res = measure(kind, src, work / f"{kind}-{n}.h5")
+            rows.append((kind, n, res))
+            print(f"  {n} records: {res['seconds']:.1f} s", flush=True)
+            src_files = [src] if src.is_file() else list(src.iterdir())
+            for f in src_files:  # free the disk as we go
+                f.unlink()
+
+    print()
+    print(f"{'importer':8} {'records':>9} {'added':>9} {'seconds':>8} {'records/s':>10} {'vs 50k/s':>8} "
+          f"{'RSS before':>10} {'RSS peak':>9} {'in B/rec':>8} {'out B/rec':>9}")
+    for kind, n, r in rows:
+        rate = r["records"] / r["seconds"]
+        print(f"{kind:8} {r['records']:>9} {r['added']:>9} {r['seconds']:>8.1f} {rate:>10,.0f} "
+              f"{rate / TARGET_RATE:>7.2f}x {r['rss_before_kb'] / 1024:>8.0f}MB {r['rss_peak_kb'] / 1024:>7.0f}MB "
+              f"{r['in_bytes'] / n:>8.0f} {r['out_bytes'] / n:>9.1f}")
+    for kind in kinds:
+        mine = [(n, r) for k, n, r in rows if k == kind]
+        if len(mine) >= 2:
+            (n0, r0), (n1, r1) = mine[0], mine[-1]
+            grow0, grow1 = r0["rss_peak_kb"] - r0["rss_before_kb"], r1["rss_peak_kb"] - r1["rss_before_kb"]
+            print(f"{kind}: {n1 / n0:.0f}x the records -> peak RSS {r1['rss_peak_kb'] / r0['rss_peak_kb']:.2f}x "
+                  f"(growth during the import {grow0 / 1024:.0f} MB -> {grow1 / 1024:.0f} MB)")
+    if tmp:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
