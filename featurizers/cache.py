@@ -171,8 +171,10 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                 g.attrs["n_done"] = 0
                 g.attrs["config"] = json.dumps(featurizer.config, sort_keys=True, default=str)
                 g.attrs["fingerprint"] = featurizer.fingerprint
+            start_tx = row
             t_commit = time.perf_counter()
-            while row < total and time.perf_counter() - t_commit < commit_seconds:
+            # at least one chunk per transaction; commit (rename the copy over the file) every commit_seconds
+            while row < total and (row == start_tx or time.perf_counter() - t_commit < commit_seconds):
                 rows = np.arange(row, min(row + chunk, total))
                 feats = featurizer.featurize_records(ds, platform, rows)
                 for key, value in feats.items():

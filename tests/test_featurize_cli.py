@@ -1,0 +1,153 @@
+"""``costlab featurize`` and the feature caches: build, resume, re-run only on change, refit, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from costlab.cli import main
+from costlab.datasets import open_dataset
+from costlab.datasets.ansor_log import import_ansor
+from costlab.featurizers import create
+from costlab.featurizers.cache import build_cache, open_cache
+from costlab.featurizers.tlp import TLPFeaturizer
+
+BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"  # platform 2080ti (GPU steps)
+MLP = FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"  # platform platinum-8358 (CPU steps)
+CPU = "platinum-8358"
+
+
+def _run(capsys, *argv):
+    code = main(["featurize", *map(str, argv)])
+    return code, capsys.readouterr().err
+
+
+def _half(tmp_path):
+    """The first 64 lines of the CPU log."""
+    part = tmp_path / "mlp-64.json"
+    part.write_bytes(b"\n".join(MLP.read_bytes().splitlines()[:64]) + b"\n")
+    return part
+
+
+def _cache(path, platform):
+    with h5py.File(path, "r") as f:
+        g = f[f"features/tlp@1/{platform}"]
+        return int(g.attrs["n_done"]), g.attrs["config"], {k: g[k][...] for k in g}
+
+
+def test_build_resume_after_added_records_and_rerun(tmp_path, capsys):
+    data = tmp_path / "d.h5"
+    import_ansor([_half(tmp_path)], data, progress=False)
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert code == 0, err
+    assert "platinum-8358: 64 records, 0 cached before, 64 featurized" in err
+    n, config, first = _cache(data, CPU)
+    assert n == 64 and first["kind"].shape[0] == 64
+
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert code == 0 and "platinum-8358: 64 records, cache up to date" in err
+
+    import_ansor([MLP], data, progress=False)  # the other 64 records of the same log
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert code == 0 and "platinum-8358: 128 records, 64 cached before, 64 featurized" in err
+    n, config2, both = _cache(data, CPU)
+    assert n == 128 and config2 == config  # the stored fit was reused, not refitted
+    for k in first:
+        np.testing.assert_array_equal(both[k][:64], first[k])
+    # the appended rows are what the same featurizer gives from scratch
+    f = create("tlp", json.loads(config))
+    with open_dataset(data) as ds:
+        fresh = f.featurize_records(ds, CPU, np.arange(128))
+        cache = open_cache(ds, f, CPU)
+        assert cache is not None and cache.n_done == 128
+        got = cache.get(np.array([100, 3, 77]))
+    for k in fresh:
+        np.testing.assert_array_equal(both[k], fresh[k], err_msg=k)
+        np.testing.assert_array_equal(got[k], fresh[k][[100, 3, 77]], err_msg=k)
+
+
+def test_new_platform_refit_and_config_change(tmp_path, capsys):
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    assert _run(capsys, data, "--featurizer", "tlp", "--no-progress")[0] == 0
+    _, cpu_config, _ = _cache(data, CPU)
+
+    # a GPU platform added later is featurized with the vocabulary fitted before (CPU steps only) ...
+    import_ansor([BERT], data, progress=False)
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert code == 0, err
+    assert "platinum-8358: 128 records, cache up to date" in err
+    assert "2080ti: 128 records, 0 cached before, 128 featurized" in err
+    assert _cache(data, "2080ti")[1] == cpu_config
+    # ... until --refit fits on both platforms: GPU keys join the vocabulary and both caches are rebuilt
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--no-progress")
+    assert code == 0, err
+    assert "platinum-8358: 128 records, 0 cached before" in err and "2080ti: 128 records, 0 cached before" in err
+    voc = json.loads(_cache(data, "2080ti")[1])["vocabulary"]
+    assert "AN:threadIdx.x" in voc and "AN:threadIdx.x" not in json.loads(cpu_config)["vocabulary"]
+    assert _cache(data, "2080ti")[1] == _cache(data, CPU)[1]
+
+    # other settings: a new fit and new caches; the same settings again (from a file): nothing to do
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--config", '{"num_slots": 8}', "--no-progress")
+    assert code == 0 and "platinum-8358: 128 records, 0 cached before, 128 featurized" in err
+    assert _cache(data, CPU)[2]["numeric"].shape[2] == 8
+    cfg = tmp_path / "tlp.json"
+    cfg.write_text('{"num_slots": 8}')
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--config", f"@{cfg}", "--no-progress")
+    assert code == 0 and err.count("cache up to date") == 2
+    # one platform only
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--platform", "2080ti", "--config", '{"num_slots": 4}',
+                     "--no-progress")
+    assert code == 0 and "2080ti: 128 records, 0 cached before" in err and "platinum" not in err
+    assert _cache(data, CPU)[2]["numeric"].shape[2] == 8
+
+
+def test_interrupted_build_resumes(tmp_path, monkeypatch):
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    calls = {"n": 0}
+    real = TLPFeaturizer.featurize_records
+
+    def flaky(self, ds, platform, rows):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("killed")
+        return real(self, ds, platform, rows)
+
+    monkeypatch.setattr(TLPFeaturizer, "featurize_records", flaky)
+    with pytest.raises(RuntimeError, match="killed"):
+        build_cache(data, "tlp", CPU, chunk=32, commit_seconds=0, progress=False)
+    assert _cache(data, CPU)[0] == 64  # two chunks committed before the interruption
+    monkeypatch.setattr(TLPFeaturizer, "featurize_records", real)
+    stats = build_cache(data, "tlp", CPU, chunk=32, commit_seconds=0, progress=False)
+    assert stats["cached_before"] == 64 and stats["computed"] == 64 and _cache(data, CPU)[0] == 128
+
+
+def test_bad_input(tmp_path, capsys):
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--platform", "k80")
+    assert code == 2 and "no records for platform 'k80'" in err and "platinum-8358" in err
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--config", "{num_slots: 8}")
+    assert code == 2 and "featurizer config is not JSON" in err
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--config", f"@{tmp_path / 'none.json'}")
+    assert code == 2 and "none.json" in err
+    code, err = _run(capsys, tmp_path / "missing.h5", "--featurizer", "tlp")
+    assert code == 2 and "missing.h5: no such file" in err
+    with pytest.raises(SystemExit, match="unknown featurizer 'tlq'"):
+        main(["featurize", str(data), "--featurizer", "tlq"])
+    with pytest.raises(SystemExit, match="unknown config keys"):
+        main(["featurize", str(data), "--featurizer", "tlp", "--config", '{"slots": 3}'])
+    assert "features" not in h5py.File(data, "r")  # nothing was written
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["featurize", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--featurizer" in out and "--platform" in out and "resumes" in out
