@@ -269,14 +269,39 @@ class DatasetWriter:
         self._f: h5py.File | None = None
 
     # -- transaction -------------------------------------------------------------------------------
+    def _lock(self) -> None:
+        """One writer at a time per dataset: an exclusive lock on ``.<name>.lock`` beside it, held for the
+        whole transaction, so two commands writing the same file (a measurement and an extract) queue
+        instead of one silently overwriting the other's commit."""
+        import fcntl
+        import sys
+
+        if not self.path.parent.exists():
+            raise InputError(self.path, f"directory {self.path.parent} does not exist")
+        self._lock_fh = open(self.path.with_name(f".{self.path.name}.lock"), "a")
+        try:
+            fcntl.flock(self._lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"costlab: waiting for another command writing {self.path} ...", file=sys.stderr)
+            fcntl.flock(self._lock_fh, fcntl.LOCK_EX)
+
+    def _unlock(self) -> None:
+        self._lock_fh.close()  # closing releases the lock
+
     def __enter__(self) -> "DatasetWriter":
+        self._lock()
+        try:
+            return self._begin()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _begin(self) -> "DatasetWriter":
         if self.path.exists():
             _open_h5(self.path, "r").close()  # validates: a costlab dataset of a readable version
             shutil.copyfile(self.path, self._tmp)
             self._f = h5py.File(self._tmp, "a")
         else:
-            if not self.path.parent.exists():
-                raise InputError(self.path, f"directory {self.path.parent} does not exist")
             self._f = h5py.File(self._tmp, "w")
             self._f.attrs[schema.FORMAT_ATTR] = schema.FORMAT_VERSION
         self._f.attrs["costlab_version"] = __version__
@@ -306,6 +331,7 @@ class DatasetWriter:
         finally:
             if self._tmp.exists():
                 self._tmp.unlink()
+            self._unlock()
 
     @property
     def h5(self) -> h5py.File:

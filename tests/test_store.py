@@ -132,3 +132,26 @@ def test_unknown_platform_is_a_clear_error(tmp_path, capsys):
         ds.records("gpu")
     assert main(["dataset", "export-ms", str(path), "--platform", "gpu", "-o", str(tmp_path / "o")]) == 2
     assert "no records for platform 'gpu'" in capsys.readouterr().err
+
+
+def test_concurrent_writers_queue_and_both_commits_survive(tmp_path):
+    import threading
+
+    path = tmp_path / "d.h5"
+    _write(path)
+    entered = threading.Event()
+
+    def second():
+        with DatasetWriter(path) as w:
+            entered.set()
+            w.add_records("cpu-a", _batch(1, 5, start=300))
+
+    with DatasetWriter(path) as w:
+        w.add_records("cpu-a", _batch(0, 5, start=200))
+        t = threading.Thread(target=second)
+        t.start()
+        assert not entered.wait(0.5)  # the second writer waits for the first to commit
+    t.join(10)
+    assert entered.is_set()
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu-a")) == 40  # 30 + 5 + 5: neither commit overwrote the other
