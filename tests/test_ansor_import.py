@@ -14,6 +14,7 @@ import pytest
 from conftest import FIXTURES
 from costlab.cli import main
 from costlab.datasets import open_dataset, program_id
+from costlab.datasets import ansor_log
 from costlab.datasets.ansor_log import import_ansor
 from costlab.datasets.ansor_networks import inert_load, load_network_info, network_name
 
@@ -278,3 +279,14 @@ def test_real_logs(shared_data, tmp_path, capsys):
             "MHA2-B64-float32": 3, "MLP1-B256-float32": 3, "MLP2-B64-float32": 5}
     code, err = _run(capsys, "import-ansor", logs, "-o", out)
     assert code == 0 and "0 records added, 4700 already present" in err
+
+
+def test_repeated_lines_in_one_import_are_duplicates(tmp_path, monkeypatch):
+    """A log that measured the same programs again (33 copies of 128 lines: more than one progress step of
+    4096 lines, and several chunks): each program is stored once, the repeats count as already present."""
+    monkeypatch.setattr(ansor_log, "CHUNK_RECORDS", 1000)
+    log = tmp_path / "rep.json"
+    log.write_bytes(MLP.read_bytes() * 33)
+    report = import_ansor(log, tmp_path / "d.h5", progress=True)
+    assert report.lines == 33 * 128 and report.bad == 0
+    assert report.added == {"platinum-8358": 128} and report.duplicates == {"platinum-8358": 32 * 128}
