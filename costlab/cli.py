@@ -36,6 +36,11 @@ def main(argv=None) -> int:
     except CostlabError as exc:
         print(f"costlab: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into a reader that stopped early (e.g. `| head`)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("costlab: interrupted; data written before is kept", file=sys.stderr)
         return 130
