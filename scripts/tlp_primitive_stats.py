@@ -23,6 +23,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from costlab.featurizers.tlp_tokens import DEFAULT_MS_DROP, ms_tokens
@@ -50,7 +51,8 @@ def sample_traces(per_task: int, target_kind: str):
         for idx in (0, 1):
             try:
                 mod = tvm.IRModule({"main": create_te_workload(name, idx)})
-            except (IndexError, ValueError):
+            except Exception as exc:  # noqa: BLE001 - workloads this TVM no longer builds (e.g. winograd)
+                print(f"skipped {name}/{idx}: {type(exc).__name__}: {exc}", file=sys.stderr)
                 continue
             ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name=name,
                                  num_threads=1)
@@ -68,6 +70,8 @@ def sample_traces(per_task: int, target_kind: str):
                 except tvm.TVMError:
                     continue
                 got += 1
+                if got == per_task:
+                    print(f"{target_kind}:{name}/{idx}: {got} traces in {tries} tries", file=sys.stderr)
                 yield f"{target_kind}:{name}/{idx}", plain_json(sch.trace.as_json(remove_postproc=False))
 
 
@@ -91,8 +95,14 @@ def entropy(counter) -> float:
 def analyse(pairs) -> dict:
     by_task = collections.defaultdict(list)
     traces = collections.defaultdict(set)
+    cut = collections.defaultdict(set)  # kept tokens with their numbers cut to the default 16 slots
+    n_tokens, n_numbers = [], []
     for task, trace in pairs:
         traces[task].add(orjson.dumps(trace))
+        kept = ms_tokens(trace)
+        n_tokens.append(len(kept))
+        n_numbers.extend(len(n) for _, n in kept)
+        cut[task].add(tuple((k[0], tuple(n[:16])) for k, n in kept))
         tokens = ms_tokens(trace, drop=frozenset())
         sig = collections.defaultdict(list)
         for keys, nums in tokens:
@@ -122,6 +132,10 @@ def analyse(pairs) -> dict:
     distinct = sum(len({p.get("rest") for p in progs}) for progs in by_task.values())
     out["distinct_programs_kept_tokens"] = distinct
     out["distinct_traces"] = sum(map(len, traces.values()))
+    out["distinct_kept_16_slots"] = sum(map(len, cut.values()))
+    out["tokens_per_program"] = {q: float(np.percentile(n_tokens, q)) for q in (50, 99, 100)}
+    out["numbers_per_token"] = {q: float(np.percentile(n_numbers, q)) for q in (50, 99, 100)}
+    out["tokens_over_16_numbers"] = float(np.mean(np.asarray(n_numbers) > 16))
     return out
 
 
@@ -147,6 +161,10 @@ def main(argv=None) -> int:
     res = analyse(pairs)
     print(f"{res['programs']} programs in {res['tasks']} tasks: {res['distinct_traces']} distinct traces, "
           f"{res['distinct_programs_kept_tokens']} distinct by the kept tokens alone")
+    print(f"with numbers cut to 16 slots: {res['distinct_kept_16_slots']} distinct; kept tokens per program "
+          f"p50/p99/max {'/'.join(f'{v:.0f}' for v in res['tokens_per_program'].values())}; numbers per token "
+          f"p50/p99/max {'/'.join(f'{v:.0f}' for v in res['numbers_per_token'].values())}, "
+          f"{100 * res['tokens_over_16_numbers']:.1f}% of tokens over 16")
     print(f"{'kind':24s} {'dropped':>7s} {'tasks':>6s} {'varying':>8s} {'H(K|rest)':>10s} {'only-K':>7s}")
     for k, v in res["kinds"].items():
         print(f"{k:24s} {'yes' if k in DEFAULT_MS_DROP else 'no':>7s} {v['tasks_with']:6d} "
