@@ -41,20 +41,19 @@ SPECIAL = ("<pad>", "<unk>")
 def plain_json(obj):
     """A TVM JSON value (``Trace.as_json()``, ``TuningRecord.as_json()``) as plain Python, in the form the
     JSON databases write and ``orjson`` reads back: booleans as 0/1, IntImm/FloatImm as numbers."""
-    cls = obj.__class__
-    if cls is bool:
+    if isinstance(obj, bool):
         return int(obj)
-    if cls is int or cls is float or cls is str or obj is None:
-        return obj
-    if isinstance(obj, str):  # tvm_ffi String
-        return str(obj)
-    if isinstance(obj, (bool, int, float)):
-        return int(obj) if isinstance(obj, bool) else obj
-    if hasattr(obj, "items"):
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if obj is None or isinstance(obj, str):  # tvm_ffi String is a str
+        return None if obj is None else str(obj)
+    if hasattr(obj, "items"):  # Map
         return {str(k): plain_json(v) for k, v in obj.items()}
     if hasattr(obj, "value"):  # IntImm, FloatImm
         return plain_json(obj.value)
-    return [plain_json(x) for x in obj]
+    return [plain_json(x) for x in obj]  # Array, list
 
 
 def tokens_of(schedule, dialect: str, ms_drop=frozenset(DEFAULT_MS_DROP)) -> list:
