@@ -130,6 +130,8 @@ def ms_tokens(trace, drop=frozenset(DEFAULT_MS_DROP)) -> list[Token]:
     tokens = []
     for i, inst in enumerate(insts):
         kind, inputs, attrs, outputs = inst[0], inst[1], inst[2], inst[3]
+        if kind.__class__ is not str:
+            raise ValueError(f"instruction {i}: kind {kind!r} is not a string")
         if i in dec:
             _fold_decision(kind, inst, dec[i], bound)
         if kind not in drop:
@@ -223,8 +225,10 @@ def ansor_tokens(steps) -> list[Token]:
     ):
         steps = steps[1]
     tokens = []
-    for step in steps:
+    for i, step in enumerate(steps):
         kind = step[0]
+        if kind.__class__ is not str:
+            raise ValueError(f"step {i}: kind {kind!r} is not a string")
         f = step[1:]
         n = len(f)
         keys = (kind,)

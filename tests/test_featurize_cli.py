@@ -145,6 +145,21 @@ def test_bad_input(tmp_path, capsys):
     assert "features" not in h5py.File(data, "r")  # nothing was written
 
 
+def test_unreadable_schedule_counted_not_fatal(tmp_path, capsys):
+    from costlab.datasets import DatasetWriter, RecordBatch
+
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    with DatasetWriter(data) as w:
+        batch = RecordBatch()
+        batch.append(0, '[["SP", 2, 0', [1e-3], 0, 0.0, 12345)  # a cut-off step list
+        w.add_records(CPU, batch)
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert code == 0 and "129 records, 0 cached before, 129 featurized" in err and "(1 unreadable)" in err
+    valid = _cache(data, CPU)[2]["valid"]
+    assert valid[:128].all() and not valid[128]
+
+
 def test_help(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["featurize", "--help"])

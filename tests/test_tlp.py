@@ -215,9 +215,10 @@ def test_unknown_tokens_fall_back_never_crash(ansor_ds):
     # a MetaSchedule primitive no vocabulary has, and an unreadable schedule
     trace = _ms_traces()[0]
     trace[0].insert(3, ["SomeFuturePrimitive", ["b0", 7], ["key"], []])
-    res = cpu.featurize_schedules([trace, "not json", "[1, 2"], ["ms", "ms", "ansor"])
+    res = cpu.featurize_schedules([trace, "not json", "[1, 2", "[[7, 1]]", '{"a": 1}', "[[[1, 2]], []]"],
+                                  ["ms", "ms", "ansor", "ansor", "ms", "ms"])
     assert res["kind"][0, 1] == UNK and res["numeric"][0, 1, :3].tolist() == pytest.approx([0, 0, L(7)])
-    assert res["valid"].tolist() == [True, False, False]
+    assert res["valid"].tolist() == [True, False, False, False, False, False]
     assert not res["mask"][1:].any() and (res["kind"][1:] == PAD).all()
 
 
