@@ -34,13 +34,31 @@ from costlab.datasets.report import ImportReport
 from costlab.datasets.store import DatasetWriter, open_dataset
 from costlab.datasets.targets import platform_id_for
 
+CHUNK = 8192  # records handed to the writer at once
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 
 
+def _orjson_may_differ(out: bytes) -> bool:
+    """Whether orjson's text may differ from ``json.dumps``'s: negative exponents and tiny floats (Python
+    writes 1e-07 and 5e-05, orjson 1e-7 and 0.00005), DEL and non-ASCII (Python escapes them), and null
+    (orjson writes NaN and infinities as null). Substring tests only: this runs once per record."""
+    return b"e-" in out or b"0.0000" in out or b"null" in out or b"\x7f" in out or not out.isascii()
+
+
 def compact_json(value) -> str:
-    """The canonical text of a trace: ``json.dumps`` with no spaces (the form program ids hash)."""
-    return json.dumps(value, separators=(",", ":"))
+    """The canonical text of a trace: ``json.dumps`` with no spaces (the form program ids hash).
+
+    orjson writes the same bytes ~20x faster for everything but the cases ``_orjson_may_differ`` catches,
+    which fall back to ``json.dumps``, so the text (and every program id) is exactly ``json.dumps``'s.
+    """
+    try:
+        out = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):  # e.g. integers beyond 64 bits
+        return json.dumps(value, separators=(",", ":"))
+    if _orjson_may_differ(out):
+        return json.dumps(value, separators=(",", ":"))
+    return out.decode()
 
 
 def _work_dir_files(work_dir: Path) -> tuple[Path, Path]:
@@ -131,7 +149,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
         from tqdm import tqdm
 
         total = sum(os.path.getsize(tr) for _, tr in pairs)
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="import-ms", leave=False)
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="import-ms", leave=False, delay=1.0)
     with DatasetWriter(out) as writer:
         network_tasks: dict[int, float] = {}
         for wl_path, tr_path in pairs:
@@ -140,10 +158,17 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
             mtime = tr_path.stat().st_mtime
             batches: dict[str, rec.RecordBatch] = {}
             task_of: dict[int, int] = {}
+            last_target, last_pid, pending, read = None, None, 0, 0
             with open(tr_path, "rb") as fh:
                 for i, line in enumerate(fh):
-                    if bar is not None:
-                        bar.update(len(line))
+                    read += len(line)
+                    if pending >= CHUNK:  # bounded memory: hand full chunks to the writer as they fill
+                        for pid_, batch in batches.items():
+                            writer.add_records(pid_, batch)
+                        batches, pending = {}, 0
+                        if bar is not None:
+                            bar.update(read)
+                            read = 0
                     if not line.strip():
                         continue
                     report.lines += 1
@@ -162,7 +187,9 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                     if platform:
                         pid = platform
                     elif target is not None:
-                        pid = platform_id_for(target)
+                        if target != last_target:  # records of one database mostly share one target
+                            last_target, last_pid = target, platform_id_for(target)
+                        pid = last_pid
                     else:
                         report.problem(f"{where}: record without a target (pass --platform to name one)")
                         continue
@@ -190,8 +217,11 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                     costs, error = costs_and_error(run_secs)
                     batches.setdefault(pid, rec.RecordBatch()).append(
                         t, schedule, costs, error, mtime, rec.program_id("ms", shash, schedule))
+                    pending += 1
             for pid, batch in batches.items():
                 writer.add_records(pid, batch)
+            if bar is not None:
+                bar.update(read)
         if network:
             writer.set_network(network, sorted(network_tasks.items()))
         report.added = dict(writer.added)

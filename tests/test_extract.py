@@ -1,0 +1,93 @@
+"""extract: te_workload benchmarks, a small transformers model and a PyTorch function, into real datasets."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from costlab.datasets import InputError, open_dataset
+from costlab.datasets.extract import extract
+from costlab.datasets.ms_database import import_ms
+
+TUNE_DB = Path(__file__).parent / "fixtures" / "ms_tune_db"
+
+
+def test_te_workloads_are_one_task_networks(tmp_path):
+    out = tmp_path / "d.h5"
+    text = extract(out, workloads=["GMM:1,16,16,16", "dep:1,8,8,4,3,1,1", "C2D:1,6,6,4,4,3,1,1"])
+    assert "extracted 3 network(s)" in text
+    with open_dataset(out) as ds:
+        assert sorted(ds.networks) == ["C2D:1,6,6,4,4,3,1,1", "DEP:1,8,8,4,3,1,1", "GMM:1,16,16,16"]
+        assert all(len(v) == 1 and v[0][1] == 1.0 for v in ds.networks.values())
+        by_name = {t.name: t for t in ds.tasks}
+        assert by_name["GMM:1,16,16,16"].kernel_class == "mac.s3r1"
+        assert by_name["GMM:1,16,16,16"].flops == 2 * 16 ** 3
+        assert by_name["DEP:1,8,8,4,3,1,1"].kernel_class == "mac.s4r2"
+        assert all(t.dialect == "ms" and t.workload_hash.isdigit() for t in ds.tasks)
+        assert ds.record_platforms() == [] and ds.platforms == {}  # no platform until measured
+    # idempotent: the same networks again add no task
+    extract(out, workloads=["GMM:1,16,16,16"])
+    with open_dataset(out) as ds:
+        assert len(ds.tasks) == 3
+
+
+def test_extracted_task_is_the_task_of_a_tuning_database(tmp_path):
+    """tune_tir's database (scripts/make_ms_database.py tuned conv2d_nhwc(1,6,6,4,4,3,1,1)) lines up with
+    the same workload extracted by name: one task, not two."""
+    out = tmp_path / "d.h5"
+    extract(out, workloads=["C2D:1,6,6,4,4,3,1,1"])
+    import_ms([TUNE_DB], out, progress=False)
+    with open_dataset(out) as ds:
+        assert len(ds.tasks) == 2  # the conv2d (shared) and the tuned matmul
+        conv = ds.tasks[0]
+        assert conv.name == "C2D:1,6,6,4,4,3,1,1"
+        table = ds.records(ds.record_platforms()[0])
+        assert (table.task == conv.index).sum() > 0
+        wl = [json.loads(x) for x in (TUNE_DB / "database_workload.json").read_text().splitlines()]
+        assert [conv.workload_hash, conv.workload] in wl
+
+
+def test_bad_names_fail_clearly_and_others_continue(tmp_path):
+    out = tmp_path / "d.h5"
+    text = extract(out, workloads=["NOPE", "GMM:1,8,8,8", "GMM:1,x"])
+    assert "workload NOPE: FAILED" in text and "unknown te_workload 'NOPE'" in text
+    assert "workload GMM:1,x: FAILED" in text
+    with open_dataset(out) as ds:
+        assert list(ds.networks) == ["GMM:1,8,8,8"]
+    with pytest.raises(InputError, match="nothing extracted"):
+        extract(tmp_path / "e.h5", workloads=["NOPE"])
+    assert not (tmp_path / "e.h5").exists()
+
+
+def _tiny_mlp():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 16))
+    return model, (torch.randn(2, 16),)
+
+
+@pytest.mark.slow
+def test_torch_function_and_transformers_model(tmp_path, monkeypatch):
+    mod = type(sys)("costlab_test_models")
+    mod.tiny_mlp = _tiny_mlp
+    monkeypatch.setitem(sys.modules, "costlab_test_models", mod)
+    out = tmp_path / "d.h5"
+    text = extract(out, hf=["bert", "no_such_arch"], torch_fns=["costlab_test_models:tiny_mlp"], seq_len=16)
+    assert "hf no_such_arch: FAILED" in text and "unknown architecture" in text
+    with open_dataset(out) as ds:
+        assert set(ds.networks) == {"bert-b1-s16", "costlab_test_models:tiny_mlp"}
+        mlp = ds.networks["costlab_test_models:tiny_mlp"]
+        # three Linear layers of two shapes -> dense tasks; weights count the occurrences
+        classes = {ds.tasks[t].kernel_class for t, _ in mlp}
+        assert "mac.s2r1" in classes
+        assert sum(w for _, w in mlp) >= 3
+        bert = ds.networks["bert-b1-s16"]
+        assert len(bert) >= 5
+        assert any(w > 1 for _, w in bert), "two identical layers should give weights > 1"
+        bert_classes = {ds.tasks[t].kernel_class for t, _ in bert}
+        assert bert_classes & {"mac.s2r1", "mac.s3r1", "mac.s4r1"}, bert_classes
+        assert all(ds.tasks[t].name and ds.tasks[t].flops >= 0 for t, _ in bert)
