@@ -12,7 +12,8 @@ How the program is obtained (config ``mode``):
 - ``tir``: the trace is replayed in TVM and the scheduled TIR walked (``tir_nest``). Same program,
   several times slower; kept as the reference ``benchmarks/psa_recall.py`` compares against.
 
-Config ``spec``: fields overriding the platform's hardware spec (e.g. ``{"cores": 8}``), or a full spec.
+Config ``spec``: fields overriding the platform's hardware spec (e.g. ``{"cores": 8}``), or a whole spec
+(a dict with ``"kind"``, as ``HardwareSpec.to_json`` writes it).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class PSA(Featurizer):
             spec = spec_for_platform(platform) if platform is not None else spec_for_target(target)
             over = self.config.get("spec")
             if over:
-                spec = HardwareSpec.from_json(over) if "kind" in over and len(over) > 3 else spec.updated(over)
+                # with a "kind": a whole spec (unnamed fields take the class defaults); else fields to replace
+                spec = HardwareSpec.from_json(over) if "kind" in over else spec.updated(over)
             self._specs[key] = spec
         return self._specs[key]
 
