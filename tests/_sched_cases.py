@@ -170,17 +170,15 @@ FIXTURES = __import__("pathlib").Path(__file__).resolve().parent / "fixtures"
 
 
 def measured_dataset():
-    """``(path, platform)`` of a committed dataset of measured MetaSchedule records on ``llvm -num-cores=2``:
-    the shared fixture ``ms_small.h5`` when present, else ``psa_pacm_small.h5`` (three te_workload tasks,
-    16 records each, measured by ``costlab dataset measure``)."""
+    """``(path, platform)`` of the shared fixture of measured MetaSchedule records, ``ms_small.h5`` (four
+    te_workload tasks, 20 records each, measured by ``costlab dataset measure`` on ``llvm -num-cores=2``)."""
     import pytest
 
     from costlab.datasets import open_dataset
 
-    for name in ("ms_small.h5", "psa_pacm_small.h5"):
-        path = FIXTURES / name
-        if path.exists():
-            with open_dataset(path) as ds:
-                platform = max(ds.record_platforms(), key=ds.num_records)
-            return path, platform
-    pytest.skip("no measured fixture dataset")
+    path = FIXTURES / "ms_small.h5"
+    if not path.exists():
+        pytest.skip(f"{path} is missing")
+    with open_dataset(path) as ds:
+        platform = max(ds.record_platforms(), key=ds.num_records)
+    return path, platform
