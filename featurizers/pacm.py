@@ -179,15 +179,33 @@ class PaCM(Featurizer):
         return self._contexts[key]
 
     def _features(self, key, mod, target_dict, schedules, spec, gpu):
+        """(stmt rows, pattern tokens, error or None) per schedule; a schedule TVM's extractor or the TIR walk
+        cannot handle gets an error instead of failing the batch."""
         from tvm.s_tir import meta_schedule as ms
 
         from costlab.featurizers.tir_nest import program_of
 
         ctx, args, extractor = self._context(key, mod, target_dict)
         cands = [ms.MeasureCandidate(s, args) for s in schedules]
-        stmt = [f.numpy().astype(np.float32) for f in extractor.extract_from(ctx, cands)] if cands else []
-        pattern = [pattern_tokens(program_of(s.mod, gpu=gpu), spec) for s in schedules]
-        return stmt, pattern
+        try:
+            stmt = [f.numpy().astype(np.float32) for f in extractor.extract_from(ctx, cands)] if cands else []
+        except Exception:  # noqa: BLE001  one bad candidate fails the batch: extract one by one
+            stmt = []
+            for c in cands:
+                try:
+                    stmt.append(extractor.extract_from(ctx, [c])[0].numpy().astype(np.float32))
+                except Exception as exc:  # noqa: BLE001
+                    stmt.append(f"per-store features failed ({_last_line(exc)})")
+        out = []
+        for s, st in zip(schedules, stmt):
+            if isinstance(st, str):
+                out.append((None, None, st))
+                continue
+            try:
+                out.append((st, pattern_tokens(program_of(s.mod, gpu=gpu), spec), None))
+            except Exception as exc:  # noqa: BLE001
+                out.append((None, None, f"scheduled TIR not understood ({type(exc).__name__}: {exc})"))
+        return out
 
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
         from costlab.featurizers.ms_records import ReplayError, is_gpu, replay, task_module
@@ -222,10 +240,12 @@ class PaCM(Featurizer):
             if not schs:
                 continue
             key = (task.workload_hash, task.index, platform)
-            s_feats, p_feats = self._features(key, mod, plat.target, schs, spec, gpu)
-            for i, sf, pf in zip(ok_idx, s_feats, p_feats):
+            for i, (sf, pf, err) in zip(ok_idx, self._features(key, mod, plat.target, schs, spec, gpu)):
+                if err is not None:
+                    self._fail([rows[i]], err)
+                    continue
                 stmt[i], pattern[i], valid[i] = sf, pf, True
-            self.stats["ok"] += len(ok_idx)
+                self.stats["ok"] += 1
         return {"stmt": stmt, "pattern": pattern, "valid": valid}
 
     def _fail(self, rows, reason: str) -> None:
@@ -243,8 +263,16 @@ class PaCM(Featurizer):
         import tvm_ffi
 
         key = ("live", int(tvm_ffi.structural_hash(mod)), repr(sorted(tdict.items(), key=str)))
-        stmt, pattern = self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict))
-        return {"stmt": stmt, "pattern": pattern, "valid": np.ones(len(stmt), bool)}
+        feats = self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict))
+        empty_s, empty_p = np.zeros((0, STMT_FEATURES), np.float32), np.zeros((0, PATTERN_FEATURES), np.float32)
+        return {"stmt": [empty_s if err else sf for sf, _, err in feats],
+                "pattern": [empty_p if err else pf for _, pf, err in feats],
+                "valid": np.array([err is None for _, _, err in feats], bool)}
+
+
+def _last_line(exc) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def _main(mod):

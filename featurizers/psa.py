@@ -66,7 +66,7 @@ class PSA(Featurizer):
 
     def program(self, task, schedule, gpu: bool):
         """The ``Program`` of one record (trace simulation, or replay + TIR walk)."""
-        from costlab.featurizers.ms_records import parse_trace, replay, task_module
+        from costlab.featurizers.ms_records import ReplayError, parse_trace, replay, task_module
         from costlab.featurizers.tir_nest import program_of
         from costlab.featurizers.trace_nest import TaskModel, Unsupported, simulate
 
@@ -80,9 +80,15 @@ class PSA(Featurizer):
                     return prog
                 except Unsupported:
                     pass
+                except Exception:  # noqa: BLE001  a trace the simulator mishandles: the TIR walk is the reference
+                    self.stats["sim_errors"] = self.stats.get("sim_errors", 0) + 1
             self.stats["fallback"] += 1
         self.stats["walked"] += 1
-        return program_of(replay(task_module(task), trace).mod, gpu=gpu)
+        sch = replay(task_module(task), trace)
+        try:
+            return program_of(sch.mod, gpu=gpu)
+        except Exception as exc:  # noqa: BLE001  IR the walk does not understand: the record is reported
+            raise ReplayError(f"scheduled TIR not understood ({type(exc).__name__}: {exc})") from None
 
     # -- featurizer interface ----------------------------------------------------------------------------------
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
