@@ -338,6 +338,8 @@ def measure(data, opts: MeasureOptions) -> str:
             f"({failed} failed) in {time.time() - started:.0f} s\n" + "\n".join(lines))
     for reason, count in sorted(errors.items(), key=lambda kv: -kv[1])[:5]:
         text += f"\n  failure x{count}: {reason}"
-    for msg in short:
+    for msg in short[:10]:
         text += f"\n  note: {msg}"
+    if len(short) > 10:
+        text += f"\n  ... and {len(short) - 10} more notes"
     return text

@@ -192,3 +192,16 @@ def test_trace_json_is_the_database_form(tune_db):
     db = JSONDatabase(work_dir=str(tune_db), allow_missing=False)
     from_file = sorted(compact_json(r[1][0]) for r in _lines(tune_db / RECORD_FILE))
     assert sorted(compact_json(trace_json(r.trace)) for r in db.get_all_tuning_records()) == from_file
+
+
+def test_command_line_import_and_export(tmp_path, tune_db, capsys):
+    from costlab.cli import main
+
+    out = tmp_path / "d.h5"
+    assert main(["dataset", "import-ms", str(tune_db), "-o", str(out), "--platform", "p", "--network", "n"]) == 0
+    assert "p: 16 records added" in capsys.readouterr().err
+    assert main(["dataset", "export-ms", str(out), "--platform", "p", "-o", str(tmp_path / "db")]) == 0
+    assert "2 workloads, 16 records" in capsys.readouterr().err
+    (tune_db / WORKLOAD_FILE).unlink()
+    assert main(["dataset", "import-ms", str(tune_db), "-o", str(out)]) == 2
+    assert f"missing {WORKLOAD_FILE}" in capsys.readouterr().err
