@@ -9,11 +9,15 @@ Conventions, stated because they change the numbers:
   predicts a constant earns no credit from record order.
 - A task whose top-k holds only failed programs is charged its worst valid latency (as if the tuner fell
   back to a bad program), never an infinite one; tasks without any valid program are left out.
+- Tasks with fewer than ``MIN_RECORDS`` evaluated records are left out: with one program there is nothing
+  to rank, and every model would score 1 on them (TenSet drops tasks with few records for this reason).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+MIN_RECORDS = 2
 
 
 def _groups(task: np.ndarray):
@@ -21,7 +25,7 @@ def _groups(task: np.ndarray):
     order = np.argsort(task, kind="stable")
     bounds = np.flatnonzero(np.diff(task[order])) + 1
     for rows in np.split(order, bounds):
-        if rows.size:
+        if rows.size >= MIN_RECORDS:
             yield int(task[rows[0]]), rows
 
 
@@ -104,7 +108,7 @@ def ndcg(task, pred, score, k: int | None = None) -> float:
 
 def network_scores(task, pred, latency, networks: dict[str, list[tuple[int, float]]], ks=(1, 5)) -> dict:
     """``{network: {"top1": .., "top5": ..}}`` for each network with at least one task in the records."""
-    present = set(np.unique(np.asarray(task)).tolist())
+    present = {t for t, _ in _groups(task)}
     out = {}
     for name, pairs in networks.items():
         weights = {t: w for t, w in pairs if t in present}

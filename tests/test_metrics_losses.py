@@ -77,3 +77,12 @@ def test_lambdarank_lists_never_mix_tasks():
     assert losses.lambdarank_loss(p, l, m).item() == pytest.approx(float(sum(by_hand) / 2))
     mixed = losses.lambdarank_loss(pred, label)
     assert mixed.item() != pytest.approx(losses.lambdarank_loss(p, l, m).item())
+
+
+def test_single_program_tasks_are_left_out():
+    task = np.array([0, 0, 7])
+    lat = np.array([1.0, 2.0, 5.0])
+    pred = np.array([0.0, 1.0, 0.0])  # wrong on task 0; task 7 has nothing to rank
+    assert metrics.topk_scores(task, pred, lat, 1) == {0: 0.5}
+    assert metrics.summary(task, pred, lat, np.array([1, 0.5, 1]))["top1"] == pytest.approx(0.5)
+    assert metrics.weighted_topk(task, pred, lat, {0: 1.0, 7: 100.0}, 1) == pytest.approx(0.5)
