@@ -63,11 +63,17 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
         raise ValueError(f"test fraction must be in (0, 1), not {test_fraction}")
     rng = np.random.default_rng(seed)
     name = name or (f"network-{'+'.join(held_out)}" if held_out else f"{by}-s{seed}")
-    with_records = sorted({int(t) for p in ds.record_platforms() for t in np.unique(ds.records(p).task)})
+    counts: dict[int, int] = {}
+    for p in ds.record_platforms():
+        t, c = np.unique(ds.records(p).task, return_counts=True)
+        for ti, ci in zip(t.tolist(), c.tolist()):
+            counts[ti] = max(counts.get(ti, 0), ci)
+    with_records = sorted(counts)
     if by == "task":
-        tasks = np.array(with_records, np.int64)
+        # a task with a single program has nothing to rank: it is never held out
+        tasks = np.array([t for t in with_records if counts[t] >= 2], np.int64)
         if len(tasks) < 2:
-            raise InputError(ds.path, f"a split by task needs at least 2 tasks with records, found {len(tasks)}")
+            raise InputError(ds.path, f"a split by task needs at least 2 tasks with 2 or more records, found {len(tasks)}")
         n_test = min(len(tasks) - 1, max(1, math.ceil(test_fraction * len(tasks))))
         test = np.sort(rng.permutation(tasks)[:n_test])
         return Split(name, by, seed, test_fraction, test)
