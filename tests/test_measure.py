@@ -1,0 +1,128 @@
+"""measure: real builds and runs of a tiny workload, resume, same-programs replay, RPC, and the round trip
+through export-ms and MetaSchedule's JSONDatabase."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costlab.datasets import InputError, open_dataset
+from costlab.datasets import records as rec
+from costlab.datasets.extract import extract
+from costlab.datasets.measure import MeasureOptions, measure
+from costlab.datasets.ms_database import compact_json, export_ms, import_ms
+from costlab.datasets.ms_workload import trace_json
+
+pytestmark = pytest.mark.slow
+
+TARGET = "llvm -num-cores=2"
+
+
+def _opts(**kw) -> MeasureOptions:
+    base = dict(target=TARGET, per_task=4, batch_size=4, number=1, repeat=1, min_repeat_ms=0, progress=False,
+                platform="cpu")
+    base.update(kw)
+    return MeasureOptions(**base)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A dataset with GMM:1,8,8,8 measured 4 times on platform 'cpu'."""
+    path = tmp_path_factory.mktemp("measure") / "d.h5"
+    extract(path, workloads=["GMM:1,8,8,8"])
+    text = measure(path, _opts())
+    assert "measured 4 candidates of 1 task(s) on 'cpu'" in text
+    return path
+
+
+def test_measure_stores_distinct_programs_with_raw_costs(measured):
+    with open_dataset(measured) as ds:
+        table = ds.records("cpu")
+        assert len(table) == 4
+        assert len(set(table.program_id.tolist())) == 4
+        assert ds.platforms["cpu"].target["kind"] == "llvm"
+        assert ds.platforms["cpu"].target["num-cores"] == 2
+        task = ds.tasks[0]
+        values, offsets = table.costs()
+        for i, schedule in enumerate(table.schedules()):
+            assert table.program_id[i] == np.uint64(rec.program_id("ms", task.workload_hash, schedule))
+            costs = values[offsets[i]:offsets[i + 1]]
+            assert len(costs) == 1  # repeat=1: one raw cost
+            if table.error[i] == rec.ERROR_NONE:
+                assert 0 < costs[0] < 1.0
+            else:
+                assert costs[0] == rec.MS_FAILURE_SECS
+        assert (table.error == rec.ERROR_NONE).sum() >= 2
+
+
+def test_resume_measures_only_the_difference(measured):
+    text = measure(measured, _opts())
+    assert "nothing to measure" in text
+    measure(measured, _opts(per_task=6, seed=1))
+    with open_dataset(measured) as ds:
+        table = ds.records("cpu")
+        assert len(table) == 6
+        assert len(set(table.program_id.tolist())) == 6
+
+
+def test_same_programs_on_a_second_platform_line_up(measured):
+    measure(measured, _opts(platform="cpu-b", same_programs_as="cpu", per_task=1))
+    with open_dataset(measured) as ds:
+        a, b = ds.records("cpu"), ds.records("cpu-b")
+        assert sorted(b.program_id.tolist()) == sorted(a.program_id.tolist())
+        sched_a = dict(zip(a.program_id.tolist(), a.schedules()))
+        assert all(sched_a[p] == s for p, s in zip(b.program_id.tolist(), b.schedules()))
+        # programs that built on one platform build on the other (same target here)
+        ok_a = {p for p, e in zip(a.program_id.tolist(), a.error.tolist()) if e == 0}
+        ok_b = {p for p, e in zip(b.program_id.tolist(), b.error.tolist()) if e == 0}
+        assert ok_b == ok_a
+
+
+def test_round_trip_through_export_ms_and_metaschedule(measured, tmp_path):
+    import tvm
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, Workload
+
+    with open_dataset(measured) as ds:
+        table = ds.records("cpu")
+        lat = table.latency()
+        best = int(np.argmin(lat))
+        best_schedule = table.schedules([best])[0]
+        task = ds.tasks[0]
+        ids = set(table.program_id.tolist())
+        n_ok = int(np.isfinite(lat).sum())
+        target = ds.platforms["cpu"].target
+    export_ms(measured, "cpu", tmp_path / "db")
+    db = JSONDatabase(work_dir=str(tmp_path / "db"), allow_missing=False)
+    assert len(db) == n_ok
+    mod = Workload.from_json([task.workload_hash, task.workload]).mod
+    top = db.query_tuning_record(mod, tvm.target.Target(target), "main")
+    assert compact_json(trace_json(top.trace)) == best_schedule
+    assert np.mean([float(x) for x in top.run_secs]) == pytest.approx(lat[best])
+    # the exported records read back by import-ms are the same programs (measure and import-ms agree)
+    back = tmp_path / "back.h5"
+    import_ms([tmp_path / "db"], back, platform="cpu", progress=False)
+    with open_dataset(back) as ds:
+        got = set(ds.records("cpu").program_id.tolist())
+        assert got <= ids and len(got) == n_ok
+
+
+def test_unknown_task_and_empty_dataset_are_clear_errors(measured, tmp_path):
+    with pytest.raises(InputError, match="no task 'nope'"):
+        measure(measured, _opts(tasks="nope"))
+    with pytest.raises(InputError, match="no such file"):
+        measure(tmp_path / "missing.h5", _opts())
+
+
+def test_rpc_runner_through_a_local_tracker(tmp_path):
+    from tvm.s_tir.meta_schedule.testing.local_rpc import LocalRPC
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,4,4,4"])
+    with LocalRPC() as rpc:
+        text = measure(path, _opts(per_task=2, batch_size=2, rpc_key=rpc.tracker_key, rpc_host=rpc.tracker_host,
+                                   rpc_port=rpc.tracker_port, platform="remote"))
+    assert "measured 2 candidates" in text
+    with open_dataset(path) as ds:
+        table = ds.records("remote")
+        assert len(table) == 2
+        assert (table.error == rec.ERROR_NONE).sum() >= 1
