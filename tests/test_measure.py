@@ -126,3 +126,27 @@ def test_rpc_runner_through_a_local_tracker(tmp_path):
         table = ds.records("remote")
         assert len(table) == 2
         assert (table.error == rec.ERROR_NONE).sum() >= 1
+
+
+def test_stored_schedule_is_what_metaschedule_writes(measured, tmp_path):
+    """A measured program committed through MetaSchedule's own JSONDatabase writer gives the very
+    schedule text measure stored (so import-ms of a tuning run and measure agree on program ids)."""
+    import json
+
+    import tvm
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    with open_dataset(measured) as ds:
+        task = ds.tasks[0]
+        schedules = ds.records("cpu").schedules()
+    (tmp_path / "db").mkdir()
+    db = JSONDatabase(work_dir=str(tmp_path / "db"))
+    mod = Workload.from_json([task.workload_hash, task.workload]).mod
+    workload = db.commit_workload(mod)
+    for schedule in schedules:
+        sch = Schedule(mod)
+        Trace.apply_json_to_schedule(json.loads(schedule), sch)
+        db.commit_tuning_record(TuningRecord(sch.trace, workload, [1e-6], tvm.target.Target({"kind": "llvm"})))
+    lines = (tmp_path / "db" / "database_tuning_record.json").read_text().splitlines()
+    assert [compact_json(json.loads(x)[1][0]) for x in lines] == schedules
