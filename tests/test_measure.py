@@ -150,3 +150,27 @@ def test_stored_schedule_is_what_metaschedule_writes(measured, tmp_path):
         db.commit_tuning_record(TuningRecord(sch.trace, workload, [1e-6], tvm.target.Target({"kind": "llvm"})))
     lines = (tmp_path / "db" / "database_tuning_record.json").read_text().splitlines()
     assert [compact_json(json.loads(x)[1][0]) for x in lines] == schedules
+
+
+def test_interrupted_run_keeps_finished_batches_and_continues(tmp_path, monkeypatch):
+    import costlab.datasets.measure as m
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,4,4,4"])
+    real, calls = m.build_and_run, []
+
+    def interrupt_second_batch(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the second batch is being measured
+        return real(*args)
+
+    monkeypatch.setattr(m, "build_and_run", interrupt_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        measure(path, _opts(per_task=4, batch_size=2))
+    with open_dataset(path) as ds:
+        assert ds.num_records("cpu") == 2  # the first batch was saved
+    monkeypatch.setattr(m, "build_and_run", real)
+    assert "measured 2 candidates" in measure(path, _opts(per_task=4, batch_size=2))
+    with open_dataset(path) as ds:
+        assert len(set(ds.records("cpu").program_id.tolist())) == 4
