@@ -91,3 +91,26 @@ def test_torch_function_and_transformers_model(tmp_path, monkeypatch):
         bert_classes = {ds.tasks[t].kernel_class for t, _ in bert}
         assert bert_classes & {"mac.s2r1", "mac.s3r1", "mac.s4r1"}, bert_classes
         assert all(ds.tasks[t].name and ds.tasks[t].flops >= 0 for t, _ in bert)
+
+
+def test_committed_fixture_matches_its_script(tmp_path):
+    """tests/fixtures/ms_small.h5 is what scripts/make_fixture.sh makes: the same four extracted tasks
+    (same hashes and workloads), 20 records each whose program ids are those of their schedules."""
+    import numpy as np
+
+    from costlab.datasets import program_id
+
+    script = (Path(__file__).parents[1] / "scripts" / "make_fixture.sh").read_text()
+    specs = [w for w in script.split() if w.startswith(("GMM:", "C2D:", "DEP:"))]
+    assert len(specs) == 4
+    out = tmp_path / "d.h5"
+    extract(out, workloads=specs)
+    with open_dataset(out) as fresh, open_dataset(TUNE_DB.parent / "ms_small.h5") as fx:
+        assert [(t.workload_hash, t.workload, t.name) for t in fresh.tasks] == \
+               [(t.workload_hash, t.workload, t.name) for t in fx.tasks]
+        (pid,) = fx.record_platforms()
+        assert fx.platforms[pid].target["num-cores"] == 2
+        table = fx.records(pid)
+        assert np.bincount(table.task).tolist() == [20, 20, 20, 20]
+        ids = [program_id("ms", fx.tasks[t].workload_hash, s) for t, s in zip(table.task, table.schedules())]
+        assert table.program_id.tolist() == ids
