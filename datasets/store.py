@@ -254,6 +254,9 @@ def open_dataset(path) -> Dataset:
     return Dataset(path)
 
 
+REPACK_WASTE = 8 << 20  # repack a transaction's file when more than this many bytes are dead space
+
+
 class DatasetWriter:
     """A write transaction on a dataset file (created if missing).
 
@@ -323,8 +326,11 @@ class DatasetWriter:
                     self._flush(pid)
                 self._write_tables()
                 self._f.flush()
+                wasted = self._wasted_bytes()
             self._f.close()
             if exc_type is None:
+                if wasted > REPACK_WASTE:
+                    self._repack()
                 with open(self._tmp, "rb+") as fh:
                     os.fsync(fh.fileno())
                 os.replace(self._tmp, self.path)
@@ -336,6 +342,34 @@ class DatasetWriter:
     @property
     def h5(self) -> h5py.File:
         return self._f
+
+    # -- space -------------------------------------------------------------------------------------
+    def _wasted_bytes(self) -> int:
+        """File size minus the bytes its datasets hold. HDF5 never reuses the space of a deleted object or
+        of a rewritten compressed chunk after the file is closed, so appending small batches (one
+        transaction per measured batch) would otherwise grow the file many times over its content."""
+        live = [0]
+
+        def add(_, obj):
+            if isinstance(obj, h5py.Dataset):
+                live[0] += obj.id.get_storage_size()
+
+        self._f.visititems(add)
+        return os.path.getsize(self._tmp) - live[0]
+
+    def _repack(self) -> None:
+        """Rewrite the transaction's file compactly: every object copied (raw chunks, no recompression)."""
+        packed = self._tmp.with_name(self._tmp.name + ".packed")
+        try:
+            with h5py.File(self._tmp, "r") as src, h5py.File(packed, "w") as dst:
+                for k, v in src.attrs.items():
+                    dst.attrs[k] = v
+                for name in src:
+                    src.copy(src[name], dst, name=name)
+            os.replace(packed, self._tmp)
+        finally:
+            if packed.exists():
+                packed.unlink()
 
     # -- tables ------------------------------------------------------------------------------------
     def add_platform(self, pid: str, target: dict, spec: dict | None = None) -> str:

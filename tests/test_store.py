@@ -155,3 +155,22 @@ def test_concurrent_writers_queue_and_both_commits_survive(tmp_path):
     assert entered.is_set()
     with open_dataset(path) as ds:
         assert len(ds.records("cpu-a")) == 40  # 30 + 5 + 5: neither commit overwrote the other
+
+
+def test_many_small_transactions_keep_the_file_compact(tmp_path, monkeypatch):
+    import os
+
+    from costlab.datasets import store
+
+    monkeypatch.setattr(store, "REPACK_WASTE", 64 << 10)
+    path = tmp_path / "d.h5"
+    _write(path, n_tasks=1, n=10)
+    for k in range(40):  # one transaction per small batch, as measurement commits
+        with DatasetWriter(path) as w:
+            w.add_records("cpu-a", _batch(0, 20, start=1000 + 20 * k))
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu-a")) == 10 + 800
+        assert ds.task_records("cpu-a", 0).schedules[-1] == '[["SP",2,0,256,[1799,4],1]]'
+        live = []
+        ds.h5.visititems(lambda _, o: live.append(o.id.get_storage_size()) if hasattr(o, "dtype") else None)
+    assert os.path.getsize(path) < sum(live) + (64 << 10) + (256 << 10)
