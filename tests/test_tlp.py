@@ -196,6 +196,11 @@ def test_vocabulary_round_trip(ansor_ds, ms_ds):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
     assert set(f.learned_keys) <= set(json.loads(json.dumps(f.to_json()))["config"])
+    with open_dataset(ms_ds) as ds:  # rows in any order, repeated: the same rows of the same arrays
+        rows = np.array([9, 2, 2, 15, 0])
+        c = f.featurize_records(ds, ds.record_platforms()[0], rows)
+    for k in a:
+        np.testing.assert_array_equal(c[k], a[k][rows])
     bad = f.to_json() | {"version": f.version + 1}
     with pytest.raises(ValueError, match="version"):
         from_json(bad)
