@@ -39,24 +39,6 @@ PAD, UNK = 0, 1
 SPECIAL = ("<pad>", "<unk>")
 
 
-def plain_json(obj):
-    """A TVM JSON value (``Trace.as_json()``, ``TuningRecord.as_json()``) as plain Python, in the form the
-    JSON databases write and ``orjson`` reads back: booleans as 0/1, IntImm/FloatImm as numbers."""
-    if isinstance(obj, bool):
-        return int(obj)
-    if isinstance(obj, int):
-        return int(obj)
-    if isinstance(obj, float):
-        return float(obj)
-    if obj is None or isinstance(obj, str):  # tvm_ffi String is a str
-        return None if obj is None else str(obj)
-    if hasattr(obj, "items"):  # Map
-        return {str(k): plain_json(v) for k, v in obj.items()}
-    if hasattr(obj, "value"):  # IntImm, FloatImm
-        return plain_json(obj.value)
-    return [plain_json(x) for x in obj]  # Array, list
-
-
 def tokens_of(schedule, dialect: str, ms_drop=frozenset(DEFAULT_MS_DROP)) -> list:
     """Tokens of one schedule (JSON text or parsed) of a dialect ("ms" or "ansor"); raises ValueError when the
     schedule cannot be read."""
@@ -204,7 +186,8 @@ class TLPFeaturizer(Featurizer):
 
     def featurize_candidates(self, mod, target, schedules) -> dict:
         """Features of live candidates (``tvm.s_tir.Schedule``): their traces in the form a MetaSchedule JSON
-        database stores them (``TuningRecord.as_json()``: postprocessing kept, booleans as 0/1), so a
-        candidate and the same program read back from a dataset get equal features."""
-        traces = [plain_json(s.trace.as_json(remove_postproc=False)) for s in schedules]
-        return self.featurize_schedules(traces, "ms")
+        database stores them (``datasets.ms_workload.trace_json``: postprocessing kept, booleans as 0/1), so
+        a candidate and the same program read back from a dataset get equal features."""
+        from costlab.datasets.ms_workload import trace_json
+
+        return self.featurize_schedules([trace_json(s.trace) for s in schedules], "ms")

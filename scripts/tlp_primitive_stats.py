@@ -40,7 +40,7 @@ def sample_traces(per_task: int, target_kind: str):
     from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS, create_te_workload
     from tvm.s_tir.schedule import Trace
 
-    from costlab.featurizers.tlp import plain_json
+    from costlab.datasets.ms_workload import trace_json
 
     if target_kind == "cpu":
         target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -72,7 +72,7 @@ def sample_traces(per_task: int, target_kind: str):
                 got += 1
                 if got == per_task:
                     print(f"{target_kind}:{name}/{idx}: {got} traces in {tries} tries", file=sys.stderr)
-                yield f"{target_kind}:{name}/{idx}", plain_json(sch.trace.as_json(remove_postproc=False))
+                yield f"{target_kind}:{name}/{idx}", trace_json(sch.trace)
 
 
 def dataset_traces(path: Path):

@@ -256,7 +256,7 @@ def test_live_candidates_equal_their_database_records(tmp_path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.testing import te_workload
 
-    from costlab.featurizers.tlp import plain_json
+    from costlab.datasets.ms_workload import plain_json, trace_json
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     mod = tvm.IRModule({"main": te.create_prim_func(te_workload.matmul(16, 16, 16))})
@@ -273,14 +273,14 @@ def test_live_candidates_equal_their_database_records(tmp_path):
     for c in cands:
         record = ms.database.TuningRecord(c.sch.trace, workload, [1e-5], target, c.args_info)
         # the trace form the database stores is what featurize_candidates reads
-        assert plain_json(record.as_json()[0]) == plain_json(c.sch.trace.as_json(remove_postproc=False))
+        assert plain_json(record.as_json()[0], bools_as_ints=True) == trace_json(c.sch.trace)
         db.commit_tuning_record(record)
     import_ms([tmp_path / "db"], tmp_path / "d.h5", progress=False)
     with open_dataset(tmp_path / "d.h5") as ds:
         pid = ds.record_platforms()[0]
         f = create("tlp").fit(ds)
         stored = [orjson.loads(s) for s in ds.records(pid).schedules()]
-        live = [plain_json(c.sch.trace.as_json(remove_postproc=False)) for c in cands]
+        live = [trace_json(c.sch.trace) for c in cands]
         order = [live.index(s) for s in stored]  # the database may reorder or dedupe
         from_records = f.featurize_records(ds, pid, np.arange(len(stored)))
     from_live = f.featurize_candidates(mod, target, [cands[i].sch for i in order])
