@@ -271,6 +271,9 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
                 f"{', ...' if len(ansor) > 3 else ''}): a MetaSchedule database holds only MetaSchedule "
                 "('ms') tasks; Ansor logs cannot be converted to MetaSchedule traces")
         target = ds.platforms[platform].target
+        if not target.get("kind"):
+            raise InputError(data, f"platform {platform!r} has no target (its records came without one); "
+                                   "MetaSchedule records need one")
         values, offsets = table.costs()
         errors = table.error
         keep = np.ones(len(task_col), bool) if include_failed else np.isfinite(table.latency())
