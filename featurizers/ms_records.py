@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 import orjson
 
 
@@ -130,3 +131,13 @@ def tvm_target(target: dict):
 def _last_line(exc) -> str:
     text = str(exc).strip()
     return text.splitlines()[-1] if text else type(exc).__name__
+
+
+def record_batch(ds, platform: str, rows):
+    """What a featurizer needs to featurize some records of a platform: ``(rows as int64, the Platform,
+    whether its target is a GPU, the records' task indices, their schedules)``."""
+    rows = np.asarray(rows, np.int64)
+    plat = ds.platforms[platform]
+    table = ds.records(platform)
+    task_ids = table.column("task", rows) if rows.size else np.zeros(0, np.int32)
+    return rows, plat, is_gpu(plat.target), task_ids, table.schedules(rows)

@@ -208,15 +208,10 @@ class PaCM(Featurizer):
         return out
 
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
-        from costlab.featurizers.ms_records import ReplayError, is_gpu, replay, task_module
+        from costlab.featurizers.ms_records import ReplayError, record_batch, replay, task_module
 
-        rows = np.asarray(rows, np.int64)
-        plat = ds.platforms[platform]
+        rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
         spec = self._spec(plat)
-        gpu = is_gpu(plat.target)
-        table = ds.records(platform)
-        task_ids = table.column("task", rows) if rows.size else np.zeros(0, np.int32)
-        schedules = table.schedules(rows)
         stmt = [np.zeros((0, STMT_FEATURES), np.float32)] * rows.size
         pattern = [np.zeros((0, PATTERN_FEATURES), np.float32)] * rows.size
         valid = np.zeros(rows.size, bool)

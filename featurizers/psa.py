@@ -92,16 +92,11 @@ class PSA(Featurizer):
 
     # -- featurizer interface ----------------------------------------------------------------------------------
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
-        from costlab.featurizers.ms_records import ReplayError, is_gpu
+        from costlab.featurizers.ms_records import ReplayError, record_batch
         from costlab.featurizers.psa_model import estimate
 
-        rows = np.asarray(rows, np.int64)
-        plat = ds.platforms[platform]
+        rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
         spec = self.spec_for(plat)
-        gpu = is_gpu(plat.target)
-        table = ds.records(platform)
-        task_ids = table.column("task", rows) if rows.size else np.zeros(0, np.int32)
-        schedules = table.schedules(rows)
         est = np.full(rows.size, np.inf)
         valid = np.zeros(rows.size, bool)
         for i, (t, sched) in enumerate(zip(task_ids.tolist(), schedules)):
