@@ -54,9 +54,10 @@ class FeatureCache:
 def _read_rows(ds, rows: np.ndarray) -> np.ndarray:
     if rows.size and np.all(np.diff(rows) == 1):
         return ds[int(rows[0]) : int(rows[-1]) + 1]
-    order = np.argsort(rows)
     out = np.empty((rows.size,) + ds.shape[1:], ds.dtype)
-    out[order] = ds[rows[order]] if rows.size else out[order]
+    if rows.size:  # h5py reads fancy indices in increasing order only
+        order = np.argsort(rows)
+        out[order] = ds[rows[order]]
     return out
 
 

@@ -62,9 +62,7 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
         loops = s.loops
         n = len(loops)
         exts = [lp.extent for lp in loops]
-        inst = 1
-        for e in exts:
-            inst *= e
+        inst = s.instances()
         fps = footprints(s)
         ws = [sum(fp[d] * a.nbytes for a, fp in zip(s.accesses, fps)) for d in range(n + 1)]
         par = 1

@@ -88,9 +88,7 @@ def _cpu_stmt(s: Stmt, spec, freq: float, levels: list, detail=None) -> float:
     loops = s.loops
     n = len(loops)
     exts = [lp.extent for lp in loops]
-    inst = 1
-    for e in exts:
-        inst *= e
+    inst = s.instances()
     nbytes = _elem_bytes(s)
     lanes = spec.lanes(nbytes)
     cores = max(1, spec.cores)
