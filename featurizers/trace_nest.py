@@ -449,20 +449,28 @@ class Simulator:
         self._place_root(blk, after=b)
         return blk
 
-    def _place_root(self, blk, before=None, after=None):
-        anchor = before or after
+    def _root_index(self, anchor, after: bool) -> int:
+        """Position among the root's children just before (or after) the nest holding ``anchor``."""
         node = anchor
         while not isinstance(node.parent, _Root):
             node = node.parent
-        idx = self.root.children.index(node) + (1 if after is not None else 0)
+        return self.root.children.index(node) + (1 if after else 0)
+
+    def _nest_at_root(self, blk, idx: int, order) -> None:
+        """A new nest at root position ``idx``: one loop per axis of ``blk`` (outermost first, in ``order``),
+        each axis bound to its loop, ``blk`` innermost."""
         parent, first = self.root, True
-        for i, (ext, _) in enumerate(blk.axes):
-            lp = _Loop(ext)
+        for i in order:
+            ext, red = blk.axes[i]
+            lp = _Loop(ext, red=red)
             _attach(parent, lp, idx if first else None)
             first = False
             blk.atoms[i] = [[lp, 1, 1, ext]]
             parent = lp
         _attach(parent, blk, idx if first else None)
+
+    def _place_root(self, blk, before=None, after=None):
+        self._nest_at_root(blk, self._root_index(before or after, after is not None), range(len(blk.axes)))
         self.blocks.append(blk)
 
     def compute_inline(self, b):
@@ -628,19 +636,7 @@ class Simulator:
                       [rf_name, "global", nbytes, False, rf_shape, new_dims[:k] + [[(0, 1, 1, ext)]] + new_dims[k:]]]
         b.flops = 1.0
         b.has_init = True
-        node = rf
-        while not isinstance(node.parent, _Root):
-            node = node.parent
-        idx = self.root.children.index(node) + 1
-        parent, first = self.root, True
-        for i in list(range(1, len(b.axes))) + [0]:
-            e, red = b.axes[i]
-            lp = _Loop(e, red=red)
-            _attach(parent, lp, idx if first else None)
-            first = False
-            b.atoms[i] = [[lp, 1, 1, e]]
-            parent = lp
-        _attach(parent, b, idx if first else None)
+        self._nest_at_root(b, self._root_index(rf, after=True), list(range(1, len(b.axes))) + [0])
         self.blocks.append(rf)
         return rf
 
