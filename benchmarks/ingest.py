@@ -50,10 +50,10 @@ def generate_ansor(sizes: list[int], out_dir: Path, seed: int = 0) -> dict[int, 
     rng = np.random.default_rng(seed)
     sizes = sorted(sizes)
     paths = {n: out_dir / f"ansor-{n}.json" for n in sizes}
-    handles = {n: open(p, "w") for n, p in paths.items()}
     sp_index = [next((k for k, s in enumerate(r["i"][1][1]) if s[0] == "SP" and s[4]), None) for r in base]
     factors = rng.lognormal(0.0, 0.3, size=sizes[-1])
-    try:
+
+    def lines():
         for i in range(sizes[-1]):
             j = i % len(base)
             rec, r = base[j], i // len(base)
@@ -67,14 +67,10 @@ def generate_ansor(sizes: list[int], out_dir: Path, seed: int = 0) -> dict[int, 
             costs, err, all_cost, ts = rec["r"][:4]
             if err == 0:
                 costs = [c * float(factors[i]) for c in costs]
-            line = json.dumps({"i": [rec["i"][0], [[], steps]], "r": [costs, err, all_cost, ts + i],
-                               "v": rec["v"]}) + "\n"
-            for n, fh in handles.items():
-                if i < n:
-                    fh.write(line)
-    finally:
-        for fh in handles.values():
-            fh.close()
+            yield (json.dumps({"i": [rec["i"][0], [[], steps]], "r": [costs, err, all_cost, ts + i],
+                               "v": rec["v"]}) + "\n").encode()
+
+    _write_prefixes(paths, lines())
     return paths
 
 
@@ -88,12 +84,11 @@ def generate_ms(sizes: list[int], out_dir: Path, seed: int = 0) -> dict[int, Pat
     factors = rng.lognormal(0.0, 0.3, size=max(sizes))
     sizes = sorted(sizes)
     dirs = {n: out_dir / f"ms-{n}" for n in sizes}
-    handles = {}
-    for n, d in dirs.items():
+    for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
         (d / "database_workload.json").write_text(workloads)
-        handles[n] = open(d / "database_tuning_record.json", "wb")
-    try:
+
+    def lines():
         for i in range(sizes[-1]):
             j = i % len(base)
             widx, (trace, run_secs, target, args_info) = base[j][0], base[j][1][:4]
@@ -102,14 +97,24 @@ def generate_ms(sizes: list[int], out_dir: Path, seed: int = 0) -> dict[int, Pat
                 trace = _perturb_trace(trace, r)
             if run_secs and all(s < 1e9 for s in run_secs):
                 run_secs = [s * float(factors[i]) for s in run_secs]
-            line = orjson.dumps([widx, [trace, run_secs, target, args_info]]) + b"\n"
+            yield orjson.dumps([widx, [trace, run_secs, target, args_info]]) + b"\n"
+
+    _write_prefixes({n: d / "database_tuning_record.json" for n, d in dirs.items()}, lines())
+    return dirs
+
+
+def _write_prefixes(paths: dict[int, Path], lines) -> None:
+    """Line ``i`` goes to every file whose size (its key) is above ``i``: each smaller log is a prefix of
+    the largest, generated once."""
+    handles = {n: open(p, "wb") for n, p in paths.items()}
+    try:
+        for i, line in enumerate(lines):
             for n, fh in handles.items():
                 if i < n:
                     fh.write(line)
     finally:
         for fh in handles.values():
             fh.close()
-    return dirs
 
 
 def _perturb_trace(trace, r: int):
