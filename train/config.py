@@ -20,12 +20,12 @@ command line as ``--set section.key=value``.
 
 from __future__ import annotations
 
-from costlab.datasets.errors import UsageError
-
 import copy
 from pathlib import Path
 
 import yaml
+
+from costlab.datasets.errors import UsageError
 
 DEFAULTS = {
     "model": "tlp",

@@ -9,14 +9,13 @@ within-task split), training = the rest.
 
 from __future__ import annotations
 
-from costlab.datasets.errors import UsageError
-
 from dataclasses import asdict, dataclass, field
 
 import lightning as L
 import numpy as np
 import torch
 
+from costlab.datasets.errors import UsageError
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
 from costlab.featurizers.cache import features_of, open_cache
@@ -76,11 +75,18 @@ class ListSampler(torch.utils.data.Sampler):
         self.groups = [rows[g] for g in np.split(order, bounds) if g.size]
         self.list_size, self.lists_per_batch = list_size, lists_per_batch
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self._planned: tuple = (None, [])
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def _plan(self) -> list:
+        """This epoch's batches, drawn once per epoch (``len`` and ``iter`` both ask for them)."""
+        if self._planned[0] != self.epoch:
+            self._planned = (self.epoch, self._draw())
+        return self._planned[1]
+
+    def _draw(self) -> list:
         rng = np.random.default_rng(self.seed + 7919 * self.epoch)
         lists = []
         for g in self.groups:

@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-from costlab.datasets.errors import UsageError
-
 import json
 import time
 from pathlib import Path
@@ -19,9 +17,10 @@ import lightning as L
 import torch
 import yaml
 
+from costlab.datasets.errors import UsageError
 from costlab.costmodels.pretrained import load_pretrained, save_pretrained
 from costlab.train.data import CostDataModule, DataConfig
-from costlab.train.module import CostModelModule
+from costlab.train.module import CostModelModule, net_state_from_checkpoint
 from costlab.train.nets import build_net, featurizer_for, net_config_for
 
 LEARNED = ("tlp", "pacm", "mtl")
@@ -61,10 +60,7 @@ def load_weights(module: CostModelModule, source) -> None:
         net, _ = load_pretrained(source, build_net)
         state = net.state_dict()
     else:
-        ckpt = torch.load(source, map_location="cpu", weights_only=True)
-        state = {k[len("net."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
-        state = {k[len("online."):] if k.startswith("online.") else k: v for k, v in state.items()
-                 if not k.startswith("momentum_net.") and k != "updates"}
+        state = net_state_from_checkpoint(torch.load(source, map_location="cpu", weights_only=True))
     module.core.load_state_dict(state)
     if hasattr(module.net, "momentum_net"):
         module.net.momentum_net.load_state_dict(state)

@@ -18,6 +18,15 @@ from costlab.costmodels.momentum import MomentumTransfer
 from costlab.train.nets import build_net, net_inputs
 
 
+def net_state_from_checkpoint(ckpt: dict) -> dict:
+    """The weights of the plain net in a CostModelModule checkpoint: those under ``net.``, and of a net
+    trained with momentum transfer its online copy (the one that predicts)."""
+    state = {k[len("net."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
+    if any(k.startswith("online.") for k in state):
+        state = {k[len("online."):]: v for k, v in state.items() if k.startswith("online.")}
+    return state
+
+
 class CostModelModule(L.LightningModule):
     def __init__(self, kind: str, net_config: dict, featurizer: dict, platforms: list, loss: str = "lambdarank",
                  lr: float = 7e-4, weight_decay: float = 1e-6, momentum: float | None = None,

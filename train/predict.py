@@ -11,16 +11,16 @@ Every predictor has ``featurizer`` (or None), ``platforms`` and ``predict(featur
 
 from __future__ import annotations
 
-from costlab.datasets.errors import UsageError
-
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from costlab.datasets.errors import UsageError
 from costlab.costmodels.pretrained import load_pretrained, read_config
 from costlab.featurizers import create, from_json
 from costlab.train.data import to_tensors
+from costlab.train.module import net_state_from_checkpoint
 from costlab.train.nets import build_net, net_inputs
 
 
@@ -72,10 +72,7 @@ def load_checkpoint(path) -> NetPredictor:
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     hp = ckpt["hyper_parameters"]
     net = build_net(hp["kind"], hp["net_config"])
-    state = {k[len("net."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
-    if hp.get("momentum") is not None:
-        state = {k[len("online."):]: v for k, v in state.items() if k.startswith("online.")}
-    net.load_state_dict(state)
+    net.load_state_dict(net_state_from_checkpoint(ckpt))
     return NetPredictor(net, hp["kind"], hp["featurizer"], hp["platforms"])
 
 
