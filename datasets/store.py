@@ -224,14 +224,13 @@ class Dataset:
         table = self.records(platform)
         pids, errors = table.program_id, table.error
         latency = table.latency()
+        score = scores(table.task, latency)
         groups = table.rows_by_task()
         wanted = sorted(groups) if tasks is None else [t for t in tasks if t in groups]
         for t in wanted:
             rows = groups[t]
-            lat = latency[rows]
-            best = lat.min() if lat.size else np.inf
-            score = np.where(np.isfinite(lat), best / np.where(np.isfinite(lat), lat, 1.0), 0.0)
-            yield TaskRecords(self.tasks[t], platform, rows, pids[rows], errors[rows], lat, score, table)
+            yield TaskRecords(self.tasks[t], platform, rows, pids[rows], errors[rows], latency[rows], score[rows],
+                              table)
 
     def task_records(self, platform: str, task: int) -> TaskRecords:
         for tr in self.iter_tasks(platform, [task]):
