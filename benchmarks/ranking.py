@@ -37,9 +37,11 @@ from costlab.train.fit import train
 OVERRIDES: list = []
 
 
-def _train(data, out, model, split, platforms, epochs, extra=()):
+def _train(data, out, model, split, platforms, epochs, extra=(), **updates):
+    """Train one model with the benchmark's overrides; ``updates`` set config keys (init_from, momentum)."""
     cfg = load_config(None, [f"trainer.max_epochs={epochs}", *OVERRIDES, *extra], model=model, data=str(data), split=split,
                       platforms=list(platforms), out=str(out))
+    cfg.update(updates)
     return train(cfg, progress=False)
 
 
@@ -61,47 +63,94 @@ def _print_table(rows, title, baseline="xgb"):
     sys.stdout.flush()
 
 
-def section_models(args, work: Path) -> list:
-    platform = args.platform
-    for f in ("tlp", "pacm", "psa"):
+def _mean_rows(runs: list[list[dict]]) -> list[dict]:
+    """Rows of several splits averaged per model (same model order in every run)."""
+    out = []
+    for same in zip(*runs):
+        row = dict(model=same[0]["model"], splits=len(same))
+        for key in ("top1", "top5", "pairwise", "ndcg", "train_records_per_s"):
+            vals = [r[key] for r in same if r.get(key) is not None]
+            row[key] = sum(vals) / len(vals) if vals else None
+        out.append(row)
+    return out
+
+
+def _featurize(data, platform, featurizers):
+    for f in featurizers:
         t0 = time.perf_counter()
-        stats = build_cache(args.data, f, platform, progress=False)
-        print(f"featurize {f}: {stats['computed']} records in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        stats = build_cache(data, f, platform, progress=False)
+        print(f"featurize {f} on {platform}: {stats['computed']} records in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr)
+
+
+def _over_splits(section, args, work: Path, title: str, baseline: str | None = "xgb") -> dict:
+    """Run one section on every --split, print each split's table and, for several, their mean."""
+    runs = {}
+    for split in args.split:
+        rows = section(args, work / str(split), split)
+        _print_table(rows, f"{title}, split {split} (test part)", baseline=baseline or rows[0]["model"])
+        runs[str(split)] = rows
+    if len(runs) > 1:
+        mean = _mean_rows(list(runs.values()))
+        _print_table(mean, f"{title}, mean over {len(runs)} splits", baseline=baseline or mean[0]["model"])
+        runs["mean"] = mean
+    return runs
+
+
+def _models(args, work: Path, split) -> list:
+    platform = args.platform
     rows = []
     for model in ("tlp", "pacm", "xgb", "mlp"):
-        s = _train(args.data, work / model, model, args.split, [platform], args.epochs)
-        rows.append(_row(model, evaluate(str(work / model), args.data, split=args.split, platform=platform), s))
+        s = _train(args.data, work / model, model, split, [platform], args.epochs)
+        rows.append(_row(model, evaluate(str(work / model), args.data, split=split, platform=platform), s))
     for name in ("psa", "random"):
-        rows.append(_row(name, evaluate(name, args.data, split=args.split, platform=platform)))
-    _print_table(rows, f"Ranking on {args.data} ({platform}, split {args.split}, test part)")
+        rows.append(_row(name, evaluate(name, args.data, split=split, platform=platform)))
     return rows
 
 
-def section_mtl(args, work: Path) -> list:
-    build_cache(args.data, "tlp", args.target, progress=False)
+def section_models(args, work: Path) -> dict:
+    _featurize(args.data, args.platform, ("tlp", "pacm", "psa"))
+    return _over_splits(_models, args, work, f"Ranking on {args.data} ({args.platform})")
+
+
+def _mtl(args, work: Path, split) -> list:
     keep = [f"data_options.keep_fraction={{{args.target}: {args.keep}}}"]
-    single = _train(args.data, work / "single", "tlp", args.split, [args.target], args.epochs, keep)
-    multi = _train(args.data, work / "mtl", "mtl", args.split, [args.target, args.source], args.epochs, keep)
-    rows = [_row(f"tlp, {args.keep:.0%} of {args.target}", evaluate(str(work / "single"), args.data, split=args.split, platform=args.target), single),
-            _row(f"mtl, {args.keep:.0%} of {args.target} + {args.source}", evaluate(str(work / "mtl"), args.data, split=args.split, platform=args.target), multi)]
-    _print_table(rows, f"MTL: target {args.target} with {args.keep:.0%} of its labels", baseline=rows[0]["model"])
-    return rows
+    single = _train(args.data, work / "single", "tlp", split, [args.target], args.epochs, keep)
+    multi = _train(args.data, work / "mtl", "mtl", split, [args.target, args.source], args.epochs, keep)
+    return [_row(f"tlp, {args.keep:.0%} of {args.target}",
+                 evaluate(str(work / "single"), args.data, split=split, platform=args.target), single),
+            _row(f"mtl, {args.keep:.0%} of {args.target} + {args.source}",
+                 evaluate(str(work / "mtl"), args.data, split=split, platform=args.target), multi)]
 
 
-def section_moa(args, work: Path) -> list:
-    build_cache(args.data, "tlp", args.source, progress=False)
-    _train(args.data, work / "source", "tlp", args.split, [args.source], args.epochs)
+def section_mtl(args, work: Path) -> dict:
+    _featurize(args.data, args.target, ("tlp",))
+    _featurize(args.data, args.source, ("tlp",))
+    return _over_splits(_mtl, args, work, f"MTL: target {args.target} with {args.keep:.0%} of its labels", None)
+
+
+def _moa(args, work: Path, split) -> list:
+    _train(args.data, work / "source", "tlp", split, [args.source], args.epochs)
     keep = [f"data_options.keep_fraction={{{args.target}: {args.keep}}}"]
-    scratch = _train(args.data, work / "scratch", "tlp", args.split, [args.target], args.epochs, keep)
-    cfg = load_config(None, [f"trainer.max_epochs={args.epochs}", *OVERRIDES, *keep], model="tlp", data=str(args.data),
-                      split=args.split, platforms=[args.target], out=str(work / "moa"))
-    cfg.update(init_from=str(work / "source"), momentum=0.99, momentum_every=2)
-    moa = train(cfg, progress=False)
-    rows = [_row(f"scratch on {args.keep:.0%} of {args.target}", evaluate(str(work / "scratch"), args.data, split=args.split, platform=args.target), scratch),
-            _row(f"MoA from {args.source}", evaluate(str(work / "moa"), args.data, split=args.split, platform=args.target), moa),
-            _row(f"{args.source} model as is", evaluate(str(work / "source"), args.data, split=args.split, platform=args.target))]
-    _print_table(rows, f"MoA: {args.source} -> {args.target} with {args.keep:.0%} of the target's labels", baseline=rows[0]["model"])
-    return rows
+    scratch = _train(args.data, work / "scratch", "tlp", split, [args.target], args.epochs, keep)
+    source = str(work / "source")
+    moa = _train(args.data, work / "moa", "tlp", split, [args.target], args.epochs, keep,
+                 init_from=source, momentum=0.99, momentum_every=2)
+    finetune = _train(args.data, work / "finetune", "tlp", split, [args.target], args.epochs, keep, init_from=source)
+
+    def ev(run):
+        return evaluate(str(work / run), args.data, split=split, platform=args.target)
+
+    return [_row(f"scratch on {args.keep:.0%} of {args.target}", ev("scratch"), scratch),
+            _row(f"MoA from {args.source}", ev("moa"), moa),
+            _row(f"plain fine-tuning from {args.source}", ev("finetune"), finetune),
+            _row(f"{args.source} model as is", ev("source"))]
+
+
+def section_moa(args, work: Path) -> dict:
+    _featurize(args.data, args.target, ("tlp",))
+    _featurize(args.data, args.source, ("tlp",))
+    return _over_splits(_moa, args, work, f"MoA: {args.source} -> {args.target} with {args.keep:.0%} of the target's labels", None)
 
 
 def section_public(args, work: Path) -> list:
@@ -131,7 +180,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--section", action="append", choices=["models", "mtl", "moa", "public"], required=True)
     p.add_argument("--data", type=Path)
-    p.add_argument("--split", default=None)
+    p.add_argument("--split", action="append", default=[],
+                   help="stored split (repeatable: the models section averages over them; mtl/moa use the first)")
     p.add_argument("--platform", help="platform of the models section (default: the first)")
     p.add_argument("--target"), p.add_argument("--source")
     p.add_argument("--keep", type=float, default=0.1, help="fraction of target labels kept (mtl, moa)")
@@ -143,6 +193,7 @@ def main(argv=None) -> int:
                    help="training config override for every model trained, e.g. net.d_model=128")
     args = p.parse_args(argv)
     OVERRIDES[:] = args.set
+    args.split = args.split or [None]
     if args.data and not args.platform:
         from costlab.datasets import open_dataset
 

@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -24,6 +26,21 @@ from costlab.train.module import CostModelModule, net_state_from_checkpoint
 from costlab.train.nets import build_net, featurizer_for, net_config_for
 
 LEARNED = ("tlp", "pacm", "mtl")
+
+
+class _DropAdverts(logging.Filter):
+    """Lightning prints an advert for a cloud logger on every run; it says nothing about this run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.msg)
+
+
+def _quiet_lightning() -> None:
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _DropAdverts) for f in log.filters):
+        log.addFilter(_DropAdverts())
+    # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; not actionable here
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
 class _Throughput(L.Callback):
@@ -122,6 +139,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     tcfg = dict(cfg["trainer"])
     if not has_val:
         tcfg["limit_val_batches"] = 0
+    _quiet_lightning()
     trainer = L.Trainer(default_root_dir=out, logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")],
                         callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=progress,
                         **tcfg)
