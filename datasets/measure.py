@@ -20,7 +20,9 @@ compactly), so a program has the same id here as when ``import-ms`` reads it fro
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import time
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -145,7 +147,21 @@ def _replay(mod, schedule: str):
     return ms.MeasureCandidate(sch, args)
 
 
-def _make_runner(opts: MeasureOptions):
+def _pin_threads(n: int) -> None:
+    """Runs first in the local runner's worker: the kernels get the target's ``num-cores`` threads. TVM's
+    thread pool is sized from ``TVM_NUM_THREADS`` when a kernel first runs; MetaSchedule leaves it at the
+    machine's core count whatever the target says, so a 1-core platform would be measured on 2 cores."""
+    os.environ["TVM_NUM_THREADS"] = str(n)
+
+
+def runner_threads() -> int:
+    """Threads TVM's runtime uses in this process (read back by the test of ``_pin_threads``)."""
+    import tvm
+
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+def _make_runner(opts: MeasureOptions, target):
     from tvm.s_tir import meta_schedule as ms
 
     evaluator = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
@@ -154,7 +170,9 @@ def _make_runner(opts: MeasureOptions):
         config = ms.runner.RPCConfig(tracker_host=opts.rpc_host, tracker_port=opts.rpc_port,
                                      tracker_key=opts.rpc_key, session_timeout_sec=int(max(opts.runner_timeout, 10)))
         return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
-    return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator)
+    cores = int(target.attrs.get("num-cores", 0) or 0)
+    init = functools.partial(_pin_threads, cores) if cores > 0 else None
+    return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
 
 
 def build_and_run(builder, runner, target, candidates) -> list[tuple[list[float], int, str | None]]:
@@ -263,7 +281,7 @@ def measure(data, opts: MeasureOptions) -> str:
         return f"{data}: nothing to measure on {pid!r} ({len(tasks)} task(s) already have their records)"
 
     builder = ms.builder.LocalBuilder(timeout_sec=opts.builder_timeout, f_build=build_without_intrinsic_registry)
-    runner = _make_runner(opts)
+    runner = _make_runner(opts, target)
     bar = None
     if opts.progress:
         from tqdm import tqdm

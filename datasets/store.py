@@ -378,6 +378,24 @@ class DatasetWriter:
             self.platforms[pid] = Platform(pid, dict(target), spec if spec is not None else (old and old.spec))
         return pid
 
+    def rename_platform(self, old: str, new: str, target: dict | None = None) -> None:
+        """Give a platform's records (and feature caches) another id, and optionally another target: for a
+        platform named after the wrong machine or measured under the wrong settings."""
+        check_platform_id(new)
+        if old not in self.platforms:
+            raise InputError(self.path, f"no platform {old!r} (platforms: {', '.join(sorted(self.platforms)) or 'none'})")
+        if new in self.platforms:
+            raise InputError(self.path, f"platform {new!r} exists already")
+        f = self._f
+        if old in f.get("records", {}):
+            f.move(f"records/{old}", f"records/{new}")
+        for cache in f.get("features", {}).values():
+            if old in cache:
+                cache.move(old, new)
+        was = self.platforms.pop(old)
+        self.platforms[new] = Platform(new, dict(target) if target is not None else was.target, was.spec)
+        self._known_ids.pop(old, None)
+
     def find_task(self, dialect: str, workload_hash: str) -> int | None:
         return self._task_key.get((dialect, workload_hash))
 

@@ -174,3 +174,38 @@ def test_interrupted_run_keeps_finished_batches_and_continues(tmp_path, monkeypa
     assert "measured 2 candidates" in measure(path, _opts(per_task=4, batch_size=2))
     with open_dataset(path) as ds:
         assert len(set(ds.records("cpu").program_id.tolist())) == 4
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_local_runner_runs_kernels_on_the_targets_cores(cores):
+    """TVM sizes its thread pool from the machine unless told; a '1c' platform must run on 1 thread."""
+    import tvm
+
+    from costlab.datasets.measure import _make_runner, runner_threads
+    from costlab.datasets.targets import normalize_target
+
+    target = tvm.target.Target(normalize_target(f"llvm -num-cores={cores}"))
+    runner = _make_runner(_opts(target=f"llvm -num-cores={cores}"), target)
+    assert runner.pool.submit(runner_threads).result() == cores
+
+
+def test_rename_platform_moves_records_and_caches(measured, tmp_path, capsys):
+    import shutil
+
+    from costlab.cli import main
+    from costlab.featurizers.cache import build_cache
+
+    path = tmp_path / "r.h5"
+    shutil.copy(measured, path)
+    build_cache(path, "tlp", "cpu", progress=False)
+    with open_dataset(path) as ds:
+        ids = ds.records("cpu").program_id.tolist()
+    assert main(["dataset", "rename-platform", str(path), "cpu", "cpu-1c", "--target", "llvm -num-cores=1"]) == 0
+    with open_dataset(path) as ds:
+        assert "cpu" not in ds.platforms and ds.platforms["cpu-1c"].target["num-cores"] == 1
+        assert ds.records("cpu-1c").program_id.tolist() == ids
+        assert "cpu-1c" in ds.h5["features/tlp@1"] and "cpu" not in ds.h5["features/tlp@1"]
+    capsys.readouterr()
+    assert main(["dataset", "rename-platform", str(path), "cpu", "x"]) == 2
+    assert "no platform 'cpu'" in capsys.readouterr().err
+    assert main(["dataset", "rename-platform", str(path), "cpu-1c", "cpu-1c"]) == 2

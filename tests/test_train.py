@@ -94,6 +94,27 @@ def _second_platform(path, dst, fraction):
     return int(keep.sum())
 
 
+def test_validation_tasks_have_something_to_rank(ansor_data, tmp_path):
+    """Single-program tasks (injective kernels) are never the validation tasks that pick the best checkpoint."""
+    import shutil
+
+    dst = tmp_path / "singles.h5"
+    shutil.copy(ansor_data, dst)
+    with open_dataset(dst) as ds:
+        sched = ds.records(PLATFORM).schedules(np.arange(1))[0]
+    b = RecordBatch()
+    with DatasetWriter(dst) as w:
+        for i in range(6):
+            t = w.add_task(f"single-{i}", "ansor", f'["single-{i}"]', name=f"single-{i}")
+            b.append(t, sched, [1e-3], 0, 0.0, 1000 + i)
+        w.add_records(PLATFORM, b)
+    dm = CostDataModule(DataConfig(data=str(dst), platforms=[PLATFORM], val_fraction=0.5, seed=0))
+    dm.setup()
+    val_tasks, counts = np.unique(dm.labels.task[dm.val_rows], return_counts=True)
+    assert len(val_tasks) == 1 and counts[0] >= 2, (val_tasks, counts)
+    assert len(np.unique(dm.labels.task[dm.train_rows])) == 7  # the other rankable task and the 6 singles
+
+
 def test_mtl_heads_learn_only_from_their_platform(ansor_data, tmp_path):
     dst = tmp_path / "two.h5"
     n_other = _second_platform(ansor_data, dst, 0.5)
@@ -134,6 +155,13 @@ def test_train_cli_and_evaluate_json(ansor_data, tmp_path, capsys):
     assert (tmp_path / "rep" / "report.md").exists() and (tmp_path / "rep" / "topk_curve.png").exists()
     assert main(["train", "--config", str(cfg), "--set", "nosuch=1"]) == 2
     assert "unknown config key 'nosuch'" in capsys.readouterr().err
+    assert main(["train", "--config", str(cfg), "--set", "lr_schedule=linear"]) == 2
+    assert "lr_schedule must be one of constant, cosine" in capsys.readouterr().err
+    # a cosine schedule has lowered the learning rate by the end of a 2-epoch run
+    assert main(["train", "--config", str(cfg), "--set", "lr_schedule=cosine", "--epochs", "2",
+                 "--out", str(tmp_path / "cos"), "--no-progress"]) == 0
+    ckpt = torch.load(tmp_path / "cos" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] < 0.9 * 7e-4
 
 
 def test_finetune_with_momentum(ansor_data, tmp_path):

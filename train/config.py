@@ -9,6 +9,7 @@ command line as ``--set section.key=value``.
     seed: 0
     loss: lambdarank            # or mse
     lr: 0.0007
+    lr_schedule: constant       # or cosine (decays to 1% of lr over max_epochs)
     weight_decay: 1.0e-6
     net: {d_model: 256}         # net options (see costmodels/*_net.py)
     data_options: {list_size: 32, lists_per_batch: 16, val_fraction: 0.1, keep_fraction: {}}
@@ -27,6 +28,8 @@ import yaml
 
 from costlab.datasets.errors import UsageError
 
+LR_SCHEDULES = ("constant", "cosine")
+
 DEFAULTS = {
     "model": "tlp",
     "data": None,
@@ -36,6 +39,7 @@ DEFAULTS = {
     "seed": 0,
     "loss": "lambdarank",
     "lr": 7e-4,
+    "lr_schedule": "constant",
     "weight_decay": 1e-6,
     "net": {},
     "data_options": {"list_size": 32, "lists_per_batch": 16, "val_fraction": 0.1, "keep_fraction": {},
@@ -92,4 +96,6 @@ def load_config(path=None, overrides=(), **named) -> dict:
         raise UsageError("no dataset: give --data DATA.h5 or `data:` in the config")
     if isinstance(cfg["platforms"], str):
         cfg["platforms"] = [p for p in cfg["platforms"].split(",") if p]
+    if cfg["lr_schedule"] not in LR_SCHEDULES:
+        raise UsageError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, not {cfg['lr_schedule']!r}")
     return cfg

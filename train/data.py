@@ -65,7 +65,7 @@ def to_tensors(feats: dict) -> dict:
 
 class ListSampler(torch.utils.data.Sampler):
     """Yields batches as lists of base-row indices (one task per list), drawn afresh each epoch from the
-    seed; Lightning calls ``set_epoch``."""
+    seed; Lightning calls ``set_epoch``. It shards itself under DDP (the Trainer is told not to wrap it)."""
 
     def __init__(self, task: np.ndarray, rows: np.ndarray, list_size: int, lists_per_batch: int,
                  shuffle: bool, seed: int):
@@ -100,11 +100,22 @@ class ListSampler(torch.utils.data.Sampler):
         n = self.lists_per_batch
         return [tuple(lists[i : i + n]) for i in range(0, len(lists), n)]
 
+    def _mine(self) -> list:
+        """Under distributed training each process takes every world-th training batch (the same number on
+        every process, so none waits for another at the end of the epoch); evaluation batches are not
+        split, so every process sees whole tasks."""
+        plan = self._plan()
+        dist = torch.distributed
+        if not self.shuffle or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return plan
+        world, rank = dist.get_world_size(), dist.get_rank()
+        return plan[rank : len(plan) - len(plan) % world : world]
+
     def __iter__(self):
-        return iter(self._plan())
+        return iter(self._mine())
 
     def __len__(self) -> int:
-        return len(self._plan())
+        return len(self._mine())
 
 
 class BatchReader(torch.utils.data.Dataset):
@@ -156,9 +167,14 @@ class CostDataModule(L.LightningDataModule):
             if split is not None and split.by == "within-task":
                 val = ~test & (rng.random(n) < cfg.val_fraction)
             else:
-                train_tasks = np.unique(self.labels.task[~test])
-                n_val = int(round(cfg.val_fraction * len(train_tasks)))
-                val_tasks = rng.permutation(train_tasks)[:n_val] if len(train_tasks) > 1 else []
+                # validation tasks are drawn among those with something to rank (2+ labelled records):
+                # a single-program task held out would leave the best-checkpoint choice to chance
+                labelled = np.isfinite(self.labels.score[:, 0]) & ~test
+                t, c = np.unique(self.labels.task[labelled], return_counts=True)
+                rankable = t[c >= 2]
+                n_val = int(round(cfg.val_fraction * len(rankable)))
+                n_val = max(n_val, 1) if cfg.val_fraction > 0 and len(rankable) >= 3 else n_val
+                val_tasks = rng.permutation(rankable)[:n_val] if len(rankable) > 1 else []
                 val = np.isin(self.labels.task, val_tasks) & ~test
             has_label = np.isfinite(self.labels.score).any(1)
             self.train_rows = np.flatnonzero(~test & ~val & has_label)

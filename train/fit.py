@@ -123,7 +123,8 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     net_config = dict(source["net"]) if source else net_config_for(kind, dm.featurizer, heads, **cfg["net"])
     module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
                              lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
-                             momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]))
+                             momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]),
+                             lr_schedule=cfg["lr_schedule"])
     if source:
         load_weights(module, source["path"])
     (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -142,7 +143,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     _quiet_lightning()
     trainer = L.Trainer(default_root_dir=out, logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")],
                         callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=progress,
-                        **tcfg)
+                        use_distributed_sampler=False, **tcfg)
     last = out / "checkpoints" / "last.ckpt"
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm, ckpt_path=str(last) if resume and last.exists() else None)
@@ -155,8 +156,11 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     summary = dict(model=kind, platforms=cfg["platforms"], train_records=len(dm.train_rows),
                    val_records=len(dm.val_rows), test_records=len(dm.test_rows), best_checkpoint=str(best),
                    best_val_top1=float(ckpt.best_model_score) if ckpt.best_model_score is not None else None,
-                   last_val=val, train_records_per_s=speed.records / speed.seconds if speed.seconds else None,
+                   last_val=val, records_seen=speed.records,
+                   train_records_per_s=speed.records / speed.seconds if speed.seconds else None,
                    wall_seconds=wall, epochs=trainer.current_epoch)
+    if not trainer.is_global_zero:
+        return summary  # under DDP the first process alone writes the model and the summary
     save_pretrained(out / "model", module.core, kind, net_config, dm.featurizer.to_json(), cfg["platforms"],
                     training=summary, split=cfg["split"], dataset=str(cfg["data"]))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -30,7 +30,7 @@ def net_state_from_checkpoint(ckpt: dict) -> dict:
 class CostModelModule(L.LightningModule):
     def __init__(self, kind: str, net_config: dict, featurizer: dict, platforms: list, loss: str = "lambdarank",
                  lr: float = 7e-4, weight_decay: float = 1e-6, momentum: float | None = None,
-                 momentum_every: int = 1):
+                 momentum_every: int = 1, lr_schedule: str = "constant"):
         super().__init__()
         self.save_hyperparameters()
         net = build_net(kind, net_config)
@@ -83,4 +83,10 @@ class CostModelModule(L.LightningModule):
 
     def configure_optimizers(self):
         params = [p for p in self.parameters() if p.requires_grad]
-        return torch.optim.Adam(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        opt = torch.optim.Adam(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        if self.hparams.get("lr_schedule", "constant") == "constant":
+            return opt
+        # cosine decay to 1% of lr over the run, stepped per epoch
+        epochs = max(1, int(self.trainer.max_epochs or 1))
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs, eta_min=0.01 * self.hparams.lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}

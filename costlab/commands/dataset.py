@@ -98,6 +98,16 @@ def register(sub) -> None:
     q.add_argument("--name", help="split name (default: derived from the options)")
     q.set_defaults(func=_split)
 
+    q = ds.add_parser("rename-platform", help="give a platform's records another id (and target)",
+                      description="Rename a platform: its records and feature caches move to the new id; "
+                      "with --target its target changes too (feature caches that depend on it are then "
+                      "rebuilt by the next `costlab featurize`).")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("old", metavar="OLD_ID")
+    q.add_argument("new", metavar="NEW_ID")
+    q.add_argument("--target", help="the platform's TVM target (JSON or 'llvm -num-cores=1')")
+    q.set_defaults(func=_rename_platform)
+
     q = ds.add_parser("export-ms", help="write a platform's records as a MetaSchedule database",
                       description="Write the records of one platform as database_workload.json + "
                       "database_tuning_record.json, loadable by MetaSchedule's JSONDatabase.")
@@ -174,6 +184,17 @@ def _split(args) -> int:
         split.write(w.h5.require_group("splits"))
     unit = "programs" if split.by == "within-task" else "tasks"
     print(f"split {split.name!r} (by {split.by}, seed {split.seed}): {n_test} test {unit}", file=sys.stderr)
+    return 0
+
+
+def _rename_platform(args) -> int:
+    from costlab.datasets import DatasetWriter
+    from costlab.datasets.targets import normalize_target
+
+    target = normalize_target(args.target) if args.target else None
+    with DatasetWriter(args.data) as w:
+        w.rename_platform(args.old, args.new, target)
+    print(f"{args.data}: platform {args.old!r} is now {args.new!r}", file=sys.stderr)
     return 0
 
 
