@@ -389,10 +389,16 @@ class DatasetWriter:
         f = self._f
         if old in f.get("records", {}):
             f.move(f"records/{old}", f"records/{new}")
+        was = self.platforms[old]
+        # features may depend on the target (PaCM's cache levels, PSA's hardware): a new target drops them
+        keep_features = target is None or dict(target) == was.target
         for cache in f.get("features", {}).values():
             if old in cache:
-                cache.move(old, new)
-        was = self.platforms.pop(old)
+                if keep_features:
+                    cache.move(old, new)
+                else:
+                    del cache[old]
+        del self.platforms[old]
         self.platforms[new] = Platform(new, dict(target) if target is not None else was.target, was.spec)
         self._known_ids.pop(old, None)
 

@@ -200,11 +200,16 @@ def test_rename_platform_moves_records_and_caches(measured, tmp_path, capsys):
     build_cache(path, "tlp", "cpu", progress=False)
     with open_dataset(path) as ds:
         ids = ds.records("cpu").program_id.tolist()
-    assert main(["dataset", "rename-platform", str(path), "cpu", "cpu-1c", "--target", "llvm -num-cores=1"]) == 0
+    assert main(["dataset", "rename-platform", str(path), "cpu", "cpu-a"]) == 0
     with open_dataset(path) as ds:
-        assert "cpu" not in ds.platforms and ds.platforms["cpu-1c"].target["num-cores"] == 1
-        assert ds.records("cpu-1c").program_id.tolist() == ids
-        assert "cpu-1c" in ds.h5["features/tlp@1"] and "cpu" not in ds.h5["features/tlp@1"]
+        assert "cpu" not in ds.platforms and ds.platforms["cpu-a"].target["num-cores"] == 2
+        assert ds.records("cpu-a").program_id.tolist() == ids
+        assert "cpu-a" in ds.h5["features/tlp@1"] and "cpu" not in ds.h5["features/tlp@1"]
+    # another target: the records stay, the features (which may depend on the target) go
+    assert main(["dataset", "rename-platform", str(path), "cpu-a", "cpu-1c", "--target", "llvm -num-cores=1"]) == 0
+    with open_dataset(path) as ds:
+        assert ds.platforms["cpu-1c"].target["num-cores"] == 1 and ds.records("cpu-1c").program_id.tolist() == ids
+        assert not any(p in ds.h5["features/tlp@1"] for p in ("cpu-a", "cpu-1c"))
     capsys.readouterr()
     assert main(["dataset", "rename-platform", str(path), "cpu", "x"]) == 2
     assert "no platform 'cpu'" in capsys.readouterr().err
