@@ -4,7 +4,8 @@ Token embedding (kind index + a linear map of the numeric slots + a learned posi
 self-attention encoder that honours the padding mask → per-token decoder → masked sum over tokens. TLP's
 published net had no normalisation, no positions and let padding rows add to the sum; this one fixes all
 three. ``backbone="bert"`` swaps the attention encoder for a Hugging Face BERT encoder built from a config
-(trained from scratch, nothing downloaded). ``heads > 1`` gives one output per platform (MTL-TLP).
+(trained from scratch, nothing downloaded). ``heads > 1`` gives one output per platform (MTL-TLP); with
+``head_layers > 1`` each head has its own last decoder layers over the shared trunk.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class TLPNetConfig:
     layers: int = 1
     attention_heads: int = 8
     dropout: float = 0.0
+    head_layers: int = 1  # with several heads: decoder layers private to each (1: all but the last shared)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,7 +66,15 @@ class TLPNet(nn.Module):
             self.backbone = nn.LSTM(d, d // 2, num_layers=config.layers, batch_first=True, bidirectional=True)
         else:
             raise ValueError(f"unknown TLP backbone {config.backbone!r} (attention, bert, lstm)")
-        self.decoder = _mlp([d, d, d // 2, d // 4, config.heads])
+        sizes = [d, d, d // 2, d // 4]
+        if config.head_layers <= 1 or config.heads == 1:
+            self.decoder = _mlp(sizes + [config.heads])
+            self.head_decoders = None
+        else:
+            # MTL-TLP: each platform's head has its own last layers over a shared trunk
+            shared = len(sizes) - min(config.head_layers, len(sizes)) + 1
+            self.decoder = nn.Sequential(_mlp(sizes[:shared]), nn.ReLU()) if shared >= 2 else nn.Identity()
+            self.head_decoders = nn.ModuleList(_mlp(sizes[shared - 1:] + [1]) for _ in range(config.heads))
 
     def encode(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Per-token hidden states (N, L, d)."""
@@ -82,6 +92,8 @@ class TLPNet(nn.Module):
     def forward(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Scores (N,) — or (N, heads) with several heads; higher = predicted faster."""
         mask = mask.bool()
-        per_token = self.decoder(self.encode(kind, numeric, mask))  # (N, L, heads)
+        per_token = self.decoder(self.encode(kind, numeric, mask))
+        if self.head_decoders is not None:
+            per_token = torch.cat([h(per_token) for h in self.head_decoders], dim=-1)  # (N, L, heads)
         out = (per_token * mask[..., None]).sum(1)
         return out[:, 0] if self.config.heads == 1 else out

@@ -40,6 +40,20 @@ def test_tlp_net_heads():
     assert net(*_tokens()).shape == (4, 3)
 
 
+@pytest.mark.parametrize("head_layers", [2, 3, 4])
+def test_tlp_net_private_head_layers(head_layers):
+    """A head's own layers learn only from its platform's loss; the shared trunk from every head's."""
+    net = TLPNet(TLPNetConfig(vocab_size=20, num_slots=6, max_len=12, d_model=32, heads=2, attention_heads=4,
+                              head_layers=head_layers))
+    assert sum(isinstance(m, torch.nn.Linear) for m in net.head_decoders[0].modules()) == head_layers
+    out = net(*_tokens())
+    assert out.shape == (4, 2)
+    out[:, 0].sum().backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in net.head_decoders[1].parameters())
+    assert all(p.grad.abs().sum() > 0 for p in net.head_decoders[0].parameters())
+    assert net.slot_proj.weight.grad.abs().sum() > 0
+
+
 def test_pacm_net_shapes_and_empty_patterns():
     torch.manual_seed(0)
     net = PaCMNet(PaCMNetConfig(stmt_features=10, pattern_features=5, d_model=32, heads=2)).eval()
