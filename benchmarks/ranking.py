@@ -12,9 +12,13 @@ Sections (run one or several with --section):
           that sample from scratch.
   public  TLP on public TenSet-format (Ansor) logs, one network held out at a time.
 
-    python benchmarks/ranking.py --section models --data ranking.h5 --split task-s0
+    python benchmarks/ranking.py --section models --data ranking.h5 --split task30-s0 --split task30-s1 \
+        --epochs 60 --set net.d_model=128 --set data_options.lists_per_batch=4
+    python benchmarks/ranking.py --section mtl --section moa --data ranking.h5 --split task30-s0 \
+        --target llvm-x86_64-2c --source llvm-x86_64-1c
     python benchmarks/ranking.py --section public --logs ../shared/data/ansor_logs/xeon8358
-    python benchmarks/ranking.py --section mtl --data two.h5 --split task-s0 --target llvm-1c --source llvm-2c
+
+Several --split give one table per split and their mean; docs/training.md has the figures and commands.
 """
 
 from __future__ import annotations
