@@ -12,9 +12,9 @@ Sections (run one or several with --section):
           that sample from scratch.
   public  TLP on public TenSet-format (Ansor) logs, one network held out at a time.
 
-    python benchmarks/ranking.py --section models --data ranking.h5 --split task30-s0 --split task30-s1 \
+    python benchmarks/ranking.py --section models --data ranking.h5 --split task30-s0 --split task30-s1 (...)
         --epochs 60 --set net.d_model=128 --set data_options.lists_per_batch=4
-    python benchmarks/ranking.py --section mtl --section moa --data ranking.h5 --split task30-s0 \
+    python benchmarks/ranking.py --section mtl --section moa --data ranking.h5 --split task30-s0 (...)
         --target llvm-x86_64-2c --source llvm-x86_64-1c
     python benchmarks/ranking.py --section public --logs ../shared/data/ansor_logs/xeon8358
 
