@@ -79,12 +79,13 @@ def _mean_rows(runs: list[list[dict]]) -> list[dict]:
     return out
 
 
-def _featurize(data, platform, featurizers):
-    for f in featurizers:
-        t0 = time.perf_counter()
-        stats = build_cache(data, f, platform, progress=False)
-        print(f"featurize {f} on {platform}: {stats['computed']} records in {time.perf_counter() - t0:.1f} s",
-              file=sys.stderr)
+def _featurize(data, platforms, featurizers):
+    for platform in platforms:
+        for f in featurizers:
+            t0 = time.perf_counter()
+            stats = build_cache(data, f, platform, progress=False)
+            print(f"featurize {f} on {platform}: {stats['computed']} records in {time.perf_counter() - t0:.1f} s",
+                  file=sys.stderr)
 
 
 def _over_splits(section, args, work: Path, title: str, baseline: str | None = "xgb") -> dict:
@@ -113,7 +114,7 @@ def _models(args, work: Path, split) -> list:
 
 
 def section_models(args, work: Path) -> dict:
-    _featurize(args.data, args.platform, ("tlp", "pacm", "psa"))
+    _featurize(args.data, [args.platform], ("tlp", "pacm", "psa"))
     return _over_splits(_models, args, work, f"Ranking on {args.data} ({args.platform})")
 
 
@@ -128,8 +129,7 @@ def _mtl(args, work: Path, split) -> list:
 
 
 def section_mtl(args, work: Path) -> dict:
-    _featurize(args.data, args.target, ("tlp",))
-    _featurize(args.data, args.source, ("tlp",))
+    _featurize(args.data, [args.target, args.source], ("tlp",))
     return _over_splits(_mtl, args, work, f"MTL: target {args.target} with {args.keep:.0%} of its labels", None)
 
 
@@ -152,8 +152,7 @@ def _moa(args, work: Path, split) -> list:
 
 
 def section_moa(args, work: Path) -> dict:
-    _featurize(args.data, args.target, ("tlp",))
-    _featurize(args.data, args.source, ("tlp",))
+    _featurize(args.data, [args.target, args.source], ("tlp",))
     return _over_splits(_moa, args, work, f"MoA: {args.source} -> {args.target} with {args.keep:.0%} of the target's labels", None)
 
 
@@ -185,7 +184,7 @@ def main(argv=None) -> int:
     p.add_argument("--section", action="append", choices=["models", "mtl", "moa", "public"], required=True)
     p.add_argument("--data", type=Path)
     p.add_argument("--split", action="append", default=[],
-                   help="stored split (repeatable: the models section averages over them; mtl/moa use the first)")
+                   help="stored split (repeatable: each section runs on every split and prints their mean)")
     p.add_argument("--platform", help="platform of the models section (default: the first)")
     p.add_argument("--target"), p.add_argument("--source")
     p.add_argument("--keep", type=float, default=0.1, help="fraction of target labels kept (mtl, moa)")
