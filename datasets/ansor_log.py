@@ -301,7 +301,7 @@ def import_ansor(paths, out, platform: str | None = None, network_info=None, net
     if platform is not None:
         try:
             check_platform_id(platform)
-        except ValueError as exc:
+        except CostlabError as exc:
             raise CostlabError(f"--platform: {exc}") from None
     files: list[Path] = []
     for p in map(Path, paths):

@@ -6,13 +6,16 @@ evaluation read the same one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from costlab.datasets.errors import InputError
+from costlab.datasets.errors import InputError, UsageError
+from costlab.datasets.names import check_name
 
 SPLIT_KINDS = ("task", "network", "within-task")
 
@@ -38,14 +41,43 @@ class Split:
         return dict(by=self.by, seed=self.seed, test_fraction=self.test_fraction,
                     held_out_networks=self.held_out_networks)
 
-    def write(self, splits_group) -> None:
+    @property
+    def digest(self) -> str:
+        """A fingerprint of what the split holds out (kind and held-out tasks or programs): a model records
+        the digest of the split it trained on, so evaluation can tell when the stored split changed since."""
+        h = hashlib.sha256(self.by.encode())
+        h.update(np.asarray(self.test_tasks, np.int64).tobytes())
+        if self.test_programs is not None:
+            h.update(np.asarray(self.test_programs, np.uint64).tobytes())
+        return h.hexdigest()[:16]
+
+    def describe(self) -> str:
+        unit = f"{len(self.test_programs)} test programs" if self.by == "within-task" else \
+            f"{len(self.test_tasks)} test tasks"
+        return f"by {self.by}, seed {self.seed}, test fraction {self.test_fraction:g}, {unit}"
+
+    def write(self, splits_group, replace: bool = False) -> bool:
+        """Store the split; False when an identical split of that name is stored already.
+
+        A stored split that differs is never replaced silently (models trained on it would then be evaluated
+        on their own training tasks): without ``replace`` it is refused with a ``UsageError``."""
+        check_name(self.name, "split name", "task-s0")
         if self.name in splits_group:
+            old = Split.read(splits_group[self.name], self.name)
+            if old.digest == self.digest and old.meta == self.meta:
+                return False
+            if not replace:
+                raise UsageError(
+                    f"a different split named {self.name!r} is stored already ({old.describe()}; this one: "
+                    f"{self.describe()}): give this one another --name, or pass --replace (models trained on "
+                    f"the old split will then refuse to evaluate on it)")
             del splits_group[self.name]
         g = splits_group.create_group(self.name)
         g.attrs["meta"] = json.dumps(self.meta, sort_keys=True)
         g.create_dataset("test_tasks", data=np.asarray(self.test_tasks, np.int64))
         if self.test_programs is not None:
             g.create_dataset("test_programs", data=np.asarray(self.test_programs, np.uint64))
+        return True
 
     @classmethod
     def read(cls, g, name: str) -> "Split":
@@ -55,14 +87,24 @@ class Split:
                    progs, list(meta.get("held_out_networks", [])))
 
 
+def default_split_name(by: str, seed: int, test_fraction: float = 0.2, held_out=None) -> str:
+    """The name a split gets from its options: ``task-s0`` (20% held out), ``task30-s0`` (30%),
+    ``network-bert+gpt2`` (networks named). Splits that differ in any option get different names."""
+    if held_out:
+        return "network-" + re.sub(r"[^A-Za-z0-9._+-]+", "_", "+".join(held_out))[:180]
+    pct = "" if abs(test_fraction - 0.2) < 1e-12 else f"{test_fraction * 100:.4g}"
+    return f"{by}{pct}-s{seed}"
+
+
 def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=None, name: str | None = None) -> Split:
     """Compute a split of an open ``Dataset`` (does not write it; see ``Split.write``)."""
     if by not in SPLIT_KINDS:
         raise ValueError(f"split kind must be one of {', '.join(SPLIT_KINDS)}, not {by!r}")
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test fraction must be in (0, 1), not {test_fraction}")
+    if not 0 < test_fraction < 1:  # also refuses NaN
+        raise UsageError(f"test fraction must be between 0 and 1 (exclusive), not {test_fraction}")
     rng = np.random.default_rng(seed)
-    name = name or (f"network-{'+'.join(held_out)}" if held_out else f"{by}-s{seed}")
+    name = default_split_name(by, seed, test_fraction, held_out) if name is None else name
+    check_name(name, "split name", "task-s0")
     counts: dict[int, int] = {}
     for p in ds.record_platforms():
         t, c = np.unique(ds.records(p).task, return_counts=True)

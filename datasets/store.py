@@ -241,8 +241,10 @@ class Dataset:
         return sorted(self._f.get("splits", {}).keys())
 
     def split(self, name: str):
+        from costlab.datasets.names import check_name
         from costlab.datasets.splits import Split
 
+        check_name(name, "split name", "task-s0")
         if name not in self._f.get("splits", {}):
             known = ", ".join(self.split_names()) or "none"
             raise InputError(self.path, f"no split named {name!r} (splits: {known})")

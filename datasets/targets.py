@@ -10,7 +10,7 @@ import json
 import re
 import shlex
 
-_PLATFORM_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+from costlab.datasets.names import check_name
 
 
 def _parse_value(text: str):
@@ -81,8 +81,4 @@ def sanitize_platform_id(text: str) -> str:
 
 
 def check_platform_id(pid: str) -> str:
-    if not _PLATFORM_ID.match(pid or ""):
-        raise ValueError(
-            f"bad platform id {pid!r}: use letters, digits and . _ + - (e.g. 'x86-avx2-2c')"
-        )
-    return pid
+    return check_name(pid, "platform id", "x86-avx2-2c")

@@ -90,7 +90,7 @@ def train_baseline(cfg: dict) -> dict:
                    wall_seconds=time.perf_counter() - t0,
                    train_records_per_s=len(xs) / max(time.perf_counter() - t0, 1e-9))
     _save_config(out, kind, dm.featurizer.to_json(), dm.config.platforms, training=summary, split=cfg["split"],
-                 dataset=str(cfg["data"]))
+                 split_digest=dm.split and dm.split.digest, dataset=str(cfg["data"]))
     (Path(cfg["out"]) / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -6,13 +6,28 @@ unweighted; pairwise ranking accuracy and NDCG over the evaluated records.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from costlab.costmodels import metrics
-from costlab.datasets import open_dataset
+from costlab.datasets import UsageError, open_dataset
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
 from costlab.train.predict import RandomPredictor, load_predictor
+
+def check_training_split(ds, meta: dict, split: str | None) -> None:
+    """Refuse to evaluate a model on a split stored under its training split's name but holding out other
+    tasks or programs than when it trained: its "test" records would include its training records."""
+    if split is None or split != meta.get("split") or not meta.get("split_digest"):
+        return
+    stored = ds.split(split)
+    if stored.digest != meta["split_digest"]:
+        raise UsageError(
+            f"{ds.path}: split {split!r} was replaced since this model trained on it (it now holds out other "
+            f"records: {stored.describe()}); its test part would include the model's training records. "
+            "Evaluate on another split, or --split none to score all records")
+
 
 def select_rows(ds, platform: str, split: str | None, part: str) -> np.ndarray:
     table = ds.records(platform)
@@ -39,9 +54,17 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         platforms = ds.record_platforms()
         if platform is None:
             platform = next((p for p in pred_obj.platforms if p in platforms), platforms[0] if platforms else None)
+        meta = getattr(pred_obj, "meta", {})
         if split == "auto":
-            trained = getattr(pred_obj, "meta", {}).get("split")
+            trained = meta.get("split")
             split = trained if trained in ds.split_names() else None
+            if split is None and part != "all":
+                part = "all"
+                print(f"costlab: note: {data} has no split {trained!r} (the model's training split); scoring "
+                      "all records, training records included", file=sys.stderr)
+        if split is None:
+            part = "all"
+        check_training_split(ds, meta, split)
         rows = select_rows(ds, platform, split, part)
         table = ds.records(platform)
         task = table.task[rows].astype(np.int64)

@@ -162,6 +162,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     if not trainer.is_global_zero:
         return summary  # under DDP the first process alone writes the model and the summary
     save_pretrained(out / "model", module.core, kind, net_config, dm.featurizer.to_json(), cfg["platforms"],
-                    training=summary, split=cfg["split"], dataset=str(cfg["data"]))
+                    training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
+                    dataset=str(cfg["data"]))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -95,7 +95,10 @@ def register(sub) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--test-fraction", type=float, default=0.2)
     q.add_argument("--held-out", help="comma-separated network names to hold out (implies --by network)")
-    q.add_argument("--name", help="split name (default: derived from the options)")
+    q.add_argument("--name", help="split name: letters, digits and . _ + - (default: derived from the options, "
+                   "e.g. task-s0, task30-s0)")
+    q.add_argument("--replace", action="store_true",
+                   help="replace a different split stored under the same name (refused otherwise)")
     q.set_defaults(func=_split)
 
     q = ds.add_parser("rename-platform", help="give a platform's records another id (and target)",
@@ -179,11 +182,10 @@ def _split(args) -> int:
     with open_dataset(args.data) as ds:
         split = make_split(ds, by, seed=args.seed, test_fraction=args.test_fraction, held_out=held or None,
                            name=args.name)
-        n_test = len(split.test_programs) if split.test_programs is not None else len(split.test_tasks)
     with DatasetWriter(args.data) as w:
-        split.write(w.h5.require_group("splits"))
-    unit = "programs" if split.by == "within-task" else "tasks"
-    print(f"split {split.name!r} (by {split.by}, seed {split.seed}): {n_test} test {unit}", file=sys.stderr)
+        written = split.write(w.h5.require_group("splits"), replace=args.replace)
+    state = "stored" if written else "stored already, unchanged"
+    print(f"split {split.name!r} ({split.describe()}): {state}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,116 @@
+"""Splits never destroy or silently replace data: a split name is a name (never an HDF5 path into the file),
+a stored split is never replaced by a different one without --replace, and a model is not evaluated on a
+split that was replaced since it trained."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from conftest import FIXTURES
+from costlab.cli import main
+from costlab.datasets import open_dataset
+
+from test_splits_info import data  # noqa: F401  (the ten-task, two-platform dataset fixture)
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _error(capsys) -> str:
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["/records", "/tasks", "/networks", "/platforms", "records/cpu-a", "a/b", "",
+                                  ".", "..", "-x", " x", "x" * 201])
+def test_split_name_is_not_a_path(data, capsys, name):  # noqa: F811
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), f"--name={name}"]) == 2
+    assert "bad split name" in _error(capsys)
+    assert _digest(data) == before
+    with open_dataset(data) as ds:
+        assert ds.num_records("cpu-a") > 0 and len(ds.tasks) == 10 and ds.split_names() == []
+
+
+def test_reading_a_split_by_path_is_refused(data):  # noqa: F811
+    from costlab.datasets import UsageError
+
+    with open_dataset(data) as ds, pytest.raises(UsageError, match="bad split name"):
+        ds.split("/records")
+
+
+def test_other_options_other_default_name(data, capsys):  # noqa: F811
+    assert main(["dataset", "split", str(data)]) == 0
+    assert main(["dataset", "split", str(data), "--test-fraction", "0.3"]) == 0
+    assert main(["dataset", "split", str(data), "--by", "within-task", "--test-fraction", "0.25"]) == 0
+    with open_dataset(data) as ds:
+        assert ds.split_names() == ["task-s0", "task30-s0", "within-task25-s0"]
+        assert ds.split("task-s0").test_fraction == 0.2 and ds.split("task30-s0").test_fraction == 0.3
+
+
+def test_a_different_split_is_never_silently_replaced(data, capsys):  # noqa: F811
+    assert main(["dataset", "split", str(data), "--name", "mine"]) == 0
+    with open_dataset(data) as ds:
+        first = ds.split("mine")
+    capsys.readouterr()
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), "--name", "mine", "--test-fraction", "0.5"]) == 2
+    assert "a different split named 'mine' is stored already" in _error(capsys)
+    assert _digest(data) == before
+    # the same split again is a no-op
+    assert main(["dataset", "split", str(data), "--name", "mine"]) == 0
+    assert "unchanged" in capsys.readouterr().err
+    with open_dataset(data) as ds:
+        assert ds.split("mine").digest == first.digest
+    # --replace says it: replaced
+    assert main(["dataset", "split", str(data), "--name", "mine", "--test-fraction", "0.5", "--replace"]) == 0
+    with open_dataset(data) as ds:
+        assert ds.split("mine").test_fraction == 0.5 and ds.split("mine").digest != first.digest
+
+
+@pytest.mark.parametrize("fraction", ["0", "1", "-0.1", "nan", "1.5"])
+def test_test_fraction_out_of_range(data, capsys, fraction):  # noqa: F811
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), f"--test-fraction={fraction}"]) == 2
+    assert "test fraction must be between 0 and 1" in _error(capsys)
+    assert _digest(data) == before
+
+
+def test_evaluate_refuses_a_replaced_training_split(tmp_path, capsys):
+    data = tmp_path / "a.h5"
+    log = FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"
+    bert = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"
+    assert main(["dataset", "import-ansor", str(log), "-o", str(data), "--platform", "p"]) == 0
+    assert main(["dataset", "import-ansor", str(bert), "-o", str(data), "--platform", "p"]) == 0
+    assert main(["dataset", "split", str(data), "--name", "s", "--seed", "0", "--test-fraction", "0.3"]) == 0
+    assert main(["featurize", str(data), "--featurizer", "tlp", "--no-progress"]) == 0
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(data), "--split", "s", "--out", str(run), "--epochs", "1", "--no-progress",
+                 "--set", "net.d_model=16", "--set", "net.attention_heads=2",
+                 "--set", "data_options.val_fraction=0"]) == 0
+    assert main(["evaluate", "--model", str(run), "--data", str(data), "--json"]) == 0
+    capsys.readouterr()
+    with open_dataset(data) as ds:
+        old = ds.split("s")
+    seed = next(s for s in range(1, 50) if _other_split(data, s, old))
+    assert main(["dataset", "split", str(data), "--name", "s", "--seed", str(seed), "--test-fraction", "0.3",
+                 "--replace"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(run), "--data", str(data)]) == 2
+    assert "split 's' was replaced since this model trained on it" in _error(capsys)
+    # all records, said as such, is still possible
+    assert main(["evaluate", "--model", str(run), "--data", str(data), "--split", "none", "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["part"] == "all"
+
+
+def _other_split(data, seed, old) -> bool:
+    from costlab.datasets import make_split
+
+    with open_dataset(data) as ds:
+        return make_split(ds, "task", seed, 0.3, name="s").digest != old.digest
