@@ -31,19 +31,57 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = _terminate_as_interrupt()
     try:
         return int(args.func(args) or 0)
     except CostlabError as exc:
         print(f"costlab: error: {exc}", file=sys.stderr)
+        _exit_now_if_hdf5_failed(2)
         return 2
     except BrokenPipeError:  # output piped into a reader that stopped early (e.g. `| head`)
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("costlab: interrupted; data written before is kept", file=sys.stderr)
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_now_if_hdf5_failed(code: int) -> None:
+    """After HDF5 failed to write a transaction's file (a full disk) its library state cannot be cleaned up
+    without a crash: the transaction is undone already, so the process ends here, skipping that clean-up."""
+    from costlab.datasets.store import abandoned_files
+
+    if abandoned_files():
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and job schedulers send), raised like Ctrl-C so that every transaction
+    and temporary file is undone on the way out."""
+
+
+def _terminate_as_interrupt():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ import or a measurement adds nothing twice.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
+import sys
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ import numpy as np
 
 from costlab import __version__
 from costlab.datasets import schema
-from costlab.datasets.errors import DatasetFormatError, InputError
+from costlab.datasets.errors import CostlabError, DatasetFormatError, InputError
 from costlab.datasets.records import RecordBatch, mean_latency, scores
 from costlab.datasets.targets import check_platform_id
 
@@ -211,6 +213,7 @@ class Dataset:
         return sorted(self._f.get("records", {}).keys())
 
     def records(self, platform: str) -> RecordTable:
+        check_platform_id(platform)  # a name, never a path into the file
         if platform not in self._f.get("records", {}):
             known = ", ".join(self.record_platforms()) or "none"
             raise InputError(self.path, f"no records for platform {platform!r} (platforms with records: {known})")
@@ -258,6 +261,58 @@ def open_dataset(path) -> Dataset:
 REPACK_WASTE = 8 << 20  # repack a transaction's file when more than this many bytes are dead space
 
 
+SPACE_MARGIN = 8 << 20  # room beyond a write's own bytes: chunks an append rewrites, HDF5 metadata
+_ABANDONED: list = []  # files HDF5 failed to write (a full disk): never closed, see DatasetWriter._discard
+
+
+class _signals_held:
+    """Holds SIGINT and SIGTERM back for the duration of a block (main thread only): a signal that arrives
+    meanwhile is recorded, and its handler (KeyboardInterrupt for Ctrl-C) runs when the block ends."""
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._old, self._got = {}, []
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                num = getattr(signal, name)
+                self._old[num] = signal.signal(num, lambda signum, frame: self._got.append((signum, frame)))
+
+    def __exit__(self, *exc):
+        import signal
+
+        for num, handler in self._old.items():
+            signal.signal(num, handler)
+        for signum, frame in self._got[:1]:
+            handler = self._old[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+
+
+def _no_space(err: BaseException) -> bool:
+    import errno
+
+    return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(err) or "errno = 28" in str(err)
+
+
+def _write_error(path: Path, err: BaseException) -> InputError:
+    if _no_space(err):
+        return InputError(path, "no space left on the device while writing; the dataset is unchanged")
+    reason = getattr(err, "strerror", None) or str(err).split("(")[0].strip() or type(err).__name__
+    return InputError(path, f"cannot write ({reason}); the dataset is unchanged")
+
+
+def abandoned_files() -> bool:
+    """True when a transaction's file could not be closed (HDF5 failed to write it): the process must end
+    without running HDF5's clean-up (``os._exit``), which would crash on that file."""
+    return bool(_ABANDONED)
+
+
 class DatasetWriter:
     """A write transaction on a dataset file (created if missing).
 
@@ -294,16 +349,51 @@ class DatasetWriter:
 
     def __enter__(self) -> "DatasetWriter":
         self._lock()
+        self._catch_swallowed()
         try:
+            self._remove_stale()
             return self._begin()
-        except BaseException:
-            self._unlock()
+        except BaseException as exc:
+            self._discard()
+            self._release()
+            if isinstance(exc, OSError) and not isinstance(exc, CostlabError):
+                raise _write_error(self.path, exc) from None
             raise
+
+    def _remove_stale(self) -> None:
+        """Temporary copies left by writers that were killed (SIGKILL, power loss): the lock is held, so no
+        other writer of this file is running and every such copy is debris."""
+        for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.tmp-*"):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
+
+    def _discard(self) -> None:
+        if self._f is not None:
+            if self._swallowed:
+                # HDF5 crashes closing a file whose writes failed: its handle is left to the process's exit
+                _ABANDONED.append(self._f)
+            else:
+                self._f.close()
+            self._f = None
+        for path in (self._tmp, self._tmp.with_name(self._tmp.name + ".packed")):
+            if path.exists():
+                path.unlink()
+
+    def _raise_swallowed(self) -> None:
+        """HDF5 reports a failed write of a dataset it closes from a destructor, where Python only prints it
+        (sys.unraisablehook); flushing the file after that crashes the interpreter. Those errors are recorded
+        during the transaction and raised here, before the file is flushed."""
+        if self._swallowed:
+            raise self._swallowed[0]
 
     def _begin(self) -> "DatasetWriter":
         if self.path.exists():
             _open_h5(self.path, "r").close()  # validates: a costlab dataset of a readable version
+            self.ensure_space(os.path.getsize(self.path))
             shutil.copyfile(self.path, self._tmp)
+            shutil.copymode(self.path, self._tmp)  # a rewrite keeps the file's permissions
             self._f = h5py.File(self._tmp, "a")
         else:
             self._f = h5py.File(self._tmp, "w")
@@ -322,27 +412,64 @@ class DatasetWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
+            if exc_type is not None and issubclass(exc_type, OSError) and _no_space(exc):
+                raise exc  # reported below as one line
             if exc_type is None:
-                for pid in list(self._pending):
-                    self._flush(pid)
-                self._write_tables()
-                self._f.flush()
-                wasted = self._wasted_bytes()
-            self._f.close()
-            if exc_type is None:
-                if wasted > REPACK_WASTE:
-                    self._repack()
-                with open(self._tmp, "rb+") as fh:
-                    os.fsync(fh.fileno())
-                os.replace(self._tmp, self.path)
+                # Ctrl-C or SIGTERM during the commit would land inside h5py's close callbacks, where it is
+                # swallowed; held back until the commit is done or undone, it is raised right after
+                with _signals_held():
+                    self._commit()
+        except OSError as err:
+            raise _write_error(self.path, err) from None
         finally:
-            if self._tmp.exists():
-                self._tmp.unlink()
-            self._unlock()
+            self._discard()
+            self._release()
+
+    def _release(self) -> None:
+        sys.unraisablehook = self._previous_hook
+        self._unlock()
+
+    def _catch_swallowed(self) -> None:
+        self._swallowed: list[BaseException] = []
+        self._previous_hook = previous = sys.unraisablehook
+
+        def hook(unraisable):
+            if self._tmp.name in str(unraisable.exc_value):  # a failed write of this transaction's file
+                self._swallowed.append(_write_error(self.path, unraisable.exc_value))
+            else:
+                previous(unraisable)
+
+        sys.unraisablehook = hook
+
+    def _commit(self) -> None:
+        for pid in list(self._pending):
+            self._flush(pid)
+        self._write_tables()
+        self._raise_swallowed()
+        self._f.flush()
+        wasted = self._wasted_bytes()
+        self._f.close()
+        self._f = None
+        if wasted > REPACK_WASTE and shutil.disk_usage(self._tmp.parent).free > os.path.getsize(self._tmp) + SPACE_MARGIN:
+            self._repack()  # (skipped when the disk has no room for the compact copy: it only saves space)
+        with open(self._tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(self._tmp, self.path)
 
     @property
     def h5(self) -> h5py.File:
         return self._f
+
+    def ensure_space(self, nbytes: int) -> None:
+        """Refuse (one clear error, nothing written) a write of ``nbytes`` that the disk has no room for.
+
+        HDF5 cannot recover from a write that fails on a full disk (it crashes closing the file), so every
+        write of the transaction checks first, with room for the chunks that an append rewrites."""
+        free = shutil.disk_usage(self._tmp.parent).free
+        need = int(nbytes) + SPACE_MARGIN
+        if free < need:
+            raise InputError(self.path, f"no space left on the device for this write ({free / 1e6:.1f} MB free, "
+                             f"about {need / 1e6:.1f} MB needed); the dataset is unchanged")
 
     # -- space -------------------------------------------------------------------------------------
     def _wasted_bytes(self) -> int:
@@ -367,6 +494,7 @@ class DatasetWriter:
                     dst.attrs[k] = v
                 for name in src:
                     src.copy(src[name], dst, name=name)
+            shutil.copymode(self._tmp, packed)
             os.replace(packed, self._tmp)
         finally:
             if packed.exists():
@@ -439,6 +567,8 @@ class DatasetWriter:
         # batch that only appends records) would grow the file by the whole task table every time.
         if self._tables_read is not None and self._table_state() == self._tables_read:
             return
+        self.ensure_space(sum(len(t.workload) + len(t.name) + 256 for t in self.tasks)
+                          + 24 * sum(map(len, self.networks.values())))
         for name in ("tasks", "networks", "platforms"):
             if name in f:
                 del f[name]
@@ -517,8 +647,9 @@ class DatasetWriter:
         chunks = self._pending.pop(pid, None)
         if not chunks:
             return
-        g = self._records_group(pid)
         cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        self.ensure_space(sum(v.nbytes for v in cols.values()))
+        g = self._records_group(pid)
         schema.append_column(g["task"], cols["task"])
         schema.append_column(g["program_id"], cols["program_id"])
         schema.append_column(g["error"], cols["error"])

@@ -109,9 +109,10 @@ def fitted_featurizer(ds, featurizer, platforms=None, refit: bool = False) -> Fe
     return featurizer.fit(ds, list(platforms) if platforms else ds.record_platforms())
 
 
-def _append(g, name: str, value) -> None:
+def _append(w, g, name: str, value) -> None:
     if isinstance(value, list):
         arrs = [np.asarray(v) for v in value]
+        w.ensure_space(sum(a.nbytes for a in arrs))
         tail = arrs[0].shape[1:] if arrs else ()
         if name not in g:
             sub = g.create_group(name)
@@ -129,6 +130,7 @@ def _append(g, name: str, value) -> None:
         schema.append_column(off, ends.astype(np.uint64))
         return
     value = np.asarray(value)
+    w.ensure_space(value.nbytes)
     if name not in g:
         g.create_dataset(name, shape=(0,) + value.shape[1:], maxshape=(None,) + value.shape[1:],
                          dtype=value.dtype, chunks=True, **schema.COMPRESSION)
@@ -179,7 +181,7 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                 rows = np.arange(row, min(row + chunk, total))
                 feats = featurizer.featurize_records(ds, platform, rows)
                 for key, value in feats.items():
-                    _append(g, key, value)
+                    _append(w, g, key, value)
                 if "valid" in feats:
                     stats["invalid"] += int(np.count_nonzero(~np.asarray(feats["valid"], bool)))
                 row = int(rows[-1]) + 1

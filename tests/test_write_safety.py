@@ -1,0 +1,178 @@
+"""Interrupted, killed and failing writes: the dataset stays as it was (or as committed), no temporary copy
+is left behind, permissions are kept, and a full disk is one line of error, never a crash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import FIXTURES, REPO
+from costlab.cli import main
+from costlab.datasets import DatasetWriter, open_dataset
+
+MLP = FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"
+BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _debris(path) -> list:
+    return sorted(p.name for p in path.parent.glob(f".{path.name}.tmp*"))
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "d.h5"
+    assert main(["dataset", "import-ansor", str(MLP), "-o", str(path)]) == 0
+    return path
+
+
+# a `costlab dataset split` whose transaction stops at a given point until it is signalled
+SLOW_COMMAND = """
+import sys, time
+from costlab.cli import main
+from costlab.datasets import store
+where = sys.argv[2]
+if where == "body":
+    import costlab.commands.dataset as cmd
+    def slow_split(args):
+        with store.DatasetWriter(args.data) as w:
+            w.h5.require_group("splits").create_group("x")
+            print("ready", flush=True)
+            time.sleep(60)
+    cmd._split = slow_split
+else:
+    commit = store.DatasetWriter._commit
+    def slow_commit(self):
+        print("ready", flush=True)
+        time.sleep(2)
+        commit(self)
+    store.DatasetWriter._commit = slow_commit
+sys.exit(main(["dataset", "split", sys.argv[1]]))
+"""
+
+
+def _start(data, where):
+    env = dict(os.environ, PYTHONPATH=str(REPO / "tests"))
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_COMMAND, str(data), where], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    return proc
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_signal_mid_transaction_leaves_no_copy(data, sig, code):
+    before = _digest(data)
+    proc = _start(data, "body")
+    assert _debris(data)  # the transaction's copy exists while it runs
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert err.strip() == "costlab: interrupted; data written before is kept"
+    assert _digest(data) == before and _debris(data) == []
+
+
+def test_signal_at_commit_is_not_swallowed(data):
+    proc = _start(data, "commit")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    # the commit completes (the signal is held back while it runs), then the interrupt is reported
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    with open_dataset(data) as ds:
+        assert ds.split_names() == ["task-s0"]
+    assert _debris(data) == []
+
+
+def test_killed_writer_debris_is_removed_by_the_next(data):
+    before = _digest(data)
+    proc = _start(data, "body")
+    proc.kill()
+    proc.wait(timeout=60)
+    assert _debris(data) and _digest(data) == before  # SIGKILL cannot be caught: the copy stays ...
+    assert main(["dataset", "split", str(data)]) == 0  # ... until the next writer of the file
+    assert _debris(data) == []
+    with open_dataset(data) as ds:
+        assert ds.split_names() == ["task-s0"] and ds.num_records("platinum-8358") == 128
+
+
+def test_rewrite_keeps_the_file_mode(data):
+    os.chmod(data, 0o600)
+    assert main(["dataset", "split", str(data)]) == 0
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o600
+    os.chmod(data, 0o640)
+    assert main(["dataset", "import-ansor", str(BERT), "-o", str(data), "--platform", "other"]) == 0
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o640
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 24 MB file system (tmpfs), for writes that run out of space; skipped where mounting is not allowed."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def _fill(disk, leave: int) -> None:
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    (disk / "filler").write_bytes(b"\0" * max(free - leave, 0))
+
+
+def _many_records(path, copies: int = 60):
+    """The records of a real log as ``copies`` distinct tasks each (more than the small disk has room for)."""
+    import orjson
+
+    out = []
+    for c in range(copies):
+        for line in BERT.read_bytes().splitlines():
+            rec = orjson.loads(line)
+            key = orjson.loads(rec["i"][0][0])
+            key[0] = f"{key[0]}-{c}"
+            rec["i"][0][0] = orjson.dumps(key).decode()
+            out.append(orjson.dumps(rec))
+    path.write_bytes(b"\n".join(out) + b"\n")
+    return path
+
+
+def test_full_disk_is_one_line_and_the_dataset_is_unchanged(small_disk, tmp_path):
+    data = small_disk / "d.h5"
+    assert main(["dataset", "import-ansor", str(MLP), "-o", str(data)]) == 0
+    before = _digest(data)
+    big = _many_records(tmp_path / "big.json")
+    _fill(small_disk, leave=4_000_000)
+    res = subprocess.run([sys.executable, "-m", "costlab", "dataset", "import-ansor", str(big), "-o", str(data),
+                          "--platform", "other"], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().startswith(f"costlab: error: {data}: no space left on the device")
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert _digest(data) == before and _debris(data) == []
+
+
+def test_full_disk_during_hdf5_write_does_not_crash(small_disk, tmp_path):
+    """Where HDF5 itself meets the full disk (the space check bypassed), the process ends with the error
+    line and exit 2, not a segmentation fault, and the dataset is unchanged."""
+    data = small_disk / "d.h5"
+    assert main(["dataset", "import-ansor", str(MLP), "-o", str(data)]) == 0
+    before = _digest(data)
+    big = _many_records(tmp_path / "big.json")
+    _fill(small_disk, leave=200_000)
+    script = ("import sys; from costlab.datasets import store; store.SPACE_MARGIN = -(1 << 40); "
+              "from costlab.cli import main; sys.exit(main(sys.argv[1:]))")
+    res = subprocess.run([sys.executable, "-c", script, "dataset", "import-ansor", str(big), "-o", str(data),
+                          "--platform", "other"], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert "No space left" in res.stderr  # HDF5's own report: this run met the full disk inside HDF5
+    assert res.stderr.strip().splitlines()[-1].startswith(f"costlab: error: {data}: no space left on the device")
+    assert _digest(data) == before and _debris(data) == []
