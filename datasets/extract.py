@@ -4,8 +4,9 @@ Three sources:
 
 - TVM's benchmark workloads (``tvm.s_tir.meta_schedule.testing.te_workload``) by name, ``GMM`` or with
   shape arguments ``GMM:1,128,128,128``: each a network of one task, weight 1;
-- Hugging Face ``transformers`` architectures (``bert``, ``gpt2``, ``vit``, ``resnet``, ``mobilenet_v2``,
-  ...) built from small configs written here, with random weights: nothing is downloaded;
+- Hugging Face ``transformers`` models built from a config with random weights, nothing downloaded: five
+  small fixed ones (``bert``, ``gpt2``, ``vit``, ``resnet``, ``mobilenet_v2``) and any model type
+  ``AutoConfig.for_model`` knows, with size overrides (``hf_models.py``);
 - any PyTorch ``module:function`` returning ``(model, example_inputs)``.
 
 Networks go ``torch.export`` -> ``relax.frontend.torch.from_exported_program`` -> the passes
@@ -23,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from costlab.datasets import hf_models
 from costlab.datasets.errors import InputError
 from costlab.datasets.store import DatasetWriter
 from costlab.datasets.targets import normalize_target
@@ -64,44 +66,6 @@ def te_workload_task(spec: str):
     except TypeError as exc:
         raise ValueError(f"bad arguments for {name}: {exc} (e.g. {name}:{','.join(map(str, shapes[0]))})") from None
     return f"{name}:{','.join(map(str, params))}", te.create_prim_func(tensors)
-
-
-# -- Hugging Face architectures -----------------------------------------------------------------------
-
-def hf_model(arch: str, batch: int, seq_len: int):
-    """``(model, example_inputs)`` of a small randomly initialised ``transformers`` model (nothing downloaded).
-
-    Sizes are small (hidden 64, 2 layers, 32x32 or 64x64 images) so that extraction takes seconds; the
-    task *kinds* are those of the full models.
-    """
-    import torch
-    import transformers as tf
-
-    torch.manual_seed(0)
-    arch = arch.lower().replace("-", "_")
-    text = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
-    ids = lambda vocab: torch.randint(0, vocab, (batch, seq_len))  # noqa: E731
-    if arch == "bert":
-        cfg = tf.BertConfig(vocab_size=1000, max_position_embeddings=max(64, seq_len), **text)
-        return tf.BertModel(cfg, add_pooling_layer=False), (ids(1000),)
-    if arch == "gpt2":
-        cfg = tf.GPT2Config(vocab_size=1000, n_positions=max(64, seq_len), n_embd=64, n_layer=2, n_head=2,
-                            n_inner=128, use_cache=False)
-        return tf.GPT2Model(cfg), (ids(1000),)
-    if arch == "vit":
-        cfg = tf.ViTConfig(image_size=32, patch_size=8, num_channels=3, **text)
-        return tf.ViTModel(cfg, add_pooling_layer=False), (torch.randn(batch, 3, 32, 32),)
-    if arch == "resnet":
-        cfg = tf.ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
-                              layer_type="basic")
-        return tf.ResNetModel(cfg), (torch.randn(batch, 3, 64, 64),)
-    if arch == "mobilenet_v2":
-        cfg = tf.MobileNetV2Config(num_channels=3, image_size=64, depth_multiplier=0.35)
-        return tf.MobileNetV2Model(cfg), (torch.randn(batch, 3, 64, 64),)
-    raise ValueError(f"unknown architecture {arch!r} (known: {', '.join(HF_ARCHS)})")
-
-
-HF_ARCHS = ("bert", "gpt2", "vit", "resnet", "mobilenet_v2")
 
 
 class _FirstOutput:
@@ -192,7 +156,7 @@ def workload_json_mod(mod):
     return _normalize_mod(mod) if isinstance(mod, tirx.PrimFunc) else mod
 
 
-def extract(data, target="llvm -num-cores=2", workloads=(), hf=(), torch_fns=(), batch: int = 1,
+def extract(data, target="host", workloads=(), hf=(), torch_fns=(), batch: int = 1,
             seq_len: int = 32) -> str:
     """Extract tasks into the dataset ``data`` (created if missing); returns a summary (tasks per network).
 
@@ -216,8 +180,8 @@ def extract(data, target="llvm -num-cores=2", workloads=(), hf=(), torch_fns=(),
                 net = ExtractedNetwork(name, [(name, func, 1.0)])
             else:
                 if kind == "hf":
-                    model, inputs = hf_model(spec, batch, seq_len)
-                    name = f"{spec.lower()}-b{batch}" + (f"-s{seq_len}" if spec.lower() in ("bert", "gpt2") else "")
+                    model, inputs, is_text = hf_models.build(spec, batch, seq_len)
+                    name = hf_models.network_name(spec, batch, seq_len, is_text)
                 else:
                     model, inputs = _torch_fn_model(spec)
                     name = spec

@@ -31,6 +31,7 @@ import numpy as np
 
 from costlab.datasets import records as rec
 from costlab.datasets.errors import InputError
+from costlab.datasets.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets.ms_database import compact_json, costs_and_error
 from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
 from costlab.datasets.store import DatasetWriter, open_dataset
@@ -39,7 +40,7 @@ from costlab.datasets.targets import normalize_target, platform_id_for
 
 @dataclass
 class MeasureOptions:
-    target: str | dict = "llvm -num-cores=2"
+    target: str | dict | None = "host"  # this machine's CPU (targets.host_target)
     per_task: int = 32  # records wanted per task on the platform (existing ones count)
     platform: str | None = None  # default: derived from the target
     tasks: str | None = None  # comma-separated task indices or names; default all MetaSchedule tasks
@@ -241,6 +242,24 @@ def _select_tasks(ds, spec: str | None, path) -> list:
     return chosen
 
 
+def check_host(ds, pid: str, host: dict) -> None:
+    """Refuse to add this machine's measurements to a platform that another machine measured (or an unknown
+    one: imported records, or records measured before costlab recorded hosts): a platform that mixes two
+    CPUs is two platforms, and its labels would compare timings of different machines."""
+    plat = ds.platforms.get(pid)
+    if plat is None or pid not in ds.record_platforms() or ds.num_records(pid) == 0:
+        return
+    advice = ("measure into a new platform instead, e.g. --platform "
+              f"{pid}-{(host.get('cpu_model') or 'host').split()[-1].lower()}-{host.get('threads')}t")
+    if plat.host is None:
+        raise InputError(ds.path, f"platform {pid!r} holds records of an unknown machine (imported, or measured "
+                                  f"before costlab recorded hosts), and this machine cannot tell whether it is the "
+                                  f"same: {advice}")
+    if not same_host(plat.host, host):
+        raise InputError(ds.path, f"platform {pid!r} was measured on another machine ({describe_host(plat.host)}); "
+                                  f"this one differs in {host_difference(plat.host, host)}: {advice}")
+
+
 def measure(data, opts: MeasureOptions) -> str:
     """Measure candidates of the dataset's MetaSchedule tasks on one platform; returns a summary."""
     import tvm
@@ -253,7 +272,10 @@ def measure(data, opts: MeasureOptions) -> str:
     target_json = plain_json(target.export())
     pid = opts.platform or platform_id_for(target_json)
 
+    host = None if opts.rpc_key else host_info()  # kernels of an RPC run run on the remote device
     with open_dataset(data) as ds:
+        if host is not None:
+            check_host(ds, pid, host)
         tasks = _select_tasks(ds, opts.tasks, data)
         if not tasks:
             raise InputError(data, "has no MetaSchedule tasks to measure (run `costlab dataset extract` first)")
@@ -338,7 +360,7 @@ def measure(data, opts: MeasureOptions) -> str:
                         reason = _short_error(msg)
                         errors[reason] = errors.get(reason, 0) + 1
                 with DatasetWriter(data) as w:  # one transaction per batch: Ctrl-C loses only this batch
-                    w.add_platform(pid, target_json)
+                    w.add_platform(pid, target_json, host=host)
                     w.add_records(pid, records)
                 for _, _, prog in batch:
                     have[task.index].add(prog)
@@ -353,7 +375,8 @@ def measure(data, opts: MeasureOptions) -> str:
         if bar is not None:
             bar.close()
     text = (f"{data}: measured {measured} candidates of {len(lines)} task(s) on {pid!r} "
-            f"({failed} failed) in {time.time() - started:.0f} s\n" + "\n".join(lines))
+            f"({failed} failed) in {time.time() - started:.0f} s"
+            + (f" on {describe_host(host)}" if host else "") + "\n" + "\n".join(lines))
     for reason, count in sorted(errors.items(), key=lambda kv: -kv[1])[:5]:
         text += f"\n  failure x{count}: {reason}"
     for msg in short[:10]:

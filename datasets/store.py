@@ -32,6 +32,7 @@ class Platform:
     id: str
     target: dict
     spec: dict | None = None
+    host: dict | None = None  # the machine that measured the platform's records (datasets/host.py), if known
 
 
 @dataclass
@@ -98,8 +99,9 @@ def _read_tasks(f: h5py.File) -> list[Task]:
 def _read_platforms(f: h5py.File) -> dict[str, Platform]:
     out = {}
     for pid, g in f.get("platforms", {}).items():
-        spec = g.attrs.get("spec", "")
-        out[pid] = Platform(pid, json.loads(g.attrs["target"]), json.loads(spec) if spec else None)
+        spec, host = g.attrs.get("spec", ""), g.attrs.get("host", "")
+        out[pid] = Platform(pid, json.loads(g.attrs["target"]), json.loads(spec) if spec else None,
+                            json.loads(host) if host else None)
     return out
 
 
@@ -501,11 +503,14 @@ class DatasetWriter:
                 packed.unlink()
 
     # -- tables ------------------------------------------------------------------------------------
-    def add_platform(self, pid: str, target: dict, spec: dict | None = None) -> str:
+    def add_platform(self, pid: str, target: dict, spec: dict | None = None, host: dict | None = None) -> str:
+        """Add a platform, or update the spec / host of an existing one (a host is only ever set once)."""
         check_platform_id(pid)
         old = self.platforms.get(pid)
-        if old is None or spec is not None:
-            self.platforms[pid] = Platform(pid, dict(target), spec if spec is not None else (old and old.spec))
+        if old is None or spec is not None or (host is not None and old.host is None):
+            self.platforms[pid] = Platform(pid, dict(target) if old is None or spec is not None else old.target,
+                                           spec if spec is not None else (old and old.spec),
+                                           (old and old.host) or host)
         return pid
 
     def rename_platform(self, old: str, new: str, target: dict | None = None) -> None:
@@ -529,7 +534,7 @@ class DatasetWriter:
                 else:
                     del cache[old]
         del self.platforms[old]
-        self.platforms[new] = Platform(new, dict(target) if target is not None else was.target, was.spec)
+        self.platforms[new] = Platform(new, dict(target) if target is not None else was.target, was.spec, was.host)
         self._known_ids.pop(old, None)
 
     def find_task(self, dialect: str, workload_hash: str) -> int | None:
@@ -557,7 +562,8 @@ class DatasetWriter:
         """The tables' content, to tell whether a transaction changed them (strings compare by identity first)."""
         tasks = [(t.workload_hash, t.dialect, t.workload, t.name, t.kernel_class, t.flops,
                   json.dumps(t.extra, sort_keys=True)) for t in self.tasks]
-        platforms = {p: (json.dumps(v.target, sort_keys=True), json.dumps(v.spec, sort_keys=True))
+        platforms = {p: (json.dumps(v.target, sort_keys=True), json.dumps(v.spec, sort_keys=True),
+                         json.dumps(v.host, sort_keys=True))
                      for p, v in self.platforms.items()}
         return tasks, {n: list(v) for n, v in self.networks.items()}, platforms
 
@@ -589,6 +595,7 @@ class DatasetWriter:
             pg = g.create_group(pid)
             pg.attrs["target"] = json.dumps(p.target, sort_keys=True)
             pg.attrs["spec"] = json.dumps(p.spec, sort_keys=True) if p.spec else ""
+            pg.attrs["host"] = json.dumps(p.host, sort_keys=True) if p.host else ""
 
     # -- records -----------------------------------------------------------------------------------
     def _records_group(self, pid: str) -> h5py.Group:

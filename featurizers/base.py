@@ -61,7 +61,7 @@ def from_json(obj: dict) -> "Featurizer":
 def _load_builtins() -> None:
     import importlib
 
-    for mod in ("tlp", "pacm", "psa"):
+    for mod in ("tlp", "pacm", "psa", "null"):
         try:
             importlib.import_module(f"costlab.featurizers.{mod}")
         except ModuleNotFoundError as exc:  # a featurizer not written yet

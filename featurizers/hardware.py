@@ -258,9 +258,36 @@ def detect_cpu(override=None, cpuinfo_path="/proc/cpuinfo", cache_dir="/sys/devi
 
 # -- targets ---------------------------------------------------------------------------------------------
 
-_SIMD_BY_MCPU = [(r"avx512|skylake-server|skylake-avx512|cascadelake|icelake|sapphire|znver4|cooperlake", 512),
+# LLVM CPU names by the vector width LLVM's code for them uses: AVX-512 ones first (znver4 and znver5 are
+# AVX-512, older znver are AVX2), then AVX2, then Arm
+_SIMD_BY_MCPU = [(r"avx512|skylake-server|skylake-avx512|skx|cascadelake|cooperlake|cannonlake|icelake|tigerlake|"
+                  r"rocketlake|sapphirerapids|emeraldrapids|graniterapids|diamondrapids|znver[4-9]|x86-64-v4|knl|knm",
+                  512),
                  (r"haswell|broadwell|skylake|znver|core-avx2|alderlake|raptorlake|x86-64-v3", 256),
                  (r"neoverse-v1|a64fx", 512), (r"neoverse|cortex|apple|graviton|aarch64|arm", 128)]
+
+
+def mcpu_simd_bits(mcpu: str) -> int | None:
+    """The vector width LLVM compiles for with ``-mcpu=NAME``: asked of TVM's LLVM (its feature list of that
+    CPU) where TVM is installed, else looked up in ``_SIMD_BY_MCPU``; None for a name neither knows."""
+    if mcpu != "native":
+        try:
+            import tvm
+            from tvm.target import codegen
+
+            features = codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+            if "avx512f" in features:
+                return 512
+            if "avx2" in features or "avx" in features:
+                return 256
+            if "sse2" in features or "neon" in features:
+                return 128
+        except Exception:  # no TVM, or a CPU name this LLVM does not know
+            pass
+    for pattern, bits in _SIMD_BY_MCPU:
+        if re.search(pattern, mcpu):
+            return bits
+    return None
 
 
 def spec_for_target(target, override=None) -> HardwareSpec:
@@ -307,10 +334,7 @@ def spec_for_target(target, override=None) -> HardwareSpec:
         elif "+avx2" in text or "+avx" in text:
             simd = 256
         elif t.get("mcpu"):
-            for pattern, bits in _SIMD_BY_MCPU:
-                if re.search(pattern, str(t["mcpu"])):
-                    simd = bits
-                    break
+            simd = mcpu_simd_bits(str(t["mcpu"]))
         if str(t.get("mcpu") or "") == "native":
             simd = None  # the local CPU's own width, as detected
         elif simd is None:

@@ -77,7 +77,7 @@ def test_torch_function_and_transformers_model(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "costlab_test_models", mod)
     out = tmp_path / "d.h5"
     text = extract(out, hf=["bert", "no_such_arch"], torch_fns=["costlab_test_models:tiny_mlp"], seq_len=16)
-    assert "hf no_such_arch: FAILED" in text and "unknown architecture" in text
+    assert "hf no_such_arch: FAILED" in text and "unknown model type" in text
     with open_dataset(out) as ds:
         assert set(ds.networks) == {"bert-b1-s16", "costlab_test_models:tiny_mlp"}
         mlp = ds.networks["costlab_test_models:tiny_mlp"]

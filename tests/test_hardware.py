@@ -114,3 +114,39 @@ def test_spec_for_target():
     assert spec_for_target({"kind": "llvm"}, override={"cores": 7}).cores == 7
     with pytest.raises(ValueError, match="no hardware spec"):
         spec_for_target({"kind": "hexagon"})
+
+
+X86_CPUS = ["znver2", "znver3", "znver4", "znver5", "skylake-avx512", "icelake-server", "sapphirerapids",
+            "graniterapids", "tigerlake", "cascadelake", "haswell", "broadwell", "skylake", "alderlake",
+            "x86-64-v3", "x86-64-v4"]
+
+
+@pytest.mark.parametrize("mcpu", X86_CPUS)
+def test_simd_width_of_cpu_names_matches_llvm(mcpu):
+    """PSA's vector width for an -mcpu is LLVM's (AVX-512 for znver4/znver5, not 256), and the table used
+    without TVM agrees with LLVM on every name listed."""
+    import re
+
+    import tvm
+    from tvm.target import codegen
+
+    from costlab.featurizers.hardware import _SIMD_BY_MCPU, mcpu_simd_bits
+
+    features = codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+    want = 512 if "avx512f" in features else 256
+    assert mcpu_simd_bits(mcpu) == want
+    assert spec_for_target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2}).simd_bits == want
+    table = next(bits for pattern, bits in _SIMD_BY_MCPU if re.search(pattern, mcpu))
+    assert table == want
+
+
+def test_host_target_names_this_cpu():
+    from tvm.target import codegen
+
+    from costlab.datasets.targets import host_target, normalize_target
+
+    t = host_target()
+    assert t["kind"] == "llvm" and t["mcpu"] == codegen.llvm_get_system_cpu() and t["mcpu"] != "native"
+    assert t["num-cores"] >= 1
+    assert normalize_target("host") == t and normalize_target(None) == t
+    assert normalize_target("llvm -mcpu=native -num-cores=1")["mcpu"] == t["mcpu"]

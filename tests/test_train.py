@@ -45,7 +45,7 @@ def test_tlp_loss_falls_and_checkpoint_reloads(ansor_data, tmp_path):
     dm = CostDataModule(DataConfig(data=str(ansor_data), platforms=[PLATFORM], val_fraction=0.0, seed=0))
     dm.setup()
     from costlab.train.module import CostModelModule
-    from costlab.train.nets import net_config_for
+    from costlab.costmodels.nets import net_config_for
 
     torch.manual_seed(0)
     fresh = CostModelModule("tlp", net_config_for("tlp", dm.featurizer, 1, d_model=32, attention_heads=4),
@@ -123,7 +123,7 @@ def test_mtl_heads_learn_only_from_their_platform(ansor_data, tmp_path):
     assert np.isfinite(dm.labels.score[:, 1]).sum() == n_other < len(dm.labels)
     # records line up by program id: the other platform's scores are its own, per task
     from costlab.train.module import CostModelModule
-    from costlab.train.nets import net_config_for
+    from costlab.costmodels.nets import net_config_for
 
     module = CostModelModule("mtl", net_config_for("mtl", dm.featurizer, 2, d_model=32, attention_heads=4),
                              dm.featurizer.to_json(), [PLATFORM, "other"])

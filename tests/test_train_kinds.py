@@ -18,7 +18,7 @@ from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.evaluate import evaluate
 from costlab.train.fit import load_weights, train
 from costlab.train.module import CostModelModule
-from costlab.train.nets import net_config_for
+from costlab.costmodels.nets import net_config_for
 
 
 @pytest.fixture(scope="module")

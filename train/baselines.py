@@ -17,12 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from costlab.costmodels.pretrained import CONFIG, FORMAT, FORMAT_VERSION
+from costlab.costmodels.artifact import save_artifact
+from costlab.costmodels.baselines import FEATURE, booster_tensors, mlp_trainer, xgb_model
 from costlab.datasets import UsageError, open_dataset
-from costlab.featurizers import from_json
 from costlab.featurizers.cache import features_of
-
-FEATURE = "stmt"
 
 
 def _training_data(cfg: dict):
@@ -43,12 +41,6 @@ def _training_data(cfg: dict):
     return dm, xs, task, cost
 
 
-def _save_config(out: Path, kind: str, featurizer: dict, platforms: list, **meta) -> None:
-    config = dict(format=FORMAT, format_version=FORMAT_VERSION, kind=kind, net={}, featurizer=featurizer,
-                  platforms=list(platforms), **meta)
-    (out / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
-
-
 def train_baseline(cfg: dict) -> dict:
     import time
 
@@ -61,18 +53,18 @@ def train_baseline(cfg: dict) -> dict:
     dm, xs, task, cost = _training_data(cfg)
     t0 = time.perf_counter()
     if kind == "xgb":
-        model = _xgb()
+        model = xgb_model()
         best = np.zeros(task.max() + 1 if len(task) else 0, np.float32) + np.inf
         np.minimum.at(best, task, cost)
         model._train(xs, best[task] / cost)
-        model.booster.save_model(str(out / "xgboost.json"))
+        tensors = booster_tensors(model.booster)
     elif kind == "mlp":
         n_tasks = len(np.unique(task))
         if n_tasks < 2:
             raise UsageError("the SegmentSum MLP baseline holds out whole tasks to pick its epoch: it needs "
                              f"at least 2 training tasks, found {n_tasks}")
         # MetaSchedule's trainer validates on floor(20% of tasks): keep at least one task for it
-        trainer = _mlp_trainer(int(cfg["trainer"].get("max_epochs", 50)), max(0.2, 1.0 / n_tasks))
+        trainer = mlp_trainer(int(cfg["trainer"].get("max_epochs", 50)), max(0.2, 1.0 / n_tasks))
         from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup
 
         for t in np.unique(task):
@@ -80,17 +72,16 @@ def train_baseline(cfg: dict) -> dict:
             trainer.state.data[str(t)] = FeatureGroup(str(t), [xs[i] for i in idx], cost[idx])
         with _steplr_accepting_verbose():
             trainer.train_full()
-        from safetensors.torch import save_file
-
-        save_file({k: v.contiguous() for k, v in trainer.state.model.state_dict().items()},
-                  str(out / "model.safetensors"))
+        tensors = trainer.state.model.state_dict()
     else:
         raise ValueError(f"unknown baseline {kind!r}")
     summary = dict(model=kind, platforms=dm.config.platforms, train_records=len(xs),
                    wall_seconds=time.perf_counter() - t0,
                    train_records_per_s=len(xs) / max(time.perf_counter() - t0, 1e-9))
-    _save_config(out, kind, dm.featurizer.to_json(), dm.config.platforms, training=summary, split=cfg["split"],
-                 split_digest=dm.split and dm.split.digest, dataset=str(cfg["data"]))
+    save_artifact(out, tensors, dict(kind=kind, net={}, featurizer=dm.featurizer.to_json(),
+                                     platforms=dm.config.platforms, training=summary, split=cfg["split"],
+                                     split_digest=dm.split and dm.split.digest, dataset=str(cfg["data"]),
+                                     dialects=dm.dialects))
     (Path(cfg["out"]) / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
@@ -110,57 +101,3 @@ class _steplr_accepting_verbose:
 
     def __exit__(self, *exc):
         torch.optim.lr_scheduler.StepLR = self._orig
-
-
-def _xgb():
-    from tvm.s_tir.meta_schedule.cost_model import XGBModel
-
-    return XGBModel(extractor="per-store-feature", num_warmup_samples=0, verbose_eval=0, num_tuning_cores=2,
-                    adaptive_training=False)
-
-
-def _mlp_trainer(epochs: int, test_split: float = 0.2):
-    from tvm.s_tir.meta_schedule.cost_model.mlp_model import (SegmentSumMLPConfig, SegmentSumMLPTrainer, State,
-                                                               TrainerConfig)
-    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-    from costlab.featurizers.pacm import STMT_FEATURES
-
-    state = State(SegmentSumMLPConfig(input_dim=STMT_FEATURES), PerStoreFeature(extract_workload=False))
-    return SegmentSumMLPTrainer(TrainerConfig(num_epoch_full=max(epochs, 10), test_split=test_split), state)
-
-
-class BaselinePredictor:
-    def __init__(self, kind: str, featurizer: dict, platforms: list, predict_fn, meta: dict):
-        self.kind, self.platforms, self.meta = kind, list(platforms), meta
-        self.featurizer = from_json(featurizer)
-        self._predict = predict_fn
-
-    def predict(self, feats: dict) -> np.ndarray:
-        stmts = feats[FEATURE]
-        valid = np.asarray(feats.get("valid", np.ones(len(stmts), bool)), bool)
-        ok = np.flatnonzero(valid & np.array([len(x) > 0 for x in stmts], bool))
-        out = np.full(len(stmts), -1e9)
-        if ok.size:
-            out[ok] = self._predict([np.asarray(stmts[i], np.float32) for i in ok])
-        return out[:, None]
-
-
-def load_baseline(path: Path, config: dict) -> BaselinePredictor:
-    kind = config["kind"]
-    if kind == "xgb":
-        import xgboost as xgb
-
-        model = _xgb()
-        model.booster = xgb.Booster()
-        model.booster.load_model(str(path / "xgboost.json"))
-        fn = model._predict
-    else:
-        from safetensors.torch import load_file
-
-        trainer = _mlp_trainer(1)
-        trainer.state.model.load_state_dict(load_file(str(path / "model.safetensors")))
-        fn = trainer.predict_incremental
-    return BaselinePredictor(kind, config["featurizer"], config["platforms"], fn, config)
-
-

@@ -18,6 +18,7 @@ import torch
 from costlab.datasets.errors import UsageError
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
+from costlab.costmodels.tensors import to_tensors
 from costlab.featurizers.cache import features_of, open_cache
 from costlab.train.labels import build_label_table
 
@@ -38,29 +39,6 @@ class DataConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def pad_ragged(arrays: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-record arrays (k_i, d) -> padded (N, max k, d) and mask (N, max k)."""
-    k = max((a.shape[0] for a in arrays), default=0)
-    k = max(k, 1)
-    tail = arrays[0].shape[1:] if arrays else ()
-    out = np.zeros((len(arrays), k) + tail, np.float32)
-    mask = np.zeros((len(arrays), k), bool)
-    for i, a in enumerate(arrays):
-        out[i, : a.shape[0]] = a
-        mask[i, : a.shape[0]] = True
-    return torch.from_numpy(out), torch.from_numpy(mask)
-
-
-def to_tensors(feats: dict) -> dict:
-    out = {}
-    for name, value in feats.items():
-        if isinstance(value, list):
-            out[name], out[f"{name}_mask"] = pad_ragged(value)
-        else:
-            out[name] = torch.from_numpy(np.ascontiguousarray(value))
-    return out
 
 
 class ListSampler(torch.utils.data.Sampler):
@@ -157,6 +135,8 @@ class CostDataModule(L.LightningDataModule):
             self.featurizer = self._resolve_featurizer(ds)
             self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed)
             self.networks = dict(ds.networks)
+            # the schedule dialects the model learns from (a model of Ansor steps cannot score MS traces)
+            self.dialects = sorted({ds.tasks[t].dialect for t in np.unique(self.labels.task).tolist()})
             n = len(self.labels)
             if cfg.split:
                 split = ds.split(cfg.split)

@@ -14,7 +14,8 @@ from costlab.costmodels import metrics
 from costlab.datasets import UsageError, open_dataset
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
-from costlab.train.predict import RandomPredictor, load_predictor
+from costlab.costmodels.predictors import head_of
+from costlab.train.predict import load_predictor
 
 def check_training_split(ds, meta: dict, split: str | None) -> None:
     """Refuse to evaluate a model on a split stored under its training split's name but holding out other
@@ -54,7 +55,7 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         platforms = ds.record_platforms()
         if platform is None:
             platform = next((p for p in pred_obj.platforms if p in platforms), platforms[0] if platforms else None)
-        meta = getattr(pred_obj, "meta", {})
+        meta = pred_obj.config
         if split == "auto":
             trained = meta.get("split")
             split = trained if trained in ds.split_names() else None
@@ -70,12 +71,9 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         task = table.task[rows].astype(np.int64)
         latency = table.latency()[rows] if len(rows) else np.zeros(0)
         score = scores(task, latency)
-        if isinstance(pred_obj, RandomPredictor):
-            out = pred_obj.predict(len(rows))
-        else:
-            out = pred_obj.predict(features_of(ds, pred_obj.featurizer, platform, rows))
+        out = pred_obj.predict(features_of(ds, pred_obj.featurizer, platform, rows))
         if head is None:
-            head = pred_obj.platforms.index(platform) if platform in pred_obj.platforms else 0
+            head = head_of(pred_obj, platform)
         pred = out[:, head]
         networks = ds.networks
         if split is not None and ds.split(split).held_out_networks:

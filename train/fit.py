@@ -20,10 +20,10 @@ import torch
 import yaml
 
 from costlab.datasets.errors import UsageError
-from costlab.costmodels.pretrained import load_pretrained, save_pretrained
+from costlab.costmodels.artifact import read_artifact, read_config, save_artifact
 from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.module import CostModelModule, net_state_from_checkpoint
-from costlab.train.nets import build_net, featurizer_for, net_config_for
+from costlab.costmodels.nets import featurizer_for, net_config_for
 
 LEARNED = ("tlp", "pacm", "mtl")
 
@@ -74,8 +74,7 @@ def load_weights(module: CostModelModule, source) -> None:
     """Initialise a module's net from a Lightning checkpoint or a pretrained model directory."""
     source = Path(source)
     if source.is_dir():
-        net, _ = load_pretrained(source, build_net)
-        state = net.state_dict()
+        state = read_artifact(source).tensors
     else:
         state = net_state_from_checkpoint(torch.load(source, map_location="cpu", weights_only=True))
     module.core.load_state_dict(state)
@@ -89,8 +88,6 @@ def source_meta(source) -> dict:
     if (source / "model" / "config.json").exists():
         source = source / "model"
     if source.is_dir():
-        from costlab.costmodels.pretrained import read_config
-
         c = read_config(source)
         return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"])
     hp = torch.load(source, map_location="cpu", weights_only=True)["hyper_parameters"]
@@ -161,8 +158,9 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
                    wall_seconds=wall, epochs=trainer.current_epoch)
     if not trainer.is_global_zero:
         return summary  # under DDP the first process alone writes the model and the summary
-    save_pretrained(out / "model", module.core, kind, net_config, dm.featurizer.to_json(), cfg["platforms"],
-                    training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
-                    dataset=str(cfg["data"]))
+    save_artifact(out / "model", module.core.state_dict(),
+                  dict(kind=kind, net=net_config, featurizer=dm.featurizer.to_json(), platforms=cfg["platforms"],
+                       training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
+                       dataset=str(cfg["data"]), dialects=dm.dialects))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

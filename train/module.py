@@ -15,7 +15,7 @@ import torch
 from costlab.costmodels import metrics
 from costlab.costmodels.losses import group_lists, lambdarank_loss, mse_loss
 from costlab.costmodels.momentum import MomentumTransfer
-from costlab.train.nets import build_net, net_inputs
+from costlab.costmodels.nets import build_net, net_inputs
 
 
 def net_state_from_checkpoint(ckpt: dict) -> dict:

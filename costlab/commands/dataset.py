@@ -7,6 +7,12 @@ import sys
 from pathlib import Path
 
 
+TARGET_HELP = ("TVM target: 'host' (default) is this machine's CPU by its concrete LLVM name and its cores, e.g. "
+               "'llvm -mcpu=znver4 -num-cores=2'; or a JSON dict or the string form. Without -mcpu LLVM emits "
+               "generic x86-64 (SSE2) code; for another machine name its CPU, e.g. "
+               "'llvm -mcpu=skylake-avx512 -num-cores=8'")
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "dataset",
@@ -46,12 +52,15 @@ def register(sub) -> None:
                       "Hugging Face transformers architectures built from a config with random weights "
                       "(nothing downloaded), or TVM benchmark workloads by name (GMM, C2D, DEP, ...).")
     q.add_argument("data", type=Path, metavar="DATA.h5")
-    q.add_argument("--target", default="llvm -num-cores=2", help="TVM target (JSON or 'llvm -num-cores=2')")
+    q.add_argument("--target", default="host", help=TARGET_HELP)
     q.add_argument("--workload", action="append", default=[], metavar="NAME[:ARGS]",
                    help="a te_workload benchmark, e.g. GMM or GMM:1,128,128,128 (repeatable)")
-    q.add_argument("--hf", action="append", default=[], metavar="ARCH",
-                   help="a transformers architecture built from a small config: bert, gpt2, vit, resnet, "
-                   "mobilenet_v2 (repeatable)")
+    q.add_argument("--hf", action="append", default=[], metavar="TYPE[:KEY=VALUE,...]",
+                   help="a transformers model built from its config with random weights (nothing downloaded): "
+                   "bert, gpt2, vit, resnet, mobilenet_v2 (small fixed configs) or any model type of "
+                   "AutoConfig.for_model (llama, t5, distilbert, convnext, swin, ...), small by default; "
+                   "sizes with layers=, hidden=, heads=, intermediate=, image=, vocab= or any config "
+                   "attribute, e.g. llama:layers=4,hidden=256 (repeatable)")
     q.add_argument("--torch", action="append", default=[], metavar="MODULE:FUNC",
                    help="a Python function returning (torch.nn.Module, example input tuple) (repeatable)")
     q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
@@ -64,7 +73,7 @@ def register(sub) -> None:
                       "build and run them, and store the records. Interrupted and re-run, it continues "
                       "where it stopped.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
-    q.add_argument("--target", default="llvm -num-cores=2", help="TVM target (JSON or 'llvm -num-cores=2')")
+    q.add_argument("--target", default="host", help=TARGET_HELP)
     q.add_argument("--per-task", type=int, default=32, metavar="N", help="candidates per task")
     q.add_argument("--platform", help="platform id (default: derived from the target)")
     q.add_argument("--tasks", help="comma-separated task indices or names (default: all MetaSchedule tasks)")
@@ -108,7 +117,8 @@ def register(sub) -> None:
     q.add_argument("data", type=Path, metavar="DATA.h5")
     q.add_argument("old", metavar="OLD_ID")
     q.add_argument("new", metavar="NEW_ID")
-    q.add_argument("--target", help="the platform's TVM target (JSON or 'llvm -num-cores=1')")
+    q.add_argument("--target", help="the platform's TVM target (JSON or the string form, e.g. "
+                   "'llvm -mcpu=znver4 -num-cores=1')")
     q.set_defaults(func=_rename_platform)
 
     q = ds.add_parser("export-ms", help="write a platform's records as a MetaSchedule database",

@@ -1,0 +1,161 @@
+"""Predictors: one protocol for every model costlab scores programs with, and one ``load`` for all of them.
+
+A predictor has a ``kind``, the ``featurizer`` it is fed by, the ``platforms`` of its heads, its ``config``
+(the artifact's ``config.json``; empty for the two that need no training) and
+``predict(features) -> (N, heads)`` scores, higher = predicted faster. ``load(name_or_path)`` gives:
+
+- ``tlp``, ``pacm``, ``mtl``: a learned net from an artifact (``artifact.py``);
+- ``xgb``, ``mlp``: MetaSchedule's XGBoost model and SegmentSum MLP trained by costlab, from an artifact;
+- ``psa``: the static analyzer's estimate, ``random``: uniform scores.
+
+Nothing here imports Lightning or anything of ``costlab.train``: a tuning run loads and scores models in
+every worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from costlab.costmodels.artifact import is_artifact, load_state, read_artifact
+from costlab.datasets.errors import InputError
+from costlab.featurizers import create, from_json
+
+LEARNED = ("tlp", "pacm", "mtl")
+BASELINES = ("xgb", "mlp")
+BUILTIN = ("psa", "random")
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    kind: str
+    featurizer: object
+    platforms: list
+    config: dict
+
+    def predict(self, features: dict) -> np.ndarray:
+        """(N, heads) scores of N programs' features; higher = predicted faster."""
+
+
+def _count(features: dict) -> int:
+    value = next(iter(features.values()))
+    return len(value)
+
+
+def head_of(predictor, platform: str | None) -> int:
+    """The head that scores ``platform``: its own when the model has one, else the first."""
+    return predictor.platforms.index(platform) if platform in predictor.platforms else 0
+
+
+class NetPredictor:
+    """A learned net (TLP, PaCM, multi-task TLP), scored in batches, on the GPU when there is one."""
+
+    def __init__(self, net: torch.nn.Module, kind: str, featurizer: dict, platforms: list, config: dict | None = None,
+                 device: str | None = None):
+        self.kind, self.platforms, self.config = kind, list(platforms), config or {}
+        self.featurizer = from_json(featurizer)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.net = net.to(self.device).eval()
+
+    @torch.no_grad()
+    def predict(self, features: dict, batch_size: int = 1024) -> np.ndarray:
+        from costlab.costmodels.nets import net_inputs
+        from costlab.costmodels.tensors import to_tensors
+
+        n = _count(features)
+        outs = []
+        for a in range(0, n, batch_size):
+            part = {k: v[a: a + batch_size] for k, v in features.items()}
+            tensors = {k: v.to(self.device) for k, v in to_tensors(part).items()}
+            out = self.net(*net_inputs(self.kind, tensors))
+            outs.append((out[:, None] if out.dim() == 1 else out).float().cpu().numpy())
+        return np.concatenate(outs) if outs else np.zeros((0, len(self.platforms) or 1), np.float32)
+
+
+class BaselinePredictor:
+    """MetaSchedule's XGBoost model or SegmentSum MLP, on per-store features."""
+
+    def __init__(self, kind: str, featurizer: dict, platforms: list, scorer, config: dict):
+        self.kind, self.platforms, self.config = kind, list(platforms), config
+        self.featurizer = from_json(featurizer)
+        self._scorer = scorer
+
+    def predict(self, features: dict) -> np.ndarray:
+        from costlab.costmodels.baselines import score_stores
+
+        return score_stores(self._scorer, features)[:, None]
+
+
+class RandomPredictor:
+    """Uniform random scores (seeded): the floor every model is compared with."""
+
+    kind = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.featurizer = create("null")
+        self.platforms: list = []
+        self.config: dict = {}
+
+    def predict(self, features: dict) -> np.ndarray:
+        return self.rng.random((_count(features), 1))
+
+
+class PSAPredictor:
+    """PSA alone: the static analyzer's score (1 / estimated time); programs it cannot read score -1."""
+
+    kind = "psa"
+
+    def __init__(self, config: dict | None = None):
+        self.featurizer = create("psa", config)
+        self.platforms: list = []
+        self.config: dict = {}
+
+    def predict(self, features: dict) -> np.ndarray:
+        score = np.asarray(features["score"], np.float64)
+        return np.where(np.isfinite(score), score, -1.0)[:, None]
+
+
+def resolve(model) -> Path:
+    """The artifact a name or path means: a path as given, a training run's ``model/``, or a shipped model."""
+    path = Path(model)
+    if (path / "model").is_dir() and is_artifact(path / "model") and not is_artifact(path):
+        return path / "model"  # a training run directory
+    if not path.exists():
+        from costlab.costmodels.shipped import shipped_path
+
+        found = shipped_path(str(model))
+        if found is not None:
+            return found
+    return path
+
+
+def load(model, seed: int = 0) -> Predictor:
+    """A predictor from ``'psa'``, ``'random'``, a shipped model's name, a model directory or archive, or a
+    training run's directory. Every check of ``artifact.read_artifact`` is done before it is returned."""
+    if isinstance(model, str) and model in BUILTIN:
+        return RandomPredictor(seed) if model == "random" else PSAPredictor()
+    art = read_artifact(resolve(model))
+    config, kind = art.config, art.kind
+    try:
+        featurizer = from_json(config["featurizer"])
+    except ValueError as exc:
+        raise InputError(art.path, str(exc)) from None
+    if kind in LEARNED:
+        from costlab.costmodels.nets import build_net
+
+        try:
+            net = build_net(kind, config["net"])
+        except (TypeError, ValueError) as exc:
+            raise InputError(art.path, f"net config is not valid for a {kind} net ({exc})") from None
+        return NetPredictor(load_state(net, art.tensors, art.path), kind, featurizer.to_json(), config["platforms"],
+                            config)
+    if kind in BASELINES:
+        from costlab.costmodels.baselines import baseline_scorer
+
+        return BaselinePredictor(kind, featurizer.to_json(), config["platforms"],
+                                 baseline_scorer(kind, art.tensors, art.path), config)
+    raise InputError(art.path, f"unknown model kind {kind!r} (known: {', '.join(LEARNED + BASELINES)})")

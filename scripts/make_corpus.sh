@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the x86 pretraining corpus from nothing with `costlab dataset extract` + `measure` alone: the tasks
+# of many transformers networks (text and vision, two sizes or sequence lengths each) and TVM benchmark
+# workloads at several shapes, 64 programs per task measured on this machine's own target (its concrete
+# -mcpu, all its cores). Measuring takes hours on 2 cores: re-running continues where it stopped, and
+# `costlab dataset pack` turns the progress into the compact files committed under corpus/.
+#
+# The workloads of benchmarks/tuning.py (GMM:1,128,128,128, C2D:1,28,28,128,128,3,1,1, DEP:1,56,56,64,3,1,1
+# and the dense layers of bert:hidden=256 at sequence length 128) are left out, shapes included.
+#
+# Usage: scripts/make_corpus.sh [OUT.h5] [extract|measure|all]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-corpus.h5}"
+STEP="${2:-all}"
+COSTLAB="${COSTLAB:-.venv/bin/costlab}"
+PER_TASK="${PER_TASK:-64}"
+
+TEXT_S32=(bert gpt2 llama t5 distilbert opt bloom phi gemma mobilebert squeezebert albert falcon bart)
+TEXT_S64=(bert:hidden=128,heads=4,intermediate=512 gpt2:hidden=128,heads=4,intermediate=512
+          llama:hidden=128,heads=4,intermediate=352 t5:hidden=128,heads=4,intermediate=256
+          opt:hidden=96,heads=2,intermediate=384)
+TEXT_B4=(bert distilbert)
+VISION=(vit deit resnet mobilenet_v2 mobilenet_v1 convnext regnet segformer poolformer dinov2 beit convnextv2
+        mobilevit levit swin efficientnet vit:hidden=96,heads=2,intermediate=192,image=64
+        resnet:hidden=32,image=96 convnext:hidden=48,image=96 mobilenet_v2:image=96)
+WORKLOADS=(
+  GMM:1,64,64,64 GMM:1,32,256,64 GMM:1,64,128,64 GMM:2,32,64,128 GMM:4,64,64,32 GMM:8,32,32,64
+  GMM:1,256,128,64 GMM:1,96,192,96 GMM:1,512,32,512 GMM:1,256,256,256 GMM:1,192,64,320
+  C2D:1,14,14,32,32,3,1,1 C2D:1,16,16,16,32,1,1,0 C2D:1,28,28,16,16,3,2,1 C2D:1,7,7,64,64,3,1,1
+  C2D:1,8,8,64,32,1,1,0 C2D:1,56,56,32,32,3,1,1 C2D:1,14,14,64,128,3,1,1 C2D:1,28,28,64,64,1,1,0
+  C2D:1,14,14,128,128,3,1,1 C2D:1,28,28,32,64,3,2,1
+  DEP:1,14,14,64,3,2,1 DEP:1,28,28,32,3,1,1 DEP:1,56,56,16,3,1,1 DEP:1,112,112,32,3,1,1
+  DEP:1,28,28,128,3,2,1 DEP:1,14,14,256,3,1,1
+  C1D:1,128,16,32,3,1,1 C1D:1,32,64,64,3,2,1 C1D:1,64,32,32,3,1,1 C3D:1,4,14,14,16,16,3,1,1
+  CAP:1,8,8,16,16,3,1,1 CBR:1,14,14,16,32,3,1,1 CBR:1,28,28,32,32,3,1,1 DIL:1,14,14,16,16,3,1,1,2
+  GRP:1,14,14,32,32,3,1,1,4 GRP:1,28,28,64,64,3,1,1,8 NRM:1,64,64 NRM:1,256,256 SFM:128,256 SFM:64,128
+  SFM:256,512 T2D:1,4,4,64,32,4,2,1 T2D:1,8,8,32,16,4,2,1 TBG:1,32,4,32 TBG:1,64,8,64
+)
+
+extract() {
+  local args=()
+  for s in "${TEXT_S32[@]}"; do args+=(--hf "$s"); done
+  "$COSTLAB" dataset extract "$OUT" --seq-len 32 "${args[@]}"
+  args=(); for s in "${TEXT_S64[@]}"; do args+=(--hf "$s"); done
+  "$COSTLAB" dataset extract "$OUT" --seq-len 64 "${args[@]}"
+  args=(); for s in "${TEXT_B4[@]}"; do args+=(--hf "$s"); done
+  "$COSTLAB" dataset extract "$OUT" --seq-len 32 --batch 4 "${args[@]}"
+  args=(); for s in "${VISION[@]}"; do args+=(--hf "$s"); done
+  "$COSTLAB" dataset extract "$OUT" "${args[@]}"
+  args=(); for w in "${WORKLOADS[@]}"; do args+=(--workload "$w"); done
+  "$COSTLAB" dataset extract "$OUT" "${args[@]}"
+}
+
+measure() {
+  # alone on the machine: timings are noisy when anything else builds or measures
+  flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK"
+}
+
+case "$STEP" in
+  extract) extract ;;
+  measure) measure ;;
+  all) extract; measure; "$COSTLAB" dataset info "$OUT" ;;
+  *) echo "usage: $0 [OUT.h5] [extract|measure|all]" >&2; exit 2 ;;
+esac
