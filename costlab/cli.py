@@ -9,8 +9,9 @@ from costlab import __version__
 from costlab.commands import dataset as dataset_cmd
 from costlab.commands import featurize as featurize_cmd
 from costlab.commands import train as train_cmd
+from costlab.commands import tune as tune_cmd
 
-COMMANDS = [dataset_cmd, featurize_cmd, train_cmd]
+COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -90,7 +90,7 @@ class _FirstOutput:
         return Wrapped(model)
 
 
-def _torch_fn_model(spec: str):
+def torch_fn_model(spec: str):
     mod_name, sep, fn_name = spec.partition(":")
     if not sep or not mod_name or not fn_name:
         raise ValueError(f"--torch wants MODULE:FUNCTION, got {spec!r}")
@@ -108,13 +108,13 @@ def _torch_fn_model(spec: str):
     return model, tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
 
 
-def network_tasks(model, inputs, target) -> list:
-    """``(task_name, IRModule, weight)`` per MetaSchedule task of a PyTorch model."""
+def network_module(model, inputs, target):
+    """The Relax module of a PyTorch model, prepared as MetaSchedule's tuning pipeline prepares it
+    (weights bound as constants, operators decomposed for inference)."""
     import torch
     import tvm
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
-    from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
 
     model = _FirstOutput(model.eval())
     with torch.no_grad():
@@ -126,6 +126,14 @@ def network_tasks(model, inputs, target) -> list:
             relax.transform.CanonicalizeBindings(),
             relax.pipeline.zero_pipeline(),
         ])(mod)
+    return mod
+
+
+def network_tasks(model, inputs, target) -> list:
+    """``(task_name, IRModule, weight)`` per MetaSchedule task of a PyTorch model."""
+    from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
+
+    mod = network_module(model, inputs, target)
     return [(str(t.task_name), t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
 
 
@@ -183,7 +191,7 @@ def extract(data, target="host", workloads=(), hf=(), torch_fns=(), batch: int =
                     model, inputs, is_text = hf_models.build(spec, batch, seq_len)
                     name = hf_models.network_name(spec, batch, seq_len, is_text)
                 else:
-                    model, inputs = _torch_fn_model(spec)
+                    model, inputs = torch_fn_model(spec)
                     name = spec
                 net = ExtractedNetwork(name, network_tasks(model, inputs, tgt))
                 if not net.tasks:

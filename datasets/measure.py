@@ -162,7 +162,9 @@ def runner_threads() -> int:
     return int(tvm.get_global_func("runtime.NumThreads")())
 
 
-def _make_runner(opts: MeasureOptions, target):
+def make_runner(opts: MeasureOptions, target):
+    """The runner costlab measures with: MetaSchedule's ``LocalRunner`` whose worker runs kernels on the
+    target's ``num-cores`` threads, or its ``RPCRunner`` through a tracker when ``opts.rpc_key`` is set."""
     from tvm.s_tir import meta_schedule as ms
 
     evaluator = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
@@ -174,6 +176,14 @@ def _make_runner(opts: MeasureOptions, target):
     cores = int(target.attrs.get("num-cores", 0) or 0)
     init = functools.partial(_pin_threads, cores) if cores > 0 else None
     return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
+
+
+def make_builder(timeout: float = 30.0, workers: int | None = None):
+    """The builder costlab measures with: MetaSchedule's ``LocalBuilder`` without the intrinsic-registry
+    import in every fresh worker (``build_without_intrinsic_registry``)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.builder.LocalBuilder(timeout_sec=timeout, f_build=build_without_intrinsic_registry, max_workers=workers)
 
 
 def build_and_run(builder, runner, target, candidates) -> list[tuple[list[float], int, str | None]]:
@@ -302,8 +312,8 @@ def measure(data, opts: MeasureOptions) -> str:
     if total == 0:
         return f"{data}: nothing to measure on {pid!r} ({len(tasks)} task(s) already have their records)"
 
-    builder = ms.builder.LocalBuilder(timeout_sec=opts.builder_timeout, f_build=build_without_intrinsic_registry)
-    runner = _make_runner(opts, target)
+    builder = make_builder(opts.builder_timeout)
+    runner = make_runner(opts, target)
     bar = None
     if opts.progress:
         from tqdm import tqdm

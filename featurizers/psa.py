@@ -108,16 +108,48 @@ class PSA(Featurizer):
         return {"estimate": est, "score": _score(est), "valid": valid}
 
     def featurize_candidates(self, mod, target, schedules) -> dict:
-        """Estimates of live candidates: their scheduled TIR is at hand, so it is walked directly."""
+        """Estimates of live candidates. In ``trace`` mode each candidate's trace is simulated on the
+        workload's analysis (made once per workload and cached), as for dataset records; a trace the
+        simulator does not model, and ``tir`` mode, walk the candidate's scheduled TIR, which is at hand."""
+        import tvm_ffi
+
+        from costlab.datasets.ms_workload import trace_json
         from costlab.datasets.targets import normalize_target
         from costlab.featurizers.ms_records import is_gpu
         from costlab.featurizers.psa_model import estimate
         from costlab.featurizers.tir_nest import program_of
+        from costlab.featurizers.trace_nest import TaskModel, Unsupported, simulate
 
         tdict = _target_dict(target)
         spec = self.spec_for(target=normalize_target(tdict))
         gpu = is_gpu(tdict)
-        est = np.array([estimate(program_of(s.mod, gpu=gpu), spec) for s in schedules], dtype=np.float64)
+        model = None
+        if self.config["mode"] == "trace":
+            key = ("live", int(tvm_ffi.structural_hash(mod)), gpu)
+            if key not in self._tasks:
+                try:
+                    self._tasks[key] = TaskModel(mod, gpu=gpu)
+                except Unsupported as exc:
+                    self._tasks[key] = exc
+            model = self._tasks[key] if isinstance(self._tasks[key], TaskModel) else None
+        est = np.full(len(schedules), np.inf)
+        for i, sch in enumerate(schedules):
+            prog = None
+            if model is not None:
+                try:
+                    prog = simulate(model, trace_json(sch.trace))
+                    self.stats["simulated"] += 1
+                except Unsupported:
+                    self.stats["fallback"] += 1
+                except Exception:  # noqa: BLE001  a trace the simulator mishandles: the TIR walk is the reference
+                    self.stats["sim_errors"] = self.stats.get("sim_errors", 0) + 1
+            try:
+                if prog is None:
+                    self.stats["walked"] += 1
+                    prog = program_of(sch.mod, gpu=gpu)
+                est[i] = estimate(prog, spec)
+            except Exception:  # noqa: BLE001  IR neither path understands: the candidate is invalid
+                self.stats["invalid"] += 1
         return {"estimate": est, "score": _score(est), "valid": np.isfinite(est)}
 
 

@@ -53,8 +53,12 @@ extract() {
 }
 
 measure() {
-  # alone on the machine: timings are noisy when anything else builds or measures
-  flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK"
+  # the tasks of scripts/corpus_tasks.py, in chunks of 8: each chunk holds the machine alone (timings are
+  # noisy when anything else builds or measures), and other jobs taking the same lock run between chunks
+  local py="${COSTLAB%/costlab}/python"
+  "$py" scripts/corpus_tasks.py "$OUT" --limit "${TASKS:-200}" --chunk 8 | while read -r chunk; do
+    flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" --no-progress
+  done
 }
 
 case "$STEP" in

@@ -181,11 +181,11 @@ def test_local_runner_runs_kernels_on_the_targets_cores(cores):
     """TVM sizes its thread pool from the machine unless told; a '1c' platform must run on 1 thread."""
     import tvm
 
-    from costlab.datasets.measure import _make_runner, runner_threads
+    from costlab.datasets.measure import make_runner, runner_threads
     from costlab.datasets.targets import normalize_target
 
     target = tvm.target.Target(normalize_target(f"llvm -num-cores={cores}"))
-    runner = _make_runner(_opts(target=f"llvm -num-cores={cores}"), target)
+    runner = make_runner(_opts(target=f"llvm -num-cores={cores}"), target)
     assert runner.pool.submit(runner_threads).result() == cores
 
 

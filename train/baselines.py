@@ -81,7 +81,7 @@ def train_baseline(cfg: dict) -> dict:
     save_artifact(out, tensors, dict(kind=kind, net={}, featurizer=dm.featurizer.to_json(),
                                      platforms=dm.config.platforms, training=summary, split=cfg["split"],
                                      split_digest=dm.split and dm.split.digest, dataset=str(cfg["data"]),
-                                     dialects=dm.dialects))
+                                     dialects=dm.dialects, targets=dm.targets))
     (Path(cfg["out"]) / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

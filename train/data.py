@@ -137,6 +137,7 @@ class CostDataModule(L.LightningDataModule):
             self.networks = dict(ds.networks)
             # the schedule dialects the model learns from (a model of Ansor steps cannot score MS traces)
             self.dialects = sorted({ds.tasks[t].dialect for t in np.unique(self.labels.task).tolist()})
+            self.targets = {p: ds.platforms[p].target for p in cfg.platforms if p in ds.platforms}
             n = len(self.labels)
             if cfg.split:
                 split = ds.split(cfg.split)

@@ -161,6 +161,6 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     save_artifact(out / "model", module.core.state_dict(),
                   dict(kind=kind, net=net_config, featurizer=dm.featurizer.to_json(), platforms=cfg["platforms"],
                        training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
-                       dataset=str(cfg["data"]), dialects=dm.dialects))
+                       dataset=str(cfg["data"]), dialects=dm.dialects, targets=dm.targets))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -87,6 +87,7 @@ def register(sub) -> None:
     q.add_argument("--rpc-key", help="measure on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
+    q.add_argument("--no-progress", action="store_true", help="no progress bar (a summary at the end)")
     q.set_defaults(func=_measure)
 
     q = ds.add_parser("info", help="what a dataset holds",
@@ -131,6 +132,34 @@ def register(sub) -> None:
                    help="also write failed records (with run_secs 1e10, as MetaSchedule does)")
     q.set_defaults(func=_export_ms)
 
+    q = ds.add_parser("pack", help="write a dataset as compressed JSON files, for version control",
+                      description="Write the dataset's tasks, networks, platforms, splits and records as gzip'd "
+                      "JSON files in DIR (records in shards of rows). Packing again after more measuring adds "
+                      "only a shard of the new records; `unpack` builds the same dataset again.")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("-o", "--output", required=True, type=Path, metavar="DIR")
+    q.set_defaults(func=_pack)
+
+    q = ds.add_parser("unpack", help="build a dataset from its packed form",
+                      description="Build a new dataset from a folder written by `costlab dataset pack`.")
+    q.add_argument("folder", type=Path, metavar="DIR")
+    q.add_argument("-o", "--output", required=True, type=Path, metavar="DATA.h5")
+    q.set_defaults(func=_unpack)
+
+
+def _pack(args) -> int:
+    from costlab.datasets.pack import pack
+
+    print(pack(args.data, args.output), file=sys.stderr)
+    return 0
+
+
+def _unpack(args) -> int:
+    from costlab.datasets.pack import unpack
+
+    print(unpack(args.folder, args.output), file=sys.stderr)
+    return 0
+
 
 def _finish_import(report) -> int:
     print(report.format(), file=sys.stderr)
@@ -168,7 +197,7 @@ def _measure(args) -> int:
         target=args.target, per_task=args.per_task, platform=args.platform, tasks=args.tasks,
         same_programs_as=args.same_programs_as, batch_size=args.batch_size, seed=args.seed,
         builder_timeout=args.builder_timeout, number=args.number, repeat=args.repeat,
-        rpc_key=args.rpc_key, rpc_host=args.rpc_host, rpc_port=args.rpc_port,
+        rpc_key=args.rpc_key, rpc_host=args.rpc_host, rpc_port=args.rpc_port, progress=not args.no_progress,
     )
     print(measure(args.data, opts), file=sys.stderr)
     return 0

@@ -1,0 +1,122 @@
+"""``costlab tune``, ``costlab export`` and ``costlab models``: trained models inside MetaSchedule tuning."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from costlab.commands.dataset import TARGET_HELP
+
+
+def register(sub) -> None:
+    q = sub.add_parser(
+        "tune", help="tune workloads or a network with MetaSchedule, with a costlab model or MetaSchedule's default",
+        description="Tune TVM benchmark workloads (each with its own budget of --trials) or the tasks of a network "
+        "(--trials in all) with MetaSchedule. With --model, a costlab model scores the candidates (by default as "
+        "the verify stage of Draft-then-Verify, PSA drafting); without, MetaSchedule's default (evolutionary "
+        "search + XGBoost), so one command compares both. The work dir gets a MetaSchedule JSON database "
+        "(`costlab dataset import-ms` reads it back, failed measurements included), search_rounds.jsonl (per "
+        "round: candidates each stage scored and seconds it took) and costlab_tune.json (the summary). "
+        "Interrupted and re-run with the same work dir, it continues.")
+    q.add_argument("--workload", action="append", default=[], metavar="NAME[:ARGS]",
+                   help="a te_workload benchmark, e.g. GMM:1,128,128,128 or C2D:1,28,28,128,128,3,1,1 (repeatable)")
+    q.add_argument("--network", metavar="TYPE[:KEY=VALUE,...]|MODULE:FUNCTION",
+                   help="a network: a transformers model type as for `dataset extract --hf` (bert, resnet, "
+                   "llama:layers=4, ...) or a Python function returning (torch module, example inputs)")
+    q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
+    q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
+    q.add_argument("--target", default="host", help=TARGET_HELP)
+    q.add_argument("--trials", type=int, default=200, help="measured candidates per workload, or for the network")
+    q.add_argument("--model", metavar="MODEL",
+                   help="a costlab model: model dir or archive (costlab export), training run dir, shipped model "
+                   "name (costlab models), psa or random; default: MetaSchedule's XGBoost model")
+    q.add_argument("--strategy", choices=["draft-verify", "evolutionary"],
+                   help="draft-verify (default with --model): PSA drafts, the model verifies; evolutionary: "
+                   "MetaSchedule's search with the model as its cost model (default without --model)")
+    q.add_argument("--adapt", choices=["none", "finetune", "momentum"], default="none",
+                   help="online adaptation of the model to the run's measurements (momentum: MoA's Siamese rule)")
+    q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
+    q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--per-iter", type=int, default=64, help="candidates measured per round")
+    q.add_argument("--population", type=int, default=512, help="evolutionary search population")
+    q.add_argument("--verify-fraction", type=float, default=0.1,
+                   help="share of the PSA-drafted candidates that the model verifies (draft-verify)")
+    q.add_argument("--ms-defaults", action="store_true",
+                   help="MetaSchedule's own builder and runner, exactly as tune_tir uses them")
+    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
+    q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
+    q.add_argument("--rpc-host", default="127.0.0.1")
+    q.add_argument("--rpc-port", type=int, default=9190)
+    q.add_argument("--work-dir", required=True, type=Path, metavar="DIR")
+    q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.set_defaults(func=_tune)
+
+    q = sub.add_parser("export", help="export a trained model as an artifact for tuning runs",
+                       description="Write a training run's model (or a model directory) as config.json + "
+                       "model.safetensors, with the targets, training data, evaluation figures and versions; "
+                       "--archive packs both into one file.")
+    q.add_argument("source", metavar="RUN_DIR", help="a training run directory, or a model directory or archive")
+    q.add_argument("-o", "--output", required=True, type=Path, metavar="MODEL_DIR")
+    q.add_argument("--archive", action="store_true", help="write one .tar file instead of a directory")
+    q.set_defaults(func=_export)
+
+    q = sub.add_parser("models", help="list the models shipped with costlab",
+                       description="The pre-trained models inside the package, usable by name as --model NAME.")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=_models)
+
+
+def _tune(args) -> int:
+    from costlab.export.tune import TuneOptions, tune
+
+    opts = TuneOptions(work_dir=str(args.work_dir), workloads=args.workload, network=args.network, batch=args.batch,
+                       seq_len=args.seq_len, target=args.target, trials=args.trials, model=args.model,
+                       strategy=args.strategy, adapt=args.adapt, head=args.head, strict=args.strict, seed=args.seed,
+                       per_iter=args.per_iter, population=args.population, verify_fraction=args.verify_fraction,
+                       ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
+                       rpc_host=args.rpc_host, rpc_port=args.rpc_port, progress=not args.no_progress)
+    summary = tune(opts)
+    if args.json:
+        print(json.dumps(summary, default=str))
+        return 0
+    for t in summary["tasks"]:
+        best = f"{t['best_us']:.2f} us" if t["best_us"] is not None else "no valid program"
+        print(f"{t['name']}: {t['trials']} trials, best {best}")
+    if "network" in summary:
+        n = summary["network"]
+        print(f"network end to end: tuned {n['tuned_ms']:.3f} ms, untuned {n['untuned_ms']:.3f} ms "
+              f"({n['speedup']}x)")
+    print(f"work dir: {args.work_dir} ({summary['wall_s']:.0f} s)", file=sys.stderr)
+    return 0
+
+
+def _export(args) -> int:
+    from costlab.export.artifact import export_model
+
+    print(f"exported: {export_model(args.source, args.output, archive=args.archive)}", file=sys.stderr)
+    return 0
+
+
+def _models(args) -> int:
+    from costlab.costmodels.artifact import read_config
+    from costlab.costmodels.shipped import shipped_names, shipped_path
+
+    rows = []
+    for name in shipped_names():
+        c = read_config(shipped_path(name))
+        rows.append(dict(name=name, kind=c["kind"], platforms=c["platforms"], targets=c.get("targets"),
+                         corpus=c.get("corpus"), held_out=c.get("held_out")))
+    if args.json:
+        print(json.dumps(rows, default=str))
+    elif not rows:
+        print("no shipped models")
+    for r in rows if not args.json else []:
+        print(f"{r['name']}: {r['kind']} for {', '.join(r['platforms'])}")
+        if r["corpus"]:
+            print(f"  trained on: {json.dumps(r['corpus'], default=str)}")
+        if r["held_out"]:
+            print(f"  held-out figures: {json.dumps(r['held_out'], default=str)}")
+    return 0

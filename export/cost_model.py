@@ -1,0 +1,166 @@
+"""A costlab model as a MetaSchedule cost model: pass it wherever MetaSchedule takes one (``tune_tir``,
+``tune_tasks``, Relax tuning) with no other change to a tuning script.
+
+``predict`` featurizes the live candidates with the model's own featurizer (``featurize_candidates``: the
+same features as the dataset's records it trained on), scores them in batches, and returns positive
+scores, higher = faster: EvolutionarySearch samples mutation parents in proportion to them and keeps the
+best across its generations, so scores of one task must be comparable from call to call. A net's raw
+ranking score is mapped through a logistic curve fixed per task (centre and spread of the first
+population it scores), which keeps the order and the relative weights of one round's calls.
+
+``update`` collects the measured candidates (failed builds never reach it; runner errors arrive with
+``run_secs`` None and are kept as failures) and, with ``adapt`` set, adapts the net after every round
+(``costmodels.adapt``). ``save`` / ``load`` write and read an artifact directory (weights as adapted).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+from costlab.costmodels.adapt import OnlineAdapter
+from costlab.costmodels.predictors import NetPredictor, head_of, load as load_predictor
+from costlab.datasets.errors import InputError, UsageError
+
+
+def check_model_for_target(predictor, target, strict: bool = False, where="model") -> None:
+    """A model scores MetaSchedule candidates for a target: refuses an Ansor-dialect model, warns (refuses
+    with ``strict``) when the target's kind is not one the model was trained for."""
+    config = predictor.config or {}
+    dialects = config.get("dialects")
+    if dialects and "ms" not in dialects:
+        raise InputError(where, f"this model learned {'/'.join(dialects)} schedules (Ansor step lists), not "
+                                "MetaSchedule traces: it cannot score MetaSchedule candidates")
+    kinds = sorted({str(t.get("kind")) for t in (config.get("targets") or {}).values() if isinstance(t, dict)})
+    kind = str(target.kind.name if hasattr(target, "kind") else dict(target).get("kind"))
+    if kinds and kind not in kinds:
+        msg = f"the model was trained for {'/'.join(kinds)} targets, not {kind}"
+        if strict:
+            raise InputError(where, msg + " (refused with --strict)")
+        warnings.warn(msg, stacklevel=2)
+
+
+def _latency(result) -> float:
+    secs = getattr(result, "run_secs", None)
+    if result.error_msg is not None or not secs:
+        return math.inf
+    vals = [float(s.value if hasattr(s, "value") else s) for s in secs]
+    mean = sum(vals) / len(vals)
+    return mean if 0 < mean < 1e9 else math.inf
+
+
+class _TaskScale:
+    """The fixed logistic map of one task's raw scores to (0, 1)."""
+
+    def __init__(self, scores: np.ndarray):
+        finite = scores[np.isfinite(scores)]
+        self.centre = float(np.median(finite)) if finite.size else 0.0
+        self.spread = float(np.std(finite)) if finite.size > 1 else 1.0
+        self.spread = self.spread if self.spread > 1e-9 else 1.0
+
+    def __call__(self, scores: np.ndarray) -> np.ndarray:
+        z = np.clip((scores - self.centre) / self.spread, -30, 30)
+        return 1.0 / (1.0 + np.exp(-z))
+
+
+@derived_object
+class CostlabCostModel(PyCostModel):
+    """A costlab model (artifact path, shipped name, ``psa``, ``random`` or a loaded predictor) as a
+    MetaSchedule ``CostModel``.
+
+    ``head`` picks the platform head of a multi-platform model (default: the first); ``adapt`` is
+    ``none``, ``finetune`` or ``momentum`` (online adaptation); ``strict`` refuses a target kind the model
+    was not trained for instead of warning."""
+
+    def __init__(self, model="psa", head: str | None = None, adapt: str = "none", strict: bool = False,
+                 batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None):
+        super().__init__()
+        self.predictor = model if hasattr(model, "predict") else load_predictor(str(model), seed)
+        self.source = str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model")
+        platforms = self.predictor.platforms
+        if head is not None and platforms and head not in platforms:
+            raise UsageError(f"model {self.source}: no head for platform {head!r} (heads: {', '.join(platforms)})")
+        self.head = head_of(self.predictor, head)
+        self.strict, self.batch_size = strict, batch_size
+        self.adapter = None
+        if adapt != "none":
+            if not isinstance(self.predictor, NetPredictor):
+                raise UsageError(f"online adaptation needs a learned net; {self.predictor.kind} cannot adapt")
+            self.adapter = OnlineAdapter(self.predictor, adapt, head=self.head, seed=seed, **(adapt_options or {}))
+        self._scales: dict = {}
+        self._checked: set = set()
+        self.stats = dict(calls=0, candidates=0, featurize_s=0.0, predict_s=0.0)
+
+    # -- scoring -------------------------------------------------------------------------------------------
+    def raw_scores(self, context, candidates) -> np.ndarray:
+        """The model's own scores of candidates of one task (higher = faster; invalid programs -inf)."""
+        target = context.target
+        key = id(target)
+        if key not in self._checked:
+            check_model_for_target(self.predictor, target, self.strict, self.source)
+            self._checked.add(key)
+        t0 = time.perf_counter()
+        feats = self.predictor.featurizer.featurize_candidates(context.mod, target, [c.sch for c in candidates])
+        t1 = time.perf_counter()
+        out = self.predictor.predict(feats)[:, self.head].astype(np.float64)
+        t2 = time.perf_counter()
+        valid = np.asarray(feats.get("valid", np.ones(len(out), bool)), bool)
+        out[~valid] = -np.inf
+        self.stats["calls"] += 1
+        self.stats["candidates"] += len(candidates)
+        self.stats["featurize_s"] += t1 - t0
+        self.stats["predict_s"] += t2 - t1
+        self._last = (context, candidates, feats)
+        return out
+
+    def predict(self, context, candidates) -> np.ndarray:
+        if not len(candidates):
+            return np.zeros(0, np.float64)
+        raw = self.raw_scores(context, candidates)
+        task = _task_key(context)
+        if task not in self._scales:
+            self._scales[task] = _TaskScale(raw)
+        scores = self._scales[task](raw)
+        return np.where(np.isfinite(raw), np.maximum(scores, 1e-6), 0.0).astype(np.float64)
+
+    # -- online adaptation ------------------------------------------------------------------------------------
+    def update(self, context, candidates, results) -> None:
+        if self.adapter is None or not len(candidates):
+            return
+        feats = self.predictor.featurizer.featurize_candidates(context.mod, context.target,
+                                                               [c.sch for c in candidates])
+        self.adapter.add(_task_key(context), feats, [_latency(r) for r in results])
+        if self.adapter.update():
+            self._scales.clear()  # the net changed: each task's map is set again from its next population
+
+    # -- persistence -----------------------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """Write the model, with its weights as adapted so far, as an artifact directory."""
+        from costlab.costmodels.artifact import save_artifact
+
+        if not isinstance(self.predictor, NetPredictor):
+            raise UsageError(f"only learned nets are saved by the cost model; {self.predictor.kind} has no weights")
+        config = dict(self.predictor.config, adapted=dict(self.adapter.stats) if self.adapter else None)
+        config.pop("weights_sha256", None)
+        save_artifact(Path(path), self.predictor.net.state_dict(), config)
+
+    def load(self, path: str) -> None:
+        self.predictor = load_predictor(str(path))
+        self._scales.clear()
+
+
+def _task_key(context) -> int:
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(context.mod))
+
+
+def load(model="psa", **options) -> CostlabCostModel:
+    """``costlab.export.load(MODEL)``: a MetaSchedule cost model of a costlab model (see ``CostlabCostModel``)."""
+    return CostlabCostModel(model, **options)
