@@ -127,14 +127,12 @@ def _tasks(opts: TuneOptions, target) -> tuple[list[Task], object]:
 
 def _done_per_task(database, tasks: list[Task]) -> list[int]:
     """Trials already in the database per task (a continued run counts them)."""
-    counts = {}
+    counts: dict = {}
     for rec in database.get_all_tuning_records():
-        key = int(rec.workload.shash)
+        key = str(rec.workload.as_json()[0])  # the workload's structural hash
         counts[key] = counts.get(key, 0) + 1
-    out = []
-    for t in tasks:
-        out.append(counts.get(int(database.commit_workload(t.mod).shash), 0) if database.has_workload(t.mod) else 0)
-    return out
+    return [counts.get(str(database.commit_workload(t.mod).as_json()[0]), 0) if database.has_workload(t.mod) else 0
+            for t in tasks]
 
 
 def _cost_model(opts: TuneOptions, target, cores: int):

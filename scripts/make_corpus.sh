@@ -10,10 +10,10 @@
 #
 # Usage: scripts/make_corpus.sh [OUT.h5] [extract|measure|all]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${1:-corpus.h5}"
 STEP="${2:-all}"
-COSTLAB="${COSTLAB:-.venv/bin/costlab}"
+COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
 PER_TASK="${PER_TASK:-64}"
 
 TEXT_S32=(bert gpt2 llama t5 distilbert opt bloom phi gemma mobilebert squeezebert albert falcon bart)
@@ -56,7 +56,7 @@ measure() {
   # the tasks of scripts/corpus_tasks.py, in chunks of 8: each chunk holds the machine alone (timings are
   # noisy when anything else builds or measures), and other jobs taking the same lock run between chunks
   local py="${COSTLAB%/costlab}/python"
-  "$py" scripts/corpus_tasks.py "$OUT" --limit "${TASKS:-200}" --chunk 8 | while read -r chunk; do
+  "$py" "$ROOT/scripts/corpus_tasks.py" "$OUT" --limit "${TASKS:-200}" --chunk 8 | while read -r chunk; do
     flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" --no-progress
   done
 }

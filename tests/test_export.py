@@ -1,0 +1,270 @@
+"""Models as artifacts and inside MetaSchedule: export, every refusal of a bad artifact before it scores,
+inference without Lightning, and the cost model on live candidates of a tiny workload."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import FIXTURES, REPO
+from costlab.cli import main
+from costlab.costmodels.artifact import read_artifact
+from costlab.costmodels.predictors import load
+from costlab.datasets import InputError
+
+SMALL = FIXTURES / "ms_small.h5"
+TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A TLP model trained for two epochs on the measured MetaSchedule fixture, and its exported artifact."""
+    base = tmp_path_factory.mktemp("export")
+    data = base / "d.h5"
+    shutil.copy(SMALL, data)
+    assert main(["featurize", str(data), "--featurizer", "tlp", "--no-progress"]) == 0
+    assert main(["train", "--data", str(data), "--out", str(base / "run"), "--epochs", "2", "--no-progress", *TINY]) == 0
+    assert main(["export", str(base / "run"), "-o", str(base / "model")]) == 0
+    return base
+
+
+def _error(capsys) -> str:
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_export_records_what_the_model_is(run):
+    config = json.loads((run / "model" / "config.json").read_text())
+    assert config["kind"] == "tlp" and config["featurizer"]["name"] == "tlp"
+    assert config["targets"]["llvm-x86_64-2c"]["kind"] == "llvm" and config["dialects"] == ["ms"]
+    assert config["versions"]["costlab"] and config["versions"]["tvm"] and config["versions"]["torch"]
+    assert config["data"]["records"]["llvm-x86_64-2c"] == 80 and "train_records" in config["training"]
+    assert len(config["weights_sha256"]) == 64
+
+
+def test_archive_loads_in_place_and_scores_like_the_directory(run, tmp_path):
+    assert main(["export", str(run / "run"), "-o", str(tmp_path / "m.tar"), "--archive"]) == 0
+    a, b = load(str(run / "model")), load(str(tmp_path / "m.tar"))
+    from costlab.datasets import open_dataset
+
+    with open_dataset(run / "d.h5") as ds:
+        feats = a.featurizer.featurize_records(ds, "llvm-x86_64-2c", np.arange(10))
+    assert np.allclose(a.predict(feats), b.predict(feats))
+
+
+def _copy_model(run, tmp_path):
+    dst = tmp_path / "m"
+    shutil.copytree(run / "model", dst)
+    return dst
+
+
+def _edit_config(path, **changes):
+    c = json.loads((path / "config.json").read_text())
+    for k, v in changes.items():
+        if v is KeyError:
+            c.pop(k)
+        else:
+            c[k] = v
+    (path / "config.json").write_text(json.dumps(c))
+
+
+BAD_MODELS = {
+    "missing": (lambda m: shutil.rmtree(m), "no such model"),
+    "no config": (lambda m: (m / "config.json").unlink(), "not a costlab model (no config.json)"),
+    "truncated config": (lambda m: (m / "config.json").write_text((m / "config.json").read_text()[:50]),
+                         "model config is not valid JSON"),
+    "empty config": (lambda m: (m / "config.json").write_text(""), "model config is empty"),
+    "config not an object": (lambda m: (m / "config.json").write_text("[1, 2]"), "must be a JSON object"),
+    "format version not an integer": (lambda m: _edit_config(m, format_version="1"),
+                                      "format_version must be an integer"),
+    "newer format": (lambda m: _edit_config(m, format_version=99), "written by a newer costlab"),
+    "unknown kind": (lambda m: _edit_config(m, kind="gbdt"), "unknown model kind 'gbdt'"),
+    "unknown featurizer": (lambda m: _edit_config(m, featurizer={"name": "nope", "version": 1, "config": {}}),
+                           "unknown featurizer 'nope'"),
+    "featurizer version": (lambda m: _edit_config(m, featurizer=dict(
+        json.loads((m / "config.json").read_text())["featurizer"], version=7)), "featurizer tlp version 7"),
+    "net config does not fit": (lambda m: _edit_config(m, net=dict(
+        json.loads((m / "config.json").read_text())["net"], d_model=32)), "the net config does not fit the weights"),
+    "net config not valid": (lambda m: _edit_config(m, net={"bogus": 1}), "net config is not valid for a tlp net"),
+    "no weights": (lambda m: (m / "model.safetensors").unlink(), "incomplete model"),
+    "tampered weights": (lambda m: _tamper(m), "does not match the hash recorded"),
+    "damaged weights": (lambda m: (_rehash(m, b"\x00" * 40)), "model.safetensors is damaged"),
+    "non-finite weights": (lambda m: _nan_weights(m), "holds non-finite values"),
+}
+
+
+def _tamper(m):
+    raw = bytearray((m / "model.safetensors").read_bytes())
+    raw[-1] ^= 0xFF
+    (m / "model.safetensors").write_bytes(bytes(raw))
+
+
+def _rehash(m, blob: bytes):
+    import hashlib
+
+    (m / "model.safetensors").write_bytes(blob)
+    _edit_config(m, weights_sha256=hashlib.sha256(blob).hexdigest())
+
+
+def _nan_weights(m):
+    from safetensors.torch import load_file, save
+
+    state = load_file(str(m / "model.safetensors"))
+    name = next(k for k, v in state.items() if v.dtype.is_floating_point)
+    state[name] = torch.full_like(state[name], float("nan"))
+    _rehash(m, save(state))
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MODELS))
+def test_bad_model_is_refused_before_it_scores(run, tmp_path, capsys, case):
+    damage, message = BAD_MODELS[case]
+    m = _copy_model(run, tmp_path)
+    damage(m)
+    with pytest.raises(InputError, match=re.escape(message)):
+        load(str(m))
+    # the command line says it in one line, exit 2, whether evaluating or tuning
+    assert main(["evaluate", "--model", str(m), "--data", str(run / "d.h5")]) == 2
+    assert message in _error(capsys)
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--trials", "1", "--model", str(m),
+                 "--work-dir", str(tmp_path / "w"), "--no-progress"]) == 2
+    assert message in _error(capsys)
+    assert not (tmp_path / "w" / "database_tuning_record.json").exists()  # refused before any tuning
+
+
+def test_model_that_is_a_dataset_or_a_file(run, tmp_path, capsys):
+    assert main(["evaluate", "--model", str(run / "d.h5"), "--data", str(run / "d.h5")]) == 2
+    assert "not a costlab model" in _error(capsys)
+    (tmp_path / "x.txt").write_text("hello")
+    assert main(["evaluate", "--model", str(tmp_path / "x.txt"), "--data", str(run / "d.h5")]) == 2
+    assert "not a costlab model" in _error(capsys)
+
+
+def _context(workload="GMM:1,16,16,16", target=None):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+
+    target = tvm.target.Target(target or {"kind": "llvm", "num-cores": 2})
+    _, func = te_workload_task(workload)
+    ctx = ms.TuneContext(mod=workload_json_mod(func), target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", num_threads=1, rand_state=1).clone()
+    spaces = ctx.generate_design_space()
+    ctx.pre_tuning(64, 16, spaces, ms.database.MemoryDatabase(), ms.cost_model.RandomModel())
+    cands = ctx.generate_measure_candidates()
+    return ctx, list(cands)
+
+
+def test_cost_model_scores_live_candidates_like_dataset_records(run):
+    """Positive scores in the order of the model's own scores, for candidates of a workload."""
+    from costlab.export import load as load_cost_model
+
+    ctx, cands = _context()
+    model = load_cost_model(str(run / "model"))
+    scores = model.predict(ctx, cands)
+    raw = model.raw_scores(ctx, cands)
+    assert scores.dtype == np.float64 and len(scores) == len(cands) and (scores > 0).all()
+    assert np.array_equal(np.argsort(scores, kind="stable"), np.argsort(raw, kind="stable"))
+
+
+def test_inference_does_not_import_lightning(run):
+    code = f"""
+import sys
+import costlab.export
+from costlab.export import load
+import tests_ctx
+model = load({str(run / "model")!r})
+ctx, cands = tests_ctx.context()
+assert len(model.predict(ctx, cands)) == len(cands)
+bad = sorted(m for m in sys.modules if m == "lightning" or m.startswith(("lightning.", "pytorch_lightning",
+             "costlab.train")))
+assert not bad, bad
+print("ok")
+"""
+    helper = f"from test_export import _context as context\n"
+    (run / "tests_ctx.py").write_text(helper)
+    env_path = f"{run}:{REPO / 'tests'}"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+def test_ansor_model_refuses_metaschedule_candidates(run, tmp_path):
+    from costlab.export.cost_model import check_model_for_target
+
+    m = _copy_model(run, tmp_path)
+    _edit_config(m, dialects=["ansor"])
+    pred = load(str(m))
+    import tvm
+
+    with pytest.raises(InputError, match="cannot score MetaSchedule candidates"):
+        check_model_for_target(pred, tvm.target.Target({"kind": "llvm"}))
+
+
+def test_target_kind_not_trained_for_warns_or_is_refused(run):
+    import tvm
+
+    from costlab.export.cost_model import check_model_for_target
+
+    pred = load(str(run / "model"))
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_model_for_target(pred, cuda)
+    assert any("trained for llvm targets, not cuda" in str(w.message) for w in caught)
+    with pytest.raises(InputError, match="refused with --strict"):
+        check_model_for_target(pred, cuda, strict=True)
+    check_model_for_target(pred, tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}))  # the kind it knows
+
+
+def test_head_that_does_not_exist(run):
+    from costlab.datasets import UsageError
+    from costlab.export import CostlabCostModel
+
+    with pytest.raises(UsageError, match="no head for platform 'a100'"):
+        CostlabCostModel(str(run / "model"), head="a100")
+
+
+def test_online_adaptation_trains_and_keeps_the_featurizer(run):
+    """update() with measured candidates: the momentum rule changes the online net and moves the momentum
+    copy by EMA; the featurizer's config (vocabulary, sequence length) is the pre-trained one, untouched."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from costlab.export import CostlabCostModel
+
+    model = CostlabCostModel(str(run / "model"), adapt="momentum", adapt_options=dict(steps=5, every=1))
+    before_feat = json.dumps(model.predictor.featurizer.config, sort_keys=True)
+    before = {k: v.clone() for k, v in model.predictor.net.state_dict().items()}
+    ctx, cands = _context()
+    rng = np.random.default_rng(0)
+    results = [RunnerResult([float(x)], None) for x in rng.uniform(1e-6, 1e-4, len(cands) - 1)]
+    results.append(RunnerResult(None, "runner error"))  # kept as a failure
+    model.update(ctx, cands, results)
+    after = model.predictor.net.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert model.adapter.stats["trained"] == 1 and model.adapter.stats["records"] == len(cands)
+    momentum = model.adapter.wrapper.momentum_net.state_dict()
+    k = next(k for k, v in before.items() if v.dtype.is_floating_point and not torch.equal(v, after[k]))
+    expected = 0.99 * before[k] + 0.01 * after[k]
+    assert torch.allclose(momentum[k], expected, atol=1e-6)
+    assert json.dumps(model.predictor.featurizer.config, sort_keys=True) == before_feat
+
+
+def test_saved_cost_model_loads_back(run, tmp_path):
+    from costlab.export import CostlabCostModel
+
+    model = CostlabCostModel(str(run / "model"))
+    model.save(str(tmp_path / "saved"))
+    again = CostlabCostModel(str(tmp_path / "saved"))
+    ctx, cands = _context()
+    assert np.allclose(model.raw_scores(ctx, cands), again.raw_scores(ctx, cands))
+    assert read_artifact(tmp_path / "saved").config["kind"] == "tlp"
