@@ -35,7 +35,7 @@ from costlab.datasets.host import describe_host, host_difference, host_info, sam
 from costlab.datasets.ms_database import compact_json, costs_and_error
 from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
 from costlab.datasets.store import DatasetWriter, open_dataset
-from costlab.datasets.targets import normalize_target, platform_id_for
+from costlab.datasets.targets import platform_id_for, runnable_target
 
 
 @dataclass
@@ -276,7 +276,7 @@ def measure(data, opts: MeasureOptions) -> str:
     from tvm.s_tir import meta_schedule as ms
 
     try:
-        target = tvm.target.Target(normalize_target(opts.target))
+        target = tvm.target.Target(runnable_target(opts.target, local=not opts.rpc_key))
     except Exception as exc:
         raise InputError(data, f"bad target {opts.target!r}: {exc}") from None
     target_json = plain_json(target.export())

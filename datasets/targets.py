@@ -59,6 +59,29 @@ def normalize_target(target) -> dict:
     return value
 
 
+def runnable_target(target, local: bool = True) -> dict:
+    """A target to compile and run with, checked: an LLVM ``mcpu`` must be a CPU LLVM knows (LLVM itself only
+    warns and falls back to generic code), and ``num-cores`` (which MetaSchedule requires) is this machine's
+    when kernels run here, and must be given when they run elsewhere. Raises ValueError."""
+    value = normalize_target(target)
+    if value.get("kind") != "llvm":
+        return value
+    mcpu = value.get("mcpu")
+    if mcpu:
+        import tvm
+        from tvm.target import codegen
+
+        known = {str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm"}))}
+        if str(mcpu) not in known:
+            raise ValueError(f"LLVM does not know -mcpu={mcpu} (this machine is {host_cpu_name()}; "
+                             f"LLVM knows e.g. {', '.join(sorted(known)[:6])}, ...)")
+    if not value.get("num-cores"):
+        if not local:
+            raise ValueError("a target run on another machine needs its num-cores (e.g. -num-cores=4)")
+        value["num-cores"] = host_cores()
+    return value
+
+
 def host_cpu_name() -> str:
     """LLVM's concrete name of this machine's CPU (``znver4``, ``sapphirerapids``, ...), as TVM's LLVM
     detects it: the same name ``-mcpu=native`` would resolve to here, written out."""

@@ -18,6 +18,7 @@ MetaSchedule's default (evolutionary search + XGBoost), in one command.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.datasets.errors import InputError, UsageError
+from costlab.datasets.ms_workload import plain_json
 
 STRATEGIES = ("draft-verify", "evolutionary")
 ADAPT = ("none", "finetune", "momentum")
@@ -88,10 +90,10 @@ class Task:
 def _target(opts: TuneOptions):
     import tvm
 
-    from costlab.datasets.targets import normalize_target
+    from costlab.datasets.targets import runnable_target
 
     try:
-        return tvm.target.Target(normalize_target(opts.target))
+        return tvm.target.Target(runnable_target(opts.target, local=not opts.rpc_key))
     except Exception as exc:  # noqa: BLE001  TVM reports a bad target in several ways
         raise UsageError(f"bad target {opts.target!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}") from None
 
@@ -169,12 +171,46 @@ def _measure_stack(opts: TuneOptions, target, cores: int):
     return make_builder(opts.builder_timeout, workers=cores), make_runner(mopts, target)
 
 
+_LOG_FORMAT = logging.Formatter("%(asctime)s [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
+
+
+def _file_logger(name: str, path: Path) -> logging.Logger:
+    """A logger that writes to PATH alone (its handlers of an earlier run in this process replaced)."""
+    logger = logging.getLogger(name)
+    for h in list(logger.handlers):
+        if getattr(h, "costlab", False):
+            logger.removeHandler(h)
+            h.close()
+    handler = logging.FileHandler(path, mode="a")
+    handler.setFormatter(_LOG_FORMAT)
+    handler.costlab = True
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return logger
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._,:=+-" else "_" for c in name)
+
+
+def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
+    """MetaSchedule's logs in WORK/logs, as tune_tasks writes them, but never on stdout (the progress bar
+    and --json own it) and without MetaSchedule's dictConfig, which reconfigures the process's logging
+    and fails when called twice in one process with handlers it did not name."""
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    _file_logger("tvm.s_tir.meta_schedule", logs / "task_scheduler.log")
+    width = len(str(len(names) - 1))
+    return [_file_logger(f"costlab.tune.task_{i:0{width}d}", logs / f"task_{i:0{width}d}_{_safe(n)[:100]}.log")
+            for i, n in enumerate(names)]
+
+
 def tune(opts: TuneOptions) -> dict:
     """Tune; returns a summary (per task: trials, best latency; wall seconds; a network's end-to-end)."""
     opts.check()
     import tvm
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
     from costlab.export.draft import RoundLog
@@ -204,7 +240,7 @@ def tune(opts: TuneOptions) -> dict:
                 continue
             names = [tasks[i].name for i in group]
             contexts = []
-            for i, logger, rand in zip(group, get_loggers_from_work_dir(str(work), names),
+            for i, logger, rand in zip(group, _task_loggers(work, names),
                                        fork_seed(opts.seed, n=len(group))):
                 contexts.append(ms.TuneContext(mod=tasks[i].mod, target=target, space_generator="post-order-apply",
                                                search_strategy=_strategy(opts, log), task_name=tasks[i].name,
@@ -219,9 +255,8 @@ def tune(opts: TuneOptions) -> dict:
                           + [progress.callback()], task_scheduler="gradient")
     finally:
         progress.close()
-    summary = dict(options=asdict(opts), target=target.export() if hasattr(target, "export") else str(target),
-                   wall_s=round(time.time() - started, 2), tasks=[])
-    summary["target"] = json.loads(json.dumps(summary["target"], default=str))
+    summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - started, 2),
+                   tasks=[])
     for t, n in zip(tasks, _done_per_task(database, tasks)):
         best = _best_latency(database, t.mod)
         summary["tasks"].append(dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3)))

@@ -150,3 +150,16 @@ def test_host_target_names_this_cpu():
     assert t["num-cores"] >= 1
     assert normalize_target("host") == t and normalize_target(None) == t
     assert normalize_target("llvm -mcpu=native -num-cores=1")["mcpu"] == t["mcpu"]
+
+
+def test_runnable_target_checks_the_cpu_and_completes_the_cores():
+    from costlab.datasets.targets import host_cores, runnable_target
+
+    assert runnable_target("llvm -mcpu=skylake-avx512") == {"kind": "llvm", "mcpu": "skylake-avx512",
+                                                             "num-cores": host_cores()}
+    assert runnable_target("llvm -mcpu=znver4 -num-cores=8")["num-cores"] == 8
+    with pytest.raises(ValueError, match="LLVM does not know -mcpu=nosuchcpu"):
+        runnable_target("llvm -mcpu=nosuchcpu -num-cores=2")
+    with pytest.raises(ValueError, match="needs its num-cores"):
+        runnable_target("llvm -mcpu=znver4", local=False)
+    assert runnable_target({"kind": "cuda", "arch": "sm_90"}) == {"kind": "cuda", "arch": "sm_90"}

@@ -1,0 +1,125 @@
+"""Tuning with costlab models, for real on tiny workloads: tune_tir with the cost model, `costlab tune` with
+Draft-then-Verify and momentum adaptation, its database read back by import-ms, an interrupted run that
+continues, and the refusals that come before any tuning."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from costlab.cli import main
+from costlab.datasets import open_dataset
+
+from test_export import run  # noqa: F401  (the trained and exported tiny TLP model)
+
+pytestmark = pytest.mark.slow
+
+SMALL_SEARCH = ["--per-iter", "4", "--population", "32", "--no-progress"]
+
+
+def _records(work) -> list:
+    path = work / "database_tuning_record.json"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_tune_tir_takes_the_cost_model(run, tmp_path):  # noqa: F811
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task
+    from costlab.datasets.measure import MeasureOptions, make_builder, make_runner
+    from costlab.export import load
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    _, func = te_workload_task("GMM:1,16,16,16")
+    model = load(str(run / "model"))
+    db = ms.tune_tir(func, target, str(tmp_path / "w"), max_trials_global=8, num_trials_per_iter=4,
+                     cost_model=model, builder=make_builder(), runner=make_runner(MeasureOptions(number=1), target))
+    assert len(db.get_all_tuning_records()) == 8
+    assert model.stats["candidates"] > 8  # the evolutionary search scored its populations with the model
+
+
+def test_costlab_tune_draft_verify_with_momentum_and_import_back(run, tmp_path, capsys):  # noqa: F811
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--trials", "8",
+                 "--model", str(run / "model"), "--adapt", "momentum", "--work-dir", str(work), "--json",
+                 *SMALL_SEARCH]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tasks"][0]["trials"] == 8 and summary["tasks"][0]["best_us"] > 0
+    assert summary["adaptation"]["updates"] == 2 and summary["adaptation"]["trained"] >= 1
+    rounds = [json.loads(x) for x in (work / "search_rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == 2
+    for r in rounds:  # PSA drafted every candidate of the genetic search; the model verified a fraction
+        assert r["draft_scored"] >= 32 and 4 <= r["verify_scored"] < r["draft_scored"] and r["picked"] == 4
+        assert r["round_s"] >= r["search_s"] >= r["verify_s"] >= 0
+    # the database is MetaSchedule's own, and costlab reads it back, failures included
+    assert main(["dataset", "import-ms", str(work), "-o", str(tmp_path / "back.h5")]) == 0
+    with open_dataset(tmp_path / "back.h5") as ds:
+        assert sum(ds.num_records(p) for p in ds.record_platforms()) == 8
+
+
+def test_default_search_without_a_model_and_ms_defaults(tmp_path, capsys):
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--target", "llvm -num-cores=2", "--trials", "4",
+                 "--work-dir", str(tmp_path / "w"), "--json", *SMALL_SEARCH]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["options"]["strategy"] == "evolutionary" and summary["tasks"][0]["trials"] == 4
+    assert len(_records(tmp_path / "w")) == 4
+
+
+def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
+    work = tmp_path / "w"
+    argv = [sys.executable, "-m", "costlab", "tune", "--workload", "GMM:1,16,16,16", "--target",
+            "llvm -num-cores=2", "--trials", "12", "--model", str(run / "model"), "--work-dir", str(work),
+            *SMALL_SEARCH]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while len(_records(work)) < 4 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    done = len(_records(work))
+    assert 4 <= done < 12
+    res = subprocess.run(argv, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert len(_records(work)) == 12  # only the difference was tuned
+    # another run's options in the same work dir are refused
+    res = subprocess.run(argv[:-len(SMALL_SEARCH)] + ["--seed", "5", *SMALL_SEARCH], capture_output=True, text=True)
+    assert res.returncode == 2 and "holds a tuning run with other options (seed: 0 -> 5)" in res.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--trials", "4"], "name what to tune"),
+    (["--workload", "GMM:1,8,8,8", "--network", "bert"], "not both"),
+    (["--workload", "NOPE"], "unknown te_workload 'NOPE'"),
+    (["--workload", "GMM:1,8,8,8", "--adapt", "momentum"], "--adapt needs a --model"),
+    (["--workload", "GMM:1,8,8,8", "--trials", "0"], "--trials, --per-iter must be at least 1"),
+    (["--workload", "GMM:1,8,8,8", "--verify-fraction", "0"], "--verify-fraction must be in (0, 1]"),
+    (["--workload", "GMM:1,8,8,8", "--target", "llvm -mcpu=nosuchcpu"], "bad target"),
+    (["--workload", "GMM:1,8,8,8", "--model", "random", "--adapt", "momentum"], "online adaptation needs a learned net"),
+])
+def test_bad_tune_options(tmp_path, capsys, argv, message):
+    assert main(["tune", *argv, "--work-dir", str(tmp_path / "w"), "--no-progress"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(err) == 1 and message in err[0], err
+    assert not _records(tmp_path / "w")
+
+
+def test_work_dir_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(tmp_path / "f"), "--no-progress"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+def test_target_default_is_the_host(tmp_path, capsys):
+    from costlab.datasets.targets import host_target
+
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--trials", "2", "--work-dir", str(tmp_path / "w"), "--json",
+                 *SMALL_SEARCH]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["target"]["mcpu"] == host_target()["mcpu"]
+    assert int(summary["target"]["num-cores"]) == host_target()["num-cores"]
