@@ -265,20 +265,28 @@ class DraftFilterModel(PyCostModel):
         super().__init__()
         self.verify, self.fraction = verify, float(fraction)
         self.draft = draft if draft is not None else PSAModel()
-        self.stats = dict(verify_scored=0, draft_scored=0)
+        self.stats = dict(verify_scored=0, draft_scored=0, draft_s=0.0, verify_s=0.0)
+
+    @property
+    def adapter(self):
+        return self.verify.adapter
 
     def predict(self, context, candidates) -> np.ndarray:
         n = len(candidates)
         if not n:
             return np.zeros(0, np.float64)
+        t0 = time.perf_counter()
         drafted = self.draft.predict(context, candidates)  # (0, 1] against the task's first best
         out = 0.5 * np.clip(drafted, 0.0, 1.0)
         k = max(1, int(math.ceil(self.fraction * n)))
         top = np.argsort(-drafted, kind="stable")[:k]
+        t1 = time.perf_counter()
         verified = self.verify.predict(context, [candidates[i] for i in top])
         out[top] = 0.5 + 0.5 * verified
         self.stats["verify_scored"] += k
         self.stats["draft_scored"] += n
+        self.stats["draft_s"] += t1 - t0
+        self.stats["verify_s"] += time.perf_counter() - t1
         return out.astype(np.float64)
 
     def update(self, context, candidates, results) -> None:

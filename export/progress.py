@@ -1,23 +1,57 @@
 """Progress of a tuning run: a bar of trials (done out of the budget) and the best latency of each task so
-far, fed by a MetaSchedule measure callback after every measured batch."""
+far, fed by a MetaSchedule measure callback after every measured batch, and its history (one JSON line per
+batch) from which trials-to-reach and seconds-to-reach a latency are read."""
 
 from __future__ import annotations
 
+import json
 import math
+import time
+from pathlib import Path
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 
 class TuneProgress:
-    def __init__(self, names: list[str], done: list[int], budget: int, enabled: bool = True):
+    def __init__(self, names: list[str], done: list[int], budget: int, enabled: bool = True,
+                 history: str | Path | None = None):
         from tqdm import tqdm
 
         self.names = names
         self.best = [math.inf] * len(names)
         self.trials = list(done)
         self.group = list(range(len(names)))
+        self.history = Path(history) if history else None
+        self.offset = self._resume()  # seconds the run took before this process continued it
+        self.started = time.time()
         self.bar = tqdm(total=budget, initial=min(sum(done), budget), unit="trial", desc="tune", disable=not enabled)
+
+    def _resume(self) -> float:
+        """The best latencies and the run's seconds so far from the history of an interrupted run."""
+        if self.history is None or not self.history.exists():
+            return 0.0
+        elapsed = 0.0
+        for line in self.history.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by the interruption
+            elapsed = max(elapsed, float(row.get("elapsed_s", 0)))
+            if row.get("task") in self.names and row.get("best_us"):
+                i = self.names.index(row["task"])
+                self.best[i] = min(self.best[i], row["best_us"] / 1e6)
+        return elapsed
+
+    def _write(self, i: int, n: int, errors: int, batch_best: float) -> None:
+        if self.history is None:
+            return
+        row = dict(elapsed_s=round(self.offset + time.time() - self.started, 3), task=self.names[i],
+                   task_trials=self.trials[i], trials=sum(self.trials), batch=n, errors=errors,
+                   batch_best_us=round(batch_best * 1e6, 4) if math.isfinite(batch_best) else None,
+                   best_us=round(self.best[i] * 1e6, 4) if math.isfinite(self.best[i]) else None)
+        with open(self.history, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
     def focus(self, group: list[int]) -> None:
         """The tasks tuned now (task ids in MetaSchedule's callback are positions in this group)."""
@@ -25,14 +59,19 @@ class TuneProgress:
 
     def record(self, task_id: int, results) -> None:
         i = self.group[task_id]
+        batch_best, errors = math.inf, 0
         for r in results:
             secs = getattr(r, "run_secs", None)
             if r.error_msg is None and secs:
                 vals = [float(s.value if hasattr(s, "value") else s) for s in secs]
                 lat = sum(vals) / len(vals)
                 if 0 < lat < 1e9:
-                    self.best[i] = min(self.best[i], lat)
+                    batch_best = min(batch_best, lat)
+                    continue
+            errors += 1
+        self.best[i] = min(self.best[i], batch_best)
         self.trials[i] += len(results)
+        self._write(i, len(results), errors, batch_best)
         self.bar.update(len(results))
         shown = [f"{self.names[j][:24]} {self.best[j] * 1e6:.1f}us" for j in self.group if math.isfinite(self.best[j])]
         self.bar.set_postfix_str("; ".join(shown[:3]) + (" ..." if len(shown) > 3 else ""))

@@ -28,7 +28,7 @@ from pathlib import Path
 from costlab.datasets.errors import InputError, UsageError
 from costlab.datasets.ms_workload import plain_json
 
-STRATEGIES = ("draft-verify", "evolutionary")
+STRATEGIES = ("draft-verify", "draft-filter", "evolutionary")
 ADAPT = ("none", "finetune", "momentum")
 
 
@@ -37,6 +37,7 @@ class TuneOptions:
     work_dir: str
     workloads: list = field(default_factory=list)  # te_workload specs
     network: str | None = None  # a transformers model type (with overrides) or MODULE:FUNCTION
+    task_filter: list = field(default_factory=list)  # shell patterns of the network's task names to tune
     batch: int = 1
     seq_len: int = 32
     target: str | dict | None = "host"
@@ -64,6 +65,8 @@ class TuneOptions:
             raise UsageError("name what to tune: --workload NAME[:ARGS] (repeatable) or --network NET")
         if self.workloads and self.network:
             raise UsageError("tune either --workload(s) or one --network, not both")
+        if self.task_filter and not self.network:
+            raise UsageError("--task picks tasks of a --network")
         if self.trials < 1 or self.per_iter < 1 or self.population < 2:
             raise UsageError("--trials, --per-iter must be at least 1 and --population at least 2")
         if not 0 < self.verify_fraction <= 1:
@@ -71,6 +74,8 @@ class TuneOptions:
         strategy = self.strategy or ("draft-verify" if self.model else "evolutionary")
         if strategy not in STRATEGIES:
             raise UsageError(f"--strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+        if strategy != "evolutionary" and not self.model:
+            raise UsageError(f"--strategy {strategy} needs a --model to verify with (a model dir, psa or random)")
         if self.adapt not in ADAPT:
             raise UsageError(f"--adapt must be one of {', '.join(ADAPT)}, not {self.adapt!r}")
         if self.adapt != "none" and not self.model:
@@ -124,6 +129,14 @@ def _tasks(opts: TuneOptions, target) -> tuple[list[Task], object]:
     except ValueError as exc:
         raise UsageError(f"--network {opts.network}: {exc}") from None
     tasks = [Task(str(t.task_name), t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
+    if opts.task_filter:
+        import fnmatch
+
+        picked = [t for t in tasks if any(fnmatch.fnmatchcase(t.name, p) for p in opts.task_filter)]
+        if not picked:
+            raise UsageError(f"--task {' '.join(opts.task_filter)} matches none of the network's tasks: "
+                             + ", ".join(sorted(t.name for t in tasks)))
+        return picked, None  # a part of the network: no end-to-end comparison
     return tasks, (mod, inputs)
 
 
@@ -148,11 +161,15 @@ def _cost_model(opts: TuneOptions, target, cores: int):
 
     model = CostlabCostModel(opts.model, head=opts.head, adapt=opts.adapt, strict=opts.strict, seed=opts.seed)
     check_model_for_target(model.predictor, target, opts.strict, opts.model)  # before any tuning starts
+    if opts.strategy == "draft-filter":
+        from costlab.export.draft import DraftFilterModel
+
+        return DraftFilterModel(model, opts.verify_fraction)
     return model
 
 
 def _strategy(opts: TuneOptions, log):
-    if opts.strategy == "evolutionary":
+    if opts.strategy in ("evolutionary", "draft-filter"):  # draft-filter drafts inside the cost model
         from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
         return EvolutionarySearch(population_size=opts.population)
@@ -232,7 +249,8 @@ def tune(opts: TuneOptions) -> dict:
     budget = opts.trials * len(groups)
     log = RoundLog(work / "search_rounds.jsonl")
     started = time.time()
-    progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress)
+    progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
+                            history=work / "progress.jsonl")
     try:
         for group in groups:
             remaining = opts.trials - sum(done[i] for i in group)

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# The main job end to end on a small embedded default: extract tasks, measure candidates, inspect, split,
-# featurize, train and evaluate a TLP model, and hand the measured programs back to MetaSchedule. Re-running continues where it stopped.
+# The main job end to end on a small embedded default: extract tasks, measure candidates on this machine's
+# own target, inspect, split, featurize, train and evaluate a TLP model, export it, tune a workload it has
+# never seen with it (Draft-then-Verify) and with MetaSchedule's default at the same budget, side by side,
+# and hand the measured programs back to MetaSchedule. Re-running continues where it stopped.
 set -euo pipefail
 OUT=${1:-demo_out}
 COSTLAB=${COSTLAB:-.venv/bin/costlab}
-TARGET=${TARGET:-llvm -num-cores=2}
+TARGET=${TARGET:-host}        # this machine's CPU by its LLVM name and its cores (costlab dataset measure --help)
+PY=${COSTLAB%/costlab}/python
+TRIALS=${TRIALS:-32}
 mkdir -p "$OUT"
 DATA="$OUT/demo.h5"
 
-echo "== 1. extract tasks: two small benchmark workloads" >&2
-$COSTLAB dataset extract "$DATA" --target "$TARGET" --workload GMM:1,64,64,64 --workload C2D:1,14,14,16,16,3,1,1
+echo "== 1. extract tasks: three small benchmark workloads" >&2
+$COSTLAB dataset extract "$DATA" --target "$TARGET" --workload GMM:1,64,64,64 --workload GMM:1,32,128,64 \
+  --workload C2D:1,14,14,16,16,3,1,1
 
-echo "== 2. measure 16 candidates per task on this machine" >&2
-$COSTLAB dataset measure "$DATA" --target "$TARGET" --per-task 16 --builder-timeout 15
+echo "== 2. measure 24 candidates per task on this machine" >&2
+$COSTLAB dataset measure "$DATA" --target "$TARGET" --per-task 24 --builder-timeout 15
 
 echo "== 3. what the dataset holds" >&2
 $COSTLAB dataset info "$DATA"
@@ -29,7 +34,24 @@ $COSTLAB train --model tlp --data "$DATA" --split demo --out "$OUT/run" --epochs
 $COSTLAB evaluate --model "$OUT/run" --data "$DATA" --report "$OUT/run/report"
 $COSTLAB evaluate --model random --data "$DATA" --split demo
 
-echo "== 7. back to a MetaSchedule database" >&2
-PLATFORM=$($COSTLAB dataset info "$DATA" --json | .venv/bin/python -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
+echo "== 7. export the model: config.json + model.safetensors" >&2
+$COSTLAB export "$OUT/run" -o "$OUT/model"
+
+echo "== 8. tune a workload the model has not seen, $TRIALS trials each: with the model, and MetaSchedule's default" >&2
+SEARCH=(--target "$TARGET" --trials "$TRIALS" --per-iter 8 --population 128 --no-progress --json)
+$COSTLAB tune --workload GMM:1,96,96,96 --model "$OUT/model" --work-dir "$OUT/tune_model" "${SEARCH[@]}" > "$OUT/tune_model.json"
+$COSTLAB tune --workload GMM:1,96,96,96 --work-dir "$OUT/tune_default" "${SEARCH[@]}" > "$OUT/tune_default.json"
+"$PY" - "$OUT/tune_model.json" "$OUT/tune_default.json" <<'PYEOF'
+import json, sys
+rows = [("costlab model, draft-verify", json.load(open(sys.argv[1]))), ("MetaSchedule default (XGBoost)", json.load(open(sys.argv[2])))]
+print(f"{'GMM:1,96,96,96':32} {'trials':>7} {'best us':>9} {'wall s':>7}")
+for name, s in rows:
+    t = s["tasks"][0]
+    print(f"{name:32} {t['trials']:7d} {t['best_us']:9.1f} {s['wall_s']:7.1f}")
+print("(one seed at a tiny budget: benchmarks/tuning.py compares the two over seeds; see docs/search.md)")
+PYEOF
+
+echo "== 9. back to a MetaSchedule database" >&2
+PLATFORM=$($COSTLAB dataset info "$DATA" --json | "$PY" -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
 $COSTLAB dataset export-ms "$DATA" --platform "$PLATFORM" -o "$OUT/ms_db"
-echo "demo done: $DATA, $OUT/run (model, report), $OUT/ms_db" >&2
+echo "demo done: $DATA, $OUT/run (model, report), $OUT/model, $OUT/tune_model, $OUT/tune_default, $OUT/ms_db" >&2

@@ -8,7 +8,9 @@
 # The workloads of benchmarks/tuning.py (GMM:1,128,128,128, C2D:1,28,28,128,128,3,1,1, DEP:1,56,56,64,3,1,1
 # and the dense layers of bert:hidden=256 at sequence length 128) are left out, shapes included.
 #
-# Usage: scripts/make_corpus.sh [OUT.h5] [extract|measure|all]
+# Usage: scripts/make_corpus.sh [OUT.h5] [extract|measure|pack|all]
+#   pack: the dataset into corpus/ (committed), with corpus/info.json (`costlab dataset info --json` of the
+#         dataset packed: tests/test_corpus.py unpacks corpus/ and checks the counts against it)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${1:-corpus.h5}"
@@ -61,9 +63,22 @@ measure() {
   done
 }
 
+pack() (
+  # under the lock, both steps: no chunk is measured (written) between the pack and its counts
+  exec 9>/tmp/costlab-cpu.lock
+  flock 9
+  "$COSTLAB" dataset pack "$OUT" -o "$ROOT/corpus"
+  "$COSTLAB" dataset info "$OUT" --json | "${COSTLAB%/costlab}/python" -c '
+import json, sys
+info = json.load(sys.stdin)
+info.pop("path", None)
+print(json.dumps(info, indent=1, sort_keys=True))' > "$ROOT/corpus/info.json"
+)
+
 case "$STEP" in
   extract) extract ;;
   measure) measure ;;
-  all) extract; measure; "$COSTLAB" dataset info "$OUT" ;;
-  *) echo "usage: $0 [OUT.h5] [extract|measure|all]" >&2; exit 2 ;;
+  pack) pack ;;
+  all) extract; measure; pack; "$COSTLAB" dataset info "$OUT" ;;
+  *) echo "usage: $0 [OUT.h5] [extract|measure|pack|all]" >&2; exit 2 ;;
 esac

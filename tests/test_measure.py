@@ -214,3 +214,38 @@ def test_rename_platform_moves_records_and_caches(measured, tmp_path, capsys):
     assert main(["dataset", "rename-platform", str(path), "cpu", "x"]) == 2
     assert "no platform 'cpu'" in capsys.readouterr().err
     assert main(["dataset", "rename-platform", str(path), "cpu-1c", "cpu-1c"]) == 2
+
+
+def test_measure_refuses_a_platform_of_another_or_an_unknown_machine(tmp_path, capsys):
+    """A platform that mixes two CPUs is two platforms: measure says so and names a new platform."""
+    import hashlib
+    import json
+    import shutil
+    from pathlib import Path
+
+    import h5py
+
+    from costlab.cli import main
+    from costlab.datasets.host import host_info
+
+    data = tmp_path / "d.h5"
+    shutil.copy(Path(__file__).parent / "fixtures" / "ms_small.h5", data)
+    argv = ["dataset", "measure", str(data), "--platform", "llvm-x86_64-2c", "--target", "llvm -num-cores=2",
+            "--per-task", "24", "--no-progress"]
+
+    def digest():
+        return hashlib.sha256(data.read_bytes()).hexdigest()
+
+    before = digest()
+    assert main(argv) == 2  # the fixture's records were measured before hosts were recorded
+    err = capsys.readouterr().err
+    assert "holds records of an unknown machine" in err and "--platform llvm-x86_64-2c-" in err
+    assert digest() == before
+    other = dict(host_info(), cpu_model="Some Other CPU", caches={"L2": "256K"})
+    with h5py.File(data, "r+") as f:
+        f["platforms"]["llvm-x86_64-2c"].attrs["host"] = json.dumps(other, sort_keys=True)
+    before = digest()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "was measured on another machine (Some Other CPU" in err and "differs in" in err
+    assert digest() == before

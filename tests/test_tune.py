@@ -63,12 +63,26 @@ def test_costlab_tune_draft_verify_with_momentum_and_import_back(run, tmp_path, 
         assert sum(ds.num_records(p) for p in ds.record_platforms()) == 8
 
 
+def test_draft_filter_strategy(run, tmp_path, capsys):  # noqa: F811
+    assert main(["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--trials", "4",
+                 "--model", str(run / "model"), "--strategy", "draft-filter", "--work-dir", str(tmp_path / "w"),
+                 "--json", *SMALL_SEARCH]) == 0
+    stats = json.loads(capsys.readouterr().out)["cost_model"]
+    assert 0 < stats["verify_scored"] < stats["draft_scored"]  # the model saw a fraction of what PSA drafted
+    assert len(_records(tmp_path / "w")) == 4
+
+
 def test_default_search_without_a_model_and_ms_defaults(tmp_path, capsys):
     assert main(["tune", "--workload", "GMM:1,8,8,8", "--target", "llvm -num-cores=2", "--trials", "4",
                  "--work-dir", str(tmp_path / "w"), "--json", *SMALL_SEARCH]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["options"]["strategy"] == "evolutionary" and summary["tasks"][0]["trials"] == 4
     assert len(_records(tmp_path / "w")) == 4
+    # MetaSchedule's own builder and runner, as tune_tir uses them
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--target", "llvm -num-cores=2", "--trials", "4",
+                 "--ms-defaults", "--work-dir", str(tmp_path / "m"), "--json", *SMALL_SEARCH]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["options"]["ms_defaults"] and summary["tasks"][0]["best_us"] > 0
 
 
 def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
@@ -87,6 +101,11 @@ def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
     res = subprocess.run(argv, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert len(_records(work)) == 12  # only the difference was tuned
+    # the history goes on across the interruption: trials and seconds only grow, the best only falls
+    hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines()]
+    assert hist[-1]["trials"] == 12 and sum(h["batch"] for h in hist) == 12
+    for a, b in zip(hist, hist[1:]):
+        assert b["trials"] > a["trials"] and b["elapsed_s"] >= a["elapsed_s"] and b["best_us"] <= a["best_us"]
     # another run's options in the same work dir are refused
     res = subprocess.run(argv[:-len(SMALL_SEARCH)] + ["--seed", "5", *SMALL_SEARCH], capture_output=True, text=True)
     assert res.returncode == 2 and "holds a tuning run with other options (seed: 0 -> 5)" in res.stderr
@@ -97,6 +116,9 @@ def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
     (["--workload", "GMM:1,8,8,8", "--network", "bert"], "not both"),
     (["--workload", "NOPE"], "unknown te_workload 'NOPE'"),
     (["--workload", "GMM:1,8,8,8", "--adapt", "momentum"], "--adapt needs a --model"),
+    (["--workload", "GMM:1,8,8,8", "--strategy", "draft-filter"], "--strategy draft-filter needs a --model"),
+    (["--workload", "GMM:1,8,8,8", "--task", "matmul*"], "--task picks tasks of a --network"),
+    (["--network", "bert:layers=1", "--task", "nothing*"], "matches none of the network's tasks"),
     (["--workload", "GMM:1,8,8,8", "--trials", "0"], "--trials, --per-iter must be at least 1"),
     (["--workload", "GMM:1,8,8,8", "--verify-fraction", "0"], "--verify-fraction must be in (0, 1]"),
     (["--workload", "GMM:1,8,8,8", "--target", "llvm -mcpu=nosuchcpu"], "bad target"),

@@ -17,13 +17,17 @@ def register(sub) -> None:
         "the verify stage of Draft-then-Verify, PSA drafting); without, MetaSchedule's default (evolutionary "
         "search + XGBoost), so one command compares both. The work dir gets a MetaSchedule JSON database "
         "(`costlab dataset import-ms` reads it back, failed measurements included), search_rounds.jsonl (per "
-        "round: candidates each stage scored and seconds it took) and costlab_tune.json (the summary). "
+        "round: candidates each stage scored and seconds it took), progress.jsonl (per measured batch: the run's "
+        "seconds and trials so far and the task's best latency) and costlab_tune.json (the summary). "
         "Interrupted and re-run with the same work dir, it continues.")
     q.add_argument("--workload", action="append", default=[], metavar="NAME[:ARGS]",
                    help="a te_workload benchmark, e.g. GMM:1,128,128,128 or C2D:1,28,28,128,128,3,1,1 (repeatable)")
     q.add_argument("--network", metavar="TYPE[:KEY=VALUE,...]|MODULE:FUNCTION",
                    help="a network: a transformers model type as for `dataset extract --hf` (bert, resnet, "
                    "llama:layers=4, ...) or a Python function returning (torch module, example inputs)")
+    q.add_argument("--task", action="append", default=[], metavar="PATTERN", dest="task_filter",
+                   help="tune only the network's tasks whose names match this shell pattern, e.g. "
+                   "'fused_matmul_add*' (repeatable; a part of a network gets no end-to-end comparison)")
     q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
     q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
     q.add_argument("--target", default="host", help=TARGET_HELP)
@@ -31,9 +35,12 @@ def register(sub) -> None:
     q.add_argument("--model", metavar="MODEL",
                    help="a costlab model: model dir or archive (costlab export), training run dir, shipped model "
                    "name (costlab models), psa or random; default: MetaSchedule's XGBoost model")
-    q.add_argument("--strategy", choices=["draft-verify", "evolutionary"],
-                   help="draft-verify (default with --model): PSA drafts, the model verifies; evolutionary: "
-                   "MetaSchedule's search with the model as its cost model (default without --model)")
+    q.add_argument("--strategy", choices=["draft-verify", "draft-filter", "evolutionary"],
+                   help="draft-verify (default with --model): a search strategy in which PSA drafts every candidate "
+                   "of the genetic search and the model verifies the best --verify-fraction; draft-filter: "
+                   "MetaSchedule's evolutionary search with a cost model that drafts with PSA and verifies the "
+                   "best fraction of every call; evolutionary: MetaSchedule's search with the model (default "
+                   "without --model) as its cost model (docs/search.md compares them)")
     q.add_argument("--adapt", choices=["none", "finetune", "momentum"], default="none",
                    help="online adaptation of the model to the run's measurements (momentum: MoA's Siamese rule)")
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
@@ -72,7 +79,8 @@ def register(sub) -> None:
 def _tune(args) -> int:
     from costlab.export.tune import TuneOptions, tune
 
-    opts = TuneOptions(work_dir=str(args.work_dir), workloads=args.workload, network=args.network, batch=args.batch,
+    opts = TuneOptions(work_dir=str(args.work_dir), workloads=args.workload, network=args.network,
+                       task_filter=args.task_filter, batch=args.batch,
                        seq_len=args.seq_len, target=args.target, trials=args.trials, model=args.model,
                        strategy=args.strategy, adapt=args.adapt, head=args.head, strict=args.strict, seed=args.seed,
                        per_iter=args.per_iter, population=args.population, verify_fraction=args.verify_fraction,

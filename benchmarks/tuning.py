@@ -1,0 +1,423 @@
+"""Tuning with a costlab model against MetaSchedule's default, side by side on this machine.
+
+Arms, each a `costlab tune` run (a0 excepted) on the host's own target:
+  a0  tune_tir exactly as a user calls it (MetaSchedule's builder, runner, XGBoost), seed 0: its wall time
+  a   MetaSchedule's evolutionary search + XGBoost with costlab's builder and runner: the search baseline
+  b   Draft-then-Verify: PSA drafts, the pre-trained model (--model) verifies, frozen
+  c   b with online momentum adaptation (MoA)
+
+Every run is a work dir OUT/runs/ARM/WORKLOAD/sSEED that is kept: re-running `run` continues an interrupted run
+and skips finished ones (a0, timed as one call, restarts), and `table` rebuilds every figure from the work dirs.
+The best program of each finished run is measured again by one runner (same threads, same repeats) so that
+every final latency is comparable. Each run holds /tmp/costlab-cpu.lock while it builds and measures, so
+that nothing else costlab starts under that lock measures at the same time.
+
+    .venv/bin/python benchmarks/tuning.py run --out bench/tuning --model MODEL_DIR
+    .venv/bin/python benchmarks/tuning.py table --out bench/tuning [--markdown]
+    .venv/bin/python benchmarks/tuning.py openblas          # the matmul through numpy's OpenBLAS
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COSTLAB = [sys.executable, "-m", "costlab"]
+LOCK = "/tmp/costlab-cpu.lock"
+
+# Workloads none of which (shapes included) is in the pre-training corpus (scripts/make_corpus.sh)
+WORKLOADS = {
+    "gmm": ["--workload", "GMM:1,128,128,128"],
+    "c2d": ["--workload", "C2D:1,28,28,128,128,3,1,1"],
+    "dep": ["--workload", "DEP:1,56,56,64,3,1,1"],
+    # the query/key/value/output projections of BERT (hidden 256, sequence 128): dense 128x256 by 256x256 + bias
+    "bert-dense": ["--network", "bert:hidden=256,heads=4,intermediate=1024", "--seq-len", "128",
+                   "--task", "fused_matmul_add2"],
+}
+GMM_FLOPS = 2 * 128 * 128 * 128
+ARMS = ("a0", "a", "b", "c")
+
+
+def _arm_args(arm: str, model: str | None) -> list[str]:
+    if arm == "a":
+        return ["--strategy", "evolutionary"]
+    if arm in ("b", "c"):
+        if not model:
+            raise SystemExit(f"arm {arm} needs --model (a model pre-trained on other tasks of this target)")
+        return ["--model", model, "--strategy", "draft-verify"] + (["--adapt", "momentum"] if arm == "c" else [])
+    raise ValueError(arm)
+
+
+def _workload_args(name: str) -> list[str]:
+    if name in WORKLOADS:
+        return WORKLOADS[name]
+    return ["--workload", name]  # any te_workload spec, e.g. GMM:1,32,32,32 for a quick try
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+class _Lock:
+    """The machine to itself while a run builds and measures (other costlab jobs wait on the same lock)."""
+
+    def __enter__(self):
+        self.f = open(LOCK, "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def _finished(work: Path, trials: int) -> bool:
+    path = work / "costlab_tune.json"
+    if not path.exists():
+        return False
+    summary = json.loads(path.read_text())
+    return all(t["trials"] >= trials for t in summary["tasks"])
+
+
+def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
+    work = out / "runs" / arm / _slug(workload) / f"s{seed}"
+    if arm == "a0":
+        if (work / "a0.json").exists():
+            return
+        cmd = [sys.executable, __file__, "_a0", "--work", str(work), "--trials", str(args.trials), "--seed", str(seed),
+               "--target", args.target, "--", *_workload_args(workload)]
+    else:
+        if _finished(work, args.trials):
+            if not (work / "remeasured.json").exists():
+                with _Lock():
+                    _remeasure(work, args.target)
+            return
+        cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model), "--trials", str(args.trials),
+               "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress"]
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}", flush=True)
+    with _Lock():
+        with open(work / "run.log", "a") as log:
+            res = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)
+        if res.returncode != 0:
+            print(f"  failed (exit {res.returncode}); see {work / 'run.log'}", flush=True)
+            return
+        if arm != "a0":
+            _remeasure(work, args.target)
+
+
+def _tasks_of(workload_args: list[str], target):
+    """The workload's tasks as `costlab tune` extracts them."""
+    from costlab.export.tune import TuneOptions, _tasks
+
+    opts = TuneOptions(work_dir=".", target=target)
+    i = 0
+    while i < len(workload_args):
+        key, val = workload_args[i], workload_args[i + 1]
+        if key == "--workload":
+            opts.workloads.append(val)
+        elif key == "--network":
+            opts.network = val
+        elif key == "--seq-len":
+            opts.seq_len = int(val)
+        elif key == "--task":
+            opts.task_filter.append(val)
+        i += 2
+    return _tasks(opts, target)[0]
+
+
+def _a0(argv) -> int:
+    """tune_tir as a user calls it, timed: MetaSchedule's builder, runner, cost model and search."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--work", type=Path)
+    p.add_argument("--trials", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--target")
+    p.add_argument("rest", nargs="*")
+    a = p.parse_args(argv)
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.targets import runnable_target
+
+    target = tvm.target.Target(runnable_target(a.target))
+    (task,) = _tasks_of(a.rest, target)
+    started = time.time()
+    db = ms.tune_tir(task.mod, target, str(a.work / "ms"), max_trials_global=a.trials, seed=a.seed)
+    wall = time.time() - started
+    best = min((_mean(r.run_secs) for r in db.get_all_tuning_records() if r.run_secs), default=None)
+    (a.work / "a0.json").write_text(json.dumps(dict(wall_s=round(wall, 2), best_us=best and best * 1e6,
+                                                    trials=len(db.get_all_tuning_records()))))
+    return 0
+
+
+def _mean(secs) -> float:
+    vals = [float(s.value if hasattr(s, "value") else s) for s in secs]
+    return sum(vals) / len(vals)
+
+
+def _remeasure(work: Path, target_text: str, repeat: int = 10) -> None:
+    """The run's best program (by its tuning measurement), built and run again by one runner."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.host import host_info
+    from costlab.datasets.measure import MeasureOptions, _replay, build_and_run, make_builder, make_runner
+    from costlab.datasets.ms_workload import plain_json
+    from costlab.datasets.targets import runnable_target
+
+    target = tvm.target.Target(runnable_target(target_text))
+    db = ms.database.JSONDatabase(work_dir=str(work))
+    best = min((r for r in db.get_all_tuning_records() if r.run_secs), key=lambda r: _mean(r.run_secs), default=None)
+    if best is None:
+        return
+    cand = _replay(best.workload.mod, json.dumps(plain_json(best.trace.as_json())))
+    opts = MeasureOptions(target=target_text, number=3, repeat=repeat)
+    (costs, error, msg), = build_and_run(make_builder(), make_runner(opts, target), target, [cand])
+    costs = sorted(costs)
+    (work / "remeasured.json").write_text(json.dumps(dict(
+        best_us=costs[len(costs) // 2] * 1e6 if not msg else None, costs_us=[c * 1e6 for c in costs], error=msg,
+        tuning_us=_mean(best.run_secs) * 1e6, repeat=repeat, host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"))))
+
+
+def run(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = out / "benchmark.json"
+    from costlab.datasets.host import host_info
+    from costlab.datasets.targets import runnable_target
+
+    info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model)
+    if meta.exists():
+        old = json.loads(meta.read_text())
+        if old["host"] != info["host"] or old["trials"] != info["trials"]:
+            raise SystemExit(f"{out} holds a benchmark of another host or budget: use another --out")
+    meta.write_text(json.dumps(info, indent=1))
+    for workload in args.workloads:
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            for arm in args.arms.split(","):
+                if arm == "a0" and seed != 0:
+                    continue
+                _run_one(arm, workload, seed, args, out)
+    return table(args)
+
+
+# ---- the table, rebuilt from the work dirs ----
+
+def _progress(work: Path) -> list[dict]:
+    path = work / "progress.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def _best_after(rows: list[dict], trials: int) -> float | None:
+    best = None
+    for r in rows:
+        if r["trials"] > trials:
+            break
+        if r.get("best_us"):
+            best = r["best_us"] if best is None else min(best, r["best_us"])
+    return best
+
+
+def _reach(rows: list[dict], latency: float) -> tuple[int, float] | None:
+    """Trials and seconds when the run's best first got to LATENCY or below."""
+    for r in rows:
+        if r.get("best_us") is not None and r["best_us"] <= latency:
+            return r["trials"], r["elapsed_s"]
+    return None
+
+
+def _rounds(work: Path) -> list[dict]:
+    path = work / "search_rounds.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _geo(values) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _fmt(v, spec=".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def collect(out: Path) -> dict:
+    """Per workload and arm, per seed: final (re-measured) latency, best after 64 trials, wall seconds, rounds."""
+    data: dict = {}
+    for arm_dir in sorted((out / "runs").glob("*")):
+        for wl_dir in sorted(arm_dir.glob("*")):
+            for seed_dir in sorted(wl_dir.glob("s*")):
+                row: dict = dict(seed=int(seed_dir.name[1:]))
+                if arm_dir.name == "a0":
+                    if not (seed_dir / "a0.json").exists():
+                        continue
+                    row.update(json.loads((seed_dir / "a0.json").read_text()))
+                else:
+                    if not (seed_dir / "costlab_tune.json").exists():
+                        continue
+                    summary = json.loads((seed_dir / "costlab_tune.json").read_text())
+                    prog = _progress(seed_dir)
+                    re = json.loads((seed_dir / "remeasured.json").read_text()) if (seed_dir / "remeasured.json").exists() else {}
+                    row.update(wall_s=prog[-1]["elapsed_s"] if prog else summary["wall_s"], progress=prog,
+                               final_us=re.get("best_us"), tuning_final_us=prog[-1]["best_us"] if prog else None,
+                               at64_us=_best_after(prog, 64), rounds=_rounds(seed_dir),
+                               trials=sum(t["trials"] for t in summary["tasks"]))
+                data.setdefault(wl_dir.name, {}).setdefault(arm_dir.name, []).append(row)
+    return data
+
+
+def table(args) -> int:
+    out = Path(args.out)
+    data = collect(out)
+    meta = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
+    lines = []
+    if meta:
+        from costlab.datasets.host import describe_host
+
+        lines.append(f"host: {describe_host(meta['host'])}; target {json.dumps(meta['target'])}; "
+                     f"budget {meta['trials']} trials; model {meta.get('model')}")
+    head = "| workload | arm | seeds | final µs (geomean, min–max) | after 64 µs | wall s | to reach a: trials | to reach a: s |"
+    lines += [head, "|---" * (head.count("|") - 1) + "|"]
+    ratios: dict = {"at64": [], "final": [], "trials": [], "secs": []}
+    for wl, arms in sorted(data.items()):
+        a = arms.get("a", [])
+        target = _geo([r["tuning_final_us"] for r in a])
+        for arm in ARMS:
+            rows = arms.get(arm, [])
+            if not rows:
+                continue
+            if arm == "a0":
+                lines.append(f"| {wl} | a0 | {len(rows)} | {_fmt(_geo([r['best_us'] for r in rows]))} (tuning-time) | - | "
+                             f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | - | - |")
+                continue
+            finals = [r["final_us"] for r in rows if r["final_us"]]
+            reach = [_reach(r["progress"], target) if target else None for r in rows]
+            got = [x for x in reach if x]
+            t_reach = _geo([x[0] for x in got]) if got and len(got) == len(rows) else None
+            s_reach = _geo([x[1] for x in got]) if got and len(got) == len(rows) else None
+            lines.append(f"| {wl} | {arm} | {len(rows)} | {_fmt(_geo(finals))} ({_fmt(min(finals, default=None))}–"
+                         f"{_fmt(max(finals, default=None))}) | {_fmt(_geo([r['at64_us'] for r in rows]))} | "
+                         f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | "
+                         f"{_fmt(t_reach, '.0f')} ({len(got)}/{len(rows)} reached) | {_fmt(s_reach, '.0f')} |")
+            if arm in ("b", "c") and a:
+                ga64, g64 = _geo([r["at64_us"] for r in a]), _geo([r["at64_us"] for r in rows])
+                gaf, gf = _geo([r["final_us"] for r in a]), _geo(finals)
+                if ga64 and g64:
+                    ratios["at64"].append((arm, ga64 / g64))
+                if gaf and gf:
+                    ratios["final"].append((arm, gaf / gf))
+                if t_reach:
+                    ratios["trials"].append((arm, t_reach / _geo([r["trials"] for r in a])))
+                    ratios["secs"].append((arm, s_reach / _geo([r["wall_s"] for r in a])))
+    lines.append("")
+    for arm in ("b", "c"):
+        def g(key):
+            return _fmt(_geo([v for k, v in ratios[key] if k == arm]), ".2f")
+
+        lines.append(f"geomean over workloads, {arm} vs a: speed-up after 64 trials {g('at64')}x; final a/{arm} "
+                     f"{g('final')}x; trials to reach a's final {g('trials')} of a's; seconds {g('secs')} of a's")
+    for arm in ("b", "c"):
+        rounds = [x for wl in data.values() for r in wl.get(arm, []) for x in r["rounds"]]
+        if rounds:
+            share = sum(x["verify_s"] for x in rounds) / max(sum(x["round_s"] for x in rounds), 1e-9)
+            saved = 1 - sum(x["verify_scored"] for x in rounds) / max(sum(x["draft_scored"] for x in rounds), 1)
+            lines.append(f"{arm}: verify stage {share:.1%} of a round's time; draft stage saved {saved:.1%} of "
+                         f"learned-model evaluations ({len(rounds)} rounds)")
+    for wl, arms in sorted(data.items()):
+        if "a0" in arms and "a" in arms:
+            lines.append(f"{wl}: a0 (tune_tir as users call it) {_fmt(_geo([r['wall_s'] for r in arms['a0']]), '.0f')} s "
+                         f"vs a {_fmt(_geo([r['wall_s'] for r in arms['a'] if r['seed'] == 0]), '.0f')} s for the same budget")
+    blas = out / "openblas.json"
+    if blas.exists() and "gmm" in data:
+        b = json.loads(blas.read_text())
+        best = min((r["final_us"] for arm in data["gmm"].values() for r in arm if r.get("final_us")), default=None)
+        if best:
+            gf = GMM_FLOPS / best / 1e3
+            lines.append(f"gmm 128^3: best tuned {best:.1f} µs = {gf:.1f} GFLOP/s; OpenBLAS ({b['kernel']}, "
+                         f"{b['threads']} threads) {b['us']:.1f} µs = {b['gflops']:.1f} GFLOP/s; ratio {gf / b['gflops']:.2f}")
+    text = "\n".join(lines)
+    print(text)
+    (out / "table.md").write_text(text + "\n")
+    return 0
+
+
+def openblas(args) -> int:
+    """The 128^3 matmul through numpy, OpenBLAS on its own best kernel for this CPU (the machine's
+    OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE force an older one: unset for this measurement alone)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    from costlab.datasets.targets import host_cores
+
+    env["OPENBLAS_NUM_THREADS"] = str(host_cores())
+    code = r"""
+import ctypes, glob, json, os, time
+import numpy as np
+lib = next(iter(glob.glob(os.path.join(os.path.dirname(np.__file__), '..', 'numpy.libs', '*openblas*'))), None)
+kernel = 'unknown'
+if lib:
+    so = ctypes.CDLL(lib)
+    for name in ('scipy_openblas_get_corename64_', 'openblas_get_corename'):
+        if hasattr(so, name):
+            f = getattr(so, name); f.restype = ctypes.c_char_p; kernel = f().decode(); break
+a = np.random.rand(128, 128).astype('float32'); b = np.random.rand(128, 128).astype('float32')
+for _ in range(200): a @ b
+best = []
+for _ in range(20):
+    t = time.perf_counter()
+    for _ in range(200): a @ b
+    best.append((time.perf_counter() - t) / 200)
+us = sorted(best)[len(best) // 2] * 1e6
+print(json.dumps(dict(kernel=kernel, us=us, gflops=2 * 128 ** 3 / us / 1e3, threads=int(os.environ['OPENBLAS_NUM_THREADS']))))
+"""
+    with _Lock():
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "openblas.json").write_text(res.stdout)
+    print(res.stdout.strip())
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_a0":
+        return _a0(argv[1:])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run (or continue) every arm, then print the table")
+    r.add_argument("--out", required=True)
+    r.add_argument("--model", help="the pre-trained model of arms b and c")
+    r.add_argument("--arms", default="a0,a,b,c")
+    r.add_argument("--workloads", nargs="+", default=list(WORKLOADS),
+                   help=f"names of the benchmark's workloads ({', '.join(WORKLOADS)}) or te_workload specs")
+    r.add_argument("--seeds", default="0,1,2")
+    r.add_argument("--trials", type=int, default=200)
+    r.add_argument("--target", default="host")
+    r.set_defaults(func=run)
+    t = sub.add_parser("table", help="the table from the work dirs")
+    t.add_argument("--out", required=True)
+    t.set_defaults(func=table)
+    o = sub.add_parser("openblas", help="the 128^3 matmul through numpy's OpenBLAS")
+    o.add_argument("--out", required=True)
+    o.set_defaults(func=openblas)
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
