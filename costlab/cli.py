@@ -31,7 +31,11 @@ def main(argv=None) -> int:
     from costlab.datasets.errors import CostlabError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except CostlabError as exc:  # an option value refused by its checked type (costlab/commands/options.py)
+        print(f"costlab: error: {exc}", file=sys.stderr)
+        return 2
     previous = _terminate_as_interrupt()
     try:
         return int(args.func(args) or 0)

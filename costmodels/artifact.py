@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from costlab.datasets import jsontext
 from costlab.datasets.errors import InputError
 
 CONFIG = "config.json"
@@ -61,7 +62,7 @@ def save_artifact(directory, tensors: dict, config: dict) -> Path:
     config = dict(config, format=FORMAT, format_version=FORMAT_VERSION,
                   weights_sha256=hashlib.sha256(blob).hexdigest())
     _atomic_write(directory / WEIGHTS, blob)
-    _atomic_write(directory / CONFIG, json.dumps(config, indent=2, sort_keys=True, default=str).encode())
+    _atomic_write(directory / CONFIG, jsontext.dumps(config, indent=2, sort_keys=True).encode())
     return directory
 
 
@@ -178,9 +179,15 @@ def _tensors(blob: bytes, config: dict, path: Path) -> dict:
         tensors = load(blob)
     except (SafetensorError, ValueError, RuntimeError) as exc:
         raise InputError(path, f"{WEIGHTS} is damaged ({str(exc).strip().splitlines()[0][:160]})") from None
+    return check_finite(tensors, path, WEIGHTS)
+
+
+def check_finite(tensors: dict, path, what: str) -> dict:
+    """``tensors`` if every floating-point value is finite; a NaN or inf (a diverged training run) is an
+    InputError naming the file and the tensor, since such a model would score every program NaN."""
     for name, t in tensors.items():
         if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
-            raise InputError(path, f"{WEIGHTS}: tensor {name!r} holds non-finite values (NaN or inf): the training "
+            raise InputError(path, f"{what}: tensor {name!r} holds non-finite values (NaN or inf): the training "
                                    "run diverged")
     return tensors
 

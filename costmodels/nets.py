@@ -35,8 +35,14 @@ def net_config_for(kind: str, featurizer, heads: int, **overrides) -> dict:
 
 
 def build_net(kind: str, net_config: dict):
+    """The net of ``kind`` built from ``net_config``; an unknown kind or option, or a value of the wrong type,
+    is a ValueError naming it (checked against the config dataclass before torch sees it)."""
+    from costlab.datasets.checks import check_fields
+
+    if ALIASES.get(kind, kind) not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(sorted(KINDS) + sorted(ALIASES))})")
     _, net_cls, cfg_cls = KINDS[ALIASES.get(kind, kind)]
-    return net_cls(cfg_cls(**net_config))
+    return net_cls(cfg_cls(**check_fields(cfg_cls, dict(net_config), "net")))
 
 
 def net_inputs(kind: str, batch: dict) -> tuple:

@@ -61,14 +61,56 @@ def _open_h5(path, mode: str) -> h5py.File:
     if version is None:
         f.close()
         raise DatasetFormatError(path, f"not a costlab dataset (HDF5 file without '{schema.FORMAT_ATTR}')")
-    if int(version) > schema.FORMAT_VERSION:
+    number = format_number(version)
+    if number is None:
+        f.close()
+        raise DatasetFormatError(path, f"damaged dataset: '{schema.FORMAT_ATTR}' must be a positive integer, not "
+                                       f"{_shown(version)}")
+    if number > schema.FORMAT_VERSION:
         f.close()
         raise DatasetFormatError(
             path,
-            f"written by a newer costlab (format {int(version)}; this costlab {__version__} reads up to "
+            f"written by a newer costlab (format {number}; this costlab {__version__} reads up to "
             f"{schema.FORMAT_VERSION}): upgrade costlab",
         )
     return f
+
+
+def format_number(value) -> int | None:
+    """The schema version an HDF5 attribute holds, or None when it is not one positive integer (a string,
+    an array, a fraction: a file damaged or written by something else)."""
+    if isinstance(value, np.ndarray):
+        if value.shape != ():
+            return None
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
+        return None
+    if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+        return None
+    return int(value) if value >= 1 else None
+
+
+def _shown(value) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    elif isinstance(value, np.ndarray):
+        value = value.tolist()
+    text = repr(value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_attr(path, g, name: str, what: str):
+    """An attribute holding JSON text (a platform's target, spec, host); malformed JSON is an InputError
+    naming the file and the object, not a traceback."""
+    raw = g.attrs.get(name, "")
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, TypeError):
+        raise DatasetFormatError(path, f"damaged dataset: {what} {name} is not valid JSON ({_shown(raw)})") from None
 
 
 def _str_list(ds) -> list[str]:
@@ -96,12 +138,16 @@ def _read_tasks(f: h5py.File) -> list[Task]:
     ]
 
 
-def _read_platforms(f: h5py.File) -> dict[str, Platform]:
+def _read_platforms(f: h5py.File, path) -> dict[str, Platform]:
+    """The platforms of a dataset; ``path`` is the file to name in errors (a writer reads a temporary copy)."""
     out = {}
     for pid, g in f.get("platforms", {}).items():
-        spec, host = g.attrs.get("spec", ""), g.attrs.get("host", "")
-        out[pid] = Platform(pid, json.loads(g.attrs["target"]), json.loads(spec) if spec else None,
-                            json.loads(host) if host else None)
+        what = f"platform {pid!r}:"
+        target = _json_attr(path, g, "target", what)
+        if not isinstance(target, dict):
+            raise DatasetFormatError(path, f"damaged dataset: {what} target must be a JSON object, not "
+                                           f"{_shown(g.attrs.get('target'))}")
+        out[pid] = Platform(pid, target, _json_attr(path, g, "spec", what), _json_attr(path, g, "host", what))
     return out
 
 
@@ -193,9 +239,13 @@ class Dataset:
     def __init__(self, path):
         self.path = Path(path)
         self._f = _open_h5(self.path, "r")
-        self.format_version = int(self._f.attrs[schema.FORMAT_ATTR])
-        self.platforms: dict[str, Platform] = _read_platforms(self._f)
-        self.tasks: list[Task] = _read_tasks(self._f)
+        try:
+            self.format_version = format_number(self._f.attrs[schema.FORMAT_ATTR])
+            self.platforms: dict[str, Platform] = _read_platforms(self._f, self.path)
+            self.tasks: list[Task] = _read_tasks(self._f)
+        except BaseException:
+            self._f.close()
+            raise
         self.networks: dict[str, list[tuple[int, float]]] = _read_networks(self._f)
 
     def __enter__(self) -> "Dataset":
@@ -392,7 +442,8 @@ class DatasetWriter:
 
     def _begin(self) -> "DatasetWriter":
         if self.path.exists():
-            _open_h5(self.path, "r").close()  # validates: a costlab dataset of a readable version
+            with _open_h5(self.path, "r") as f:  # validates before any copy: a readable costlab dataset
+                _read_platforms(f, self.path)
             self.ensure_space(os.path.getsize(self.path))
             shutil.copyfile(self.path, self._tmp)
             shutil.copymode(self.path, self._tmp)  # a rewrite keeps the file's permissions
@@ -401,7 +452,7 @@ class DatasetWriter:
             self._f = h5py.File(self._tmp, "w")
             self._f.attrs[schema.FORMAT_ATTR] = schema.FORMAT_VERSION
         self._f.attrs["costlab_version"] = __version__
-        self.platforms = _read_platforms(self._f)
+        self.platforms = _read_platforms(self._f, self.path)
         self.tasks = _read_tasks(self._f)
         self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
         self.networks = _read_networks(self._f)

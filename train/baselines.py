@@ -10,7 +10,6 @@ pickle: the booster as XGBoost JSON, the MLP as safetensors, beside ``config.jso
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.baselines import FEATURE, booster_tensors, mlp_trainer, xgb_model
-from costlab.datasets import UsageError, open_dataset
+from costlab.datasets import UsageError, jsontext, open_dataset
 from costlab.featurizers.cache import features_of
 
 
@@ -45,7 +44,9 @@ def train_baseline(cfg: dict) -> dict:
     import time
 
     kind = cfg["model"]
-    out = Path(cfg["out"]) / "model"
+    from costlab.train.fit import run_dir
+
+    out = run_dir(cfg["out"]) / "model"
     out.mkdir(parents=True, exist_ok=True)
     random.seed(int(cfg["seed"]))
     np.random.seed(int(cfg["seed"]))
@@ -82,7 +83,7 @@ def train_baseline(cfg: dict) -> dict:
                                      platforms=dm.config.platforms, training=summary, split=cfg["split"],
                                      split_digest=dm.split and dm.split.digest, dataset=str(cfg["data"]),
                                      dialects=dm.dialects, targets=dm.targets))
-    (Path(cfg["out"]) / "summary.json").write_text(json.dumps(summary, indent=2))
+    (Path(cfg["out"]) / "summary.json").write_text(jsontext.dumps(summary, indent=2))
     return summary
 
 

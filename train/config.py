@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from costlab.datasets.errors import UsageError
+from costlab.datasets.errors import InputError, UsageError
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -67,19 +67,52 @@ def parse_override(text: str) -> tuple[list[str], object]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise UsageError(f"override must look like section.key=value, not {text!r}")
-    return key.split("."), yaml.safe_load(value)
+    try:
+        return key.split("."), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--set {text}: the value is not valid YAML ({_yaml_problem(exc)})") from None
+
+
+def _yaml_problem(exc) -> str:
+    """PyYAML's reason for an error, in one line, with the line and column it points at."""
+    problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1} column {mark.column + 1}" if mark is not None else problem
+
+
+def read_config_file(path) -> dict:
+    """The mapping a YAML training config holds; an unreadable, non-YAML or non-mapping file is an InputError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(path, "no such training config") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a YAML training config") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "not a YAML training config (not UTF-8 text)") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read the training config ({exc.strerror})") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(path, f"training config is not valid YAML ({_yaml_problem(exc)})",
+                         line=mark.line + 1 if mark is not None else None) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise InputError(path, f"a training config must be a YAML mapping, not a {type(loaded).__name__}")
+    return loaded
 
 
 def load_config(path=None, overrides=(), **named) -> dict:
     cfg = copy.deepcopy(DEFAULTS)
     if path:
-        text = Path(path).read_text()
-        loaded = yaml.safe_load(text) or {}
-        if not isinstance(loaded, dict):
-            raise UsageError(f"{path}: a training config must be a YAML mapping")
+        loaded = read_config_file(path)
         unknown = set(loaded) - set(DEFAULTS)
         if unknown:
-            raise UsageError(f"{path}: unknown config keys {sorted(unknown)} (known: {sorted(DEFAULTS)})")
+            raise InputError(path, f"unknown config keys {sorted(unknown)} (known: {sorted(DEFAULTS)})")
         cfg = _merge(cfg, loaded)
     for key, value in named.items():
         if value is not None:
@@ -91,11 +124,76 @@ def load_config(path=None, overrides=(), **named) -> dict:
         node = cfg
         for k in keys[:-1]:
             node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise UsageError(f"override {text!r}: {k} is not a section")
         node[keys[-1]] = value
     if not cfg["data"]:
         raise UsageError("no dataset: give --data DATA.h5 or `data:` in the config")
     if isinstance(cfg["platforms"], str):
         cfg["platforms"] = [p for p in cfg["platforms"].split(",") if p]
-    if cfg["lr_schedule"] not in LR_SCHEDULES:
-        raise UsageError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, not {cfg['lr_schedule']!r}")
+    return check_config(cfg)
+
+
+# Every value with a meaning costlab knows is checked here, whether it came from the YAML file or --set, so
+# that a wrong type or range is one clear line, never a traceback from torch or Lightning (or, for
+# trainer.max_epochs, Lightning's -1 = "never stop"). (checker, what it must be) per dotted key.
+MODELS = ("tlp", "pacm", "mtl", "xgb", "mlp")
+LOSSES = ("lambdarank", "mse")
+
+
+def _positive(x):
+    return x > 0
+
+
+def _non_negative(x):
+    return x >= 0
+
+
+CHECKS = {
+    "model": (str, lambda x: x in MODELS, f"one of {', '.join(MODELS)}"),
+    "loss": (str, lambda x: x in LOSSES, f"one of {', '.join(LOSSES)}"),
+    "lr_schedule": (str, lambda x: x in LR_SCHEDULES, f"one of {', '.join(LR_SCHEDULES)}"),
+    "seed": (int, _non_negative, "an integer >= 0"),
+    "lr": (float, _positive, "a positive number"),
+    "weight_decay": (float, _non_negative, "a number >= 0"),
+    "momentum": (float, lambda x: 0 < x < 1, "a number between 0 and 1 (exclusive), or null"),
+    "momentum_every": (int, _positive, "a positive integer"),
+    "trainer.max_epochs": (int, _positive, "a positive integer"),
+    "trainer.num_nodes": (int, _positive, "a positive integer"),
+    "trainer.log_every_n_steps": (int, _positive, "a positive integer"),
+    "trainer.gradient_clip_val": (float, _non_negative, "a number >= 0, or null"),
+    "data_options.list_size": (int, _positive, "a positive integer"),
+    "data_options.lists_per_batch": (int, _positive, "a positive integer"),
+    "data_options.val_fraction": (float, lambda x: 0 <= x < 1, "a number from 0 to 1 (1 excluded)"),
+    "data_options.num_workers": (int, _non_negative, "an integer >= 0"),
+}
+NULLABLE = {"momentum", "trainer.gradient_clip_val"}
+SECTIONS = ("net", "data_options", "trainer")
+
+
+def check_config(cfg: dict) -> dict:
+    """``cfg`` with every known value checked and numbers converted (``lr: 1e-3`` is text to YAML)."""
+    from costlab.datasets.checks import coerce
+
+    for section in SECTIONS:
+        if not isinstance(cfg.get(section), dict):
+            raise UsageError(f"{section} must be a mapping of options, not {cfg.get(section)!r}")
+    for key, (kind, ok, what) in CHECKS.items():
+        node, _, name = key.rpartition(".")
+        holder = cfg[node] if node else cfg
+        if name not in holder or (holder[name] is None and key in NULLABLE):
+            continue
+        value = holder[name]
+        try:
+            converted = coerce(value, kind, key)
+        except ValueError:
+            converted = None
+        if converted is None or not ok(converted):
+            raise UsageError(f"{key} must be {what}, not {value!r}")
+        holder[name] = converted
+    if not isinstance(cfg["platforms"], list) or not all(isinstance(p, str) for p in cfg["platforms"]):
+        raise UsageError(f"platforms must be a list of platform ids, not {cfg['platforms']!r}")
+    for key in ("data", "out", "split", "init_from"):
+        if cfg[key] is not None and not isinstance(cfg[key], str):
+            cfg[key] = str(cfg[key])
     return cfg

@@ -61,8 +61,9 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
             split = trained if trained in ds.split_names() else None
             if split is None and part != "all":
                 part = "all"
-                print(f"costlab: note: {data} has no split {trained!r} (the model's training split); scoring "
-                      "all records, training records included", file=sys.stderr)
+                why = (f"{data} has no split {trained!r} (the model's training split)" if trained else
+                       f"{model} records no training split")
+                print(f"costlab: note: {why}; scoring all records, training records included", file=sys.stderr)
         if split is None:
             part = "all"
         check_training_split(ds, meta, split)

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import warnings
@@ -19,10 +18,13 @@ import lightning as L
 import torch
 import yaml
 
+from costlab.datasets import jsontext
+from costlab.datasets.checks import check_fields
 from costlab.datasets.errors import UsageError
-from costlab.costmodels.artifact import read_artifact, read_config, save_artifact
+from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
 from costlab.train.data import CostDataModule, DataConfig
-from costlab.train.module import CostModelModule, net_state_from_checkpoint
+from costlab.train.module import CostModelModule
+from costlab.train.predict import read_checkpoint
 from costlab.costmodels.nets import featurizer_for, net_config_for
 
 LEARNED = ("tlp", "pacm", "mtl")
@@ -70,14 +72,40 @@ class _MomentumRounds(L.Callback):
             module.net.ema()
 
 
+class TrainingDiverged(UsageError):
+    """The training loss became NaN or infinite: the run stops, and no model is written from it."""
+
+
+class _StopOnDivergence(L.Callback):
+    """Stops the run at the first training step whose loss is not finite. Every later step would train on
+    NaN gradients, and the model written at the end would score every program NaN."""
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None and not bool(torch.isfinite(loss.detach()).all()):
+            raise TrainingDiverged(
+                f"training diverged: the loss is {float(loss.detach())} at epoch {trainer.current_epoch}, step "
+                f"{trainer.global_step}; no model was written (lower lr, now {module.hparams.lr:g}, or keep "
+                "trainer.gradient_clip_val)")
+
+
+def run_dir(path) -> Path:
+    """The run directory ``path``, created if missing; an existing file there is refused, not overwritten."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a directory (a training run writes a directory)")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def load_weights(module: CostModelModule, source) -> None:
     """Initialise a module's net from a Lightning checkpoint or a pretrained model directory."""
     source = Path(source)
-    if source.is_dir():
+    if source.suffix != ".ckpt":
         state = read_artifact(source).tensors
     else:
-        state = net_state_from_checkpoint(torch.load(source, map_location="cpu", weights_only=True))
-    module.core.load_state_dict(state)
+        state = read_checkpoint(source)["state"]
+    load_state(module.core, state, source)
     if hasattr(module.net, "momentum_net"):
         module.net.momentum_net.load_state_dict(state)
 
@@ -87,11 +115,11 @@ def source_meta(source) -> dict:
     source = Path(source)
     if (source / "model" / "config.json").exists():
         source = source / "model"
-    if source.is_dir():
-        c = read_config(source)
+    if source.is_dir() or source.suffix != ".ckpt":
+        c = read_config(source)  # refuses anything that is not a model directory or archive, in one line
         return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"])
-    hp = torch.load(source, map_location="cpu", weights_only=True)["hyper_parameters"]
-    return dict(path=source, kind=hp["kind"], net=hp["net_config"], featurizer=hp["featurizer"])
+    ckpt = read_checkpoint(source)
+    return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"])
 
 
 def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
@@ -100,10 +128,13 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
         from costlab.train.baselines import train_baseline
 
         return train_baseline(cfg)
-    out = Path(cfg["out"])
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_dir(cfg["out"])
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
-    dopts = dict(cfg["data_options"])
+    try:
+        dopts = check_fields(DataConfig, dict(cfg["data_options"]), "data_options",
+                             reserved=("data", "featurizer", "platforms", "split", "seed"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=featurizer_for(kind),
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
@@ -118,10 +149,13 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
         dm.labels.latency = dm.labels.latency[:, :1]
     # fine-tuning keeps the source's net (and featurizer, vocabulary included) exactly
     net_config = dict(source["net"]) if source else net_config_for(kind, dm.featurizer, heads, **cfg["net"])
-    module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
-                             lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
-                             momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]),
-                             lr_schedule=cfg["lr_schedule"])
+    try:
+        module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
+                                 lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
+                                 momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]),
+                                 lr_schedule=cfg["lr_schedule"])
+    except (TypeError, ValueError) as exc:  # net options of the wrong name, type or size
+        raise UsageError(f"net options: {exc}") from None
     if source:
         load_weights(module, source["path"])
     (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -133,14 +167,19 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     ckpt = ModelCheckpoint(dirpath=out / "checkpoints", filename="best-{epoch}",
                            monitor="val_top1" if has_val else None, mode="max", save_last=True)
     speed = _Throughput()
-    callbacks = [ckpt, speed] + ([_MomentumRounds()] if cfg["momentum"] is not None else [])
+    callbacks = [_StopOnDivergence(), ckpt, speed] + ([_MomentumRounds()] if cfg["momentum"] is not None else [])
     tcfg = dict(cfg["trainer"])
     if not has_val:
         tcfg["limit_val_batches"] = 0
     _quiet_lightning()
-    trainer = L.Trainer(default_root_dir=out, logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")],
-                        callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=progress,
-                        use_distributed_sampler=False, **tcfg)
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        trainer = L.Trainer(default_root_dir=out, logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")],
+                            callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=progress,
+                            use_distributed_sampler=False, **tcfg)
+    except (TypeError, ValueError, MisconfigurationException) as exc:  # trainer options Lightning refuses
+        raise UsageError(f"trainer options: {str(exc).strip().splitlines()[0]}") from None
     last = out / "checkpoints" / "last.ckpt"
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm, ckpt_path=str(last) if resume and last.exists() else None)
@@ -162,5 +201,5 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
                   dict(kind=kind, net=net_config, featurizer=dm.featurizer.to_json(), platforms=cfg["platforms"],
                        training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
                        dataset=str(cfg["data"]), dialects=dm.dialects, targets=dm.targets))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "summary.json").write_text(jsontext.dumps(summary, indent=2))
     return summary

@@ -7,27 +7,53 @@ from pathlib import Path
 
 import torch
 
+from costlab.costmodels.artifact import check_finite, load_state
 from costlab.costmodels.nets import build_net
 from costlab.costmodels.predictors import NetPredictor, load
 from costlab.datasets.errors import InputError
 
 
-def load_checkpoint(path) -> NetPredictor:
+def read_checkpoint(path) -> dict:
+    """What a costlab training checkpoint holds: ``kind``, ``net_config``, ``featurizer``, ``platforms`` and
+    the net's weights (``state``), every check done: a missing, damaged or foreign file, a checkpoint
+    without costlab's hyper-parameters, and weights holding NaN or inf are each an InputError naming it."""
     from costlab.train.module import net_state_from_checkpoint
 
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "no such checkpoint")
+    if path.is_dir():
+        raise InputError(path, "is a directory, not a training checkpoint (.ckpt)")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        hp = ckpt["hyper_parameters"]
-    except Exception as exc:  # a damaged or foreign file: torch reports it in many ways
-        raise InputError(path, f"not a costlab training checkpoint ({type(exc).__name__}: "
-                               f"{str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''})") from None
-    net = build_net(hp["kind"], hp["net_config"])
-    net.load_state_dict(net_state_from_checkpoint(ckpt))
-    return NetPredictor(net, hp["kind"], hp["featurizer"], hp["platforms"])
+    except Exception as exc:  # a damaged or foreign file: torch reports it in many ways, all unhelpful here
+        reason = "truncated or damaged" if isinstance(exc, (RuntimeError, EOFError)) else "not a torch checkpoint"
+        raise InputError(path, f"not a readable training checkpoint ({reason}: {type(exc).__name__})") from None
+    hp = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+    keys = ("kind", "net_config", "featurizer", "platforms")
+    if not isinstance(hp, dict) or not all(k in hp for k in keys) or not isinstance(ckpt.get("state_dict"), dict):
+        raise InputError(path, "not a costlab training checkpoint (no costlab hyper-parameters or weights)")
+    state = check_finite(net_state_from_checkpoint(ckpt), path, "checkpoint")
+    return dict(path=path, state=state, **{k: hp[k] for k in keys})
+
+
+def checkpoint_net(ckpt: dict) -> torch.nn.Module:
+    """The net a ``read_checkpoint`` result describes, with its weights; a net config that does not build or
+    does not fit the weights is an InputError naming the checkpoint."""
+    try:
+        net = build_net(ckpt["kind"], ckpt["net_config"])
+    except (TypeError, ValueError) as exc:
+        raise InputError(ckpt["path"], f"net config is not valid for a {ckpt['kind']} net ({exc})") from None
+    return load_state(net, ckpt["state"], ckpt["path"])
+
+
+def load_checkpoint(path) -> NetPredictor:
+    ckpt = read_checkpoint(path)
+    return NetPredictor(checkpoint_net(ckpt), ckpt["kind"], ckpt["featurizer"], ckpt["platforms"])
 
 
 def load_predictor(model, seed: int = 0):
     path = Path(str(model))
-    if path.suffix == ".ckpt" and path.is_file():
+    if path.suffix == ".ckpt":
         return load_checkpoint(path)
     return load(str(model), seed)

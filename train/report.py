@@ -3,12 +3,12 @@ few tasks, and the top-k curve (score@k for k = 1..20) — written beside each o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from costlab.costmodels import metrics
+from costlab.datasets import jsontext
 
 
 def _plots(result: dict, out: Path) -> list[str]:
@@ -54,9 +54,13 @@ def _plots(result: dict, out: Path) -> list[str]:
 
 def write_report(result: dict, out) -> Path:
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        from costlab.datasets import UsageError
+
+        raise UsageError(f"{out}: exists and is not a directory (the report is a directory of files)")
     out.mkdir(parents=True, exist_ok=True)
     plain = {k: v for k, v in result.items() if not k.startswith("_")}
-    (out / "metrics.json").write_text(json.dumps(plain, indent=2, default=str))
+    (out / "metrics.json").write_text(jsontext.dumps(plain, indent=2))
     lines = [f"# Evaluation of `{result['model']}`", "",
              f"Dataset `{result['data']}`, platform `{result['platform']}`, split `{result['split']}` "
              f"({result['part']}), {result['records']} records, {len(result['tasks'])} tasks.", "",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from costlab.commands.options import directory, positive_int
 
 
 TARGET_HELP = ("TVM target: 'host' (default) is this machine's CPU by its concrete LLVM name and its cores, e.g. "
@@ -63,8 +64,8 @@ def register(sub) -> None:
                    "attribute, e.g. llama:layers=4,hidden=256 (repeatable)")
     q.add_argument("--torch", action="append", default=[], metavar="MODULE:FUNC",
                    help="a Python function returning (torch.nn.Module, example input tuple) (repeatable)")
-    q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
-    q.add_argument("--seq-len", type=int, default=32, help="sequence length of text models")
+    q.add_argument("--batch", type=positive_int("--batch"), default=1, help="batch size of network inputs")
+    q.add_argument("--seq-len", type=positive_int("--seq-len"), default=32, help="sequence length of text models")
     q.set_defaults(func=_extract)
 
     q = ds.add_parser("measure", help="sample candidates per task and measure them",
@@ -74,16 +75,16 @@ def register(sub) -> None:
                       "where it stopped.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
     q.add_argument("--target", default="host", help=TARGET_HELP)
-    q.add_argument("--per-task", type=int, default=32, metavar="N", help="candidates per task")
+    q.add_argument("--per-task", type=positive_int("--per-task"), default=32, metavar="N", help="candidates per task")
     q.add_argument("--platform", help="platform id (default: derived from the target)")
     q.add_argument("--tasks", help="comma-separated task indices or names (default: all MetaSchedule tasks)")
     q.add_argument("--same-programs-as", metavar="PLATFORM",
                    help="measure exactly the programs already measured on PLATFORM (for multi-platform data)")
-    q.add_argument("--batch-size", type=int, default=16, help="candidates built and run (and saved) at once")
+    q.add_argument("--batch-size", type=positive_int("--batch-size"), default=16, help="candidates built and run (and saved) at once")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
-    q.add_argument("--number", type=int, default=3, help="runs per measurement (averaged by the runner)")
-    q.add_argument("--repeat", type=int, default=1, help="measurements per candidate (raw costs kept)")
+    q.add_argument("--number", type=positive_int("--number"), default=3, help="runs per measurement (averaged by the runner)")
+    q.add_argument("--repeat", type=positive_int("--repeat"), default=1, help="measurements per candidate (raw costs kept)")
     q.add_argument("--rpc-key", help="measure on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
@@ -127,7 +128,7 @@ def register(sub) -> None:
                       "database_tuning_record.json, loadable by MetaSchedule's JSONDatabase.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
     q.add_argument("--platform", required=True)
-    q.add_argument("-o", "--output", required=True, type=Path, metavar="WORK_DIR")
+    q.add_argument("-o", "--output", required=True, type=directory("--output"), metavar="WORK_DIR")
     q.add_argument("--include-failed", action="store_true",
                    help="also write failed records (with run_secs 1e10, as MetaSchedule does)")
     q.set_defaults(func=_export_ms)
@@ -137,7 +138,7 @@ def register(sub) -> None:
                       "JSON files in DIR (records in shards of rows). Packing again after more measuring adds "
                       "only a shard of the new records; `unpack` builds the same dataset again.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
-    q.add_argument("-o", "--output", required=True, type=Path, metavar="DIR")
+    q.add_argument("-o", "--output", required=True, type=directory("--output"), metavar="DIR")
     q.set_defaults(func=_pack)
 
     q = ds.add_parser("unpack", help="build a dataset from its packed form",
@@ -204,12 +205,12 @@ def _measure(args) -> int:
 
 
 def _info(args) -> int:
-    from costlab.datasets import open_dataset, summarize
+    from costlab.datasets import jsontext, open_dataset, summarize
     from costlab.datasets.summary import format_summary
 
     with open_dataset(args.data) as ds:
         s = summarize(ds)
-    print(json.dumps(s, sort_keys=True) if args.json else format_summary(s))
+    print(jsontext.dumps(s, sort_keys=True) if args.json else format_summary(s))
     return 0
 
 

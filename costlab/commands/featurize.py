@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from costlab.commands.options import positive_int
+
 EPILOG = """\
 The features are stored in the dataset under features/<featurizer>@<version>/<platform>/, one row per
 record. A run resumes where an earlier one stopped, featurizes only records added since, and rebuilds a
@@ -37,7 +39,7 @@ def register(sub) -> None:
                    help="featurizer settings as a JSON object, or @path of a JSON file (default: the defaults)")
     p.add_argument("--refit", action="store_true",
                    help="fit the featurizer's learned part (vocabulary, sequence length) again")
-    p.add_argument("--chunk", type=int, default=256, metavar="N", help="records featurized per step")
+    p.add_argument("--chunk", type=positive_int("--chunk"), default=256, metavar="N", help="records featurized per step")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_featurize)
 

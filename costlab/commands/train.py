@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from costlab.commands.options import directory, fraction, positive_int
 
 
 def _common(q) -> None:
     q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config option, e.g. trainer.max_epochs=5 or net.d_model=128 (repeatable)")
-    q.add_argument("--epochs", type=int, help="shorthand for --set trainer.max_epochs=N")
+    q.add_argument("--epochs", type=positive_int("--epochs"), metavar="N",
+                   help="train for N passes over the training records (N >= 1; default 50, or the config's "
+                   "trainer.max_epochs); the same as --set trainer.max_epochs=N")
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -25,7 +28,7 @@ def register(sub) -> None:
     q.add_argument("--split", help="a split stored in the dataset (costlab dataset split)")
     q.add_argument("--platform", action="append", dest="platforms", metavar="ID",
                    help="label platform; repeat for mtl (the first is the target)")
-    q.add_argument("--out", type=Path, metavar="RUN_DIR")
+    q.add_argument("--out", type=directory("--out"), metavar="RUN_DIR")
     q.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoints/last.ckpt")
     _common(q)
     q.set_defaults(func=_train)
@@ -37,10 +40,10 @@ def register(sub) -> None:
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--platform", required=True, metavar="ID")
     q.add_argument("--split", help="a split stored in the dataset")
-    q.add_argument("--momentum", nargs="?", const=0.99, type=float, metavar="M",
+    q.add_argument("--momentum", nargs="?", const=0.99, type=fraction("--momentum"), metavar="M",
                    help="momentum transfer with EMA factor M (default 0.99)")
-    q.add_argument("--every", type=int, default=2, help="epochs per momentum round (default 2)")
-    q.add_argument("--out", type=Path, required=True, metavar="RUN_DIR")
+    q.add_argument("--every", type=positive_int("--every"), default=2, help="epochs per momentum round (default 2)")
+    q.add_argument("--out", type=directory("--out"), required=True, metavar="RUN_DIR")
     _common(q)
     q.set_defaults(func=_finetune)
 
@@ -53,7 +56,7 @@ def register(sub) -> None:
     q.add_argument("--split", default="auto", help="split name; 'auto' = the model's training split; 'none' = all")
     q.add_argument("--part", default="test", choices=["test", "train", "all"])
     q.add_argument("--platform", metavar="ID")
-    q.add_argument("--report", type=Path, metavar="DIR", help="write report.md, metrics.json and plots here")
+    q.add_argument("--report", type=directory("--report"), metavar="DIR", help="write report.md, metrics.json and plots here")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.set_defaults(func=_evaluate)
 
@@ -61,13 +64,15 @@ def register(sub) -> None:
 def _run(cfg, args) -> int:
     from costlab.train.fit import train
 
+    from costlab.datasets import jsontext
+
     summary = train(cfg, progress=not args.no_progress, resume=getattr(args, "resume", False))
-    print(json.dumps(summary, indent=2), file=sys.stderr)
+    print(jsontext.dumps(summary, indent=2), file=sys.stderr)
     return 0
 
 
 def _overrides(args) -> list:
-    return list(args.overrides) + ([f"trainer.max_epochs={args.epochs}"] if args.epochs else [])
+    return list(args.overrides) + ([f"trainer.max_epochs={args.epochs}"] if args.epochs is not None else [])
 
 
 def _train(args) -> int:
@@ -90,6 +95,7 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
+    from costlab.datasets import jsontext
     from costlab.train.evaluate import evaluate
     from costlab.train.report import write_report
 
@@ -99,7 +105,7 @@ def _evaluate(args) -> int:
         print(f"report: {write_report(result, args.report)}", file=sys.stderr)
     plain = {k: v for k, v in result.items() if not k.startswith("_")}
     if args.json:
-        print(json.dumps(plain, default=str))
+        print(jsontext.dumps(plain))
     else:
         print(f"{plain['model']} on {plain['platform']} ({plain['records']} records, split {plain['split']}): "
               f"top1 {plain['top1']:.4f}  top5 {plain['top5']:.4f}  pairwise {plain['pairwise']:.4f}  "

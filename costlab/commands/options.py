@@ -1,0 +1,62 @@
+"""Checked option values for every command: argparse ``type=`` functions that refuse a bad value with a
+``UsageError`` naming the option, so that the command line answers it in one ``costlab: error:`` line (exit 2).
+
+A ``UsageError`` is not a ``ValueError``, so argparse does not turn it into its own usage message: it leaves
+``parse_args`` and ``costlab.cli.main`` reports it like every other refusal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def positive_int(option: str):
+    """An integer >= 1 (counts of epochs, records per chunk, candidates, ...)."""
+
+    def parse(text: str) -> int:
+        from costlab.datasets.errors import UsageError  # imported when used: --help stays fast
+
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageError(f"{option} must be a positive integer, not {text!r}") from None
+        if value < 1:
+            raise UsageError(f"{option} must be a positive integer (1 or more), not {value}")
+        return value
+
+    parse.__name__ = "positive integer"  # what argparse would call the type in its own messages
+    return parse
+
+
+def fraction(option: str):
+    """A number strictly between 0 and 1 (NaN refused: it compares false with both bounds)."""
+
+    def parse(text: str) -> float:
+        from costlab.datasets.errors import UsageError  # imported when used: --help stays fast
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"{option} must be a number between 0 and 1, not {text!r}") from None
+        if not 0 < value < 1:
+            raise UsageError(f"{option} must be between 0 and 1 (exclusive), not {text}")
+        return value
+
+    parse.__name__ = "fraction"
+    return parse
+
+
+def directory(option: str):
+    """A directory to write into: it may not exist yet, but may not be an existing file."""
+
+    def parse(text: str) -> Path:
+        from costlab.datasets.errors import UsageError  # imported when used: --help stays fast
+
+        path = Path(text)
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{option} {text}: exists and is not a directory (give a new or existing directory)")
+        return path
+
+    parse.__name__ = "directory"
+    return parse
+
