@@ -93,8 +93,25 @@ def _read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, st
                     or not isinstance(value[1], str) or not value[0].isdigit()):
                 report.problem(f"{path}:{i + 1}: not a workload ([shash string, base64 IR string])")
                 continue
+            why = _base64_problem(value[1])
+            if why:  # stored, it would make every record of the workload unreadable later
+                report.problem(f"{path}:{i + 1}: workload IR is not valid base64 ({why})")
+                continue
             out[i] = (value[0], value[1])
     return out
+
+
+def _base64_problem(text: str) -> str | None:
+    """Why ``text`` is not the base64 of a serialized IRModule, or None. Checks the encoding only (no TVM):
+    characters outside the base64 alphabet, a length that is not a multiple of 4, nothing encoded."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        return str(exc).rstrip(".")
+    return None if raw else "empty"
 
 
 def _parse_record(value) -> tuple[int, list, list | None, dict | None, list | None]:
@@ -227,11 +244,33 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
         report.added = dict(writer.added)
         report.duplicates = dict(writer.duplicates)
         report.tasks = len(writer.tasks)
+        if not report.usable:
+            # nothing to keep: fail the transaction (an existing output stays as it was, a new one is not made)
+            if bar is not None:
+                bar.close()
+            raise _nothing_usable(report, dirs, pairs)
     if bar is not None:
         bar.close()
     for why in sorted(decode_problems):
         report.problems.append(f"(note) tasks named by hash: {why}")
     return report
+
+
+def _nothing_usable(report: ImportReport, dirs: list, pairs: list) -> InputError:
+    """The error of an import that read no usable record: the first bad line (``file:line: what``) with the
+    count of bad lines, or, when every file is empty, which files are."""
+    files = len(pairs) * 2
+    if report.problems:
+        where, _, what = report.problems[0].partition(": ")
+        path, _, line = where.rpartition(":")
+        message = what + (f"; no usable records ({report.bad} bad lines in {files} file(s))" if report.bad > 1
+                          else "; no usable records")
+        return InputError(path, message, line=int(line)) if line.isdigit() else InputError(where, message)
+    if report.lines == 0:
+        where = dirs[0] if len(dirs) == 1 else ", ".join(map(str, dirs))
+        return InputError(where, f"empty MetaSchedule database ({WORKLOAD_FILE} and {RECORD_FILE} hold no lines)")
+    return InputError(pairs[0][1] if len(pairs) == 1 else ", ".join(str(tr) for _, tr in pairs),
+                      "no tuning records (the workload file has lines, the record file none)")
 
 
 def _args_info(task) -> list:

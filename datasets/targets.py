@@ -25,7 +25,10 @@ def target_from_string(text: str) -> dict:
     """``"llvm -num-cores=2 -mattr=+avx2,+fma"`` -> ``{"kind": "llvm", "num-cores": 2, "mattr": ["+avx2", "+fma"]}``."""
     text = text.strip()
     if text.startswith("{"):
-        value = json.loads(text)
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"target JSON is not valid ({exc.msg} at column {exc.colno}): {text!r}") from None
         if not isinstance(value, dict) or "kind" not in value:
             raise ValueError(f"target JSON must be an object with a 'kind': {text!r}")
         return value
@@ -56,6 +59,21 @@ def normalize_target(target) -> dict:
     value = dict(target) if isinstance(target, dict) else target_from_string(str(target))
     if value.get("kind") == "llvm" and value.get("mcpu") == "native":
         value["mcpu"] = host_cpu_name()
+    return value
+
+
+def checked_target(target) -> dict:
+    """``normalize_target(target)``, checked by TVM itself: an unknown kind, an unknown option or a value of the
+    wrong type is a ValueError saying which (TVM's reason, without its C++ trace). Needs TVM."""
+    value = normalize_target(target)
+    import tvm
+
+    try:
+        tvm.target.Target(value)
+    except Exception as exc:  # TVM raises ValueError or its own error types, message first
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        reason = lines[-1] if lines else type(exc).__name__
+        raise ValueError(f"not a TVM target: {reason.split('. Target creation')[0]}") from None
     return value
 
 

@@ -30,6 +30,29 @@ def check_training_split(ds, meta: dict, split: str | None) -> None:
             "Evaluate on another split, or --split none to score all records")
 
 
+DIALECTS = {"ms": "MetaSchedule", "ansor": "Ansor"}
+
+
+def mismatches(meta: dict, ds, platform: str, task: np.ndarray) -> list[str]:
+    """What differs between the data a model trained on (its config's ``dialects`` and ``targets``) and the
+    records it is about to score: schedules of another dialect, or a platform of another target kind (a CPU
+    model scoring GPU programs). Such scores are rarely meaningful; the model still scores them, and this
+    says so. Models that record neither (checkpoints, the builtin ones) get no warning."""
+    out = []
+    trained = set(meta.get("dialects") or [])
+    here = {ds.tasks[int(t)].dialect for t in np.unique(task)}
+    if trained and here and not here <= trained:
+        name = lambda ds_: ", ".join(DIALECTS.get(d, d) for d in sorted(ds_))  # noqa: E731
+        out.append(f"the model was trained on {name(trained)} schedules; {ds.path} platform {platform!r} holds "
+                   f"{name(here - trained)} schedules: its scores of them may mean nothing")
+    kinds = {str(t.get("kind")) for t in (meta.get("targets") or {}).values() if isinstance(t, dict)}
+    kind = ds.platforms[platform].target.get("kind") if platform in ds.platforms else None
+    if kinds and kind and kind not in kinds:
+        out.append(f"the model was trained for {', '.join(sorted(kinds))} targets; platform {platform!r} of "
+                   f"{ds.path} is a {kind} target: its scores may mean nothing")
+    return out
+
+
 def select_rows(ds, platform: str, split: str | None, part: str) -> np.ndarray:
     table = ds.records(platform)
     n = len(table)
@@ -72,6 +95,8 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         task = table.task[rows].astype(np.int64)
         latency = table.latency()[rows] if len(rows) else np.zeros(0)
         score = scores(task, latency)
+        for warning in mismatches(meta, ds, platform, task):
+            print(f"costlab: warning: {warning}", file=sys.stderr)
         out = pred_obj.predict(features_of(ds, pred_obj.featurizer, platform, rows))
         if head is None:
             head = head_of(pred_obj, platform)

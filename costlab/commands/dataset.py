@@ -30,11 +30,13 @@ def register(sub) -> None:
     q.add_argument("work_dirs", nargs="+", metavar="WORK_DIR", type=Path)
     q.add_argument("-o", "--output", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--platform", help="platform id (default: derived from the records' target)")
-    q.add_argument("--network", help="record the tasks as one network, weighted by record count 1 each")
+    q.add_argument("--network", metavar="NAME",
+                   help="also record the imported tasks as one network called NAME, each task with weight 1 "
+                   "(evaluate then reports the weighted top-k of NAME)")
     q.set_defaults(func=_import_ms)
 
     q = ds.add_parser("import-ansor", help="import Ansor / TenSet JSON-lines logs",
-                      description="Import Ansor / TenSet JSON-lines logs (v0.5 and v0.6): single log files or "
+                      description="Import Ansor / TenSet JSON-lines logs (log versions v0.2 to v0.6): single log files or "
                       "folders of them (TenSet's measure_records/<platform>/). No TVM needed. Bad lines are "
                       "skipped and counted.")
     q.add_argument("paths", nargs="+", metavar="PATH", type=Path)
@@ -230,10 +232,14 @@ def _split(args) -> int:
 
 
 def _rename_platform(args) -> int:
-    from costlab.datasets import DatasetWriter
-    from costlab.datasets.targets import normalize_target
+    from costlab.datasets import DatasetWriter, UsageError
+    from costlab.datasets.targets import check_platform_id, checked_target
 
-    target = normalize_target(args.target) if args.target else None
+    check_platform_id(args.new)  # checked before the target (which needs TVM) and before any write
+    try:
+        target = checked_target(args.target) if args.target else None
+    except ValueError as exc:
+        raise UsageError(f"--target {args.target!r}: {exc}") from None
     with DatasetWriter(args.data) as w:
         w.rename_platform(args.old, args.new, target)
     print(f"{args.data}: platform {args.old!r} is now {args.new!r}", file=sys.stderr)
