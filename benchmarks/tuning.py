@@ -5,6 +5,8 @@ Arms, each a `costlab tune` run (a0 excepted) on the host's own target:
   a   MetaSchedule's evolutionary search + XGBoost with costlab's builder and runner: the search baseline
   b   Draft-then-Verify: PSA drafts, the pre-trained model (--model) verifies, frozen
   c   b with online momentum adaptation (MoA)
+  f   the other form of Draft-then-Verify (--strategy draft-filter), frozen: MetaSchedule's evolutionary search
+      with a cost model that drafts with PSA inside every call (docs/search.md chooses between b and f)
 
 Every run is a work dir OUT/runs/ARM/WORKLOAD/sSEED that is kept: re-running `run` continues an interrupted run
 and skips finished ones (a0, timed as one call, restarts), and `table` rebuilds every figure from the work dirs.
@@ -43,15 +45,17 @@ WORKLOADS = {
                    "--task", "fused_matmul_add2"],
 }
 GMM_FLOPS = 2 * 128 * 128 * 128
-ARMS = ("a0", "a", "b", "c")
+ARMS = ("a0", "a", "b", "c", "f")
 
 
 def _arm_args(arm: str, model: str | None) -> list[str]:
     if arm == "a":
         return ["--strategy", "evolutionary"]
-    if arm in ("b", "c"):
+    if arm in ("b", "c", "f"):
         if not model:
             raise SystemExit(f"arm {arm} needs --model (a model pre-trained on other tasks of this target)")
+        if arm == "f":
+            return ["--model", model, "--strategy", "draft-filter"]
         return ["--model", model, "--strategy", "draft-verify"] + (["--adapt", "momentum"] if arm == "c" else [])
     raise ValueError(arm)
 
@@ -277,7 +281,7 @@ def collect(out: Path) -> dict:
                     row.update(wall_s=prog[-1]["elapsed_s"] if prog else summary["wall_s"], progress=prog,
                                final_us=re.get("best_us"), tuning_final_us=prog[-1]["best_us"] if prog else None,
                                at64_us=_best_after(prog, 64), rounds=_rounds(seed_dir),
-                               trials=sum(t["trials"] for t in summary["tasks"]))
+                               trials=sum(t["trials"] for t in summary["tasks"]), cost_model=summary.get("cost_model"))
                 data.setdefault(wl_dir.name, {}).setdefault(arm_dir.name, []).append(row)
     return data
 
@@ -315,7 +319,7 @@ def table(args) -> int:
                          f"{_fmt(max(finals, default=None))}) | {_fmt(_geo([r['at64_us'] for r in rows]))} | "
                          f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | "
                          f"{_fmt(t_reach, '.0f')} ({len(got)}/{len(rows)} reached) | {_fmt(s_reach, '.0f')} |")
-            if arm in ("b", "c") and a:
+            if arm in ("b", "c", "f") and a:
                 ga64, g64 = _geo([r["at64_us"] for r in a]), _geo([r["at64_us"] for r in rows])
                 gaf, gf = _geo([r["final_us"] for r in a]), _geo(finals)
                 if ga64 and g64:
@@ -326,7 +330,10 @@ def table(args) -> int:
                     ratios["trials"].append((arm, t_reach / _geo([r["trials"] for r in a])))
                     ratios["secs"].append((arm, s_reach / _geo([r["wall_s"] for r in a])))
     lines.append("")
-    for arm in ("b", "c"):
+    for arm in ("b", "c", "f"):
+        if not any(k == arm for k, _ in ratios["final"]):
+            continue
+
         def g(key):
             return _fmt(_geo([v for k, v in ratios[key] if k == arm]), ".2f")
 
@@ -339,6 +346,12 @@ def table(args) -> int:
             saved = 1 - sum(x["verify_scored"] for x in rounds) / max(sum(x["draft_scored"] for x in rounds), 1)
             lines.append(f"{arm}: verify stage {share:.1%} of a round's time; draft stage saved {saved:.1%} of "
                          f"learned-model evaluations ({len(rounds)} rounds)")
+    filt = [r["cost_model"] for wl in data.values() for r in wl.get("f", []) if (r.get("cost_model") or {}).get("draft_scored")]
+    if filt:
+        share = sum(x["verify_s"] for x in filt) / max(sum(r["wall_s"] for wl in data.values() for r in wl.get("f", [])), 1e-9)
+        saved = 1 - sum(x["verify_scored"] for x in filt) / max(sum(x["draft_scored"] for x in filt), 1)
+        lines.append(f"f: verify stage {share:.1%} of the run's time; draft stage saved {saved:.1%} of learned-model "
+                     f"evaluations")
     for wl, arms in sorted(data.items()):
         if "a0" in arms and "a" in arms:
             lines.append(f"{wl}: a0 (tune_tir as users call it) {_fmt(_geo([r['wall_s'] for r in arms['a0']]), '.0f')} s "

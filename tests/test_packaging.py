@@ -21,6 +21,11 @@ def test_wheel_installs_only_costlab(tmp_path):
     for sub in ("datasets", "featurizers", "costmodels", "train", "export", "commands"):
         assert f"costlab/{sub}/__init__.py" in names
     assert "costlab/datasets/store.py" in names
+    from costlab.costmodels.shipped import shipped_names
+
+    for name in shipped_names():  # the shipped models travel in the wheel
+        assert {f"costlab/costmodels/models/{name}/config.json",
+                f"costlab/costmodels/models/{name}/model.safetensors"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "costlab = costlab.cli:main" in entry
 
