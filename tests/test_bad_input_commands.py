@@ -1,0 +1,352 @@
+"""Bad input to every command but the imports (tests/test_bad_input.py has those): one row per case, each
+answered with exit code 2 and exactly one ``costlab: error:`` line holding the expected words, no traceback,
+and the dataset files byte for byte as they were. Then the cases that are not a plain refusal: a diverged
+training run, JSON without bare NaN, import-ms with nothing usable, evaluate on another dialect, help texts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import h5py
+import orjson
+import pytest
+import torch
+
+from conftest import FIXTURES
+from costlab.cli import main
+from costlab.datasets import jsontext, open_dataset, schema
+
+SMALL = FIXTURES / "ms_small.h5"
+MS_DB = FIXTURES / "ms_tune_db"
+BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"
+PLATFORM = "llvm-x86_64-2c"
+TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The measured MetaSchedule fixture with its TLP features, and a tiny TLP model trained one epoch on it."""
+    base = tmp_path_factory.mktemp("trained")
+    shutil.copy(SMALL, base / "d.h5")
+    assert main(["featurize", str(base / "d.h5"), "--featurizer", "tlp", "--no-progress"]) == 0
+    assert main(["train", "--data", str(base / "d.h5"), "--out", str(base / "run"), "--epochs", "1",
+                 "--no-progress", *TINY]) == 0
+    return base
+
+
+@pytest.fixture
+def ctx(trained, tmp_path):
+    """A fresh copy of the dataset (so that a case that wrote to it could not hide from the next one), the
+    model's run directory and checkpoint, and a scratch folder."""
+    shutil.copy(trained / "d.h5", tmp_path / "d.h5")
+    return dict(data=tmp_path / "d.h5", run=trained / "run", ckpt=trained / "run" / "checkpoints" / "last.ckpt",
+                tmp=tmp_path)
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _one_error(err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# -- files each row makes (in the scratch folder) ----------------------------------------------------------
+
+def _file(c, name, content: bytes):
+    path = c["tmp"] / name
+    path.write_bytes(content)
+    return path
+
+
+def _truncated_ckpt(c):
+    return _file(c, "cut.ckpt", c["ckpt"].read_bytes()[:1000])
+
+
+def _edited_ckpt(c, edit):
+    ckpt = torch.load(c["ckpt"], map_location="cpu", weights_only=True)
+    edit(ckpt)
+    path = c["tmp"] / "edited.ckpt"
+    torch.save(ckpt, path)
+    return path
+
+
+def _nan_ckpt(c):
+    def edit(ckpt):
+        name = next(k for k, v in ckpt["state_dict"].items() if k.startswith("net.") and v.is_floating_point())
+        ckpt["state_dict"][name] = torch.full_like(ckpt["state_dict"][name], float("nan"))
+    return _edited_ckpt(c, edit)
+
+
+def _misfit_ckpt(c):
+    def edit(ckpt):
+        ckpt["hyper_parameters"]["net_config"] = dict(ckpt["hyper_parameters"]["net_config"], d_model=32)
+    return _edited_ckpt(c, edit)
+
+
+def _set_attr(c, edit):
+    """The dataset with one attribute damaged (``edit(h5 file)``)."""
+    with h5py.File(c["data"], "a") as f:
+        edit(f)
+    return c["data"]
+
+
+def _target_attr(f, text):
+    f["platforms"][PLATFORM].attrs["target"] = text
+
+
+def _empty_ms_db(c):
+    (c["tmp"] / "db").mkdir()
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (c["tmp"] / "db" / name).write_bytes(b"")
+    return c["tmp"] / "db"
+
+
+def _bad_ms_db(c):
+    (c["tmp"] / "db").mkdir()
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (c["tmp"] / "db" / name).write_bytes(b"not json\n[1, 2, 3]\n")
+    return c["tmp"] / "db"
+
+
+def _train(c, *extra):
+    return ["train", "--data", c["data"], "--out", c["tmp"] / "run", "--no-progress", *extra]
+
+
+def _evaluate(c, model, *extra):
+    return ["evaluate", "--model", model, "--data", c["data"], *extra]
+
+
+# name: (argv of the case, given the context; words the one error line must hold)
+CASES = {
+    # models: checkpoints and artifacts that cannot be scored with
+    "evaluate damaged ckpt": (lambda c: _evaluate(c, _truncated_ckpt(c)),
+                              "not a readable training checkpoint (truncated or damaged"),
+    "evaluate foreign ckpt": (lambda c: _evaluate(c, _file(c, "x.ckpt", b"not a checkpoint")),
+                              "not a readable training checkpoint"),
+    "evaluate missing ckpt": (lambda c: _evaluate(c, c["tmp"] / "none.ckpt"), "none.ckpt: no such checkpoint"),
+    "evaluate ckpt with NaN weights": (lambda c: _evaluate(c, _nan_ckpt(c)), "holds non-finite values"),
+    "evaluate ckpt whose config misfits": (lambda c: _evaluate(c, _misfit_ckpt(c)),
+                                           "the net config does not fit the weights"),
+    "finetune from damaged ckpt": (lambda c: ["finetune", "--from", _truncated_ckpt(c), "--data", c["data"],
+                                              "--platform", PLATFORM, "--out", c["tmp"] / "ft"],
+                                   "not a readable training checkpoint"),
+    "finetune from NaN ckpt": (lambda c: ["finetune", "--from", _nan_ckpt(c), "--data", c["data"], "--platform",
+                                          PLATFORM, "--out", c["tmp"] / "ft", "--epochs", "1", *TINY[-2:]],
+                               "holds non-finite values"),
+    "export damaged ckpt": (lambda c: ["export", _truncated_ckpt(c), "-o", c["tmp"] / "m"], "not a costlab model"),
+    "export missing ckpt": (lambda c: ["export", c["tmp"] / "none.ckpt", "-o", c["tmp"] / "m"], "no such model"),
+    "evaluate --model is a dataset": (lambda c: _evaluate(c, c["data"]), "d.h5: not a costlab model"),
+    "finetune --from is a dataset": (lambda c: ["finetune", "--from", c["data"], "--data", c["data"],
+                                                "--platform", PLATFORM, "--out", c["tmp"] / "ft"],
+                                     "d.h5: not a costlab model"),
+    # options out of range or of the wrong type
+    "featurize --chunk 0": (lambda c: ["featurize", c["data"], "--featurizer", "tlp", "--chunk", "0"],
+                            "--chunk must be a positive integer (1 or more), not 0"),
+    "featurize --chunk -3": (lambda c: ["featurize", c["data"], "--featurizer", "tlp", "--chunk", "-3"],
+                             "--chunk must be a positive integer (1 or more), not -3"),
+    "featurize --chunk x": (lambda c: ["featurize", c["data"], "--featurizer", "tlp", "--chunk", "x"],
+                            "--chunk must be a positive integer, not 'x'"),
+    "featurize --config bad JSON": (lambda c: ["featurize", c["data"], "--featurizer", "tlp", "--config", "{bad"],
+                                    "--config:1: featurizer config is not JSON"),
+    "train --epochs 0": (lambda c: _train(c, "--epochs", "0"), "--epochs must be a positive integer"),
+    "train --epochs -1": (lambda c: _train(c, "--epochs", "-1"), "--epochs must be a positive integer"),
+    "finetune --epochs 0": (lambda c: ["finetune", "--from", c["run"], "--data", c["data"], "--platform", PLATFORM,
+                                       "--out", c["tmp"] / "ft", "--epochs", "0"],
+                            "--epochs must be a positive integer"),
+    "train --set max_epochs=-1": (lambda c: _train(c, "--set", "trainer.max_epochs=-1"),
+                                  "trainer.max_epochs must be a positive integer, not -1"),
+    "train --set max_epochs=x": (lambda c: _train(c, "--set", "trainer.max_epochs=x"),
+                                 "trainer.max_epochs must be a positive integer, not 'x'"),
+    "train --set lr=abc": (lambda c: _train(c, "--set", "lr=abc"), "lr must be a positive number, not 'abc'"),
+    "train --set lr=nan": (lambda c: _train(c, "--set", "lr=.nan"), "lr must be a positive number"),
+    "train --set loss=x": (lambda c: _train(c, "--set", "loss=hinge"), "loss must be one of lambdarank, mse"),
+    "train --set net.d_model=abc": (lambda c: _train(c, "--set", "net.d_model=abc"),
+                                    "net.d_model must be an integer, not 'abc'"),
+    "train --set net.unknown": (lambda c: _train(c, "--set", "net.width=3"), "unknown net option net.width"),
+    "train --set data_options.list_size=0": (lambda c: _train(c, "--set", "data_options.list_size=0"),
+                                             "data_options.list_size must be a positive integer"),
+    "train --set trainer.unknown": (lambda c: _train(c, "--epochs", "1", "--set", "trainer.speed=3"),
+                                    "trainer options: Trainer.__init__() got an unexpected keyword argument"),
+    "train --set value not YAML": (lambda c: _train(c, "--set", "lr=[1,"), "--set lr=[1,: the value is not valid YAML"),
+    "train --config bad YAML": (lambda c: _train(c, "--config", _file(c, "c.yaml", b"model: [tlp\n  x: : y\n")),
+                                "c.yaml:2: training config is not valid YAML"),
+    "train --config not a mapping": (lambda c: _train(c, "--config", _file(c, "c.yaml", b"- a\n- b\n")),
+                                     "c.yaml: a training config must be a YAML mapping, not a list"),
+    "train --config binary": (lambda c: _train(c, "--config", _file(c, "c.yaml", b"\xff\xfe\x00")),
+                              "c.yaml: not a YAML training config (not UTF-8 text)"),
+    "train --config missing": (lambda c: _train(c, "--config", c["tmp"] / "none.yaml"),
+                               "none.yaml: no such training config"),
+    "train --config max_epochs 0": (lambda c: _train(c, "--config", _file(c, "c.yaml", b"trainer: {max_epochs: 0}\n")),
+                                    "trainer.max_epochs must be a positive integer, not 0"),
+    "train --out is a file": (lambda c: ["train", "--data", c["data"], "--out", _file(c, "f", b"x")],
+                              "--out", "exists and is not a directory"),
+    "finetune --out is a file": (lambda c: ["finetune", "--from", c["run"], "--data", c["data"], "--platform",
+                                            PLATFORM, "--out", _file(c, "f", b"x")], "exists and is not a directory"),
+    "evaluate --report is a file": (lambda c: _evaluate(c, c["run"], "--report", _file(c, "f", b"x")),
+                                    "--report", "exists and is not a directory"),
+    "pack -o is a file": (lambda c: ["dataset", "pack", c["data"], "-o", _file(c, "f", b"x")],
+                          "exists and is not a directory"),
+    "split --test-fraction 0": (lambda c: ["dataset", "split", c["data"], "--test-fraction", "0"],
+                                "test fraction must be between 0 and 1"),
+    "split --test-fraction 1": (lambda c: ["dataset", "split", c["data"], "--test-fraction", "1"],
+                                "test fraction must be between 0 and 1"),
+    "split --test-fraction -0.2": (lambda c: ["dataset", "split", c["data"], "--test-fraction=-0.2"],
+                                   "test fraction must be between 0 and 1"),
+    "split --test-fraction nan": (lambda c: ["dataset", "split", c["data"], "--test-fraction", "nan"],
+                                  "test fraction must be between 0 and 1"),
+    # rename-platform
+    "rename-platform bad new id": (lambda c: ["dataset", "rename-platform", c["data"], PLATFORM, "a/b"],
+                                   "bad platform id 'a/b'"),
+    "rename-platform unknown old id": (lambda c: ["dataset", "rename-platform", c["data"], "nope", "new"],
+                                       "no platform 'nope'"),
+    "rename-platform target of unknown kind": (lambda c: ["dataset", "rename-platform", c["data"], PLATFORM, "new",
+                                                          "--target", '{"kind": "bogus"}'],
+                                               'not a TVM target: Target kind "bogus" is not defined'),
+    "rename-platform target with a bad option": (lambda c: ["dataset", "rename-platform", c["data"], PLATFORM, "new",
+                                                            "--target", "llvm -num-cores=x"],
+                                                 "not a TVM target: Option 'num-cores'"),
+    "rename-platform target not JSON": (lambda c: ["dataset", "rename-platform", c["data"], PLATFORM, "new",
+                                                   "--target", "{bad json"], "target JSON is not valid"),
+    # datasets damaged inside
+    "costlab_format a string": (lambda c: ["dataset", "info", _set_attr(c, lambda f: f.attrs.__setitem__(
+        schema.FORMAT_ATTR, "one"))], "damaged dataset: 'costlab_format' must be a positive integer, not 'one'"),
+    "costlab_format an array": (lambda c: ["dataset", "info", _set_attr(c, lambda f: f.attrs.__setitem__(
+        schema.FORMAT_ATTR, [1, 2]))], "'costlab_format' must be a positive integer, not [1, 2]"),
+    "costlab_format a fraction": (lambda c: ["dataset", "info", _set_attr(c, lambda f: f.attrs.__setitem__(
+        schema.FORMAT_ATTR, 1.5))], "'costlab_format' must be a positive integer, not 1.5"),
+    "costlab_format newer": (lambda c: ["dataset", "info", _set_attr(c, lambda f: f.attrs.__setitem__(
+        schema.FORMAT_ATTR, schema.FORMAT_VERSION + 1))], "written by a newer costlab"),
+    "platform target not JSON": (lambda c: ["dataset", "info", _set_attr(c, lambda f: _target_attr(f, "{not json"))],
+                                 f"damaged dataset: platform '{PLATFORM}': target is not valid JSON"),
+    "platform target not an object": (lambda c: ["dataset", "info", _set_attr(c, lambda f: _target_attr(f, "[1]"))],
+                                      f"platform '{PLATFORM}': target must be a JSON object"),
+    "import into a damaged dataset": (lambda c: ["dataset", "import-ansor", BERT, "-o", _set_attr(
+        c, lambda f: _target_attr(f, "{not json"))], "target is not valid JSON"),
+    "evaluate on a damaged dataset": (lambda c: (_set_attr(c, lambda f: f.attrs.__setitem__(schema.FORMAT_ATTR, "x")),
+                                                 _evaluate(c, c["run"]))[1], "damaged dataset"),
+    # import-ms with nothing usable (the output must not be created)
+    "import-ms of empty files": (lambda c: ["dataset", "import-ms", _empty_ms_db(c), "-o", c["tmp"] / "new.h5"],
+                                 "db: empty MetaSchedule database"),
+    "import-ms of bad lines only": (lambda c: ["dataset", "import-ms", _bad_ms_db(c), "-o", c["tmp"] / "new.h5"],
+                                    "database_workload.json:1: not JSON", "no usable records (4 bad lines in 2 file(s))"),
+    "import-ms into the dataset, nothing usable": (lambda c: ["dataset", "import-ms", _bad_ms_db(c), "-o", c["data"]],
+                                                   "no usable records"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_line(ctx, capsys, case):
+    make, *words = CASES[case]
+    argv = [str(a) for a in make(ctx)]
+    before = _digest(ctx["data"])  # after the case damaged it on purpose, before the command ran
+    code = main(argv)
+    line = _one_error(capsys.readouterr().err)
+    assert code == 2
+    for w in words:
+        assert w in line, line
+    assert _digest(ctx["data"]) == before
+    assert not (ctx["tmp"] / "new.h5").exists()
+    leftovers = [p.name for p in ctx["tmp"].iterdir() if ".tmp-" in p.name]
+    assert not leftovers
+
+
+# -- a diverged training run ------------------------------------------------------------------------------
+
+def test_diverged_training_stops_without_a_model(ctx, capsys):
+    out = ctx["tmp"] / "run"
+    code = main(["train", "--data", str(ctx["data"]), "--out", str(out), "--epochs", "3", "--no-progress",
+                 "--set", "lr=1e12", "--set", "trainer.gradient_clip_val=null", *TINY])
+    line = _one_error(capsys.readouterr().err)
+    assert code == 2 and "training diverged: the loss is nan" in line and "no model was written" in line
+    assert not (out / "model").exists() and not (out / "summary.json").exists()
+
+
+# -- JSON costlab writes: never a bare NaN -------------------------------------------------------------------
+
+def _strict(text: str):
+    def refuse(name):
+        raise AssertionError(f"bare {name} in JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_text_writes_null_for_non_finite_numbers():
+    import numpy as np
+
+    value = {"top1": float("nan"), "n": np.float32(0.5), "inf": np.float64("inf"), "list": [1.0, float("-inf")],
+             "arr": np.array([np.nan, 2.0])}
+    assert _strict(jsontext.dumps(value)) == {"top1": None, "n": 0.5, "inf": None, "list": [1.0, None],
+                                             "arr": [None, 2.0]}
+
+
+def test_written_json_files_are_strict_json(ctx, trained, capsys):
+    assert main(["evaluate", "--model", str(trained / "run"), "--data", str(ctx["data"]), "--report",
+                 str(ctx["tmp"] / "rep"), "--json"]) == 0
+    _strict(capsys.readouterr().out)
+    for path in [ctx["tmp"] / "rep" / "metrics.json", trained / "run" / "summary.json",
+                 trained / "run" / "model" / "config.json"]:
+        _strict(path.read_text())
+
+
+# -- import-ms: an invalid base64 workload is named, skipped and counted ----------------------------------------
+
+def test_import_ms_skips_a_workload_that_is_not_base64(tmp_path, capsys):
+    db = tmp_path / "db"
+    shutil.copytree(MS_DB, db)
+    wl = db / "database_workload.json"
+    lines = wl.read_bytes().splitlines()
+    shash, _ = orjson.loads(lines[1])
+    lines[1] = orjson.dumps([shash, "!!not base64"])
+    wl.write_bytes(b"\n".join(lines) + b"\n")
+    records = [orjson.loads(ln) for ln in (db / "database_tuning_record.json").read_bytes().splitlines() if ln.strip()]
+    of_second = sum(1 for r in records if r[0] == 1)
+    assert of_second and of_second < len(records)
+    code = main(["dataset", "import-ms", str(db), "-o", str(tmp_path / "d.h5")])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert f"skipped {wl}:2: workload IR is not valid base64" in err
+    assert f"{1 + of_second} bad line(s)/record(s) skipped" in err
+    with open_dataset(tmp_path / "d.h5") as ds:
+        assert all(t.workload_hash != shash for t in ds.tasks)  # not stored
+        assert len(ds.records(PLATFORM)) == len(records) - of_second
+
+
+# -- evaluate on records of another dialect and target kind ------------------------------------------------------
+
+def test_evaluate_warns_on_another_dialect_and_target_kind(trained, tmp_path, capsys):
+    data = tmp_path / "ansor.h5"
+    assert main(["dataset", "import-ansor", str(BERT), "-o", str(data)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(trained / "run"), "--data", str(data)]) == 0
+    err = capsys.readouterr().err
+    assert "costlab: warning: the model was trained on MetaSchedule schedules" in err and "holds Ansor" in err
+    assert "costlab: warning: the model was trained for llvm targets; platform '2080ti'" in err
+    assert "is a cuda target" in err
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(trained / "run"), "--data", str(trained / "d.h5")]) == 0
+    assert "warning" not in capsys.readouterr().err  # same dialect and kind: nothing to say
+
+
+# -- help texts --------------------------------------------------------------------------------------------------
+
+def _help(capsys, *argv) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_help_texts(capsys):
+    from costlab.datasets.ansor_log import KNOWN_VERSIONS
+
+    text = _help(capsys, "dataset", "import-ansor")
+    versions = sorted(KNOWN_VERSIONS)
+    assert f"log versions {versions[0]} to {versions[-1]}" in text
+    assert "also record the imported tasks as one network called NAME, each task with weight 1" in _help(
+        capsys, "dataset", "import-ms")
+    for cmd in ("train", "finetune"):
+        assert "--epochs N train for N passes over the training records (N >= 1" in _help(capsys, cmd)
