@@ -105,7 +105,9 @@ def load_weights(module: CostModelModule, source) -> None:
         state = read_artifact(source).tensors
     else:
         state = read_checkpoint(source)["state"]
-    load_state(module.core, state, source)
+    training = module.core.training
+    load_state(module.core, state, source)  # checks that the weights fit the net (and puts it in eval mode)
+    module.core.train(training)  # Lightning trains modules in the mode they are in at fit start
     if hasattr(module.net, "momentum_net"):
         module.net.momentum_net.load_state_dict(state)
 
