@@ -229,21 +229,34 @@ def _progress(work: Path) -> list[dict]:
     return rows
 
 
-def _best_after(rows: list[dict], trials: int) -> float | None:
-    best = None
-    for r in rows:
-        if r["trials"] > trials:
-            break
-        if r.get("best_us"):
-            best = r["best_us"] if best is None else min(best, r["best_us"])
-    return best
+def _curve(work: Path) -> list[float]:
+    """Latency (µs) of every trial in the order measured (the database's order); failures are inf."""
+    path = work / "database_tuning_record.json"
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            secs = json.loads(line)[1][1]
+        except (ValueError, IndexError, TypeError):
+            continue
+        lat = sum(secs) / len(secs) * 1e6 if secs else math.inf
+        out.append(lat if lat < 1e9 else math.inf)
+    return out
 
 
-def _reach(rows: list[dict], latency: float) -> tuple[int, float] | None:
-    """Trials and seconds when the run's best first got to LATENCY or below."""
-    for r in rows:
-        if r.get("best_us") is not None and r["best_us"] <= latency:
-            return r["trials"], r["elapsed_s"]
+def _best_after(curve: list[float], trials: int) -> float | None:
+    best = min(curve[:trials], default=math.inf)
+    return best if math.isfinite(best) else None
+
+
+def _reach(curve: list[float], progress: list[dict], latency: float) -> tuple[int, float] | None:
+    """The trial at which the run's best first got to LATENCY or below, and the run's seconds at the end of
+    that trial's batch (progress.jsonl has one row per measured batch)."""
+    best = math.inf
+    for i, lat in enumerate(curve, 1):
+        best = min(best, lat)
+        if best <= latency:
+            secs = next((r["elapsed_s"] for r in progress if r["trials"] >= i), progress[-1]["elapsed_s"] if progress else None)
+            return i, secs
     return None
 
 
@@ -277,10 +290,11 @@ def collect(out: Path) -> dict:
                         continue
                     summary = json.loads((seed_dir / "costlab_tune.json").read_text())
                     prog = _progress(seed_dir)
+                    curve = _curve(seed_dir)
                     re = json.loads((seed_dir / "remeasured.json").read_text()) if (seed_dir / "remeasured.json").exists() else {}
                     row.update(wall_s=prog[-1]["elapsed_s"] if prog else summary["wall_s"], progress=prog,
-                               final_us=re.get("best_us"), tuning_final_us=prog[-1]["best_us"] if prog else None,
-                               at64_us=_best_after(prog, 64), rounds=_rounds(seed_dir),
+                               final_us=re.get("best_us"), tuning_final_us=_best_after(curve, len(curve)),
+                               curve=curve, at64_us=_best_after(curve, 64), rounds=_rounds(seed_dir),
                                trials=sum(t["trials"] for t in summary["tasks"]), cost_model=summary.get("cost_model"))
                 data.setdefault(wl_dir.name, {}).setdefault(arm_dir.name, []).append(row)
     return data
@@ -311,7 +325,7 @@ def table(args) -> int:
                              f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | - | - |")
                 continue
             finals = [r["final_us"] for r in rows if r["final_us"]]
-            reach = [_reach(r["progress"], target) if target else None for r in rows]
+            reach = [_reach(r["curve"], r["progress"], target) if target else None for r in rows]
             got = [x for x in reach if x]
             t_reach = _geo([x[0] for x in got]) if got and len(got) == len(rows) else None
             s_reach = _geo([x[1] for x in got]) if got and len(got) == len(rows) else None
