@@ -121,6 +121,9 @@ def _read(path: Path, weights: bool) -> Artifact:
         if not files[WEIGHTS].exists():
             raise InputError(path, f"incomplete model: {CONFIG} but no {WEIGHTS}")
         blob = files[WEIGHTS].read_bytes()
+    elif path.suffix == ".ckpt":
+        raise InputError(path, "a training checkpoint, not a model: give its run directory (costlab export "
+                               "RUN_DIR -o MODEL_DIR exports the run's best model)")
     else:
         config, blob = _read_archive(path, weights)
         if not weights:

@@ -38,10 +38,11 @@ PATTERN_NAMES = (
     "read", "write", "read_write",
     "log_bytes", "log_unique_bytes", "log_reuse_dis_bytes", "log_reuse_dis_iter", "log_reuse_ct",
     "log_total_reuse", "log_stride", "unit_stride",
-    "log_vector_lanes", "log_parallel", "log_threads", "log_level_footprint", "log_stmt_flops",
+    "log_vector_lanes", "log_parallel", "log_threads", "log_access_footprint", "log_stmt_flops",
     "log_alloc_bytes", "chain_position", "init", "level_depth",
 )
 PATTERN_FEATURES = len(PATTERN_NAMES)
+LEVEL_COLUMNS = PATTERN_NAMES[:len(LEVELS)]
 STMT_FEATURES = 164
 
 
@@ -92,40 +93,45 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
                 depth = r + 1
             else:
                 reuse_bytes, reuse_iter, reuse_ct, depth = fp[0] * a.nbytes, 0, 0, 0
-            row = [0.0] * PATTERN_FEATURES
             level = _level(a, reuse_bytes, caps, spec, gpu)
-            row[level] = 1.0
-            kind = 7 if (a.write and a.buffer in read) else (6 if a.write else 5)
-            row[kind] = 1.0
+            kind = "read_write" if (a.write and a.buffer in read) else ("write" if a.write else "read")
             touched = inst
             for terms in a.dims:
                 for pos, coef, span in terms:
                     if pos >= n and span > 1:
                         touched *= span
-            row[8] = _lg(touched * a.nbytes)
-            row[9] = _lg(fp[0] * a.nbytes)
-            row[10] = _lg(reuse_bytes)
-            row[11] = _lg(reuse_iter)
-            row[12] = _lg(reuse_ct)
-            row[13] = _lg(touched / max(1, fp[0]))
             strides = flat_strides(a)
             inner = max(strides) if strides else None
             stride = strides[inner] if inner is not None and inner < n else 0
-            row[14] = _lg(stride)
-            row[15] = 1.0 if stride == 1 else 0.0
-            row[16] = _lg(exts[vec]) if vec is not None and vec in strides else 0.0
-            row[17] = math.log2(par)  # 0: serial
-            row[18] = math.log2(threads)
-            row[19] = _lg(reuse_bytes)
-            row[20] = _lg(inst * s.flops)
             alloc = a.nbytes
             for dim in a.shape:
                 alloc *= max(1, int(dim))
-            row[21] = _lg(alloc)
-            row[22] = k / n_stmts
-            row[23] = 1.0 if s.init else 0.0
-            row[24] = depth / max(1, n)
-            rows.append(row)
+            # this access's own footprint between two uses (the reuse distance counts every access's)
+            own_bytes = fp[r + 1] * a.nbytes if r is not None else fp[0] * a.nbytes
+            row = dict.fromkeys(PATTERN_NAMES, 0.0)
+            row[LEVEL_COLUMNS[level]] = 1.0
+            row[kind] = 1.0
+            row.update(
+                log_bytes=_lg(touched * a.nbytes),
+                log_unique_bytes=_lg(fp[0] * a.nbytes),
+                log_reuse_dis_bytes=_lg(reuse_bytes),
+                log_reuse_dis_iter=_lg(reuse_iter),
+                log_reuse_ct=_lg(reuse_ct),
+                log_total_reuse=_lg(touched / max(1, fp[0])),
+                log_stride=_lg(stride),
+                unit_stride=1.0 if stride == 1 else 0.0,
+                log_vector_lanes=_lg(exts[vec]) if vec is not None and vec in strides else 0.0,
+                log_parallel=math.log2(par),  # 0: serial
+                log_threads=math.log2(threads),
+                log_access_footprint=_lg(own_bytes),
+                log_stmt_flops=_lg(inst * s.flops),
+                log_alloc_bytes=_lg(alloc),
+                chain_position=k / n_stmts,
+                init=1.0 if s.init else 0.0,
+                level_depth=depth / max(1, n),
+            )
+            assert len(row) == PATTERN_FEATURES, sorted(set(row) - set(PATTERN_NAMES))
+            rows.append([row[name] for name in PATTERN_NAMES])
     return np.asarray(rows, dtype=np.float32).reshape(-1, PATTERN_FEATURES)
 
 
@@ -146,7 +152,7 @@ def _level(access, reuse_bytes: float, caps, spec, gpu: bool) -> int:
 @register
 class PaCM(Featurizer):
     name = "pacm"
-    version = 1
+    version = 2  # 2: the tokens' column 19 is the access's own footprint (1 repeated the reuse distance)
     default_config = {"spec": None, "num_threads": 1}
 
     def __init__(self, config=None):

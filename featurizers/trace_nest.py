@@ -45,6 +45,29 @@ class _Root:
         self.parent = None
 
 
+class _Acc:
+    """One access of a block: the buffer, its storage scope, bytes per element, whether it is the write,
+    the buffer's shape, and per buffer dimension its index as terms over the block's iterators
+    ``[(axis, coef, lower, span)]``. Mutable: cache stages rename it, layout rewrites reindex it."""
+
+    __slots__ = ("buffer", "scope", "nbytes", "write", "shape", "dims")
+
+    def __init__(self, buffer, scope, nbytes, write, shape, dims):
+        self.buffer = buffer
+        self.scope = scope
+        self.nbytes = nbytes
+        self.write = write
+        self.shape = shape
+        self.dims = dims
+
+    def copy(self, **changes):
+        """A new access with the same fields but ``changes``."""
+        new = _Acc(self.buffer, self.scope, self.nbytes, self.write, self.shape, self.dims)
+        for k, v in changes.items():
+            setattr(new, k, v)
+        return new
+
+
 class _Block:
     """A block: iterators (extent, is_reduce), accesses over iterators, and per iterator its atoms
     ``[loop, coef, lower, span]``."""
@@ -54,7 +77,7 @@ class _Block:
     def __init__(self, name, axes, accesses, flops, init=False, has_init=False):
         self.name = name
         self.axes = axes
-        self.accesses = accesses  # [[buffer, scope, nbytes, write, shape, dims]] dims: [[(axis, coef, lower, span)]]
+        self.accesses = accesses  # [_Acc]
         self.flops = flops
         self.init = init
         self.has_init = has_init
@@ -77,7 +100,7 @@ class TaskModel:
                 for i, b in enumerate(rec.binding))
             if not trivial:
                 raise Unsupported(f"workload block {rec.name} is not one loop per iterator")
-            accesses = [[a.buffer, a.scope, a.nbytes, a.write, a.shape, a.dims] for a in rec.accesses]
+            accesses = [_Acc(a.buffer, a.scope, a.nbytes, a.write, a.shape, a.dims) for a in rec.accesses]
             # a reduction block's init statement: written by TVM once the block is decomposed
             has_init = any(red for _, red in rec.axes) and rec.store_value is not None
             self.blocks.append((rec.name, list(rec.axes), accesses, rec.flops, [lp.kind for lp in rec.loops],
@@ -87,7 +110,7 @@ class TaskModel:
         root = _Root()
         blocks = []
         for name, axes, accesses, flops, kinds, has_init in self.blocks:
-            b = _Block(name, axes, [list(a) for a in accesses], flops, has_init=has_init)
+            b = _Block(name, axes, [a.copy() for a in accesses], flops, has_init=has_init)
             parent = root
             for i, (ext, red) in enumerate(axes):
                 lp = _Loop(ext, kinds[i] if i < len(kinds) else SERIAL, red=red)
@@ -191,10 +214,10 @@ class Simulator:
         return x
 
     def _writes(self, b):
-        return {a[0] for a in b.accesses if a[3]}
+        return {a.buffer for a in b.accesses if a.write}
 
     def _reads(self, b):
-        return {a[0] for a in b.accesses if not a[3]}
+        return {a.buffer for a in b.accesses if not a.write}
 
     def _consumers(self, b):
         out = self._writes(b)
@@ -370,30 +393,30 @@ class Simulator:
         if reverse:
             buffers = self._reads(b)
             peers = [c for c in under if self._writes(c) & buffers]
-            own = [a for a in b.accesses if not a[3] and a[0] in buffers]
-            peer_acc = [(c, a) for c in peers for a in c.accesses if a[3] and a[0] in buffers]
+            own = [a for a in b.accesses if not a.write and a.buffer in buffers]
+            peer_acc = [(c, a) for c in peers for a in c.accesses if a.write and a.buffer in buffers]
         else:
             buffers = self._writes(b)
             peers = [c for c in under if self._reads(c) & buffers]
-            own = [a for a in b.accesses if a[3] and a[0] in buffers]
-            peer_acc = [(c, a) for c in peers for a in c.accesses if not a[3] and a[0] in buffers]
+            own = [a for a in b.accesses if a.write and a.buffer in buffers]
+            peer_acc = [(c, a) for c in peers for a in c.accesses if not a.write and a.buffer in buffers]
         if not own or not peer_acc:
             raise Unsupported(f"compute-at of {b.name}: no data flow to the blocks under the loop")
         own = own[0]
         # the moved block must index the connecting buffer one iterator per dimension
         axis_of_dim = []
-        for terms in own[5]:
+        for terms in own.dims:
             if len(terms) != 1 or terms[0][1] != 1 or terms[0][2] != 1 or terms[0][0] < 0:
-                raise Unsupported(f"compute-at of {b.name}: its index of {own[0]} is not one iterator per dim")
+                raise Unsupported(f"compute-at of {b.name}: its index of {own.buffer} is not one iterator per dim")
             axis_of_dim.append(terms[0][0])
         if len(set(axis_of_dim)) != len(axis_of_dim):
-            raise Unsupported(f"compute-at of {b.name}: iterators do not map one to one on {own[0]}")
+            raise Unsupported(f"compute-at of {b.name}: iterators do not map one to one on {own.buffer}")
         # iterators the buffer does not index (a reduction's) get loops over their whole range
         region = None
         for c, acc in peer_acc:
-            if acc[0] != own[0]:
+            if acc.buffer != own.buffer:
                 continue
-            dims = self._block_atoms_terms(c, acc[5])
+            dims = self._block_atoms_terms(c, acc.dims)
             if region is None:
                 region = dims
             else:  # several accesses: widen each dimension to cover all of them
@@ -403,48 +426,50 @@ class Simulator:
             by_axis[axis] = region[d]
         shape = [ext for ext, _ in b.axes]
         for d, axis in enumerate(axis_of_dim):
-            shape[axis] = own[4][d] if d < len(own[4]) else 0
-        self._move_under(b, loop, by_axis, shape, before_consumers=not reverse, scope=own[1],
+            shape[axis] = own.shape[d] if d < len(own.shape) else 0
+        self._move_under(b, loop, by_axis, shape, before_consumers=not reverse, scope=own.scope,
                          preserve_unit=preserve_unit)
 
     def cache_read(self, b, consumers, index, scope):
-        reads = [a for a in b.accesses if not a[3]]
+        reads = [a for a in b.accesses if not a.write]
         seen, ordered = set(), []
         for a in reads:  # block.reads order: distinct buffers in access order
-            if a[0] not in seen:
-                seen.add(a[0])
+            if a.buffer not in seen:
+                seen.add(a.buffer)
                 ordered.append(a)
         if index >= len(ordered):
             raise Unsupported("cache_read index out of range")
         src = ordered[index]
-        name, old_scope, nbytes, shape = src[0], src[1], src[2], src[4]
+        name, old_scope, nbytes, shape = src.buffer, src.scope, src.nbytes, src.shape
         new_name = f"{name}_{scope}"
         targets = consumers or [c for c in self.blocks if name in self._reads(c)]
         for c in targets:
             for a in c.accesses:
-                if a[0] == name and not a[3]:
-                    a[0], a[1] = new_name, scope
+                if a.buffer == name and not a.write:
+                    a.buffer, a.scope = new_name, scope
         nd = len(shape)
         ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
-                     [[new_name, scope, nbytes, True, shape, ident], [name, old_scope, nbytes, False, shape, ident]], 0.0)
+                     [_Acc(new_name, scope, nbytes, True, shape, ident),
+                      _Acc(name, old_scope, nbytes, False, shape, ident)], 0.0)
         self._place_root(blk, before=b)
         return blk
 
     def cache_write(self, b, index, scope):
-        writes = [a for a in b.accesses if a[3]]
+        writes = [a for a in b.accesses if a.write]
         if index >= len(writes):
             raise Unsupported("cache_write index out of range")
         dst = writes[index]
-        name, nbytes, shape, old_scope = dst[0], dst[2], dst[4], dst[1]
+        name, nbytes, shape, old_scope = dst.buffer, dst.nbytes, dst.shape, dst.scope
         new_name = f"{name}_{scope}"
         for a in b.accesses:
-            if a[0] == name:
-                a[0], a[1] = new_name, scope
+            if a.buffer == name:
+                a.buffer, a.scope = new_name, scope
         nd = len(shape)
         ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
-                     [[name, old_scope, nbytes, True, shape, ident], [new_name, scope, nbytes, False, shape, ident]],
+                     [_Acc(name, old_scope, nbytes, True, shape, ident),
+                      _Acc(new_name, scope, nbytes, False, shape, ident)],
                      0.0)
         self._place_root(blk, after=b)
         return blk
@@ -474,40 +499,40 @@ class Simulator:
         self.blocks.append(blk)
 
     def compute_inline(self, b):
-        writes = [a for a in b.accesses if a[3]]
+        writes = [a for a in b.accesses if a.write]
         if len(writes) != 1:
             raise Unsupported(f"compute_inline of {b.name}: not one write")
         out = writes[0]
         dim_axis = _identity_axes(out, len(b.axes))
-        reads = [a for a in b.accesses if not a[3]]
+        reads = [a for a in b.accesses if not a.write]
         for c in self._consumers(b):
             new_acc = []
             for a in c.accesses:
-                if a[0] != out[0] or a[3]:
+                if a.buffer != out.buffer or a.write:
                     new_acc.append(a)
                     continue
-                axis_terms = {dim_axis[d]: terms for d, terms in enumerate(a[5])}
+                axis_terms = {dim_axis[d]: terms for d, terms in enumerate(a.dims)}
                 for r in reads:
-                    new_acc.append([r[0], r[1], r[2], False, r[4], self._substitute(r[5], axis_terms)])
+                    new_acc.append(r.copy(write=False, dims=self._substitute(r.dims, axis_terms)))
             c.accesses = new_acc
             c.flops += b.flops
         self._remove_block(b)
 
     def reverse_compute_inline(self, b):
-        reads = [a for a in b.accesses if not a[3]]
+        reads = [a for a in b.accesses if not a.write]
         producers = self._producers(b)
         if len(producers) != 1:
             raise Unsupported(f"reverse_compute_inline of {b.name}: not one producer")
         p = producers[0]
-        link = next(a for a in reads if a[0] in self._writes(p))
+        link = next(a for a in reads if a.buffer in self._writes(p))
         dim_axis = _identity_axes(link, len(b.axes))
-        p_write = next(a for a in p.accesses if a[3] and a[0] == link[0])
-        axis_terms = {dim_axis[d]: terms for d, terms in enumerate(p_write[5])}
-        new_acc = [a for a in p.accesses if not (a[0] == link[0])]
+        p_write = next(a for a in p.accesses if a.write and a.buffer == link.buffer)
+        axis_terms = {dim_axis[d]: terms for d, terms in enumerate(p_write.dims)}
+        new_acc = [a for a in p.accesses if not (a.buffer == link.buffer)]
         for a in b.accesses:
-            if a is link or (a[0] == link[0]):
+            if a is link or (a.buffer == link.buffer):
                 continue
-            new_acc.append([a[0], a[1], a[2], a[3], a[4], self._substitute(a[5], axis_terms)])
+            new_acc.append(a.copy(dims=self._substitute(a.dims, axis_terms)))
         p.accesses = new_acc
         p.flops += b.flops
         self._remove_block(b)
@@ -543,12 +568,12 @@ class Simulator:
                 continue
             init.atoms[i] = [[copies[id(at[0])], at[1], at[2], at[3]] if id(at[0]) in inner_ids else list(at)
                              for at in atoms if id(at[0]) not in inner_ids or id(at[0]) in copies]
-        writes = [a for a in b.accesses if a[3]]
+        writes = [a for a in b.accesses if a.write]
         for a in writes:
-            init.accesses.append([a[0], a[1], a[2], True, a[4], a[5]])
+            init.accesses.append(a.copy(write=True))
         # the update statement now reads what it accumulates into, first among its reads (as in TVM)
-        b.accesses = writes + [[a[0], a[1], a[2], False, a[4], a[5]] for a in writes] + \
-            [a for a in b.accesses if not a[3]]
+        b.accesses = writes + [a.copy(write=False) for a in writes] + \
+            [a for a in b.accesses if not a.write]
         b.name = b.name + "_update"
         b.has_init = False
         self.blocks.append(init)
@@ -579,11 +604,11 @@ class Simulator:
         if len(blocks) != 1:
             raise Unsupported("rfactor: not one reduction block under the loop")
         b = blocks[0]
-        writes = [a for a in b.accesses if a[3]]
+        writes = [a for a in b.accesses if a.write]
         if len(writes) != 1:
             raise Unsupported("rfactor: the reduction writes more than one buffer")
         out = writes[0]
-        name, scope, nbytes, shape, dims = out[0], out[1], out[2], tuple(out[4]), out[5]
+        name, scope, nbytes, shape, dims = out.buffer, out.scope, out.nbytes, tuple(out.shape), out.dims
         ext = loop.extent
         k = max(0, min(int(factor_axis), len(shape)))
         rf_name = f"{name}.rf"  # TVM's name for the partial-results buffer
@@ -615,10 +640,10 @@ class Simulator:
         rf_shape = shape[:k] + (ext,) + shape[k:]
         out_dims = remap(dims)
         rf_dims = out_dims[:k] + [[(0, 1, 1, ext)]] + out_dims[k:]
-        rf.accesses = [[rf_name, "global", nbytes, True, rf_shape, rf_dims]]
-        rf.accesses += [[a[0], a[1], a[2], False, a[4], remap(a[5])] for a in b.accesses if not a[3] and a[0] != name]
-        if any(not a[3] and a[0] == name for a in b.accesses):
-            rf.accesses.append([rf_name, "global", nbytes, False, rf_shape, rf_dims])
+        rf.accesses = [_Acc(rf_name, "global", nbytes, True, rf_shape, rf_dims)]
+        rf.accesses += [a.copy(write=False, dims=remap(a.dims)) for a in b.accesses if not a.write and a.buffer != name]
+        if any(not a.write and a.buffer == name for a in b.accesses):
+            rf.accesses.append(_Acc(rf_name, "global", nbytes, False, rf_shape, rf_dims))
         loop.red = False
         # the partial-result block takes the original block's place under the loops
         parent = b.parent
@@ -632,8 +657,9 @@ class Simulator:
                      if a < 0 or a in new_index] for terms in dims]
         b.axes = [(ext, True)] + [b.axes[i] for i in spatial]
         b.atoms = [[] for _ in b.axes]
-        b.accesses = [[name, scope, nbytes, True, shape, new_dims],
-                      [rf_name, "global", nbytes, False, rf_shape, new_dims[:k] + [[(0, 1, 1, ext)]] + new_dims[k:]]]
+        b.accesses = [_Acc(name, scope, nbytes, True, shape, new_dims),
+                      _Acc(rf_name, "global", nbytes, False, rf_shape,
+                           new_dims[:k] + [[(0, 1, 1, ext)]] + new_dims[k:])]
         b.flops = 1.0
         b.has_init = True
         self._nest_at_root(b, self._root_index(rf, after=True), list(range(1, len(b.axes))) + [0])
@@ -643,26 +669,26 @@ class Simulator:
     def transform_layout(self, b, index, is_read, index_map):
         """``transform_layout``: the buffer's layout changes everywhere, each access's index becomes the
         index map applied to the old one (MetaSchedule's RewriteLayout uses it for weights)."""
-        accs = [a for a in b.accesses if (not a[3]) == is_read]
+        accs = [a for a in b.accesses if (not a.write) == is_read]
         names = []
         for a in accs:
-            if a[0] not in names:
-                names.append(a[0])
+            if a.buffer not in names:
+                names.append(a.buffer)
         if index >= len(names):
             raise Unsupported("transform_layout index out of range")
         name = names[index]
-        old_shape = next(a[4] for a in accs if a[0] == name)
+        old_shape = next(a.shape for a in accs if a.buffer == name)
         final, new_shape = _index_map(index_map, old_shape, self.exact)
         for blk in self.blocks:
             for a in blk.accesses:
-                if a[0] != name:
+                if a.buffer != name:
                     continue
-                old = {i: terms for i, terms in enumerate(a[5])}
+                old = {i: terms for i, terms in enumerate(a.dims)}
                 dims = []
                 for terms in final:
                     d = compose_terms(terms, old, self.exact)
                     dims.append([t for t in d if t[0] < 0 or isinstance(t[0], int)])
-                a[4], a[5] = new_shape, dims
+                a.shape, a.dims = new_shape, dims
 
     # -- running a trace -----------------------------------------------------------------------------------
     def run(self, trace):
@@ -715,9 +741,9 @@ class Simulator:
             accesses = []
             for a in b.accesses:
                 dims = []
-                for atoms in self._block_atoms_terms(b, a[5]):
+                for atoms in self._block_atoms_terms(b, a.dims):
                     dims.append([(n if lp is None else pos.get(id(lp), n), coef, span) for lp, coef, lower, span in atoms])
-                accesses.append(Access(a[0], a[1], a[2], a[3], a[4], dims))
+                accesses.append(Access(a.buffer, a.scope, a.nbytes, a.write, a.shape, dims))
             stmts.append(Stmt(b.name, out_loops, b.flops, accesses, b.init))
         return Program(stmts, gpu=self.task.gpu, exact=self.exact[0])
 
@@ -735,9 +761,9 @@ def _width(dims):
 
 def _identity_axes(acc, n_axes):
     out = []
-    for terms in acc[5]:
+    for terms in acc.dims:
         if len(terms) != 1 or terms[0][1] != 1 or terms[0][2] != 1 or terms[0][0] < 0:
-            raise Unsupported(f"inline: index of {acc[0]} is not one iterator per dimension")
+            raise Unsupported(f"inline: index of {acc.buffer} is not one iterator per dimension")
         out.append(terms[0][0])
     return out
 

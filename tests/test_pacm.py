@@ -59,6 +59,23 @@ def test_cpu_patterns_follow_the_tiling():
     assert tiled[:, PATTERN_NAMES.index("log_parallel")].max() > 0 and naive[:, 17].max() == 0
 
 
+def test_every_pattern_column_is_its_own_quantity():
+    """No two numeric columns of the tokens carry the same numbers on a tiled matmul (version 1 wrote the
+    reuse distance twice): the access's own footprint differs from the working set of the whole statement."""
+    mod = cases.matmul(512)
+    tiled = pattern_tokens(program_of(cases.cpu_tiled(mod, (8, 4, 2, 8), (8, 2, 2, 16), (64, 8)).mod),
+                           spec_for_target(cases.LLVM))
+    first = PATTERN_NAMES.index("log_bytes")  # the numeric columns (before them: one-hot level and type)
+    varying = [j for j in range(first, PATTERN_FEATURES) if np.ptp(tiled[:, j]) > 0]
+    for i in varying:
+        for j in varying:
+            assert i >= j or not np.array_equal(tiled[:, i], tiled[:, j]), (PATTERN_NAMES[i], PATTERN_NAMES[j])
+    own = tiled[:, PATTERN_NAMES.index("log_access_footprint")]
+    dis = tiled[:, PATTERN_NAMES.index("log_reuse_dis_bytes")]
+    assert (own <= dis + 1e-6).all() and (own < dis).any()  # one access's share of the working set
+    assert create("pacm").version == 2
+
+
 def test_records_give_statement_rows_and_tokens(tmp_path):
     from costlab.datasets import open_dataset
 

@@ -164,6 +164,40 @@ def test_train_cli_and_evaluate_json(ansor_data, tmp_path, capsys):
     assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] < 0.9 * 7e-4
 
 
+def test_train_featurizes_what_it_needs(tmp_path, capsys):
+    """A dataset without a feature cache trains all the same: the records are featurized first and the
+    cache is kept in the dataset, so that the next run reads it instead of featurizing again."""
+    data = tmp_path / "raw.h5"
+    assert main(["dataset", "import-ansor", str(FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"),
+                 "-o", str(data)]) == 0
+    argv = ["train", "--model", "tlp", "--data", str(data), "--epochs", "1", "--no-progress",
+            "--set", "data_options.val_fraction=0.0", *[a for kv in SMALL_NET for a in ("--set", kv)]]
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "r1")]) == 0
+    assert "featurizing the records of 'platinum-8358' with tlp" in capsys.readouterr().err
+    with open_dataset(data) as ds:
+        assert f"features/tlp@{load_predictor(str(tmp_path / 'r1')).featurizer.version}/{PLATFORM}" in ds.h5
+    assert main([*argv, "--out", str(tmp_path / "r2")]) == 0
+    assert "featurizing" not in capsys.readouterr().err  # the second run reads the cache
+
+
+def test_report_plots_the_model_beside_psa_and_random(tmp_path, capsys):
+    """evaluate --report scores the same records with PSA and random draws: the report's table has a row
+    for each, and the curves are computed from their own scores (PSA's top-k is not random's)."""
+    from costlab.train.evaluate import evaluate
+    from costlab.train.report import topk_curves
+
+    data = FIXTURES / "ms_small.h5"
+    assert main(["evaluate", "--model", "random", "--data", str(data), "--split", "none",
+                 "--report", str(tmp_path / "rep")]) == 0
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "| PSA |" in report and "| random |" in report and "| model |" in report
+    curves = topk_curves(evaluate("psa", data, split=None, baselines=True))
+    assert set(curves) == {"model", "PSA", "random"} and len(curves["random"]) == 20
+    assert curves["model"] == curves["PSA"] != curves["random"]  # the model here is PSA itself
+    assert all(0 < v <= 1 for v in curves["random"]) and curves["random"][-1] >= curves["random"][0]
+
+
 def test_finetune_with_momentum(ansor_data, tmp_path):
     cfg = load_config(None, SMALL_NET + ["trainer.max_epochs=1", "data_options.val_fraction=0"],
                       data=str(ansor_data), out=str(tmp_path / "src"))

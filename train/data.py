@@ -9,6 +9,7 @@ within-task split), training = the rest.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 
 import lightning as L
@@ -19,7 +20,7 @@ from costlab.datasets.errors import UsageError
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
 from costlab.costmodels.tensors import to_tensors
-from costlab.featurizers.cache import features_of, open_cache
+from costlab.featurizers.cache import build_cache, features_of, open_cache
 from costlab.train.labels import build_label_table
 
 
@@ -127,11 +128,18 @@ class CostDataModule(L.LightningDataModule):
         if getattr(self, "labels", None) is not None:
             return
         cfg = self.config
-        ds = open_dataset(cfg.data)
-        try:
+        with open_dataset(cfg.data) as ds:
             if not cfg.platforms:
                 cfg.platforms = ds.record_platforms()[:1]
             self.base = cfg.base_platform or cfg.platforms[0]
+            missing = self._featurizer is None and self._cache_missing(ds)
+        if missing:
+            # featurize what training needs, cached in the dataset as `costlab featurize` would (resumable)
+            print(f"{cfg.data}: featurizing the records of {self.base!r} with {cfg.featurizer} (cached in the "
+                  f"dataset for the next run)", file=sys.stderr, flush=True)
+            build_cache(cfg.data, cfg.featurizer, self.base, progress=sys.stderr.isatty())
+        ds = open_dataset(cfg.data)
+        try:
             self.featurizer = self._resolve_featurizer(ds)
             self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed)
             self.networks = dict(ds.networks)
@@ -164,6 +172,18 @@ class CostDataModule(L.LightningDataModule):
             self.split = split
         finally:
             ds.close()
+
+    def _cache_missing(self, ds) -> bool:
+        """No complete cache of the configured featurizer (default settings) on the base platform."""
+        f = create(self.config.featurizer)
+        group = ds.h5.get(f"features/{f.key}/{self.base}")
+        if group is None:
+            return True
+        import json
+
+        stored = from_json({"name": f.name, "version": f.version, "config": json.loads(group.attrs["config"])})
+        cache = open_cache(ds, stored, self.base)
+        return cache is None or cache.n_done < ds.num_records(self.base)
 
     def _resolve_featurizer(self, ds):
         f = self._featurizer

@@ -68,10 +68,12 @@ def select_rows(ds, platform: str, split: str | None, part: str) -> np.ndarray:
 
 
 def evaluate(model, data, split: str | None = "auto", part: str = "test", platform: str | None = None,
-             head: int | None = None, seed: int = 0) -> dict:
+             head: int | None = None, seed: int = 0, baselines: bool = False) -> dict:
     """Metrics of ``model`` (a path or 'random' / 'psa', or a loaded predictor) on a dataset split.
 
     ``split="auto"`` takes the split the model was trained with when the dataset has it, else all records.
+    ``baselines``: PSA's and random scores of the same records too (``_arrays["baselines"]``, for the
+    report's plot): random as ``RANDOM_DRAWS`` seeded draws, so its curve is the expected one.
     """
     pred_obj = load_predictor(model, seed) if isinstance(model, str) or hasattr(model, "__fspath__") else model
     with open_dataset(data) as ds:
@@ -110,5 +112,24 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
                       data=str(data), platform=platform, split=split, part=part, records=int(len(rows)),
                       tasks=result["tasks"], head=head)
         result["_arrays"] = dict(task=task, pred=pred, latency=latency, score=score)
+        if baselines:
+            result["_arrays"]["baselines"] = _baseline_scores(ds, platform, rows, seed)
     return result
+
+
+RANDOM_DRAWS = 20
+
+
+def _baseline_scores(ds, platform: str, rows, seed: int) -> dict:
+    """Scores of the same records by PSA (when its analysis applies to them) and by random draws."""
+    out = {}
+    psa = load_predictor("psa")
+    try:
+        out["PSA"] = [psa.predict(features_of(ds, psa.featurizer, platform, rows))[:, 0]]
+    except Exception as exc:  # records PSA cannot analyse (another dialect): the report says so
+        print(f"costlab: note: no PSA curve in the report ({str(exc).strip().splitlines()[-1][:160]})",
+              file=sys.stderr)
+    rng = np.random.default_rng(seed)
+    out["random"] = [rng.random(len(rows)) for _ in range(RANDOM_DRAWS)]
+    return out
 

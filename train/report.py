@@ -1,5 +1,6 @@
 """Evaluation reports: a markdown page with the metrics and two plots — predicted vs measured score for a
-few tasks, and the top-k curve (score@k for k = 1..20) — written beside each other in one folder."""
+few tasks, and the top-k curve (score@k for k = 1..20) of the model beside PSA's and random's on the same
+records — written beside each other in one folder."""
 
 from __future__ import annotations
 
@@ -38,9 +39,11 @@ def _plots(result: dict, out: Path) -> list[str]:
         plt.close(fig)
         files.append("predicted_vs_measured.png")
     ks = list(range(1, 21))
-    curve = [np.mean(list(metrics.topk_scores(task, pred, latency, k).values()) or [np.nan]) for k in ks]
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.plot(ks, curve, marker="o", ms=3)
+    for name, draws in topk_curves(result).items():
+        ax.plot(ks, draws, marker="o", ms=3, label=name)
+    ax.legend(fontsize=8)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("k (programs measured)")
     ax.set_ylabel("mean top-k score over tasks")
     ax.set_ylim(0, 1.02)
@@ -50,6 +53,16 @@ def _plots(result: dict, out: Path) -> list[str]:
     plt.close(fig)
     files.append("topk_curve.png")
     return files
+
+
+def topk_curves(result: dict, ks=range(1, 21)) -> dict[str, list[float]]:
+    """Mean top-k score over tasks for k in ``ks``: the model's, and PSA's and random's on the same records
+    when ``evaluate(..., baselines=True)`` scored them (random: the mean over its draws)."""
+    a = result["_arrays"]
+    preds = {"model": [a["pred"]], **a.get("baselines", {})}
+    return {name: [float(np.mean([np.mean(list(metrics.topk_scores(a["task"], p, a["latency"], k).values())
+                                          or [np.nan]) for p in draws])) for k in ks]
+            for name, draws in preds.items()}
 
 
 def write_report(result: dict, out) -> Path:
@@ -67,6 +80,12 @@ def write_report(result: dict, out) -> Path:
              "| metric | value |", "| --- | --- |"]
     for k in ("top1", "top5", "pairwise", "ndcg"):
         lines.append(f"| {k} | {result[k]:.4f} |")
+    curves = topk_curves(result, ks=(1, 5))
+    if len(curves) > 1:
+        lines += ["", "## Beside the baselines (same records, mean top-k over tasks)", "",
+                  "| scorer | top-1 | top-5 |", "| --- | --- | --- |"]
+        for name, (t1, t5) in curves.items():
+            lines.append(f"| {name} | {t1:.4f} | {t5:.4f} |")
     if result["networks"]:
         lines += ["", "## Held-out networks (weighted top-k)", "", "| network | top-1 | top-5 |", "| --- | --- | --- |"]
         for n, v in sorted(result["networks"].items()):

@@ -100,7 +100,8 @@ def _evaluate(args) -> int:
     from costlab.train.report import write_report
 
     split = None if args.split == "none" else args.split
-    result = evaluate(args.model, args.data, split=split, part=args.part, platform=args.platform)
+    result = evaluate(args.model, args.data, split=split, part=args.part, platform=args.platform,
+                      baselines=bool(args.report))
     if args.report:
         print(f"report: {write_report(result, args.report)}", file=sys.stderr)
     plain = {k: v for k, v in result.items() if not k.startswith("_")}

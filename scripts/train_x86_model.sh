@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Trains the shipped x86-cpu model from the committed corpus (corpus/, scripts/make_corpus.sh): unpacks it,
+# trains PaCM on every task (10% of the tasks held out for validation pick the checkpoint) with the settings
+# docs/training.md reports, and exports the model into costmodels/models/x86-cpu.
+#
+# Usage: scripts/train_x86_model.sh [WORK_DIR]      (default build/x86-cpu; EPOCHS=60)
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+WORK="${1:-$ROOT/build/x86-cpu}"
+COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
+mkdir -p "$WORK"
+if [ ! -f "$WORK/corpus.h5" ]; then
+  "$COSTLAB" dataset unpack "$ROOT/corpus" -o "$WORK/corpus.h5"
+fi
+"$COSTLAB" train --model pacm --data "$WORK/corpus.h5" --out "$WORK/run" --epochs "${EPOCHS:-60}" \
+  --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress
+rm -rf "$ROOT/costmodels/models/x86-cpu"
+"$COSTLAB" export "$WORK/run" -o "$ROOT/costmodels/models/x86-cpu"
+# what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
+# HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits, those figures
+"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" <<'PY'
+import json, sys
+from pathlib import Path
+root, held_out = Path(sys.argv[1]), sys.argv[2]
+info = json.loads((root / "corpus" / "info.json").read_text())
+path = root / "costmodels" / "models" / "x86-cpu" / "config.json"
+config = json.loads(path.read_text())
+pid = config["platforms"][0]
+host = (config.get("hosts") or {}).get(pid) or {}
+config["corpus"] = dict(tasks=info["records_per_task"][pid]["tasks"], records=info["records"][pid], platform=pid,
+                        host=host.get("cpu_model"), threads=host.get("threads"), files="corpus/")
+if held_out:
+    config["held_out"] = json.loads(Path(held_out).read_text())
+config.pop("dataset", None)
+config.get("data", {}).pop("path", None)
+path.write_text(json.dumps(config, indent=1, sort_keys=True))
+PY
+"$COSTLAB" models
