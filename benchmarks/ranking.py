@@ -3,7 +3,7 @@
 Sections (run one or several with --section):
 
   models  On a measured CPU dataset (DATA.h5 with a stored split): top-1, top-5 and pairwise accuracy of
-          TLP, PaCM, MetaSchedule's XGBoost, the SegmentSum MLP, PSA and random, all by the same
+          TLP, PaCM, MetaSchedule's XGBoost, the SegmentSum MLP (--models picks), PSA and random, all by the same
           `evaluate`, plus training records/s on this machine. Targets: TLP and PaCM top-1 >= XGBoost's
           + 0.03 and >= 0.90; top-5 >= 0.95.
   mtl     Two platforms measured on the same programs: with --keep of the target's labels, the multi-task
@@ -11,12 +11,16 @@ Sections (run one or several with --section):
   moa     Fine-tuning from platform A to B by the momentum rule on a small target sample vs training on
           that sample from scratch.
   public  TLP on public TenSet-format (Ansor) logs, one network held out at a time.
+  pretrained  A pre-trained model (--model, default the shipped x86-cpu) zero-shot on MetaSchedule databases
+          (--db: tune_tir's work dirs) and measured datasets (--eval-data) outside its corpus, beside PSA,
+          random and an XGBoost trained on the corpus (--data).
 
     python benchmarks/ranking.py --section models --data ranking.h5 --split task30-s0 --split task30-s1 (...)
         --epochs 60 --set net.d_model=128 --set data_options.lists_per_batch=4
     python benchmarks/ranking.py --section mtl --section moa --data ranking.h5 --split task30-s0 (...)
         --target llvm-x86_64-2c --source llvm-x86_64-1c
     python benchmarks/ranking.py --section public --logs ../shared/data/ansor_logs/xeon8358
+    python benchmarks/ranking.py --section pretrained --data corpus.h5 --db TUNE_TIR_WORK_DIR --eval-data net.h5
 
 Several --split give one table per split and their mean; docs/training.md has the figures and commands.
 """
@@ -105,7 +109,7 @@ def _over_splits(section, args, work: Path, title: str, baseline: str | None = "
 def _models(args, work: Path, split) -> list:
     platform = args.platform
     rows = []
-    for model in ("tlp", "pacm", "xgb", "mlp"):
+    for model in args.models.split(","):
         s = _train(args.data, work / model, model, split, [platform], args.epochs)
         rows.append(_row(model, evaluate(str(work / model), args.data, split=split, platform=platform), s))
     for name in ("psa", "random"):
@@ -179,9 +183,35 @@ def section_public(args, work: Path) -> list:
     return rows
 
 
+def section_pretrained(args, work: Path) -> list:
+    """A pre-trained model (--model, default the shipped x86-cpu) zero-shot on programs its corpus does not
+    hold: MetaSchedule databases (--db: work dirs that tune_tir or costlab tune left, their programs found
+    by MetaSchedule's own search) and datasets (--eval-data: e.g. the tasks of a network outside the
+    corpus, measured), beside PSA, random and an XGBoost trained on the whole corpus (--data)."""
+    _featurize(args.data, [args.platform], ("pacm",))
+    xgb = work / "xgb-corpus"
+    _train(args.data, xgb, "xgb", None, [args.platform], args.epochs)
+    sets = []
+    for i, db in enumerate(args.db):
+        h5 = work / f"db{i}.h5"
+        if not h5.exists() and costlab(["dataset", "import-ms", str(db), "-o", str(h5)]) != 0:
+            raise SystemExit(f"import of {db} failed")
+        sets.append((str(db), h5))
+    sets += [(str(d), Path(d)) for d in args.eval_data]
+    rows = []
+    for name, data in sets:
+        for label, model in ((args.model, args.model), ("xgb (corpus)", str(xgb)), ("psa", "psa"),
+                             ("random", "random")):
+            rows.append(_row(f"{label} on {name}", evaluate(model, data, split=None)))
+    _print_table(rows, f"{args.model} zero-shot, beside PSA, random and XGBoost trained on {args.data}",
+                 baseline="none")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--section", action="append", choices=["models", "mtl", "moa", "public"], required=True)
+    p.add_argument("--section", action="append", choices=["models", "mtl", "moa", "public", "pretrained"],
+                   required=True)
     p.add_argument("--data", type=Path)
     p.add_argument("--split", action="append", default=[],
                    help="stored split (repeatable: each section runs on every split and prints their mean)")
@@ -190,6 +220,13 @@ def main(argv=None) -> int:
     p.add_argument("--keep", type=float, default=0.1, help="fraction of target labels kept (mtl, moa)")
     p.add_argument("--logs", nargs="*", default=[])
     p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--models", default="tlp,pacm,xgb,mlp",
+                   help="the trained models of the models section, comma-separated (PSA and random always)")
+    p.add_argument("--model", default="x86-cpu", help="the pre-trained model of the pretrained section")
+    p.add_argument("--db", action="append", default=[], metavar="WORK_DIR",
+                   help="a MetaSchedule database to score zero-shot (pretrained; repeatable)")
+    p.add_argument("--eval-data", action="append", default=[], metavar="DATA.h5",
+                   help="a measured dataset to score zero-shot (pretrained; repeatable)")
     p.add_argument("--work", type=Path, help="keep runs here (default: a temporary folder)")
     p.add_argument("--json", type=Path, help="also write all rows here")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -3,19 +3,23 @@
 # trains PaCM on every task (10% of the tasks held out for validation pick the checkpoint) with the settings
 # docs/training.md reports, and exports the model into costmodels/models/x86-cpu.
 #
-# Usage: scripts/train_x86_model.sh [WORK_DIR]      (default build/x86-cpu; EPOCHS=60)
+# Usage: scripts/train_x86_model.sh [WORK_DIR] [all|annotate]   (default build/x86-cpu, all; EPOCHS=60)
+#   annotate: only (re)write what config.json says of the corpus and of HELD_OUT, the weights untouched
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${1:-$ROOT/build/x86-cpu}"
+STEP="${2:-all}"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
-mkdir -p "$WORK"
-if [ ! -f "$WORK/corpus.h5" ]; then
-  "$COSTLAB" dataset unpack "$ROOT/corpus" -o "$WORK/corpus.h5"
+if [ "$STEP" = all ]; then
+  mkdir -p "$WORK"
+  if [ ! -f "$WORK/corpus.h5" ]; then
+    "$COSTLAB" dataset unpack "$ROOT/corpus" -o "$WORK/corpus.h5"
+  fi
+  "$COSTLAB" train --model pacm --data "$WORK/corpus.h5" --out "$WORK/run" --epochs "${EPOCHS:-60}" \
+    --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress
+  rm -rf "$ROOT/costmodels/models/x86-cpu"
+  "$COSTLAB" export "$WORK/run" -o "$ROOT/costmodels/models/x86-cpu"
 fi
-"$COSTLAB" train --model pacm --data "$WORK/corpus.h5" --out "$WORK/run" --epochs "${EPOCHS:-60}" \
-  --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress
-rm -rf "$ROOT/costmodels/models/x86-cpu"
-"$COSTLAB" export "$WORK/run" -o "$ROOT/costmodels/models/x86-cpu"
 # what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
 # HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits, those figures
 "${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" <<'PY'
@@ -33,6 +37,7 @@ if held_out:
     config["held_out"] = json.loads(Path(held_out).read_text())
 config.pop("dataset", None)
 config.get("data", {}).pop("path", None)
+config.get("training", {}).pop("best_checkpoint", None)  # a path of the machine that trained it
 path.write_text(json.dumps(config, indent=1, sort_keys=True))
 PY
 "$COSTLAB" models
