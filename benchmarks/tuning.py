@@ -17,13 +17,15 @@ that nothing else costlab starts under that lock measures at the same time.
 
     .venv/bin/python benchmarks/tuning.py run --out bench/tuning --model MODEL_DIR
     .venv/bin/python benchmarks/tuning.py table --out bench/tuning [--markdown]
-    .venv/bin/python benchmarks/tuning.py openblas          # the matmul through numpy's OpenBLAS
+    .venv/bin/python benchmarks/tuning.py openblas --out bench/tuning       # the matmul through numpy's OpenBLAS
+    .venv/bin/python benchmarks/tuning.py archive --out bench/tuning --to benchmarks/results/tuning-HOST
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import gzip
 import json
 import math
 import os
@@ -232,11 +234,19 @@ def _progress(work: Path) -> list[dict]:
     return rows
 
 
+def _records_text(work: Path) -> str:
+    """The run's MetaSchedule tuning records (``.json``, or ``.json.gz`` as ``archive`` keeps them)."""
+    path = work / "database_tuning_record.json"
+    if path.exists():
+        return path.read_text()
+    packed = path.with_name(path.name + ".gz")
+    return gzip.decompress(packed.read_bytes()).decode() if packed.exists() else ""
+
+
 def _curve(work: Path) -> list[float]:
     """Latency (µs) of every trial in the order measured (the database's order); failures are inf."""
-    path = work / "database_tuning_record.json"
     out = []
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for line in _records_text(work).splitlines():
         try:
             secs = json.loads(line)[1][1]
         except (ValueError, IndexError, TypeError):
@@ -390,6 +400,24 @@ def table(args) -> int:
     return 0
 
 
+def archive(args) -> int:
+    """What the table is rebuilt from, small enough to commit: every run's summaries, progress and search
+    rounds, the re-measured best, and its tuning records gzipped (the workload file is left out)."""
+    src, dst = Path(args.out), Path(args.to)
+    keep = ("benchmark.json", "openblas.json", "table.md", "costlab_tune.json", "progress.jsonl",
+            "search_rounds.jsonl", "remeasured.json", "a0.json")
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if path.name in keep:
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dst / rel).write_bytes(path.read_bytes())
+        elif path.name == "database_tuning_record.json":
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dst / rel).with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+    print(f"{dst}: {sum(p.stat().st_size for p in dst.rglob('*') if p.is_file()) / 1e6:.1f} MB")
+    return 0
+
+
 def openblas(args) -> int:
     """The 128^3 matmul through numpy, OpenBLAS on its own best kernel for this CPU (the machine's
     OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE force an older one: unset for this measurement alone)."""
@@ -445,6 +473,10 @@ def main(argv=None) -> int:
     t = sub.add_parser("table", help="the table from the work dirs")
     t.add_argument("--out", required=True)
     t.set_defaults(func=table)
+    k = sub.add_parser("archive", help="copy what the table needs, tuning records gzipped, to commit it")
+    k.add_argument("--out", required=True)
+    k.add_argument("--to", required=True)
+    k.set_defaults(func=archive)
     o = sub.add_parser("openblas", help="the 128^3 matmul through numpy's OpenBLAS")
     o.add_argument("--out", required=True)
     o.set_defaults(func=openblas)
