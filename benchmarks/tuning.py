@@ -11,12 +11,14 @@ Arms, each a `costlab tune` run (a0 excepted) on the host's own target:
 
 Every run is a work dir OUT/runs/ARM/WORKLOAD/sSEED that is kept: re-running `run` continues an interrupted run
 and skips finished ones (a0, timed as one call, restarts), and `table` rebuilds every figure from the work dirs.
-The best program of each finished run is measured again by one runner (same threads, same repeats) so that
-every final latency is comparable. Each run holds /tmp/costlab-cpu.lock while it builds and measures, so
+The three fastest programs of each finished run (by their tuning measurement, one of which can be a lucky
+one) are measured again by one runner (same threads, same repeats), and the lowest median is the run's final
+latency, so that every final latency is comparable; `remeasure` does it again for every run. Each run holds /tmp/costlab-cpu.lock while it builds and measures, so
 that nothing else costlab starts under that lock measures at the same time.
 
     .venv/bin/python benchmarks/tuning.py run --out bench/tuning --model MODEL_DIR
-    .venv/bin/python benchmarks/tuning.py table --out bench/tuning [--markdown]
+    .venv/bin/python benchmarks/tuning.py table --out bench/tuning
+    .venv/bin/python benchmarks/tuning.py remeasure --out bench/tuning      # every run's bests again, then the table
     .venv/bin/python benchmarks/tuning.py openblas --out bench/tuning       # the matmul through numpy's OpenBLAS
     .venv/bin/python benchmarks/tuning.py archive --out bench/tuning --to benchmarks/results/tuning-HOST
 """
@@ -173,8 +175,10 @@ def _mean(secs) -> float:
     return sum(vals) / len(vals)
 
 
-def _remeasure(work: Path, target_text: str, repeat: int = 10) -> None:
-    """The run's best program (by its tuning measurement), built and run again by one runner."""
+def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> None:
+    """The run's best programs by their tuning measurement (the ``top`` fastest distinct ones: a single
+    tuning measurement can be a lucky one), built and run again by one runner; the run's final latency is
+    the lowest of their medians."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -185,16 +189,41 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10) -> None:
 
     target = tvm.target.Target(runnable_target(target_text))
     db = ms.database.JSONDatabase(work_dir=str(work))
-    best = min((r for r in db.get_all_tuning_records() if r.run_secs), key=lambda r: _mean(r.run_secs), default=None)
-    if best is None:
+    ranked = sorted((r for r in db.get_all_tuning_records() if r.run_secs), key=lambda r: _mean(r.run_secs))
+    best, seen = [], set()
+    for r in ranked:
+        trace = json.dumps(plain_json(r.trace.as_json()))
+        if trace not in seen:
+            seen.add(trace)
+            best.append((r, trace))
+        if len(best) == top:
+            break
+    if not best:
         return
-    cand = _replay(best.workload.mod, json.dumps(plain_json(best.trace.as_json())))
+    cands = [_replay(r.workload.mod, trace) for r, trace in best]
     opts = MeasureOptions(target=target_text, number=3, repeat=repeat)
-    (costs, error, msg), = build_and_run(make_builder(), make_runner(opts, target), target, [cand])
-    costs = sorted(costs)
+    results = build_and_run(make_builder(), make_runner(opts, target), target, cands)
+    programs = []
+    for (r, _), (costs, error, msg) in zip(best, results):
+        costs = sorted(costs)
+        programs.append(dict(tuning_us=_mean(r.run_secs) * 1e6, costs_us=[c * 1e6 for c in costs], error=msg,
+                             median_us=costs[len(costs) // 2] * 1e6 if costs and not msg else None))
+    medians = [p["median_us"] for p in programs if p["median_us"]]
     (work / "remeasured.json").write_text(json.dumps(dict(
-        best_us=costs[len(costs) // 2] * 1e6 if not msg else None, costs_us=[c * 1e6 for c in costs], error=msg,
-        tuning_us=_mean(best.run_secs) * 1e6, repeat=repeat, host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"))))
+        best_us=min(medians) if medians else None, programs=programs, tuning_us=programs[0]["tuning_us"],
+        repeat=repeat, host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"))))
+
+
+def remeasure(args) -> int:
+    """Re-measure the best programs of every finished run (all by the same procedure, one run at a time
+    under the lock), then print the table."""
+    out = Path(args.out)
+    found = [*out.glob("runs/*/*/s*/remeasured.json"), *out.glob("runs/a0/*/s*/ms/remeasured.json")]
+    for work in sorted(p.parent for p in found):
+        with _Lock():
+            _remeasure(work, args.target)
+        print(f"{work}: {json.loads((work / 'remeasured.json').read_text())['best_us']:.2f} µs", flush=True)
+    return table(args)
 
 
 def run(args) -> int:
@@ -473,6 +502,10 @@ def main(argv=None) -> int:
     t = sub.add_parser("table", help="the table from the work dirs")
     t.add_argument("--out", required=True)
     t.set_defaults(func=table)
+    m = sub.add_parser("remeasure", help="re-measure every finished run's best programs, then the table")
+    m.add_argument("--out", required=True)
+    m.add_argument("--target", default="host")
+    m.set_defaults(func=remeasure)
     k = sub.add_parser("archive", help="copy what the table needs, tuning records gzipped, to commit it")
     k.add_argument("--out", required=True)
     k.add_argument("--to", required=True)
