@@ -228,6 +228,10 @@ class DraftVerifySearch(PySearchStrategy):
             try:
                 sch = Schedule(self.context.mod, seed=int(self.trials) + 1)
                 rec.trace.apply_to_schedule(sch, remove_postproc=True)
+                # as MetaSchedule's ThreadedTraceApply: the postprocessors' instructions are marked as such,
+                # so that the evolution's replays of mutated traces drop them (a layout rewrite replayed as a
+                # schedule instruction changes the blocks' outputs: "old_outputs.size() == new_outputs.size()")
+                sch.enter_postproc()
                 for post in self.context.space_generator.postprocs:
                     if not post.apply(sch):
                         raise ValueError("postprocessor rejected the program")

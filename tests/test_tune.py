@@ -63,6 +63,17 @@ def test_costlab_tune_draft_verify_with_momentum_and_import_back(run, tmp_path, 
         assert sum(ds.num_records(p) for p in ds.record_platforms()) == 8
 
 
+def test_draft_verify_evolves_measured_programs_of_a_convolution(run, tmp_path, capsys):  # noqa: F811
+    """From the second round on, the best measured programs join the evolution. A convolution's programs
+    carry a weight-layout rewrite added by a postprocessor: replayed with it as a schedule instruction,
+    every mutated trace failed (TVM: "old_outputs.size() == new_outputs.size()") and the run stopped."""
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "C2D:1,8,8,16,16,3,1,1", "--target", "llvm -num-cores=2", "--trials", "12",
+                 "--model", str(run / "model"), "--work-dir", str(work), "--json", *SMALL_SEARCH]) == 0
+    assert json.loads(capsys.readouterr().out)["tasks"][0]["trials"] == 12
+    assert len((work / "search_rounds.jsonl").read_text().splitlines()) == 3
+
+
 def test_draft_filter_strategy(run, tmp_path, capsys):  # noqa: F811
     assert main(["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--trials", "4",
                  "--model", str(run / "model"), "--strategy", "draft-filter", "--work-dir", str(tmp_path / "w"),
