@@ -63,8 +63,11 @@ sys.exit(main(["dataset", "split", sys.argv[1]]))
 
 def _start(data, where):
     env = dict(os.environ, PYTHONPATH=str(REPO / "tests"))
+    # the child gets Ctrl-C's default disposition whatever this process has: a shell starts background jobs
+    # with SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen([sys.executable, "-c", SLOW_COMMAND, str(data), where], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     return proc
 
