@@ -354,7 +354,7 @@ def table(args) -> int:
 
         lines.append(f"host: {describe_host(meta['host'])}; target {json.dumps(meta['target'])}; "
                      f"budget {meta['trials']} trials; model {meta.get('model')}")
-    head = "| workload | arm | seeds | final µs (geomean, min–max) | after 64 µs | wall s | to reach a: trials | to reach a: s |"
+    head = "| workload | arm | seeds | final µs (geomean, min–max) | after 64 µs (geomean, min–max) | wall s | to reach a: trials | to reach a: s |"
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
     ratios: dict = {"at64": [], "final": [], "trials": [], "secs": []}
     for wl, arms in sorted(data.items()):
@@ -370,12 +370,14 @@ def table(args) -> int:
                              f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | - | - |")
                 continue
             finals = [r["final_us"] for r in rows if r["final_us"]]
+            at64 = [r["at64_us"] for r in rows if r["at64_us"]]
             reach = [_reach(r["curve"], r["progress"], target) if target else None for r in rows]
             got = [x for x in reach if x]
             t_reach = _geo([x[0] for x in got]) if got and len(got) == len(rows) else None
             s_reach = _geo([x[1] for x in got]) if got and len(got) == len(rows) else None
             lines.append(f"| {wl} | {arm} | {len(rows)} | {_fmt(_geo(finals))} ({_fmt(min(finals, default=None))}–"
-                         f"{_fmt(max(finals, default=None))}) | {_fmt(_geo([r['at64_us'] for r in rows]))} | "
+                         f"{_fmt(max(finals, default=None))}) | {_fmt(_geo(at64))} ({_fmt(min(at64, default=None))}–"
+                         f"{_fmt(max(at64, default=None))}) | "
                          f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | "
                          f"{_fmt(t_reach, '.0f')} ({len(got)}/{len(rows)} reached) | {_fmt(s_reach, '.0f')} |")
             if arm in ("b", "c", "f") and a:
