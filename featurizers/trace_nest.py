@@ -15,8 +15,10 @@ rewriting, ...) raise ``Unsupported``; callers fall back to replaying the trace 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
+from costlab.featurizers.tir_nest import AxisAccess
 
 
 class Unsupported(Exception):
@@ -45,29 +47,6 @@ class _Root:
         self.parent = None
 
 
-class _Acc:
-    """One access of a block: the buffer, its storage scope, bytes per element, whether it is the write,
-    the buffer's shape, and per buffer dimension its index as terms over the block's iterators
-    ``[(axis, coef, lower, span)]``. Mutable: cache stages rename it, layout rewrites reindex it."""
-
-    __slots__ = ("buffer", "scope", "nbytes", "write", "shape", "dims")
-
-    def __init__(self, buffer, scope, nbytes, write, shape, dims):
-        self.buffer = buffer
-        self.scope = scope
-        self.nbytes = nbytes
-        self.write = write
-        self.shape = shape
-        self.dims = dims
-
-    def copy(self, **changes):
-        """A new access with the same fields but ``changes``."""
-        new = _Acc(self.buffer, self.scope, self.nbytes, self.write, self.shape, self.dims)
-        for k, v in changes.items():
-            setattr(new, k, v)
-        return new
-
-
 class _Block:
     """A block: iterators (extent, is_reduce), accesses over iterators, and per iterator its atoms
     ``[loop, coef, lower, span]``."""
@@ -77,7 +56,7 @@ class _Block:
     def __init__(self, name, axes, accesses, flops, init=False, has_init=False):
         self.name = name
         self.axes = axes
-        self.accesses = accesses  # [_Acc]
+        self.accesses = accesses  # [AxisAccess], copied per simulation: cache stages and layouts edit them
         self.flops = flops
         self.init = init
         self.has_init = has_init
@@ -100,7 +79,7 @@ class TaskModel:
                 for i, b in enumerate(rec.binding))
             if not trivial:
                 raise Unsupported(f"workload block {rec.name} is not one loop per iterator")
-            accesses = [_Acc(a.buffer, a.scope, a.nbytes, a.write, a.shape, a.dims) for a in rec.accesses]
+            accesses = list(rec.accesses)
             # a reduction block's init statement: written by TVM once the block is decomposed
             has_init = any(red for _, red in rec.axes) and rec.store_value is not None
             self.blocks.append((rec.name, list(rec.axes), accesses, rec.flops, [lp.kind for lp in rec.loops],
@@ -110,7 +89,7 @@ class TaskModel:
         root = _Root()
         blocks = []
         for name, axes, accesses, flops, kinds, has_init in self.blocks:
-            b = _Block(name, axes, [a.copy() for a in accesses], flops, has_init=has_init)
+            b = _Block(name, axes, [replace(a) for a in accesses], flops, has_init=has_init)
             parent = root
             for i, (ext, red) in enumerate(axes):
                 lp = _Loop(ext, kinds[i] if i < len(kinds) else SERIAL, red=red)
@@ -450,8 +429,8 @@ class Simulator:
         nd = len(shape)
         ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
-                     [_Acc(new_name, scope, nbytes, True, shape, ident),
-                      _Acc(name, old_scope, nbytes, False, shape, ident)], 0.0)
+                     [AxisAccess(new_name, scope, nbytes, True, shape, ident),
+                      AxisAccess(name, old_scope, nbytes, False, shape, ident)], 0.0)
         self._place_root(blk, before=b)
         return blk
 
@@ -468,8 +447,8 @@ class Simulator:
         nd = len(shape)
         ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
-                     [_Acc(name, old_scope, nbytes, True, shape, ident),
-                      _Acc(new_name, scope, nbytes, False, shape, ident)],
+                     [AxisAccess(name, old_scope, nbytes, True, shape, ident),
+                      AxisAccess(new_name, scope, nbytes, False, shape, ident)],
                      0.0)
         self._place_root(blk, after=b)
         return blk
@@ -513,7 +492,7 @@ class Simulator:
                     continue
                 axis_terms = {dim_axis[d]: terms for d, terms in enumerate(a.dims)}
                 for r in reads:
-                    new_acc.append(r.copy(write=False, dims=self._substitute(r.dims, axis_terms)))
+                    new_acc.append(replace(r, write=False, dims=self._substitute(r.dims, axis_terms)))
             c.accesses = new_acc
             c.flops += b.flops
         self._remove_block(b)
@@ -532,7 +511,7 @@ class Simulator:
         for a in b.accesses:
             if a is link or (a.buffer == link.buffer):
                 continue
-            new_acc.append(a.copy(dims=self._substitute(a.dims, axis_terms)))
+            new_acc.append(replace(a, dims=self._substitute(a.dims, axis_terms)))
         p.accesses = new_acc
         p.flops += b.flops
         self._remove_block(b)
@@ -570,9 +549,9 @@ class Simulator:
                              for at in atoms if id(at[0]) not in inner_ids or id(at[0]) in copies]
         writes = [a for a in b.accesses if a.write]
         for a in writes:
-            init.accesses.append(a.copy(write=True))
+            init.accesses.append(replace(a, write=True))
         # the update statement now reads what it accumulates into, first among its reads (as in TVM)
-        b.accesses = writes + [a.copy(write=False) for a in writes] + \
+        b.accesses = writes + [replace(a, write=False) for a in writes] + \
             [a for a in b.accesses if not a.write]
         b.name = b.name + "_update"
         b.has_init = False
@@ -640,10 +619,11 @@ class Simulator:
         rf_shape = shape[:k] + (ext,) + shape[k:]
         out_dims = remap(dims)
         rf_dims = out_dims[:k] + [[(0, 1, 1, ext)]] + out_dims[k:]
-        rf.accesses = [_Acc(rf_name, "global", nbytes, True, rf_shape, rf_dims)]
-        rf.accesses += [a.copy(write=False, dims=remap(a.dims)) for a in b.accesses if not a.write and a.buffer != name]
+        rf.accesses = [AxisAccess(rf_name, "global", nbytes, True, rf_shape, rf_dims)]
+        rf.accesses += [replace(a, write=False, dims=remap(a.dims))
+                        for a in b.accesses if not a.write and a.buffer != name]
         if any(not a.write and a.buffer == name for a in b.accesses):
-            rf.accesses.append(_Acc(rf_name, "global", nbytes, False, rf_shape, rf_dims))
+            rf.accesses.append(AxisAccess(rf_name, "global", nbytes, False, rf_shape, rf_dims))
         loop.red = False
         # the partial-result block takes the original block's place under the loops
         parent = b.parent
@@ -657,8 +637,8 @@ class Simulator:
                      if a < 0 or a in new_index] for terms in dims]
         b.axes = [(ext, True)] + [b.axes[i] for i in spatial]
         b.atoms = [[] for _ in b.axes]
-        b.accesses = [_Acc(name, scope, nbytes, True, shape, new_dims),
-                      _Acc(rf_name, "global", nbytes, False, rf_shape,
+        b.accesses = [AxisAccess(name, scope, nbytes, True, shape, new_dims),
+                      AxisAccess(rf_name, "global", nbytes, False, rf_shape,
                            new_dims[:k] + [[(0, 1, 1, ext)]] + new_dims[k:])]
         b.flops = 1.0
         b.has_init = True
