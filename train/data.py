@@ -9,6 +9,7 @@ within-task split), training = the rest.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -20,7 +21,7 @@ from costlab.datasets.errors import UsageError
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
 from costlab.costmodels.tensors import to_tensors
-from costlab.featurizers.cache import build_cache, features_of, open_cache
+from costlab.featurizers.cache import build_cache, features_of, group_name, open_cache
 from costlab.train.labels import build_label_table
 
 
@@ -173,31 +174,30 @@ class CostDataModule(L.LightningDataModule):
         finally:
             ds.close()
 
-    def _cache_missing(self, ds) -> bool:
-        """No complete cache of the configured featurizer (default settings) on the base platform."""
+    def _stored_featurizer(self, ds):
+        """The configured featurizer with the config its cache on the base platform was built with (fitted
+        then), or None when the dataset has no such cache."""
         f = create(self.config.featurizer)
-        group = ds.h5.get(f"features/{f.key}/{self.base}")
+        group = ds.h5.get(group_name(f, self.base))
         if group is None:
-            return True
-        import json
+            return None
+        return from_json({"name": f.name, "version": f.version, "config": json.loads(group.attrs["config"])})
 
-        stored = from_json({"name": f.name, "version": f.version, "config": json.loads(group.attrs["config"])})
-        cache = open_cache(ds, stored, self.base)
+    def _cache_missing(self, ds) -> bool:
+        """No complete cache of the configured featurizer on the base platform."""
+        f = self._stored_featurizer(ds)
+        cache = open_cache(ds, f, self.base) if f is not None else None
         return cache is None or cache.n_done < ds.num_records(self.base)
 
     def _resolve_featurizer(self, ds):
         f = self._featurizer
         if f is None:
-            # the cached config of this featurizer on the base platform (fitted when the cache was built)
-            f = create(self.config.featurizer)
-            group = ds.h5.get(f"features/{f.key}/{self.base}")
-            if group is None:
+            f = self._stored_featurizer(ds)
+            if f is None:
+                key = create(self.config.featurizer).key
                 raise UsageError(
-                    f"{self.config.data}: no {f.key} feature cache for platform {self.base!r}; run "
+                    f"{self.config.data}: no {key} feature cache for platform {self.base!r}; run "
                     f"`costlab featurize {self.config.data} --featurizer {self.config.featurizer} --platform {self.base}`")
-            import json
-
-            f = from_json({"name": f.name, "version": f.version, "config": json.loads(group.attrs["config"])})
         elif isinstance(f, dict):
             f = from_json(f)
         cache = open_cache(ds, f, self.base)

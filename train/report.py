@@ -11,8 +11,10 @@ import numpy as np
 from costlab.costmodels import metrics
 from costlab.datasets import jsontext
 
+KS = range(1, 21)  # the top-k curve's k
 
-def _plots(result: dict, out: Path) -> list[str]:
+
+def _plots(result: dict, out: Path, curves: dict) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,10 +40,9 @@ def _plots(result: dict, out: Path) -> list[str]:
         fig.savefig(out / "predicted_vs_measured.png", dpi=90)
         plt.close(fig)
         files.append("predicted_vs_measured.png")
-    ks = list(range(1, 21))
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    for name, draws in topk_curves(result).items():
-        ax.plot(ks, draws, marker="o", ms=3, label=name)
+    for name, curve in curves.items():
+        ax.plot(list(KS), curve, marker="o", ms=3, label=name)
     ax.legend(fontsize=8)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("k (programs measured)")
@@ -55,9 +56,10 @@ def _plots(result: dict, out: Path) -> list[str]:
     return files
 
 
-def topk_curves(result: dict, ks=range(1, 21)) -> dict[str, list[float]]:
+def topk_curves(result: dict, ks=None) -> dict[str, list[float]]:
     """Mean top-k score over tasks for k in ``ks``: the model's, and PSA's and random's on the same records
     when ``evaluate(..., baselines=True)`` scored them (random: the mean over its draws)."""
+    ks = KS if ks is None else ks
     a = result["_arrays"]
     preds = {"model": [a["pred"]], **a.get("baselines", {})}
     return {name: [float(np.mean([np.mean(list(metrics.topk_scores(a["task"], p, a["latency"], k).values())
@@ -80,12 +82,12 @@ def write_report(result: dict, out) -> Path:
              "| metric | value |", "| --- | --- |"]
     for k in ("top1", "top5", "pairwise", "ndcg"):
         lines.append(f"| {k} | {result[k]:.4f} |")
-    curves = topk_curves(result, ks=(1, 5))
+    curves = topk_curves(result)  # k = 1..20: the plot's, whose first and fifth the table prints
     if len(curves) > 1:
         lines += ["", "## Beside the baselines (same records, mean top-k over tasks)", "",
                   "| scorer | top-1 | top-5 |", "| --- | --- | --- |"]
-        for name, (t1, t5) in curves.items():
-            lines.append(f"| {name} | {t1:.4f} | {t5:.4f} |")
+        for name, curve in curves.items():
+            lines.append(f"| {name} | {curve[0]:.4f} | {curve[4]:.4f} |")
     if result["networks"]:
         lines += ["", "## Held-out networks (weighted top-k)", "", "| network | top-1 | top-5 |", "| --- | --- | --- |"]
         for n, v in sorted(result["networks"].items()):
@@ -93,7 +95,7 @@ def write_report(result: dict, out) -> Path:
     lines += ["", "## Per task", "", "| task | top-1 | top-5 |", "| --- | --- | --- |"]
     for t, v in sorted(result["tasks"].items(), key=lambda kv: int(kv[0])):
         lines.append(f"| {t} | {v['top1']:.4f} | {v['top5']:.4f} |")
-    for f in _plots(result, out):
+    for f in _plots(result, out, curves):
         lines += ["", f"![{f}]({f})"]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
