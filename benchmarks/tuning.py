@@ -98,20 +98,17 @@ def _finished(work: Path, trials: int) -> bool:
 
 def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
     work = out / "runs" / arm / _slug(workload) / f"s{seed}"
+    db_dir = work / "ms" if arm == "a0" else work  # where the run's database (and its re-measurement) is
+    done = (work / "a0.json").exists() if arm == "a0" else _finished(work, args.trials)
+    if done:
+        if not (db_dir / "remeasured.json").exists():
+            with _Lock():
+                _remeasure(db_dir, args.target)
+        return
     if arm == "a0":
-        if (work / "a0.json").exists():
-            if not (work / "ms" / "remeasured.json").exists():
-                with _Lock():
-                    _remeasure(work / "ms", args.target)
-            return
         cmd = [sys.executable, __file__, "_a0", "--work", str(work), "--trials", str(args.trials), "--seed", str(seed),
                "--target", args.target, "--", *_workload_args(workload)]
     else:
-        if _finished(work, args.trials):
-            if not (work / "remeasured.json").exists():
-                with _Lock():
-                    _remeasure(work, args.target)
-            return
         cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model), "--trials", str(args.trials),
                "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress"]
     work.mkdir(parents=True, exist_ok=True)
@@ -122,7 +119,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
         if res.returncode != 0:
             print(f"  failed (exit {res.returncode}); see {work / 'run.log'}", flush=True)
             return
-        _remeasure(work / "ms" if arm == "a0" else work, args.target)
+        _remeasure(db_dir, args.target)
 
 
 def _tasks_of(workload_args: list[str], target):
