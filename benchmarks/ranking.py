@@ -35,7 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from costlab.cli import main as costlab
+from costlab.costmodels import metrics
 from costlab.featurizers.cache import build_cache
 from costlab.train.config import load_config
 from costlab.train.evaluate import evaluate
@@ -108,13 +111,26 @@ def _over_splits(section, args, work: Path, title: str, baseline: str | None = "
 
 def _models(args, work: Path, split) -> list:
     platform = args.platform
-    rows = []
+    rows, results = [], {}
     for model in args.models.split(","):
         s = _train(args.data, work / model, model, split, [platform], args.epochs)
-        rows.append(_row(model, evaluate(str(work / model), args.data, split=split, platform=platform), s))
+        results[model] = evaluate(str(work / model), args.data, split=split, platform=platform)
+        rows.append(_row(model, results[model], s))
     for name in ("psa", "random"):
-        rows.append(_row(name, evaluate(name, args.data, split=split, platform=platform)))
+        results[name] = evaluate(name, args.data, split=split, platform=platform)
+        rows.append(_row(name, results[name]))
+    for model in args.fuse_psa:
+        rows.append(_row(f"{model}+psa", _fused(results[model], results["psa"])))
     return rows
+
+
+def _fused(learned: dict, psa: dict) -> dict:
+    """The metrics of the mean of a learned model's and PSA's within-task ranks of the same records."""
+    a, b = learned["_arrays"], psa["_arrays"]
+    if not np.array_equal(a["task"], b["task"]) or not np.array_equal(a["latency"], b["latency"]):
+        raise AssertionError("the model and PSA scored different records")
+    pred = metrics.task_ranks(a["task"], a["pred"]) + metrics.task_ranks(a["task"], b["pred"])
+    return metrics.summary(a["task"], pred, a["latency"], a["score"], networks=a["networks"])
 
 
 def section_models(args, work: Path) -> dict:
@@ -222,6 +238,9 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--models", default="tlp,pacm,xgb,mlp",
                    help="the trained models of the models section, comma-separated (PSA and random always)")
+    p.add_argument("--fuse-psa", default="", type=lambda v: [m for m in v.split(",") if m],
+                   help="models of the models section also scored fused with PSA (the mean of their "
+                        "within-task ranks), e.g. pacm")
     p.add_argument("--model", default="x86-cpu", help="the pre-trained model of the pretrained section")
     p.add_argument("--db", action="append", default=[], metavar="WORK_DIR",
                    help="a MetaSchedule database to score zero-shot (pretrained; repeatable)")

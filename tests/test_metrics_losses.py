@@ -86,3 +86,14 @@ def test_single_program_tasks_are_left_out():
     assert metrics.topk_scores(task, pred, lat, 1) == {0: 0.5}
     assert metrics.summary(task, pred, lat, np.array([1, 0.5, 1]))["top1"] == pytest.approx(0.5)
     assert metrics.weighted_topk(task, pred, lat, {0: 1.0, 7: 100.0}, 1) == pytest.approx(0.5)
+
+
+def test_task_ranks_scale_within_each_task_and_share_ties():
+    task = np.array([0, 0, 0, 1, 1, 1, 1, 2])
+    pred = np.array([5.0, -1.0, 2.0, 0.3, 0.3, 0.1, 0.9, 7.0])
+    ranks = metrics.task_ranks(task, pred)
+    np.testing.assert_allclose(ranks[:3], [1.0, 0.0, 0.5])
+    np.testing.assert_allclose(ranks[3:7], [0.5, 0.5, 0.0, 1.0])  # the tie shares ranks 1 and 2 of 0..3
+    assert ranks[7] == 0.0  # a task of one record has nothing to rank
+    # only the order within a task counts: any increasing map of the scores gives the same ranks
+    np.testing.assert_allclose(metrics.task_ranks(task, np.exp(pred) * 3 + 1), ranks)

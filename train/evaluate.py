@@ -111,7 +111,7 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         result.update(model=str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model"),
                       data=str(data), platform=platform, split=split, part=part, records=int(len(rows)),
                       tasks=result["tasks"], head=head)
-        result["_arrays"] = dict(task=task, pred=pred, latency=latency, score=score)
+        result["_arrays"] = dict(task=task, pred=pred, latency=latency, score=score, networks=networks)
         if baselines:
             result["_arrays"]["baselines"] = _baseline_scores(ds, platform, rows, seed)
     return result
