@@ -161,6 +161,51 @@ def measure(kind: str, src: Path, out: Path) -> dict:
     return res
 
 
+def ms_breakdown(src: Path) -> list[tuple[str, float]]:
+    """Microseconds per record of each step of ``import_ms`` on the database ``src``, each run alone over
+    all its lines (the inputs a step needs made beforehand and frozen out of the garbage collector's
+    passes, its outputs dropped as the import drops them), beside the whole import: what bounds the
+    importer's rate. Runs in a child process, so that its memory is not counted in the sizes' figures."""
+    import gc
+
+    from costlab.datasets import records as rec
+    from costlab.datasets.ms_database import _parse_record as parse_record
+    from costlab.datasets.ms_database import compact_json, costs_and_error, import_ms
+
+    path = src / "database_tuning_record.json"
+    lines = [x for x in path.read_bytes().splitlines() if x.strip()]
+    values = [orjson.loads(x) for x in lines]
+    parsed = [parse_record(v) for v in values]
+    schedules = [compact_json(p[1]) for p in parsed]
+    gc.freeze()
+
+    def each(fn, items):
+        def run():
+            for x in items:
+                fn(x)
+        return run
+
+    steps = [
+        ("read the file's lines", each(len, open(path, "rb"))),
+        ("orjson.loads of the line", each(orjson.loads, lines)),
+        ("check the record's shape", each(parse_record, values)),
+        ("the trace as canonical JSON text", each(lambda p: compact_json(p[1]), parsed)),
+        ("program id (blake2b of the text)", each(lambda s: rec.program_id("ms", "0", s), schedules)),
+        ("costs and error code", each(lambda p: costs_and_error(p[2]), parsed)),
+    ]
+    out = []
+    for label, fn in steps:
+        t0 = time.perf_counter()
+        fn()
+        out.append((label, (time.perf_counter() - t0) / len(lines) * 1e6))
+    with tempfile.TemporaryDirectory() as tmp:
+        import_ms([src], Path(tmp) / "warm.h5", progress=False)  # TVM imported and tasks named once
+        t0 = time.perf_counter()
+        import_ms([src], Path(tmp) / "d.h5", progress=False)
+        out.append(("the whole import_ms", (time.perf_counter() - t0) / len(lines) * 1e6))
+    return out
+
+
 def _ms_available() -> str | None:
     try:
         from costlab.datasets.ms_database import import_ms  # noqa: F401
@@ -177,10 +222,15 @@ def main() -> None:
     ap.add_argument("--ms-sizes", type=int, nargs="+", help="sizes for the MetaSchedule importer (default: --sizes)")
     ap.add_argument("--work", type=Path, help="folder for generated logs and datasets (default: a temp dir)")
     ap.add_argument("--only", choices=["ansor", "ms"])
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time each step of the MetaSchedule import on the smallest database")
+    ap.add_argument("--breakdown-of", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=3, metavar=("KIND", "SRC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return _child(*args.child)
+    if args.breakdown_of:
+        return print(json.dumps(ms_breakdown(args.breakdown_of)))
 
     tmp = None if args.work else tempfile.TemporaryDirectory(prefix="costlab-ingest-")
     work = args.work or Path(tmp.name)
@@ -196,6 +246,12 @@ def main() -> None:
         srcs = (generate_ansor if kind == "ansor" else generate_ms)(sizes, work)
         print(f"{kind}: generated {', '.join(map(str, sizes))} records in {time.perf_counter() - t0:.0f} s",
               flush=True)
+        if kind == "ms" and args.breakdown:
+            proc = subprocess.run([sys.executable, __file__, "--breakdown-of", str(srcs[min(srcs)])],
+                                  capture_output=True, text=True, check=True)
+            print(f"ms: microseconds per record of each step ({min(srcs)} records, one process)")
+            for label, us in json.loads(proc.stdout.strip().splitlines()[-1]):
+                print(f"  {label:36} {us:7.1f}")
         for n, src in srcs.items():
             res = measure(kind, src, work / f"{kind}-{n}.h5")
             rows.append((kind, n, res))

@@ -232,8 +232,10 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                     network_tasks[t] = 1.0
                     schedule = compact_json(trace)
                     costs, error = costs_and_error(run_secs)
-                    batches.setdefault(pid, rec.RecordBatch()).append(
-                        t, schedule, costs, error, mtime, rec.program_id("ms", shash, schedule))
+                    batch = batches.get(pid)
+                    if batch is None:  # (setdefault would build a batch for every record)
+                        batch = batches[pid] = rec.RecordBatch()
+                    batch.append(t, schedule, costs, error, mtime, rec.program_id("ms", shash, schedule))
                     pending += 1
             for pid, batch in batches.items():
                 writer.add_records(pid, batch)
