@@ -3,14 +3,16 @@
 overhead; larger ones take minutes per candidate on 2 cores), taken round-robin over kernel classes so that
 any prefix of the list is as varied as the whole. Deterministic: the same dataset gives the same list.
 
-Usage: python scripts/corpus_tasks.py CORPUS.h5 [--limit N] [--chunk K]  (prints comma-separated task
-indices, one line per chunk of K)
+Usage: python scripts/corpus_tasks.py CORPUS.h5 [--limit N] [--chunk K] [--skip FILE]  (prints
+comma-separated task indices, one line per chunk of K; FILE lists task indices to leave out, one per line:
+those whose design space `measure` found exhausted)
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+from pathlib import Path
 
 from costlab.datasets import open_dataset
 
@@ -39,8 +41,12 @@ def main() -> None:
     p.add_argument("data")
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("--chunk", type=int, default=0)
+    p.add_argument("--skip", help="file of task indices to leave out, one per line (a missing file: none)")
     args = p.parse_args()
-    tasks = corpus_tasks(args.data, args.limit)
+    skip = set()
+    if args.skip and Path(args.skip).exists():
+        skip = {int(x) for x in Path(args.skip).read_text().split() if x.strip().isdigit()}
+    tasks = [t for t in corpus_tasks(args.data, args.limit) if t not in skip]
     k = args.chunk or len(tasks)
     for a in range(0, len(tasks), k):
         print(",".join(map(str, tasks[a: a + k])))

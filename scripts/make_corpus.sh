@@ -56,10 +56,15 @@ extract() {
 
 measure() {
   # the tasks of scripts/corpus_tasks.py, in chunks of 8: each chunk holds the machine alone (timings are
-  # noisy when anything else builds or measures), and other jobs taking the same lock run between chunks
-  local py="${COSTLAB%/costlab}/python"
-  "$py" "$ROOT/scripts/corpus_tasks.py" "$OUT" --limit "${TASKS:-200}" --chunk 8 | while read -r chunk; do
-    flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" --no-progress
+  # noisy when anything else builds or measures), and other jobs taking the same lock run between chunks.
+  # Tasks whose design space `measure` found exhausted (fewer distinct programs than PER_TASK) are noted in
+  # OUT.exhausted and not offered again (each would cost ~30 s of sampling that finds nothing new).
+  local py="${COSTLAB%/costlab}/python" exhausted="${OUT%.h5}.exhausted" report
+  "$py" "$ROOT/scripts/corpus_tasks.py" "$OUT" --limit "${TASKS:-200}" --chunk 8 --skip "$exhausted" |
+  while read -r chunk; do
+    report="$(flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" --no-progress)"
+    echo "$report"
+    echo "$report" | sed -n 's/^ *note: task \([0-9][0-9]*\) .*design space gave only .*/\1/p' >> "$exhausted"
   done
 }
 
