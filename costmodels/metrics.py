@@ -38,17 +38,12 @@ def _rank(pred: np.ndarray, latency: np.ndarray) -> np.ndarray:
 def task_ranks(task: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """Each record's prediction as its rank within its task, scaled to [0, 1] (1 = predicted best; ties
     share their mean rank): scores of different models made comparable for fusing them."""
-    task = np.asarray(task)
     pred = np.asarray(pred, np.float64)
     out = np.zeros(len(pred))
-    order = np.argsort(task, kind="stable")
-    bounds = np.flatnonzero(np.diff(task[order])) + 1
-    for rows in np.split(order, bounds):
-        if rows.size > 1:
-            values, inverse = np.unique(pred[rows], return_inverse=True)
-            first = np.searchsorted(np.sort(pred[rows]), values)  # lowest rank of each distinct value
-            counts = np.bincount(inverse)
-            out[rows] = (first + (counts - 1) / 2)[inverse] / (rows.size - 1)
+    for _, rows in _groups(task):  # tasks of one record stay 0: nothing to rank
+        _, inverse, counts = np.unique(pred[rows], return_inverse=True, return_counts=True)
+        first = np.cumsum(counts) - counts  # lowest rank of each distinct value
+        out[rows] = (first + (counts - 1) / 2)[inverse] / (rows.size - 1)
     return out
 
 
