@@ -26,9 +26,9 @@ def net_config_for(kind: str, featurizer, heads: int, **overrides) -> dict:
         base = dict(vocab_size=len(cfg["vocabulary"]), num_slots=int(cfg["num_slots"]),
                     max_len=int(cfg["seq_len"]))
     elif kind == "pacm":
-        from costlab.featurizers.pacm import PATTERN_FEATURES, STMT_FEATURES
+        from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
 
-        base = dict(stmt_features=STMT_FEATURES, pattern_features=PATTERN_FEATURES)
+        base = dict(stmt_features=STMT_FEATURES, pattern_features=PATTERN_FEATURES, program_features=PROGRAM_FEATURES)
     else:
         raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(sorted(KINDS) + sorted(ALIASES))})")
     return {**base, "heads": heads, **overrides}
@@ -49,4 +49,5 @@ def net_inputs(kind: str, batch: dict) -> tuple:
     kind = ALIASES.get(kind, kind)
     if kind == "tlp":
         return batch["kind"].long(), batch["numeric"].float(), batch["mask"].bool()
-    return batch["stmt"].float(), batch["stmt_mask"], batch["pattern"].float(), batch["pattern_mask"]
+    program = batch["program"].float() if "program" in batch else None
+    return batch["stmt"].float(), batch["stmt_mask"], batch["pattern"].float(), batch["pattern_mask"], program

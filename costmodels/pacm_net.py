@@ -2,8 +2,10 @@
 
 Statement branch: an MLP over each store statement's features, summed over the program's statements
 (pack-sum, as MetaSchedule's models do). Pattern branch: an MLP over each buffer-access token, a
-self-attention encoder with the padding mask, summed. The two are concatenated and scored by a residual
-MLP. ``heads > 1`` gives one output per platform.
+self-attention encoder with the padding mask, summed. Program branch (``program_features > 0``): an MLP
+over the program's PSA estimate and its terms (the featurizer's ``program`` output), plus a linear term of
+them added to the score, so the net starts from the static analyzer's order and learns its corrections.
+The branches are concatenated and scored by a residual MLP. ``heads > 1`` gives one output per platform.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from costlab.costmodels.tlp_net import _mlp
 class PaCMNetConfig:
     stmt_features: int
     pattern_features: int
+    program_features: int = 0  # 0: the program branch is left out (the featurizer's ``program`` unused)
     d_model: int = 256
     heads: int = 1
     attention_heads: int = 4
@@ -49,11 +52,16 @@ class PaCMNet(nn.Module):
                                            dropout=config.dropout, batch_first=True, norm_first=True)
         self.pattern_attn = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
         fused = d + d // 2
+        if config.program_features:
+            self.program_mlp = nn.Sequential(_mlp([config.program_features, d // 4, d // 4]), nn.ReLU())
+            self.program_skip = nn.Linear(config.program_features, config.heads)
+            fused += d // 4
         self.head = nn.Sequential(nn.Linear(fused, d), _Residual(d), _Residual(d), nn.ReLU(), nn.Linear(d, config.heads))
 
     def forward(self, stmt: torch.Tensor, stmt_mask: torch.Tensor, pattern: torch.Tensor,
-                pattern_mask: torch.Tensor) -> torch.Tensor:
-        """stmt (N, S, F1) with mask (N, S); pattern (N, P, F2) with mask (N, P). Scores (N,) or (N, heads)."""
+                pattern_mask: torch.Tensor, program: torch.Tensor | None = None) -> torch.Tensor:
+        """stmt (N, S, F1) with mask (N, S); pattern (N, P, F2) with mask (N, P); program (N, F3), needed when
+        the net has a program branch. Scores (N,) or (N, heads)."""
         s = (self.stmt_mlp(stmt) * stmt_mask[..., None]).sum(1)
         pm = pattern_mask.bool()
         # a program without pattern tokens attends to nothing: keep one dummy slot unmasked, zero it after
@@ -62,5 +70,10 @@ class PaCMNet(nn.Module):
         attn_mask[empty, 0] = True
         p = self.pattern_attn(self.pattern_mlp(pattern), src_key_padding_mask=~attn_mask)
         p = (p * pm[..., None]).sum(1)
-        out = self.head(torch.cat([s, p], dim=-1))
+        if self.config.program_features:
+            if program is None:
+                raise ValueError("this PaCM net has a program branch: it needs the featurizer's 'program' output")
+            out = self.head(torch.cat([s, p, self.program_mlp(program)], dim=-1)) + self.program_skip(program)
+        else:
+            out = self.head(torch.cat([s, p], dim=-1))
         return out[:, 0] if self.config.heads == 1 else out

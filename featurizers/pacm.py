@@ -10,6 +10,13 @@ then gives two ragged outputs:
   ``PATTERN_NAMES``): memory level, access type, bytes and unique bytes, reuse distance and count,
   stride, vectorisation and parallel context.
 
+And one fixed-size output, ``program`` (``PROGRAM_FEATURES`` numbers per record, see ``PROGRAM_NAMES``):
+the PSA formula's estimate of the same scheduled program and its terms (compute, load/store issue,
+memory, loop overhead, fork-join; the cores and SIMD lanes in use, the register-spill penalty and the
+data reuse, each weighted by its statement's share of the estimate), so the verify model can learn how
+far to trust the static analyzer instead of a fixed blend of the two (``psa_model``; on GPU only the
+estimate and the FLOPs are filled).
+
 The memory level of an access is where its data lives between two uses. On GPU it is the storage scope
 (``local`` -> registers, ``shared``, ``global``; global data that fits the L2 counts as L2). On CPU it is
 derived from footprints: the access is reused across the innermost loop whose index it does not depend
@@ -44,6 +51,11 @@ PATTERN_NAMES = (
 PATTERN_FEATURES = len(PATTERN_NAMES)
 LEVEL_COLUMNS = PATTERN_NAMES[:len(LEVELS)]
 STMT_FEATURES = 164
+PROGRAM_NAMES = (
+    "log_estimate_ns", "log_flops", "log_comp_ns", "log_load_ns", "log_mem_ns", "log_overhead_ns", "log_fork_ns",
+    "cores_used", "lanes_used", "log_spill", "log_reuse",
+)
+PROGRAM_FEATURES = len(PROGRAM_NAMES)
 
 
 def _lg(x: float) -> float:
@@ -135,6 +147,33 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
     return np.asarray(rows, dtype=np.float32).reshape(-1, PATTERN_FEATURES)
 
 
+def program_features(program: Program, spec) -> np.ndarray:
+    """The PSA estimate of a program and its terms: ``(PROGRAM_FEATURES,)`` float32 (see ``PROGRAM_NAMES``)."""
+    from costlab.featurizers.psa_model import estimate
+
+    detail: list = []
+    est = estimate(program, spec, detail)
+    row = dict.fromkeys(PROGRAM_NAMES, 0.0)
+    row["log_estimate_ns"] = _lg(min(est, 1e3) * 1e9)  # an infinite estimate (a launch the GPU cannot run)
+    row["log_flops"] = _lg(sum(s.instances() * s.flops for s in program.stmts))
+    total = sum(d["comp"] for d in detail), sum(d["load"] for d in detail), sum(d["mem"] for d in detail)
+    for name, value in zip(("log_comp_ns", "log_load_ns", "log_mem_ns"), total):
+        row[name] = _lg(value * 1e9)
+    row["log_overhead_ns"] = _lg(sum(d["over"] for d in detail) * 1e9)
+    row["log_fork_ns"] = _lg(sum(d["fork"] for d in detail) * 1e9)
+    weights = [max(d["comp"], d["load"], d["mem"]) + d["over"] + d["fork"] for d in detail]
+    whole = sum(weights)
+    if whole > 0:
+        lanes = max(1, spec.lanes(4)) if hasattr(spec, "lanes") else 1
+        cores = max(1, getattr(spec, "cores", 1))
+        share = [w / whole for w in weights]
+        row["cores_used"] = sum(w * d["used"] / cores for w, d in zip(share, detail))
+        row["lanes_used"] = sum(w * min(1.0, d["lanes"] / lanes) for w, d in zip(share, detail))
+        row["log_spill"] = sum(w * math.log2(d["reg"]) for w, d in zip(share, detail))
+        row["log_reuse"] = sum(w * math.log2(d["reuse"]) for w, d in zip(share, detail))
+    return np.asarray([row[name] for name in PROGRAM_NAMES], dtype=np.float32)
+
+
 def _level(access, reuse_bytes: float, caps, spec, gpu: bool) -> int:
     if gpu:
         scope = access.scope.split(".")[0]
@@ -152,7 +191,8 @@ def _level(access, reuse_bytes: float, caps, spec, gpu: bool) -> int:
 @register
 class PaCM(Featurizer):
     name = "pacm"
-    version = 2  # 2: the tokens' column 19 is the access's own footprint (1 repeated the reuse distance)
+    # 2: the tokens' column 19 is the access's own footprint (1 repeated the reuse distance); 3: ``program``
+    version = 3
     default_config = {"spec": None, "num_threads": 1}
 
     def __init__(self, config=None):
@@ -183,8 +223,8 @@ class PaCM(Featurizer):
         return self._contexts[key]
 
     def _features(self, key, mod, target_dict, schedules, spec, gpu):
-        """(stmt rows, pattern tokens, error or None) per schedule; a schedule TVM's extractor or the TIR walk
-        cannot handle gets an error instead of failing the batch."""
+        """(stmt rows, pattern tokens, program features, error or None) per schedule; a schedule TVM's extractor
+        or the TIR walk cannot handle gets an error instead of failing the batch."""
         from tvm.s_tir import meta_schedule as ms
 
         from costlab.featurizers.tir_nest import program_of
@@ -203,12 +243,13 @@ class PaCM(Featurizer):
         out = []
         for s, st in zip(schedules, stmt):
             if isinstance(st, str):
-                out.append((None, None, st))
+                out.append((None, None, None, st))
                 continue
             try:
-                out.append((st, pattern_tokens(program_of(s.mod, gpu=gpu), spec), None))
+                program = program_of(s.mod, gpu=gpu)
+                out.append((st, pattern_tokens(program, spec), program_features(program, spec), None))
             except Exception as exc:  # noqa: BLE001
-                out.append((None, None, f"scheduled TIR not understood ({type(exc).__name__}: {exc})"))
+                out.append((None, None, None, f"scheduled TIR not understood ({type(exc).__name__}: {exc})"))
         return out
 
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
@@ -218,6 +259,7 @@ class PaCM(Featurizer):
         spec = self._spec(plat)
         stmt = [np.zeros((0, STMT_FEATURES), np.float32)] * rows.size
         pattern = [np.zeros((0, PATTERN_FEATURES), np.float32)] * rows.size
+        program = np.zeros((rows.size, PROGRAM_FEATURES), np.float32)
         valid = np.zeros(rows.size, bool)
         by_task: dict = {}
         for i, t in enumerate(task_ids.tolist()):
@@ -239,13 +281,13 @@ class PaCM(Featurizer):
             if not schs:
                 continue
             key = (task.workload_hash, task.index, platform)
-            for i, (sf, pf, err) in zip(ok_idx, self._features(key, mod, plat.target, schs, spec, gpu)):
+            for i, (sf, pf, gf, err) in zip(ok_idx, self._features(key, mod, plat.target, schs, spec, gpu)):
                 if err is not None:
                     self._fail([rows[i]], err)
                     continue
-                stmt[i], pattern[i], valid[i] = sf, pf, True
+                stmt[i], pattern[i], program[i], valid[i] = sf, pf, gf, True
                 self.stats["ok"] += 1
-        return {"stmt": stmt, "pattern": pattern, "valid": valid}
+        return {"stmt": stmt, "pattern": pattern, "program": program, "valid": valid}
 
     def _fail(self, rows, reason: str) -> None:
         self.stats["invalid"] += len(rows)
@@ -264,9 +306,11 @@ class PaCM(Featurizer):
         key = ("live", int(tvm_ffi.structural_hash(mod)), repr(sorted(tdict.items(), key=str)))
         feats = self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict))
         empty_s, empty_p = np.zeros((0, STMT_FEATURES), np.float32), np.zeros((0, PATTERN_FEATURES), np.float32)
-        return {"stmt": [empty_s if err else sf for sf, _, err in feats],
-                "pattern": [empty_p if err else pf for _, pf, err in feats],
-                "valid": np.array([err is None for _, _, err in feats], bool)}
+        program = [np.zeros(PROGRAM_FEATURES, np.float32) if err else gf for _, _, gf, err in feats]
+        return {"stmt": [empty_s if err else sf for sf, _, _, err in feats],
+                "pattern": [empty_p if err else pf for _, pf, _, err in feats],
+                "program": np.array(program, np.float32).reshape(-1, PROGRAM_FEATURES),
+                "valid": np.array([err is None for _, _, _, err in feats], bool)}
 
 
 def _last_line(exc) -> str:

@@ -68,6 +68,27 @@ def test_pacm_net_shapes_and_empty_patterns():
     assert torch.allclose(net(stmt2, sm, pat, pm)[2], out[2], atol=1e-5)
 
 
+def test_pacm_net_program_branch():
+    """With a program branch the score depends on the program features (through the MLP and the linear term
+    beside it, both trained); without the features such a net refuses to score."""
+    torch.manual_seed(0)
+    net = PaCMNet(PaCMNetConfig(stmt_features=10, pattern_features=5, program_features=3, d_model=32))
+    stmt, sm = torch.randn(4, 2, 10), torch.ones(4, 2, dtype=torch.bool)
+    pat, pm = torch.randn(4, 3, 5), torch.ones(4, 3, dtype=torch.bool)
+    program = torch.randn(4, 3)
+    out = net(stmt, sm, pat, pm, program)
+    assert out.shape == (4,)
+    assert not torch.allclose(net(stmt, sm, pat, pm, program + 1.0), out)
+    out.sum().backward()
+    assert net.program_skip.weight.grad.abs().sum() > 0
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.program_mlp.parameters())
+    with pytest.raises(ValueError, match="program"):
+        net(stmt, sm, pat, pm)
+    plain = PaCMNet(PaCMNetConfig(stmt_features=10, pattern_features=5, d_model=32)).eval()
+    assert not hasattr(plain, "program_skip")
+    assert torch.equal(plain(stmt, sm, pat, pm, program), plain(stmt, sm, pat, pm))
+
+
 def test_momentum_update_rule():
     torch.manual_seed(0)
     net = torch.nn.Linear(3, 1)

@@ -12,7 +12,8 @@ tvm = pytest.importorskip("tvm")
 import _sched_cases as cases  # noqa: E402
 from costlab.featurizers import create  # noqa: E402
 from costlab.featurizers.hardware import spec_for_target  # noqa: E402
-from costlab.featurizers.pacm import PATTERN_FEATURES, PATTERN_NAMES, STMT_FEATURES, pattern_tokens  # noqa: E402
+from costlab.featurizers.pacm import (  # noqa: E402
+    PATTERN_FEATURES, PATTERN_NAMES, PROGRAM_FEATURES, PROGRAM_NAMES, STMT_FEATURES, pattern_tokens)
 from costlab.featurizers.tir_nest import program_of  # noqa: E402
 
 LEVEL = slice(0, 5)
@@ -73,7 +74,7 @@ def test_every_pattern_column_is_its_own_quantity():
     own = tiled[:, PATTERN_NAMES.index("log_access_footprint")]
     dis = tiled[:, PATTERN_NAMES.index("log_reuse_dis_bytes")]
     assert (own <= dis + 1e-6).all() and (own < dis).any()  # one access's share of the working set
-    assert create("pacm").version == 2
+    assert create("pacm").version == 3
 
 
 def test_records_give_statement_rows_and_tokens(tmp_path):
@@ -94,6 +95,21 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
         assert out["stmt"][i].shape[1] == STMT_FEATURES and out["stmt"][i].shape[0] >= 1
         assert out["pattern"][i].shape[1] == PATTERN_FEATURES and out["pattern"][i].shape[0] >= 3
     assert out["stmt"][3].shape == (0, STMT_FEATURES) and out["pattern"][3].shape == (0, PATTERN_FEATURES)
+    # the program features: PSA's estimate of the same program (the naive loop is the slowest), its
+    # terms, and nothing for the record that does not replay
+    program = out["program"]
+    assert program.shape == (4, PROGRAM_FEATURES) == (4, len(PROGRAM_NAMES)) and program.dtype == np.float32
+    assert (program[3] == 0).all() and (program[:3, PROGRAM_NAMES.index("log_flops")] > 0).all()
+    est = program[:, PROGRAM_NAMES.index("log_estimate_ns")]
+    assert est[0] > max(est[1], est[2])
+    from costlab.featurizers.psa_model import estimate
+
+    spec = spec_for_target(cases.LLVM)
+    for i in range(3):
+        prog = program_of(replay_of(mod, schedules[i]).mod)
+        assert est[i] == pytest.approx(np.log2(1 + estimate(prog, spec) * 1e9), rel=1e-5)
+        assert 0 < program[i, PROGRAM_NAMES.index("cores_used")] <= 1
+        assert 0 < program[i, PROGRAM_NAMES.index("lanes_used")] <= 1
     # the per-store features are TVM's own, for the same schedules
     from tvm.s_tir import meta_schedule as ms
 
@@ -105,6 +121,12 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
         ctx, [ms.MeasureCandidate(replay(mod, s), args) for s in schedules[:3]])
     for i in range(3):
         np.testing.assert_allclose(out["stmt"][i], ref[i].numpy(), rtol=1e-6)
+
+
+def replay_of(mod, schedule):
+    from costlab.featurizers.ms_records import replay
+
+    return replay(mod, schedule)
 
 
 def test_feature_cache_round_trip(tmp_path):
@@ -125,6 +147,7 @@ def test_feature_cache_round_trip(tmp_path):
     for name in ("stmt", "pattern"):
         for a, b in zip(cached[name], direct[name]):
             np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(cached["program"], direct["program"])
 
 
 def test_gpu_lowering_without_a_gpu():
