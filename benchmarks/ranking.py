@@ -113,8 +113,11 @@ def _models(args, work: Path, split) -> list:
     platform = args.platform
     rows, results = [], {}
     for model in args.models.split(","):
-        s = _train(args.data, work / model, model, split, [platform], args.epochs)
-        results[model] = evaluate(str(work / model), args.data, split=split, platform=platform)
+        # a variant: KIND:KEY=VALUE+KEY=VALUE, e.g. pacm:net.program_features=0 (its row keeps the whole name)
+        kind, _, sets = model.partition(":")
+        run = work / model.replace(":", "_").replace("=", "-").replace("+", "_")
+        s = _train(args.data, run, kind, split, [platform], args.epochs, extra=[x for x in sets.split("+") if x])
+        results[model] = evaluate(str(run), args.data, split=split, platform=platform)
         rows.append(_row(model, results[model], s))
     for name in ("psa", "random"):
         results[name] = evaluate(name, args.data, split=split, platform=platform)
@@ -237,7 +240,8 @@ def main(argv=None) -> int:
     p.add_argument("--logs", nargs="*", default=[])
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--models", default="tlp,pacm,xgb,mlp",
-                   help="the trained models of the models section, comma-separated (PSA and random always)")
+                   help="the trained models of the models section, comma-separated (PSA and random always); "
+                        "KIND:KEY=VALUE+KEY=VALUE is a variant with its own overrides, e.g. pacm:net.program_features=0")
     p.add_argument("--fuse-psa", default="", type=lambda v: [m for m in v.split(",") if m],
                    help="models of the models section also scored fused with PSA (the mean of their "
                         "within-task ranks), e.g. pacm")
