@@ -21,7 +21,8 @@ if [ "$STEP" = all ]; then
   "$COSTLAB" export "$WORK/run" -o "$ROOT/costmodels/models/x86-cpu"
 fi
 # what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
-# HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits, those figures
+# HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits (its --json), those
+# figures: each model's mean over the splits and its top-1 per split
 "${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" <<'PY'
 import json, sys
 from pathlib import Path
@@ -34,7 +35,15 @@ host = (config.get("hosts") or {}).get(pid) or {}
 config["corpus"] = dict(tasks=info["records_per_task"][pid]["tasks"], records=info["records"][pid], platform=pid,
                         host=host.get("cpu_model"), threads=host.get("threads"), files="corpus/")
 if held_out:
-    config["held_out"] = json.loads(Path(held_out).read_text())
+    runs = json.loads(Path(held_out).read_text())["models"]
+    splits = [k for k in runs if k != "mean"]
+    mean = runs["mean"] if "mean" in runs else runs[splits[0]]
+    tasks = info["records_per_task"][pid]["tasks"]
+    config["held_out"] = dict(
+        splits=splits, held_out=f"30% of the corpus's {tasks} tasks per split (by task), one split per seed",
+        note="models trained on those splits, mean over the splits; the shipped model itself trained on every task",
+        mean={r["model"]: {k: round(r[k], 4) for k in ("top1", "top5", "pairwise", "ndcg")} for r in mean},
+        per_split={s: {r["model"]: round(r["top1"], 4) for r in runs[s]} for s in splits})
 config.pop("dataset", None)
 config.get("data", {}).pop("path", None)
 config.get("training", {}).pop("best_checkpoint", None)  # a path of the machine that trained it
