@@ -156,17 +156,13 @@ def program_features(program: Program, spec) -> np.ndarray:
     row = dict.fromkeys(PROGRAM_NAMES, 0.0)
     row["log_estimate_ns"] = _lg(min(est, 1e3) * 1e9)  # an infinite estimate (a launch the GPU cannot run)
     row["log_flops"] = _lg(sum(s.instances() * s.flops for s in program.stmts))
-    total = sum(d["comp"] for d in detail), sum(d["load"] for d in detail), sum(d["mem"] for d in detail)
-    for name, value in zip(("log_comp_ns", "log_load_ns", "log_mem_ns"), total):
-        row[name] = _lg(value * 1e9)
-    row["log_overhead_ns"] = _lg(sum(d["over"] for d in detail) * 1e9)
-    row["log_fork_ns"] = _lg(sum(d["fork"] for d in detail) * 1e9)
-    weights = [max(d["comp"], d["load"], d["mem"]) + d["over"] + d["fork"] for d in detail]
-    whole = sum(weights)
-    if whole > 0:
-        lanes = max(1, spec.lanes(4)) if hasattr(spec, "lanes") else 1
-        cores = max(1, getattr(spec, "cores", 1))
-        share = [w / whole for w in weights]
+    for name, term in (("log_comp_ns", "comp"), ("log_load_ns", "load"), ("log_mem_ns", "mem"),
+                       ("log_overhead_ns", "over"), ("log_fork_ns", "fork")):
+        row[name] = _lg(sum(d[term] for d in detail) * 1e9)
+    whole = sum(d["time"] for d in detail)
+    if whole > 0:  # CPU: the formula's terms per statement, each weighted by its share of the estimate
+        lanes, cores = max(1, spec.lanes(4)), max(1, spec.cores)
+        share = [d["time"] / whole for d in detail]
         row["cores_used"] = sum(w * d["used"] / cores for w, d in zip(share, detail))
         row["lanes_used"] = sum(w * min(1.0, d["lanes"] / lanes) for w, d in zip(share, detail))
         row["log_spill"] = sum(w * math.log2(d["reg"]) for w, d in zip(share, detail))

@@ -192,7 +192,7 @@ def _cpu_stmt(s: Stmt, spec, freq: float, levels: list, detail=None) -> float:
     t_over = k["loop_cycles"] * overhead / (freq * act)
     t = max(t_comp, t_load, t_mem) + t_over + launches * k["fork_s"]
     if detail is not None:
-        detail.append(dict(stmt=s.name, comp=t_comp, load=t_load, mem=t_mem, over=t_over,
+        detail.append(dict(stmt=s.name, time=t, comp=t_comp, load=t_load, mem=t_mem, over=t_over,
                            fork=launches * k["fork_s"], used=used, lanes=lanes_used, reg=reg_penalty, reuse=reuse,
                            traffic=traffic))
     return t

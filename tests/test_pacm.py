@@ -102,18 +102,17 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
     assert (program[3] == 0).all() and (program[:3, PROGRAM_NAMES.index("log_flops")] > 0).all()
     est = program[:, PROGRAM_NAMES.index("log_estimate_ns")]
     assert est[0] > max(est[1], est[2])
+    from costlab.featurizers.ms_records import feature_context, replay
     from costlab.featurizers.psa_model import estimate
 
     spec = spec_for_target(cases.LLVM)
     for i in range(3):
-        prog = program_of(replay_of(mod, schedules[i]).mod)
+        prog = program_of(replay(mod, schedules[i]).mod)
         assert est[i] == pytest.approx(np.log2(1 + estimate(prog, spec) * 1e9), rel=1e-5)
         assert 0 < program[i, PROGRAM_NAMES.index("cores_used")] <= 1
         assert 0 < program[i, PROGRAM_NAMES.index("lanes_used")] <= 1
     # the per-store features are TVM's own, for the same schedules
     from tvm.s_tir import meta_schedule as ms
-
-    from costlab.featurizers.ms_records import feature_context, replay
 
     ctx = feature_context(mod, cases.LLVM)
     args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
@@ -121,12 +120,6 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
         ctx, [ms.MeasureCandidate(replay(mod, s), args) for s in schedules[:3]])
     for i in range(3):
         np.testing.assert_allclose(out["stmt"][i], ref[i].numpy(), rtol=1e-6)
-
-
-def replay_of(mod, schedule):
-    from costlab.featurizers.ms_records import replay
-
-    return replay(mod, schedule)
 
 
 def test_feature_cache_round_trip(tmp_path):
