@@ -1,12 +1,15 @@
 """A dataset as a folder of compressed JSON files, for version control: ``costlab dataset pack`` / ``unpack``.
 
-    DIR/dataset.json.gz                         platforms (target, spec, host), tasks, networks, splits
+    DIR/dataset.json.gz                         platforms (target, spec, host), tasks, networks, splits,
+                                                and per platform the count and digest of its packed records
     DIR/records/<platform>/<first>-<end>.jsonl.gz  one record per line, rows [first, end) of the platform:
                                                 [task, program id, error, timestamp, [costs], schedule]
 
 Packing again after more records were measured writes only a new shard for the new rows (shards already
 there are never rewritten), and the files are written deterministically (gzip without a timestamp), so a
-repository that commits the folder after every packing grows by the new records only. ``unpack`` builds
+repository that commits the folder after every packing grows by the new records only. A folder holds the
+pack of one dataset: packing another into it is refused, and so is a pack whose shards do not hold what
+their names and the meta file say. ``unpack`` builds
 the same dataset again: same tasks in the same order, networks, platforms, splits and every record with
 its raw costs. Feature caches are not packed (``costlab featurize`` rebuilds them). Nothing is pickled.
 """
@@ -14,6 +17,7 @@ its raw costs. Feature caches are not packed (``costlab featurize`` rebuilds the
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import re
@@ -22,9 +26,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from costlab.datasets.errors import InputError
+from costlab.datasets.errors import InputError, UsageError
+from costlab.datasets.names import check_name
 from costlab.datasets.records import RecordBatch
-from costlab.datasets.splits import Split
+from costlab.datasets.splits import SPLIT_KINDS, Split
 from costlab.datasets.store import DatasetWriter, open_dataset
 
 PACK_FORMAT = 1
@@ -57,10 +62,11 @@ def shards(folder: Path) -> list[tuple[int, int, Path]]:
     """The record shards of one platform's folder as (first row, end row, path), in row order; a gap or an
     overlap between them is an error."""
     out = []
-    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+    for p in _shard_files(folder):
         m = _SHARD.match(p.name)
-        if m:
-            out.append((int(m.group(1)), int(m.group(2)), p))
+        if not m:
+            raise InputError(p, "not a shard's name (FIRST-END.jsonl.gz, the rows as 9 digits each)")
+        out.append((int(m.group(1)), int(m.group(2)), p))
     pos = 0
     for first, end, p in out:
         if first != pos or end <= first:
@@ -70,7 +76,12 @@ def shards(folder: Path) -> list[tuple[int, int, Path]]:
 
 
 def pack(data, out) -> str:
-    """Write (or bring up to date) the packed form of a dataset; returns a summary."""
+    """Write (or bring up to date) the packed form of a dataset; returns a summary.
+
+    A folder holds the pack of one dataset. Its meta file records, per platform, how many records are
+    packed and a digest of them (``_RowDigest``); packing into a folder that holds another dataset's pack
+    (other tasks, other platforms, or other records in the rows already packed) is refused before anything
+    is written."""
     data, out = Path(data), Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(out, "exists and is not a directory")
@@ -83,25 +94,90 @@ def pack(data, out) -> str:
                         kernel_class=t.kernel_class, flops=t.flops, extra=t.extra) for t in ds.tasks],
             networks={n: [[t, w] for t, w in v] for n, v in sorted(ds.networks.items())},
             splits={n: _split_json(ds.split(n)) for n in ds.split_names()},
+            records={},
         )
+        columns = {pid: (ds.records(pid).task, ds.records(pid).program_id) for pid in ds.record_platforms()}
+        starts = _continued(ds, data, out, columns)
         out.mkdir(parents=True, exist_ok=True)
-        for pid in ds.record_platforms():
+        for pid, (task, prog) in columns.items():
             folder = out / "records" / pid
             folder.mkdir(parents=True, exist_ok=True)
-            have = shards(folder)
-            start = have[-1][1] if have else 0
             table = ds.records(pid)
-            total = len(table)
-            if total < start:
-                raise InputError(out, f"the packed platform {pid!r} holds {start} records, the dataset only {total}: "
-                                      "it was packed from another dataset (pack into an empty folder)")
+            start, total = starts[pid], len(task)
             for a in range(start, total, SHARD_ROWS):
                 b = min(a + SHARD_ROWS, total)
                 _write_gz(folder / f"{a:09d}-{b:09d}.jsonl.gz", _records_jsonl(table, np.arange(a, b)))
+            meta["records"][pid] = dict(count=total, digest=_RowDigest().update(task, prog).hexdigest())
             lines.append(f"  {pid}: {total} records ({total - start} new)")
         # written last: a packed folder whose records are complete is never described by a newer meta file
         _write_gz(out / META, orjson.dumps(meta, option=orjson.OPT_SORT_KEYS))
     return f"{out}: packed {data} ({len(meta['tasks'])} tasks)\n" + "\n".join(lines)
+
+
+class _RowDigest:
+    """SHA-256 of the (task index, program id) pairs of records in row order: the identity of a platform's
+    packed records, by which a pack is only ever continued from the dataset it was packed from, and unpack
+    knows its shards are the ones that were packed."""
+
+    def __init__(self):
+        self._h = hashlib.sha256()
+
+    def update(self, task, prog) -> "_RowDigest":
+        rows = np.empty((len(task), 2), "<u8")
+        rows[:, 0] = np.asarray(task, np.int64)
+        rows[:, 1] = np.asarray(prog, np.uint64)
+        self._h.update(rows.tobytes())
+        return self
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def _continued(ds, data: Path, out: Path, columns: dict) -> dict[str, int]:
+    """Per platform, the first row of ``data`` that ``out`` does not hold yet (0 in a new folder), once it is
+    checked that what ``out`` holds was packed from ``data``: its tasks are the dataset's first tasks, its
+    platforms are the dataset's, and its records are the dataset's first rows. Reads only, writes nothing."""
+    def foreign(why: str) -> InputError:
+        return InputError(out, f"holds the pack of another dataset ({why}); nothing written: pack {data} "
+                               "into its own folder or an empty one")
+
+    old = _read_meta(out / META) if (out / META).exists() else None
+    if old is not None:
+        packed = [(t["dialect"], t["workload_hash"]) for t in old["tasks"]]
+        mine = [(t.dialect, t.workload_hash) for t in ds.tasks]
+        if mine[:len(packed)] != packed:
+            raise foreign(f"its {len(packed)} tasks are not the first tasks of {data}")
+        other = sorted(set(old["platforms"]) - set(ds.platforms))
+        if other:
+            raise foreign(f"platform {other[0]!r}, which {data} does not have")
+    for d in sorted((out / "records").iterdir()) if (out / "records").is_dir() else []:
+        if d.name not in columns and _shard_files(d):
+            raise foreign(f"records of platform {d.name!r}, of which {data} has none")
+    starts = {}
+    for pid, (task, prog) in columns.items():
+        have = shards(out / "records" / pid)
+        start, total = (have[-1][1] if have else 0), len(task)
+        if start > total:
+            raise foreign(f"{start} records of platform {pid!r}, {data} only {total}")
+        known = (old or {}).get("records", {}).get(pid)
+        vouched = 0
+        if known is not None:
+            vouched = known["count"]
+            if vouched > total:
+                raise foreign(f"{vouched} records of platform {pid!r}, {data} only {total}")
+            if _RowDigest().update(task[:vouched], prog[:vouched]).hexdigest() != known["digest"]:
+                raise foreign(f"its first {vouched} records of platform {pid!r} are not those of {data}")
+        # shards the meta file does not vouch for (packed by an earlier costlab, or by a packing interrupted
+        # before its meta file was written) are read and compared row by row
+        for first, end, path in have:
+            if end > vouched:
+                batch = _read_shard(path, first, end, len(ds.tasks), set())
+                if not (np.array_equal(np.asarray(batch.task, np.int64), task[first:end])
+                        and np.array_equal(np.asarray(batch.program_id, np.uint64), prog[first:end])):
+                    raise foreign(f"{path.relative_to(out)} holds other records than rows {first}-{end} of "
+                                  f"platform {pid!r} of {data}")
+        starts[pid] = start
+    return starts
 
 
 def _split_json(s: Split) -> dict:
@@ -121,19 +197,23 @@ def _records_jsonl(table, rows: np.ndarray) -> bytes:
 
 
 def unpack(folder, out) -> str:
-    """Build a dataset from its packed form (the output must not exist yet); returns a summary."""
+    """Build a dataset from its packed form (the output must not exist yet); returns a summary.
+
+    Everything read is checked (the meta file's keys and types, task and split indices, each record line,
+    each shard's count against its name and the platform's count and digest against the meta file); the
+    first fault is an error naming the file and line, and no output file is left."""
     folder, out = Path(folder), Path(out)
     meta_path = folder / META
     if not meta_path.exists():
         raise InputError(folder, f"not a packed costlab dataset (no {META})")
     if out.exists():
         raise InputError(out, "exists already: unpack builds a new dataset")
-    try:
-        meta = orjson.loads(_read_gz(meta_path))
-    except orjson.JSONDecodeError as exc:
-        raise InputError(meta_path, f"not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("costlab_pack") != PACK_FORMAT:
-        raise InputError(meta_path, f"not a packed costlab dataset of format {PACK_FORMAT}")
+    meta = _read_meta(meta_path)
+    for d in sorted((folder / "records").iterdir()) if (folder / "records").is_dir() else []:
+        found = [] if d.name in meta["platforms"] else _shard_files(d)
+        if found:
+            raise InputError(found[0], f"records of platform {d.name!r}, which {META} does not list")
+    ntasks = len(meta["tasks"])
     counts = {}
     with DatasetWriter(out) as w:
         for t in meta["tasks"]:
@@ -143,21 +223,160 @@ def unpack(folder, out) -> str:
             w.set_network(name, [(int(t), float(x)) for t, x in pairs])
         for pid, p in sorted(meta["platforms"].items()):
             w.add_platform(pid, p["target"], p.get("spec"), p.get("host"))
-            for _, _, path in shards(folder / "records" / pid):
-                batch = RecordBatch()
-                for n, line in enumerate(_read_gz(path).splitlines(), 1):
-                    try:
-                        task, prog, error, stamp, costs, schedule = orjson.loads(line)
-                    except (orjson.JSONDecodeError, ValueError, TypeError):
-                        raise InputError(path, "damaged record line", line=n) from None
-                    batch.append(task, schedule, costs, error, stamp, prog)
+            folder_p, seen, digest, end = folder / "records" / pid, set(), _RowDigest(), 0
+            for first, end, path in shards(folder_p):
+                batch = _read_shard(path, first, end, ntasks, seen)
                 w.add_records(pid, batch)
+                digest.update(batch.task, batch.program_id)
+            known = meta.get("records", {}).get(pid)
+            if known is not None and known["count"] != end:
+                raise InputError(folder_p, f"holds {end} records of platform {pid!r}, {META} lists {known['count']}")
+            if known is not None and known["digest"] != digest.hexdigest():
+                raise InputError(folder_p, f"holds other records of platform {pid!r} than were packed (their "
+                                           f"digest differs from the one in {META})")
             counts[pid] = w.added.get(pid, 0)
         group = w.h5.require_group("splits")
-        for name, s in meta.get("splits", {}).items():
+        for name, s in meta["splits"].items():
             m = s["meta"]
             Split(name, m["by"], m["seed"], m["test_fraction"], np.asarray(s["test_tasks"], np.int64),
                   None if s["test_programs"] is None else np.asarray(s["test_programs"], np.uint64),
                   m.get("held_out_networks", [])).write(group)
     return (f"{out}: unpacked {len(meta['tasks'])} tasks from {folder}\n"
             + "\n".join(f"  {pid}: {n} records" for pid, n in counts.items()))
+
+
+def _shard_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.endswith(".jsonl.gz")) if folder.is_dir() else []
+
+
+def _read_shard(path: Path, first: int, end: int, ntasks: int, seen: set) -> RecordBatch:
+    """The records of one shard, every line checked; ``seen`` holds the program ids of the platform's earlier
+    records (a pack never repeats one) and gets this shard's."""
+    batch = RecordBatch()
+    for n, line in enumerate(_read_gz(path).splitlines(), 1):
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise InputError(path, "damaged record line (not JSON)", line=n) from None
+        if type(rec) is not list or len(rec) != 6:
+            raise InputError(path, "damaged record line: not [task, program id, error, timestamp, [costs], "
+                                   "schedule]", line=n)
+        task, prog, error, stamp, costs, schedule = rec
+        if type(task) is not int or not 0 <= task < ntasks:
+            raise InputError(path, f"task index {_shown(task)} out of range (the pack has {ntasks} tasks)", line=n)
+        if type(prog) is not int or not 0 <= prog < 1 << 64:
+            raise InputError(path, f"program id {_shown(prog)} is not a 64-bit unsigned integer", line=n)
+        if prog in seen:
+            raise InputError(path, f"program id {prog} repeats an earlier record's", line=n)
+        if type(error) is not int or not -(1 << 15) <= error < 1 << 15:
+            raise InputError(path, f"error code {_shown(error)} is not a 16-bit integer", line=n)
+        if type(stamp) not in (int, float):
+            raise InputError(path, f"timestamp {_shown(stamp)} is not a number", line=n)
+        if type(costs) is not list or not all(type(c) in (int, float) for c in costs):
+            raise InputError(path, f"costs {_shown(costs)} are not a list of numbers", line=n)
+        if type(schedule) is not str:
+            raise InputError(path, f"schedule {_shown(schedule)} is not a string", line=n)
+        seen.add(prog)
+        batch.append(task, schedule, costs, error, stamp, prog)
+    if len(batch) != end - first:
+        raise InputError(path, f"holds {len(batch)} records, its name says {end - first} (rows {first}-{end})")
+    return batch
+
+
+def _shown(value) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _read_meta(path: Path) -> dict:
+    """The meta file of a pack, checked: every key ``pack`` writes, of the right type, indices in range."""
+    try:
+        meta = orjson.loads(_read_gz(path))
+    except orjson.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("costlab_pack") != PACK_FORMAT:
+        raise InputError(path, f"not a packed costlab dataset of format {PACK_FORMAT}")
+
+    def need(obj, key, kinds, where, what):
+        if key not in obj:
+            raise InputError(path, f"{where}missing key {key!r}")
+        if not isinstance(obj[key], kinds) or isinstance(obj[key], bool):
+            raise InputError(path, f"{where}{key!r} must be {what}, not {_shown(obj[key])}")
+        return obj[key]
+
+    def name(value, what, example, where):
+        try:
+            check_name(value, what, example)
+        except UsageError as exc:
+            raise InputError(path, f"{where}{exc}") from None
+
+    tasks = need(meta, "tasks", list, "", "a list")
+    keys = {}
+    for i, t in enumerate(tasks):
+        where = f"task {i}: "
+        if not isinstance(t, dict):
+            raise InputError(path, f"{where}must be an object, not {_shown(t)}")
+        for k in ("workload_hash", "dialect", "workload", "name", "kernel_class"):
+            need(t, k, str, where, "a string")
+        need(t, "flops", (int, float), where, "a number")
+        need(t, "extra", dict, where, "an object")
+        key = (t["dialect"], t["workload_hash"])
+        if key in keys:
+            raise InputError(path, f"{where}repeats task {keys[key]} (same dialect and workload hash)")
+        keys[key] = i
+
+    def task_index(value, where):
+        if type(value) is not int or not 0 <= value < len(tasks):
+            raise InputError(path, f"{where}task index {_shown(value)} out of range (the pack has {len(tasks)} tasks)")
+
+    for net, pairs in need(meta, "networks", dict, "", "an object").items():
+        where = f"network {net!r}: "
+        if not isinstance(pairs, list):
+            raise InputError(path, f"{where}must be a list of [task, weight], not {_shown(pairs)}")
+        for pair in pairs:
+            if type(pair) is not list or len(pair) != 2 or type(pair[1]) not in (int, float):
+                raise InputError(path, f"{where}{_shown(pair)} is not [task, weight]")
+            task_index(pair[0], where)
+    platforms = need(meta, "platforms", dict, "", "an object")
+    for pid, p in platforms.items():
+        where = f"platform {pid!r}: "
+        name(pid, "platform id", "x86-avx2-2c", "")
+        if not isinstance(p, dict):
+            raise InputError(path, f"{where}must be an object, not {_shown(p)}")
+        need(p, "target", dict, where, "an object")
+        for k in ("spec", "host"):
+            if p.get(k) is not None and not isinstance(p[k], dict):
+                raise InputError(path, f"{where}{k!r} must be an object or null, not {_shown(p[k])}")
+    for split, s in need(meta, "splits", dict, "", "an object").items():
+        where = f"split {split!r}: "
+        name(split, "split name", "task-s0", "")
+        if not isinstance(s, dict):
+            raise InputError(path, f"{where}must be an object, not {_shown(s)}")
+        m = need(s, "meta", dict, where, "an object")
+        if m.get("by") not in SPLIT_KINDS:
+            raise InputError(path, f"{where}'by' must be one of {', '.join(SPLIT_KINDS)}, not {_shown(m.get('by'))}")
+        need(m, "seed", int, where, "an integer")
+        need(m, "test_fraction", (int, float), where, "a number")
+        if not isinstance(m.get("held_out_networks", []), list):
+            raise InputError(path, f"{where}'held_out_networks' must be a list")
+        for t in need(s, "test_tasks", list, where, "a list"):
+            task_index(t, where)
+        if "test_programs" not in s:
+            raise InputError(path, f"{where}missing key 'test_programs'")
+        progs = s["test_programs"]
+        if progs is not None and (type(progs) is not list
+                                  or not all(type(v) is int and 0 <= v < 1 << 64 for v in progs)):
+            raise InputError(path, f"{where}'test_programs' must be null or a list of program ids")
+    records = meta.get("records", {})  # absent from packs written before costlab recorded counts and digests
+    if not isinstance(records, dict):
+        raise InputError(path, f"'records' must be an object, not {_shown(records)}")
+    for pid, r in records.items():
+        where = f"records of platform {pid!r}: "
+        if pid not in platforms:
+            raise InputError(path, f"{where}the platform is not listed")
+        if not isinstance(r, dict):
+            raise InputError(path, f"{where}must be an object, not {_shown(r)}")
+        if need(r, "count", int, where, "an integer") < 0:
+            raise InputError(path, f"{where}'count' must not be negative")
+        need(r, "digest", str, where, "a string")
+    return meta

@@ -369,13 +369,17 @@ class DatasetWriter:
     """A write transaction on a dataset file (created if missing).
 
     Everything happens on a temporary copy beside the file; leaving the ``with`` block normally renames
-    it over the original, leaving it by an exception (or Ctrl-C) deletes the copy.
+    it over the original, leaving it by an exception (or Ctrl-C) deletes the copy. A path that is a symbolic
+    link is written through: the copy, the rename and the lock are beside the link's target, and the link
+    stays as it is.
     """
 
     FLUSH_ROWS = 1 << 16
 
     def __init__(self, path):
-        self.path = Path(path)
+        path = Path(path)
+        # renaming the copy over a link would replace the link and leave the dataset it points to unchanged
+        self.path = Path(os.path.realpath(path)) if path.is_symlink() else path
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._f: h5py.File | None = None
 

@@ -22,6 +22,7 @@ SMALL = FIXTURES / "ms_small.h5"
 MS_DB = FIXTURES / "ms_tune_db"
 BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"
 PLATFORM = "llvm-x86_64-2c"
+SHARD = "000000000-000000080.jsonl.gz"  # the one shard of the packed fixture (80 records)
 TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
 
 
@@ -114,6 +115,42 @@ def _bad_ms_db(c):
     return c["tmp"] / "db"
 
 
+def _packed(c, meta=None, records=None):
+    """The dataset packed into the scratch folder, its meta file edited by ``meta(dict)`` and the records of
+    its (only) shard by ``records(list) -> list``."""
+    import gzip
+
+    folder = c["tmp"] / "p"
+    assert main(["dataset", "pack", str(c["data"]), "-o", str(folder)]) == 0
+    if meta is not None:
+        m = orjson.loads(gzip.decompress((folder / "dataset.json.gz").read_bytes()))
+        meta(m)
+        (folder / "dataset.json.gz").write_bytes(gzip.compress(orjson.dumps(m)))
+    if records is not None:
+        (shard,) = (folder / "records" / PLATFORM).iterdir()
+        recs = records([orjson.loads(ln) for ln in gzip.decompress(shard.read_bytes()).splitlines()])
+        shard.write_bytes(gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in recs)))
+    return folder
+
+
+def _unpack(c, **edits):
+    return ["dataset", "unpack", _packed(c, **edits), "-o", c["tmp"] / "new.h5"]
+
+
+def _edit_record(i, field, value):
+    def edit(recs):
+        recs[i][field] = value
+        return recs
+    return edit
+
+
+def _other_pack(c):
+    """Another dataset's pack in the scratch folder."""
+    assert main(["dataset", "import-ansor", str(BERT), "-o", str(c["tmp"] / "other.h5")]) == 0
+    assert main(["dataset", "pack", str(c["tmp"] / "other.h5"), "-o", str(c["tmp"] / "p")]) == 0
+    return c["tmp"] / "p"
+
+
 def _train(c, *extra):
     return ["train", "--data", c["data"], "--out", c["tmp"] / "run", "--no-progress", *extra]
 
@@ -193,6 +230,42 @@ CASES = {
                                     "--report", "exists and is not a directory"),
     "pack -o is a file": (lambda c: ["dataset", "pack", c["data"], "-o", _file(c, "f", b"x")],
                           "exists and is not a directory"),
+    # pack / unpack: one folder holds one dataset's pack; a pack is read only as its names and meta file say
+    "pack into another dataset's pack": (lambda c: ["dataset", "pack", c["data"], "-o", _other_pack(c)],
+                                         "p: holds the pack of another dataset"),
+    "unpack shard shorter than its name": (lambda c: _unpack(c, records=lambda r: r[:40]),
+                                           f"{SHARD}: holds 40 records, its name says 80 (rows 0-80)"),
+    "unpack platform the meta does not list": (lambda c: _unpack(c, meta=lambda m: (m["platforms"].clear(),
+                                                                                    m["records"].clear())),
+                                               f"{PLATFORM}/{SHARD}: records of platform '{PLATFORM}', which "
+                                               "dataset.json.gz does not list"),
+    "unpack count unlike the meta's": (lambda c: _unpack(c, meta=lambda m: m["records"][PLATFORM].update(count=81)),
+                                       f"holds 80 records of platform '{PLATFORM}', dataset.json.gz lists 81"),
+    "unpack records unlike those packed": (lambda c: _unpack(c, records=lambda r: r[::-1]),
+                                           "than were packed (their digest differs"),
+    "unpack meta without tasks": (lambda c: _unpack(c, meta=lambda m: m.pop("tasks")),
+                                  "dataset.json.gz: missing key 'tasks'"),
+    "unpack task without dialect": (lambda c: _unpack(c, meta=lambda m: m["tasks"][0].pop("dialect")),
+                                    "dataset.json.gz: task 0: missing key 'dialect'"),
+    "unpack platform without target": (lambda c: _unpack(c, meta=lambda m: m["platforms"][PLATFORM].pop("target")),
+                                       f"dataset.json.gz: platform '{PLATFORM}': missing key 'target'"),
+    "unpack bad costs": (lambda c: _unpack(c, records=_edit_record(2, 4, "fast")),
+                         f'{SHARD}:3: costs "fast" are not a list of numbers'),
+    "unpack cost not a number": (lambda c: _unpack(c, records=_edit_record(0, 4, [1e-3, None])),
+                                 f"{SHARD}:1: costs [0.001,null] are not a list of numbers"),
+    "unpack record task out of range": (lambda c: _unpack(c, records=_edit_record(4, 0, 99)),
+                                        f"{SHARD}:5: task index 99 out of range (the pack has 4 tasks)"),
+    "unpack record task negative": (lambda c: _unpack(c, records=_edit_record(0, 0, -1)),
+                                    f"{SHARD}:1: task index -1 out of range"),
+    "unpack repeated program id": (lambda c: _unpack(c, records=lambda r: r[:1] + r[:79]),
+                                   f"{SHARD}:2: program id", "repeats an earlier record's"),
+    "unpack damaged record line": (lambda c: _unpack(c, records=lambda r: r[:5] + [[1, 2]] + r[6:]),
+                                   f"{SHARD}:6: damaged record line"),
+    "unpack network task out of range": (lambda c: _unpack(c, meta=lambda m: m["networks"].update(n=[[7, 1.0]])),
+                                         "dataset.json.gz: network 'n': task index 7 out of range"),
+    "unpack split task out of range": (lambda c: _unpack(c, meta=lambda m: m["splits"].update(x=dict(
+        meta=dict(by="task", seed=0, test_fraction=0.2), test_tasks=[9], test_programs=None))),
+                                       "dataset.json.gz: split 'x': task index 9 out of range (the pack has 4 tasks)"),
     "split --test-fraction 0": (lambda c: ["dataset", "split", c["data"], "--test-fraction", "0"],
                                 "test fraction must be between 0 and 1"),
     "split --test-fraction 1": (lambda c: ["dataset", "split", c["data"], "--test-fraction", "1"],

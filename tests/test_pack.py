@@ -74,3 +74,91 @@ def test_unpack_refuses_bad_input(tmp_path, capsys):
     assert "damaged packed file" in capsys.readouterr().err
     assert not (tmp_path / "y.h5").exists()
 
+
+
+# -- one folder, one dataset ------------------------------------------------------------------------------
+
+def _subset(dst, rows) -> None:
+    """A dataset of SMALL's tasks and platform holding the records at ``rows`` only."""
+    with open_dataset(SMALL) as src, DatasetWriter(dst) as w:
+        for t in src.tasks:
+            w.add_task(t.workload_hash, t.dialect, t.workload, t.name, t.kernel_class, t.flops, t.extra)
+        for pid in src.record_platforms():
+            p = src.platforms[pid]
+            w.add_platform(pid, p.target, p.spec, p.host)
+            table, b = src.records(pid), RecordBatch()
+            values, offsets = table.costs(rows)
+            for i, (r, s) in enumerate(zip(rows, table.schedules(rows))):
+                b.append(int(table.task[r]), s, values[offsets[i]:offsets[i + 1]].tolist(), int(table.error[r]),
+                         float(table.column("timestamp")[r]), int(table.program_id[r]))
+            w.add_records(pid, b)
+
+
+def _record_set(path) -> set:
+    with open_dataset(path) as ds:
+        out = set()
+        for pid in ds.record_platforms():
+            t = ds.records(pid)
+            out |= {(pid, int(p), s) for p, s in zip(t.program_id, t.schedules())}
+        return out
+
+
+def _files(folder) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _drop_digests(folder) -> None:
+    """The meta file as costlab wrote it before it recorded each platform's record count and digest."""
+    import gzip
+
+    import orjson
+
+    meta = orjson.loads(gzip.decompress((folder / "dataset.json.gz").read_bytes()))
+    del meta["records"]
+    (folder / "dataset.json.gz").write_bytes(gzip.compress(orjson.dumps(meta)))
+
+
+@pytest.mark.parametrize("written_by", ["this costlab", "an earlier costlab"])
+def test_packing_into_another_datasets_pack_is_refused(tmp_path, capsys, written_by):
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    _subset(b, np.arange(8))  # same tasks and platform, other records
+    _subset(a, np.arange(8, 20))
+    folder = tmp_path / "p"
+    assert main(["dataset", "pack", str(b), "-o", str(folder)]) == 0
+    if written_by == "an earlier costlab":
+        _drop_digests(folder)
+    before = _files(folder)
+    capsys.readouterr()
+    assert main(["dataset", "pack", str(a), "-o", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{folder}: holds the pack of another dataset" in err
+    assert _files(folder) == before  # nothing written
+    assert main(["dataset", "unpack", str(folder), "-o", str(tmp_path / "b2.h5")]) == 0
+    assert _record_set(tmp_path / "b2.h5") == _record_set(b)
+    # a's own folder: packed, grown, packed again, unpacked: exactly a's records
+    own = tmp_path / "own"
+    assert main(["dataset", "pack", str(a), "-o", str(own)]) == 0
+    if written_by == "an earlier costlab":
+        _drop_digests(own)
+    _subset(a, np.arange(8, 30))
+    assert main(["dataset", "pack", str(a), "-o", str(own)]) == 0
+    assert "22 records (10 new)" in capsys.readouterr().err
+    assert main(["dataset", "unpack", str(own), "-o", str(tmp_path / "a2.h5")]) == 0
+    assert _record_set(tmp_path / "a2.h5") == _record_set(a) and len(_record_set(a)) == 22
+
+
+def test_packing_a_dataset_of_other_tasks_or_platforms_is_refused(tmp_path, capsys):
+    bert = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"
+    other = tmp_path / "other.h5"
+    assert main(["dataset", "import-ansor", str(bert), "-o", str(other)]) == 0
+    folder = tmp_path / "p"
+    assert main(["dataset", "pack", str(other), "-o", str(folder)]) == 0
+    before = _files(folder)
+    capsys.readouterr()
+    assert main(["dataset", "pack", str(SMALL), "-o", str(folder)]) == 2
+    assert "tasks are not the first tasks of" in capsys.readouterr().err
+    assert _files(folder) == before
+    (folder / "dataset.json.gz").unlink()  # a packing interrupted before its meta file: the shards still tell
+    assert main(["dataset", "pack", str(SMALL), "-o", str(folder)]) == 2
+    assert "records of platform '2080ti', of which" in capsys.readouterr().err

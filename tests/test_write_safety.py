@@ -117,6 +117,24 @@ def test_rewrite_keeps_the_file_mode(data):
     assert stat.S_IMODE(os.stat(data).st_mode) == 0o640
 
 
+def test_a_write_through_a_symbolic_link_updates_its_target_and_keeps_the_link(data, tmp_path):
+    (tmp_path / "links").mkdir()
+    link = tmp_path / "links" / "link.h5"
+    link.symlink_to("../d.h5")  # relative to the link's folder, not to the working directory
+    assert main(["dataset", "import-ansor", str(BERT), "-o", str(link), "--platform", "other"]) == 0
+    assert link.is_symlink() and os.readlink(link) == "../d.h5"
+    with open_dataset(data) as ds:
+        assert ds.record_platforms() == ["other", "platinum-8358"]
+    assert _debris(data) == [] and _debris(link) == []
+    # a link whose target does not exist yet: the dataset is created there
+    fresh = tmp_path / "links" / "fresh.h5"
+    fresh.symlink_to(tmp_path / "new.h5")
+    assert main(["dataset", "import-ansor", str(MLP), "-o", str(fresh)]) == 0
+    assert fresh.is_symlink()
+    with open_dataset(tmp_path / "new.h5") as ds:
+        assert ds.num_records("platinum-8358") == 128
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 24 MB file system (tmpfs), for writes that run out of space; skipped where mounting is not allowed."""

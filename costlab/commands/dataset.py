@@ -138,7 +138,8 @@ def register(sub) -> None:
     q = ds.add_parser("pack", help="write a dataset as compressed JSON files, for version control",
                       description="Write the dataset's tasks, networks, platforms, splits and records as gzip'd "
                       "JSON files in DIR (records in shards of rows). Packing again after more measuring adds "
-                      "only a shard of the new records; `unpack` builds the same dataset again.")
+                      "only a shard of the new records; DIR holds one dataset's pack (packing another dataset into "
+                      "it is refused). `unpack` builds the same dataset again.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
     q.add_argument("-o", "--output", required=True, type=directory("--output"), metavar="DIR")
     q.set_defaults(func=_pack)
