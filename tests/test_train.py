@@ -207,3 +207,23 @@ def test_finetune_with_momentum(ansor_data, tmp_path):
                  "--out", str(tmp_path / "ft"), "--no-progress"]) == 0
     pred = load_predictor(str(tmp_path / "ft"))
     assert pred.featurizer.config == load_predictor(str(tmp_path / "src")).featurizer.config
+
+
+def test_finetune_from_a_shipped_model_by_name(tmp_path):
+    """``--from NAME`` takes a shipped model by the name ``costlab models`` lists, as evaluate and export do."""
+    import shutil
+
+    from costlab.costmodels.artifact import read_artifact
+    from costlab.costmodels.shipped import shipped_path
+
+    data = tmp_path / "d.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    assert main(["finetune", "--from", "x86-cpu", "--data", str(data), "--platform", "llvm-x86_64-2c",
+                 "--epochs", "1", "--set", "data_options.val_fraction=0", "--out", str(tmp_path / "ft"),
+                 "--no-progress"]) == 0
+    shipped, tuned = read_artifact(shipped_path("x86-cpu")), read_artifact(tmp_path / "ft" / "model")
+    assert tuned.kind == shipped.kind == "pacm" and tuned.config["net"] == shipped.config["net"]
+    assert tuned.config["featurizer"] == shipped.config["featurizer"]
+    assert tuned.config["platforms"] == ["llvm-x86_64-2c"]
+    assert set(tuned.tensors) == set(shipped.tensors)
+    assert any(not torch.equal(tuned.tensors[k], shipped.tensors[k]) for k in shipped.tensors)  # it trained

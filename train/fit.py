@@ -26,6 +26,7 @@ from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
 from costlab.costmodels.nets import featurizer_for, net_config_for
+from costlab.costmodels.predictors import resolve
 
 LEARNED = ("tlp", "pacm", "mtl")
 
@@ -113,10 +114,9 @@ def load_weights(module: CostModelModule, source) -> None:
 
 
 def source_meta(source) -> dict:
-    """kind, net config and featurizer of a trained model (run dir, model dir or checkpoint)."""
-    source = Path(source)
-    if (source / "model" / "config.json").exists():
-        source = source / "model"
+    """kind, net config and featurizer of a trained model (run dir, model dir or archive, checkpoint, or a
+    shipped model's name: the names ``costlab models`` lists, resolved as every other command resolves them)."""
+    source = resolve(source)
     if source.is_dir() or source.suffix != ".ckpt":
         c = read_config(source)  # refuses anything that is not a model directory or archive, in one line
         return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"])

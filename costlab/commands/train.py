@@ -34,7 +34,8 @@ def register(sub) -> None:
     q.set_defaults(func=_train)
 
     q = sub.add_parser("finetune", help="fine-tune a trained model to a platform (optionally by momentum transfer)",
-                       description="Start from a trained model (run dir, model dir or .ckpt) and train on a "
+                       description="Start from a trained model (run dir, model dir or archive, .ckpt, or a shipped "
+                       "model's name as `costlab models` lists them) and train on a "
                        "platform's records; with --momentum, by the Siamese momentum rule (MoA).")
     q.add_argument("--from", dest="source", required=True, type=Path, metavar="CKPT_OR_MODEL")
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
@@ -51,7 +52,8 @@ def register(sub) -> None:
                        description="TenSet's weighted top-k per held-out network (k = 1, 5), per-task top-k, "
                        "pairwise accuracy and NDCG; a markdown report with plots.")
     q.add_argument("--model", required=True, metavar="CKPT_OR_ARTIFACT",
-                   help="a run dir, model dir or .ckpt; or 'psa' or 'random'")
+                   help="a run dir, model dir or archive, or .ckpt; a shipped model's name (costlab models); "
+                   "or 'psa' or 'random'")
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--split", default="auto", help="split name; 'auto' = the model's training split; 'none' = all")
     q.add_argument("--part", default="test", choices=["test", "train", "all"])
