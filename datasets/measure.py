@@ -88,6 +88,9 @@ class _Sampler:
 
     def __init__(self, mod, target, seed: int, per_iter: int):
         from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.utils import cpu_count
+
+        from costlab.datasets.tune_context import tune_context
 
         self.ms = ms
         self.per_iter = max(1, per_iter)
@@ -96,8 +99,8 @@ class _Sampler:
             ms.search_strategy.ReplayTrace(),
             ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32),
         )):
-            ctx = ms.TuneContext(mod, target=target, space_generator="post-order-apply",
-                                 search_strategy=strategy, rand_state=seed + stream, num_threads="physical")
+            ctx = tune_context(mod, target, strategy, rand_state=seed + stream,
+                               num_threads=cpu_count(logical=False))
             self.contexts.append(ctx)
         self.spaces = self.contexts[0].generate_design_space()
         for ctx in self.contexts:
@@ -178,11 +181,101 @@ def make_runner(opts: MeasureOptions, target):
     return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
 
 
-def make_builder(timeout: float = 30.0, workers: int | None = None):
+def export_shared(rt_mod) -> str:
+    """The builder's export: a shared library, linked in the (parallel) builder worker, so the runner loads
+    it with a plain ``dlopen``. MetaSchedule's default exports a tar of object files that the runner, one
+    candidate at a time, must first link into a shared library."""
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
+    rt_mod.export_library(path)
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _builder_class():
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
+    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+    @derived_object
+    class PooledBuilder(PyBuilder):
+        """MetaSchedule's ``LocalBuilder`` with worker processes that live across batches. ``LocalBuilder``
+        starts fresh workers for every batch (each imports TVM again, 1.5 s here, before its first build);
+        these are replaced every ``recycle`` batches, which bounds the memory a worker can leak."""
+
+        def __init__(self, timeout_sec: float, workers: int, f_build, f_export, recycle: int = 16):
+            super().__init__()
+            self.timeout_sec, self.workers, self.recycle = float(timeout_sec), int(workers), max(1, int(recycle))
+            self.functions = (f_build, f_export)
+            self._pool, self._uses = None, 0
+
+        def _executor(self):
+            if self._pool is None or self._uses >= self.recycle:
+                self.close()
+                self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_sec)
+            return self._pool
+
+        def warm_up(self) -> None:
+            """Start the workers now (each imports TVM) while the caller goes on, e.g. with its first search."""
+            pool = self._executor()
+            for _ in range(self.workers):
+                pool.submit(_warm_worker)
+
+        def build(self, build_inputs):
+            self._executor()
+            self._uses += 1
+            f_build, f_export = self.functions
+            results = []
+            for res in self._pool.map_with_error_catching(
+                    lambda x: _worker_func(*x),
+                    [(f_build, f_export, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]):
+                if res.status == StatusKind.COMPLETE:
+                    results.append(BuilderResult(res.value, None))
+                elif res.status == StatusKind.TIMEOUT:
+                    results.append(BuilderResult(None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds"))
+                else:
+                    results.append(BuilderResult(None, "LocalBuilder: An exception occurred\n" + str(res.value)))
+            return results
+
+        def close(self) -> None:
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool, self._uses = None, 0
+
+    return PooledBuilder
+
+
+def _warm_worker() -> None:
+    """Run in a fresh builder or runner worker: what its first task would import, imported ahead."""
+    import time
+
+    import tvm.driver  # noqa: F401
+    import tvm.s_tir.meta_schedule.runner  # noqa: F401
+
+    time.sleep(0.2)  # hold this worker, so that the pool's next warm-up task starts another
+
+
+def warm_up(builder, runner) -> None:
+    """Start a pooled builder's and a local runner's worker processes in the background."""
+    if hasattr(builder, "warm_up"):
+        builder.warm_up()
+    pool = getattr(runner, "pool", None)
+    if pool is not None:
+        pool.submit(_warm_worker)
+
+
+def make_builder(timeout: float = 30.0, workers: int | None = None, pooled: bool = False):
     """The builder costlab measures with: MetaSchedule's ``LocalBuilder`` without the intrinsic-registry
-    import in every fresh worker (``build_without_intrinsic_registry``)."""
+    import in every fresh worker (``build_without_intrinsic_registry``). ``pooled``: one set of workers for
+    many batches and shared-library artifacts (``PooledBuilder``, ``export_shared``): what a tuning run,
+    which builds batch after batch, uses."""
     from tvm.s_tir import meta_schedule as ms
 
+    if pooled:
+        return _builder_class()(timeout, workers or os.cpu_count() or 1, build_without_intrinsic_registry,
+                                export_shared)
     return ms.builder.LocalBuilder(timeout_sec=timeout, f_build=build_without_intrinsic_registry, max_workers=workers)
 
 

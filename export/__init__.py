@@ -2,13 +2,21 @@
 
 - ``load(MODEL)``: a MetaSchedule cost model (``PyCostModel``) of a costlab model — an artifact directory
   or archive, a training run, a shipped model's name, ``psa`` or ``random`` (``cost_model.py``);
-- ``DraftVerifySearch`` and ``DraftFilterModel``: PSA drafts, the model verifies (``draft.py``);
+- ``search/``: the search strategies of ``costlab tune`` (``make_strategy(name)``; PSA drafts, the model
+  leads or verifies);
 - ``export_model``: a training run's model as a self-describing artifact (``artifact.py``);
 - ``tune``: ``costlab tune`` (``tune.py``), the network's end-to-end timing (``network.py``).
 
-Nothing here imports Lightning: a tuning run loads a model without the training machinery.
+Nothing here imports Lightning: a tuning run loads a model without the training machinery. TVM is imported
+on first use of what needs it (the command line reads ``search.STRATEGIES`` without it).
 """
 
-from costlab.export.cost_model import CostlabCostModel, load
-
 __all__ = ["CostlabCostModel", "load"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from costlab.export import cost_model
+
+        return getattr(cost_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

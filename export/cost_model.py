@@ -78,6 +78,8 @@ class CostlabCostModel(PyCostModel):
     ``none``, ``finetune`` or ``momentum`` (online adaptation); ``strict`` refuses a target kind the model
     was not trained for instead of warning."""
 
+    MEMO_SIZE = 200_000  # remembered scores per task before the memo starts afresh
+
     def __init__(self, model="psa", head: str | None = None, adapt: str = "none", strict: bool = False,
                  batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None):
         super().__init__()
@@ -94,29 +96,43 @@ class CostlabCostModel(PyCostModel):
                 raise UsageError(f"online adaptation needs a learned net; {self.predictor.kind} cannot adapt")
             self.adapter = OnlineAdapter(self.predictor, adapt, head=self.head, seed=seed, **(adapt_options or {}))
         self._scales: dict = {}
+        self._memo: dict = {}  # per task: program hash -> raw score, while the model is unchanged
         self._checked: set = set()
-        self.stats = dict(calls=0, candidates=0, featurize_s=0.0, predict_s=0.0)
+        self.stats = dict(calls=0, candidates=0, cached=0, featurize_s=0.0, predict_s=0.0)
 
     # -- scoring -------------------------------------------------------------------------------------------
     def raw_scores(self, context, candidates) -> np.ndarray:
-        """The model's own scores of candidates of one task (higher = faster; invalid programs -inf)."""
+        """The model's own scores of candidates of one task (higher = faster; invalid programs -inf).
+
+        Scores are remembered per program (structural hash) until the model changes: an evolutionary
+        search scores its survivors again in every generation, and the model's featurizer is the cost."""
+        import tvm_ffi
+
         target = context.target
         key = id(target)
         if key not in self._checked:
             check_model_for_target(self.predictor, target, self.strict, self.source)
             self._checked.add(key)
+        memo = self._memo.setdefault(_task_key(context), {})
+        if len(memo) > self.MEMO_SIZE:
+            memo.clear()
+        hashes = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
+        out = np.array([memo.get(h, np.nan) for h in hashes], np.float64)
+        todo = [i for i, h in enumerate(hashes) if h not in memo]
         t0 = time.perf_counter()
-        feats = self.predictor.featurizer.featurize_candidates(context.mod, target, [c.sch for c in candidates])
-        t1 = time.perf_counter()
-        out = self.predictor.predict(feats)[:, self.head].astype(np.float64)
-        t2 = time.perf_counter()
-        valid = np.asarray(feats.get("valid", np.ones(len(out), bool)), bool)
-        out[~valid] = -np.inf
+        if todo:
+            feats = self.predictor.featurizer.featurize_candidates(context.mod, target, [candidates[i].sch for i in todo])
+            t1 = time.perf_counter()
+            new = self.predictor.predict(feats)[:, self.head].astype(np.float64)
+            valid = np.asarray(feats.get("valid", np.ones(len(new), bool)), bool)
+            new[~valid] = -np.inf
+            for i, v in zip(todo, new):
+                out[i] = memo[hashes[i]] = v
+            self.stats["featurize_s"] += t1 - t0
+            self.stats["predict_s"] += time.perf_counter() - t1
         self.stats["calls"] += 1
-        self.stats["candidates"] += len(candidates)
-        self.stats["featurize_s"] += t1 - t0
-        self.stats["predict_s"] += t2 - t1
-        self._last = (context, candidates, feats)
+        self.stats["candidates"] += len(todo)
+        self.stats["cached"] += len(candidates) - len(todo)
         return out
 
     def predict(self, context, candidates) -> np.ndarray:
@@ -137,6 +153,7 @@ class CostlabCostModel(PyCostModel):
                                                                [c.sch for c in candidates])
         self.adapter.add(_task_key(context), feats, [_latency(r) for r in results])
         if self.adapter.update():
+            self._memo.clear()
             self._scales.clear()  # the net changed: each task's map is set again from its next population
 
     # -- persistence -----------------------------------------------------------------------------------------
@@ -152,6 +169,7 @@ class CostlabCostModel(PyCostModel):
 
     def load(self, path: str) -> None:
         self.predictor = load_predictor(str(path))
+        self._memo.clear()
         self._scales.clear()
 
 

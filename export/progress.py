@@ -15,7 +15,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 class TuneProgress:
     def __init__(self, names: list[str], done: list[int], budget: int, enabled: bool = True,
-                 history: str | Path | None = None):
+                 history: str | Path | None = None, clock=None):
         from tqdm import tqdm
 
         self.names = names
@@ -23,6 +23,7 @@ class TuneProgress:
         self.trials = list(done)
         self.group = list(range(len(names)))
         self.history = Path(history) if history else None
+        self.clock = clock  # a search.timed.RoundClock: the batch's seconds of search, build and run
         self.offset = self._resume()  # seconds the run took before this process continued it
         self.started = time.time()
         self.bar = tqdm(total=budget, initial=min(sum(done), budget), unit="trial", desc="tune", disable=not enabled)
@@ -50,6 +51,8 @@ class TuneProgress:
                    task_trials=self.trials[i], trials=sum(self.trials), batch=n, errors=errors,
                    batch_best_us=round(batch_best * 1e6, 4) if math.isfinite(batch_best) else None,
                    best_us=round(self.best[i] * 1e6, 4) if math.isfinite(self.best[i]) else None)
+        if self.clock is not None:
+            row.update(self.clock.batch_done())
         with open(self.history, "a") as f:
             f.write(json.dumps(row) + "\n")
 

@@ -4,11 +4,16 @@ MetaSchedule's default (evolutionary search + XGBoost), in one command.
 - Tasks: TVM benchmark workloads by name (``GMM:1,128,128,128``) or the tasks of a network (a
   ``transformers`` model type or ``MODULE:FUNCTION``), extracted as ``costlab dataset extract`` does and
   weighted by how often they run.
-- Search: ``draft-verify`` (``export/draft.py``: PSA drafts, the model verifies) or ``evolutionary``
-  (MetaSchedule's own, the model as its cost model); without a model, MetaSchedule's XGBoost model.
-- Measuring: costlab's builder (no intrinsic-registry import in every fresh worker) and a runner that runs
-  kernels on the target's ``num-cores`` threads, or through an RPC tracker; ``ms_defaults`` uses
-  MetaSchedule's own builder and runner exactly as ``tune_tir`` does.
+- Search: a strategy of ``export/search/`` by name (``model-led``, the default with a model: PSA drafts,
+  the model leads the evolution, small first rounds); without a model, MetaSchedule's evolutionary search
+  and XGBoost model. ``max_seconds`` is a wall-time budget beside ``trials``: no round starts after it.
+- No fixed start-up: tune contexts are made without the tensor-intrinsic registry when a task cannot use
+  it (``datasets/tune_context.py``); the seconds to the first measured batch are in the summary.
+- Measuring: costlab's builder (no intrinsic-registry import; one pool of workers for the whole run,
+  shared-library artifacts the runner loads without linking) and a runner that runs kernels on the
+  target's ``num-cores`` threads, or through an RPC tracker; ``ms_defaults`` uses MetaSchedule's own
+  builder and runner exactly as ``tune_tir`` does. Each batch's seconds of search, build and run are in
+  ``progress.jsonl``.
 - The work dir holds a normal MetaSchedule JSON database (failed measurements kept, as MetaSchedule writes
   them); re-run with the same work dir, a run continues: trials already in the database count.
 - A network is compiled with the tuning database afterwards and its end-to-end latency measured beside
@@ -28,7 +33,8 @@ from pathlib import Path
 from costlab.datasets.errors import InputError, UsageError
 from costlab.datasets.ms_workload import plain_json
 
-STRATEGIES = ("draft-verify", "draft-filter", "evolutionary")
+from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
+
 ADAPT = ("none", "finetune", "momentum")
 
 
@@ -42,6 +48,7 @@ class TuneOptions:
     seq_len: int = 32
     target: str | dict | None = "host"
     trials: int = 200  # per workload; a network's budget in all
+    max_seconds: float | None = None  # wall-time budget of the whole run (this invocation); None: trials only
     model: str | None = None  # None: MetaSchedule's XGBoost model
     strategy: str | None = None  # default: draft-verify with a model, evolutionary without
     adapt: str = "none"
@@ -49,7 +56,8 @@ class TuneOptions:
     strict: bool = False
     seed: int = 0
     per_iter: int = 64
-    population: int = 512
+    population: int | None = None  # the strategy's own default (make_strategy)
+    first_rounds: tuple = (8, 16, 32)  # model-led: sizes of the first rounds, then per_iter
     verify_fraction: float = 0.1
     ms_defaults: bool = False
     builder_timeout: float = 30.0
@@ -59,6 +67,7 @@ class TuneOptions:
     rpc_host: str = "127.0.0.1"
     rpc_port: int = 9190
     progress: bool = True
+    check_output: bool = True  # each task's best programs run beside a reference build before they are reported
 
     def check(self) -> None:
         if not self.workloads and not self.network:
@@ -67,14 +76,18 @@ class TuneOptions:
             raise UsageError("tune either --workload(s) or one --network, not both")
         if self.task_filter and not self.network:
             raise UsageError("--task picks tasks of a --network")
-        if self.trials < 1 or self.per_iter < 1 or self.population < 2:
+        if self.trials < 1 or self.per_iter < 1 or (self.population is not None and self.population < 2):
             raise UsageError("--trials, --per-iter must be at least 1 and --population at least 2")
+        if self.max_seconds is not None and not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
+            raise UsageError(f"--max-seconds must be a positive number of seconds, not {self.max_seconds}")
+        if any(int(x) < 1 for x in self.first_rounds):
+            raise UsageError(f"--first-rounds must be positive candidate counts, not {self.first_rounds}")
         if not 0 < self.verify_fraction <= 1:
             raise UsageError(f"--verify-fraction must be in (0, 1], not {self.verify_fraction}")
-        strategy = self.strategy or ("draft-verify" if self.model else "evolutionary")
+        strategy = self.strategy or (DEFAULT_WITH_MODEL if self.model else DEFAULT_WITHOUT_MODEL)
         if strategy not in STRATEGIES:
             raise UsageError(f"--strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-        if strategy != "evolutionary" and not self.model:
+        if strategy in NEEDS_MODEL and not self.model:
             raise UsageError(f"--strategy {strategy} needs a --model to verify with (a model dir, psa or random)")
         if self.adapt not in ADAPT:
             raise UsageError(f"--adapt must be one of {', '.join(ADAPT)}, not {self.adapt!r}")
@@ -159,33 +172,35 @@ def _cost_model(opts: TuneOptions, target, cores: int):
         return CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto")
     from costlab.export.cost_model import CostlabCostModel, check_model_for_target
 
+    from costlab.export.search import draft_cost_model
+
     model = CostlabCostModel(opts.model, head=opts.head, adapt=opts.adapt, strict=opts.strict, seed=opts.seed)
     check_model_for_target(model.predictor, target, opts.strict, opts.model)  # before any tuning starts
-    if opts.strategy == "draft-filter":
-        from costlab.export.draft import DraftFilterModel
-
-        return DraftFilterModel(model, opts.verify_fraction)
-    return model
+    return draft_cost_model(opts.strategy, model, opts.verify_fraction)
 
 
-def _strategy(opts: TuneOptions, log):
-    if opts.strategy in ("evolutionary", "draft-filter"):  # draft-filter drafts inside the cost model
-        from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
+def _strategy(opts: TuneOptions, log, clock):
+    from costlab.export.search import make_strategy
+    from costlab.export.search.timed import TimedSearch
 
-        return EvolutionarySearch(population_size=opts.population)
-    from costlab.export.draft import DraftVerifySearch
-
-    return DraftVerifySearch(verify_fraction=opts.verify_fraction, population_size=opts.population, log=log)
+    inner = make_strategy(opts.strategy, population=opts.population, verify_fraction=opts.verify_fraction,
+                          first_rounds=opts.first_rounds, log=log)
+    return TimedSearch(inner, clock)
 
 
 def _measure_stack(opts: TuneOptions, target, cores: int):
+    """The builder and runner of a run. costlab's builder keeps one pool of workers for the whole run."""
+    from tvm.s_tir import meta_schedule as ms
+
     if opts.ms_defaults:
-        return "local", "local"
-    from costlab.datasets.measure import MeasureOptions, make_builder, make_runner
+        return ms.builder.LocalBuilder(), ms.runner.LocalRunner()  # what "local" makes, as tune_tir does
+    from costlab.datasets.measure import MeasureOptions, make_builder, make_runner, warm_up
 
     mopts = MeasureOptions(target=target.export(), number=opts.number, repeat=opts.repeat, rpc_key=opts.rpc_key,
                            rpc_host=opts.rpc_host, rpc_port=opts.rpc_port)
-    return make_builder(opts.builder_timeout, workers=cores), make_runner(mopts, target)
+    builder, runner = make_builder(opts.builder_timeout, workers=cores, pooled=True), make_runner(mopts, target)
+    warm_up(builder, runner)
+    return builder, runner
 
 
 _LOG_FORMAT = logging.Formatter("%(asctime)s [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
@@ -223,15 +238,30 @@ def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
             for i, n in enumerate(names)]
 
 
+def _process_start() -> float:
+    """When this process started (the command's own start, before Python imported anything)."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001  no process table: the call's start will do
+        return time.time()
+
+
 def tune(opts: TuneOptions) -> dict:
-    """Tune; returns a summary (per task: trials, best latency; wall seconds; a network's end-to-end)."""
+    """Tune; returns a summary (per task: trials, best latency; wall seconds; seconds to the first measured
+    batch; a network's end-to-end)."""
+    command_start = _process_start()
+    started = time.time()
     opts.check()
-    import tvm
+    import tvm  # noqa: F401
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    from costlab.export.draft import RoundLog
+    from costlab.datasets.tune_context import tune_context
     from costlab.export.progress import TuneProgress
+    from costlab.export.search.common import RoundLog
+    from costlab.export.search.timed import RoundClock, TimedBuilder
 
     target = _target(opts)
     cores = int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
@@ -239,45 +269,60 @@ def tune(opts: TuneOptions) -> dict:
     if work.exists() and not work.is_dir():
         raise InputError(work, "exists and is not a directory (--work-dir)")
     work.mkdir(parents=True, exist_ok=True)
-    _check_same_run(work, opts)
+    lock = _lock_work_dir(work)
+    run_options = _check_same_run(work, opts)
     tasks, network = _tasks(opts, target)
+    builder, runner = _measure_stack(opts, target, cores)  # its workers start while the model loads
     cost_model = _cost_model(opts, target, cores)
+    (work / "costlab_run.json").write_text(json.dumps(run_options, indent=2))  # the run has really started
     database = ms.database.JSONDatabase(work_dir=str(work))
     done = _done_per_task(database, tasks)
     # workloads are tuned one after the other, each with its own budget; a network's tasks share one
     groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
     budget = opts.trials * len(groups)
     log = RoundLog(work / "search_rounds.jsonl")
-    started = time.time()
+    clock = RoundClock(started + opts.max_seconds if opts.max_seconds else None)
     progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
-                            history=work / "progress.jsonl")
+                            history=work / "progress.jsonl", clock=clock)
     try:
         for group in groups:
             remaining = opts.trials - sum(done[i] for i in group)
-            if remaining <= 0:
+            if remaining <= 0 or clock.expired():
                 continue
             names = [tasks[i].name for i in group]
             contexts = []
-            for i, logger, rand in zip(group, _task_loggers(work, names),
-                                       fork_seed(opts.seed, n=len(group))):
-                contexts.append(ms.TuneContext(mod=tasks[i].mod, target=target, space_generator="post-order-apply",
-                                               search_strategy=_strategy(opts, log), task_name=tasks[i].name,
-                                               rand_state=rand, num_threads=cores, logger=logger).clone())
-            builder, runner = _measure_stack(opts, target, cores)
+            for i, logger, rand in zip(group, _task_loggers(work, names), fork_seed(opts.seed, n=len(group))):
+                contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock),
+                                             task_name=tasks[i].name, rand_state=rand, num_threads=cores,
+                                             logger=logger).clone())
             progress.focus(group)
             ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
                           max_trials_global=remaining, max_trials_per_task=remaining, num_trials_per_iter=opts.per_iter,
-                          builder=builder, runner=runner, database=database,
+                          builder=TimedBuilder(builder, clock), runner=runner, database=database,
                           cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
                           measure_callbacks=ms.measure_callback.MeasureCallback.create("default")
                           + [progress.callback()], task_scheduler="gradient")
     finally:
         progress.close()
+        if hasattr(builder, "close"):
+            builder.close()
+        lock.close()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - started, 2),
                    tasks=[])
+    if clock.first_batch_at is not None:
+        summary["first_batch_s"] = round(clock.first_batch_at - command_start, 2)
+        summary["first_batch_after_call_s"] = round(clock.first_batch_at - started, 2)
+    if clock.stopped_by_deadline:
+        summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
     for t, n in zip(tasks, _done_per_task(database, tasks)):
         best = _best_latency(database, t.mod)
-        summary["tasks"].append(dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3)))
+        row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
+        if opts.check_output and not opts.rpc_key and best is not None:
+            from costlab.export.check import check_task
+
+            row["check"] = check_task(database, t.mod, target, seed=opts.seed)
+            row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result
+        summary["tasks"].append(row)
     if log.rounds:
         summary["rounds"] = len(log.rounds)
     if hasattr(cost_model, "stats"):
@@ -303,21 +348,39 @@ def _best_latency(database, mod) -> float | None:
     return mean if math.isfinite(mean) and mean < 1e9 else None
 
 
-def _check_same_run(work: Path, opts: TuneOptions) -> None:
+def _lock_work_dir(work: Path):
+    """One run per work dir: two runs would measure the same programs twice and write two summaries. The lock
+    is held by the open file and goes with the process, however it ends."""
+    import fcntl
+
+    fh = open(work / ".costlab_tune.lock", "a")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise UsageError(f"{work}: another costlab tune is running in this work dir; wait for it to end, or tune "
+                         "in another --work-dir") from None
+    return fh
+
+
+def _check_same_run(work: Path, opts: TuneOptions) -> dict:
     """A work dir continues the run that made it: the same tasks, target and search; another run there would
-    mix two searches in one database."""
+    mix two searches in one database. Returns the options to record once the run has started."""
     path = work / "costlab_run.json"
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
             "ms_defaults", "per_iter", "population", "verify_fraction")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
-    if path.exists():
+    if path.exists() or path.is_symlink():
         try:
             old = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            old = None
-        if isinstance(old, dict) and old != mine:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(path, f"is damaged ({type(exc).__name__}): it records which run this work dir holds; "
+                                   "tune in another --work-dir, or remove it if you know the run's options") from None
+        if not isinstance(old, dict):
+            raise InputError(path, "is damaged (not a JSON object): it records which run this work dir holds; tune "
+                                   "in another --work-dir, or remove it if you know the run's options")
+        if old != mine:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine[k]!r}" for k in keys if old.get(k) != mine[k])
             raise UsageError(f"{work} holds a tuning run with other options ({diff}); continue it with the same "
                              "options, or tune in another --work-dir")
-    else:
-        path.write_text(json.dumps(mine, indent=2))
+    return mine

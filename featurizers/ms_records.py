@@ -96,25 +96,11 @@ def _plain(obj):
 
 
 def feature_context(mod, target, num_threads: int = 1):
-    """A ``TuneContext`` holding just what ``FeatureExtractor.extract_from`` reads (module, target, threads).
+    """A ``TuneContext`` holding just what ``FeatureExtractor.extract_from`` reads (module, target, threads),
+    made without the tensor-intrinsic registry (``datasets.tune_context``)."""
+    from costlab.datasets.tune_context import tune_context
 
-    ``TuneContext()`` itself first imports ``tvm.s_tir.tensor_intrin``, which parses every tensor intrinsic
-    TVM ships and takes 20-60 s; feature extraction needs none of them, so the context is built by the same
-    FFI constructor without that import.
-    """
-    import tvm
-    from tvm.s_tir.meta_schedule import _ffi_api
-    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
-    from tvm.s_tir.meta_schedule.tune_context import TuneContext, _normalize_mod
-
-    if type(mod).__name__ == "PrimFunc":
-        mod = _normalize_mod(mod)
-    if not isinstance(target, tvm.target.Target):
-        target = tvm.target.Target(dict(target) if isinstance(target, dict) else target)
-    ctx = TuneContext.__new__(TuneContext)
-    ctx.__init_handle_by_constructor__(_ffi_api.TuneContext, mod, target, None, None, "main", int(num_threads), -1,
-                                       get_logging_func(get_logger(__name__)))
-    return ctx
+    return tune_context(mod, target, num_threads=num_threads, space=None)
 
 
 def is_gpu(target: dict) -> bool:

@@ -28,6 +28,19 @@ def _records(work) -> list:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+def _program_hashes(work, workload: str) -> set:
+    """The distinct programs (structural hashes of the scheduled modules) of a work dir's database."""
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.search.common import _replay
+
+    mod = workload_json_mod(te_workload_task(workload)[1])
+    db = ms.database.JSONDatabase(work_dir=str(work))
+    return {int(tvm_ffi.structural_hash(_replay(mod, r.trace, 1).mod)) for r in db.get_all_tuning_records()}
+
+
 def test_tune_tir_takes_the_cost_model(run, tmp_path):  # noqa: F811
     import tvm
     from tvm.s_tir import meta_schedule as ms
@@ -48,8 +61,8 @@ def test_tune_tir_takes_the_cost_model(run, tmp_path):  # noqa: F811
 def test_costlab_tune_draft_verify_with_momentum_and_import_back(run, tmp_path, capsys):  # noqa: F811
     work = tmp_path / "w"
     assert main(["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--trials", "8",
-                 "--model", str(run / "model"), "--adapt", "momentum", "--work-dir", str(work), "--json",
-                 *SMALL_SEARCH]) == 0
+                 "--model", str(run / "model"), "--strategy", "draft-verify", "--adapt", "momentum",
+                 "--work-dir", str(work), "--json", *SMALL_SEARCH]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["tasks"][0]["trials"] == 8 and summary["tasks"][0]["best_us"] > 0
     assert summary["adaptation"]["updates"] == 2 and summary["adaptation"]["trained"] >= 1
@@ -101,7 +114,12 @@ def test_default_search_without_a_model_and_ms_defaults(tmp_path, capsys):
     assert len(records) == 4
     best = summary["tasks"][0]["best_us"]
     assert (best is not None and best > 0) or all(r[1][1] == [1e10] for r in records)
-    assert _measure_stack(TuneOptions(work_dir=".", ms_defaults=True), None, 2) == ("local", "local")
+    from tvm.s_tir.meta_schedule.builder import LocalBuilder
+    from tvm.s_tir.meta_schedule.runner import LocalRunner
+
+    builder, runner = _measure_stack(TuneOptions(work_dir=".", ms_defaults=True), None, 2)
+    assert type(builder) is LocalBuilder and type(runner) is LocalRunner  # exactly what "local" makes
+
 
 
 def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
@@ -120,6 +138,7 @@ def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
     res = subprocess.run(argv, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert len(_records(work)) == 12  # only the difference was tuned
+    assert len(_program_hashes(work, "GMM:1,16,16,16")) == 12  # and no program measured before was measured again
     # the history goes on across the interruption: trials and seconds only grow, the best only falls
     hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines()]
     assert hist[-1]["trials"] == 12 and sum(h["batch"] for h in hist) == 12

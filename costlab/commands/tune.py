@@ -7,19 +7,22 @@ import sys
 from pathlib import Path
 
 from costlab.commands.dataset import TARGET_HELP
+from costlab.export.search import STRATEGIES
 
 
 def register(sub) -> None:
     q = sub.add_parser(
         "tune", help="tune workloads or a network with MetaSchedule, with a costlab model or MetaSchedule's default",
         description="Tune TVM benchmark workloads (each with its own budget of --trials) or the tasks of a network "
-        "(--trials in all) with MetaSchedule. With --model, a costlab model scores the candidates (by default as "
-        "the verify stage of Draft-then-Verify, PSA drafting); without, MetaSchedule's default (evolutionary "
-        "search + XGBoost), so one command compares both. The work dir gets a MetaSchedule JSON database "
-        "(`costlab dataset import-ms` reads it back, failed measurements included), search_rounds.jsonl (per "
-        "round: candidates each stage scored and seconds it took), progress.jsonl (per measured batch: the run's "
-        "seconds and trials so far and the task's best latency) and costlab_tune.json (the summary). "
-        "Interrupted and re-run with the same work dir, it continues.")
+        "(--trials in all) with MetaSchedule. With --model, a costlab model leads the search (model-led: PSA "
+        "drafts the initial pool, the model scores the genetic search, small first rounds); without, "
+        "MetaSchedule's default (evolutionary search + XGBoost), so one command compares both. The work dir gets "
+        "a MetaSchedule JSON database (`costlab dataset import-ms` reads it back, failed measurements included), "
+        "search_rounds.jsonl (per round: candidates each stage scored and seconds it took), progress.jsonl (per "
+        "measured batch: the run's seconds, trials so far, the task's best latency, and the batch's seconds of "
+        "search, build and run) and costlab_tune.json (the summary, with the seconds from the command's start to "
+        "the first measured batch). Interrupted and re-run with the same work dir, it continues and never "
+        "measures a program of the database again.")
     q.add_argument("--workload", action="append", default=[], metavar="NAME[:ARGS]",
                    help="a te_workload benchmark, e.g. GMM:1,128,128,128 or C2D:1,28,28,128,128,3,1,1 (repeatable)")
     q.add_argument("--network", metavar="TYPE[:KEY=VALUE,...]|MODULE:FUNCTION",
@@ -32,12 +35,16 @@ def register(sub) -> None:
     q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
     q.add_argument("--target", default="host", help=TARGET_HELP)
     q.add_argument("--trials", type=int, default=200, help="measured candidates per workload, or for the network")
+    q.add_argument("--max-seconds", type=float, metavar="S",
+                   help="wall-time budget of this run: no round starts after S seconds (the database stays "
+                   "complete); the run ends at whichever of --trials and --max-seconds comes first")
     q.add_argument("--model", metavar="MODEL",
                    help="a costlab model: model dir or archive (costlab export), training run dir, shipped model "
                    "name (costlab models), psa or random; default: MetaSchedule's XGBoost model")
-    q.add_argument("--strategy", choices=["draft-verify", "draft-filter", "evolutionary"],
-                   help="draft-verify (default with --model): a search strategy in which PSA drafts every candidate "
-                   "of the genetic search and the model verifies the best --verify-fraction; draft-filter: "
+    q.add_argument("--strategy", choices=list(STRATEGIES),
+                   help="model-led (default with --model): PSA drafts the initial pool, the model scores every "
+                   "generation of the genetic search, first rounds small (--first-rounds); draft-verify: PSA leads "
+                   "the genetic search and the model re-ranks its best --verify-fraction; draft-filter: "
                    "MetaSchedule's evolutionary search with a cost model that drafts with PSA and verifies the "
                    "best fraction of every call; evolutionary: MetaSchedule's search with the model (default "
                    "without --model) as its cost model (docs/search.md compares them)")
@@ -47,7 +54,11 @@ def register(sub) -> None:
     q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--per-iter", type=int, default=64, help="candidates measured per round")
-    q.add_argument("--population", type=int, default=512, help="evolutionary search population")
+    q.add_argument("--first-rounds", default="8,16,32", metavar="N,N,...",
+                   help="model-led: candidates measured in the first rounds, before --per-iter (default 8,16,32)")
+    q.add_argument("--population", type=int,
+                   help="genetic search population (default 512; 256 for model-led, whose model scores every "
+                   "generation)")
     q.add_argument("--verify-fraction", type=float, default=0.1,
                    help="share of the PSA-drafted candidates that the model verifies (draft-verify)")
     q.add_argument("--ms-defaults", action="store_true",
@@ -57,6 +68,10 @@ def register(sub) -> None:
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
     q.add_argument("--work-dir", required=True, type=Path, metavar="DIR")
+    q.add_argument("--no-check", action="store_true",
+                   help="report each task's fastest program without running it beside a reference build on random "
+                   "inputs first (by default a program whose output differs is reported and never chosen; runs "
+                   "through --rpc-key are not checked)")
     q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.set_defaults(func=_tune)
@@ -76,23 +91,42 @@ def register(sub) -> None:
     q.set_defaults(func=_models)
 
 
+def _counts(text: str) -> tuple:
+    from costlab.datasets.errors import UsageError
+
+    try:
+        return tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--first-rounds takes comma-separated candidate counts, e.g. 8,16,32, not {text!r}") from None
+
+
 def _tune(args) -> int:
     from costlab.export.tune import TuneOptions, tune
 
     opts = TuneOptions(work_dir=str(args.work_dir), workloads=args.workload, network=args.network,
-                       task_filter=args.task_filter, batch=args.batch,
+                       task_filter=args.task_filter, batch=args.batch, max_seconds=args.max_seconds,
+                       first_rounds=_counts(args.first_rounds),
                        seq_len=args.seq_len, target=args.target, trials=args.trials, model=args.model,
                        strategy=args.strategy, adapt=args.adapt, head=args.head, strict=args.strict, seed=args.seed,
                        per_iter=args.per_iter, population=args.population, verify_fraction=args.verify_fraction,
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
-                       rpc_host=args.rpc_host, rpc_port=args.rpc_port, progress=not args.no_progress)
+                       rpc_host=args.rpc_host, rpc_port=args.rpc_port, progress=not args.no_progress,
+                       check_output=not args.no_check)
     summary = tune(opts)
     if args.json:
         print(json.dumps(summary, default=str))
         return 0
     for t in summary["tasks"]:
         best = f"{t['best_us']:.2f} us" if t["best_us"] is not None else "no valid program"
-        print(f"{t['name']}: {t['trials']} trials, best {best}")
+        check = t.get("check", {})
+        note = {"ok": " (output checked)", "replaced": " (output checked; a faster program computed a wrong "
+                "result and was not chosen)", "wrong": " (every checked program computed a wrong result: "
+                + "; ".join(c["result"] for c in check.get("checked", [])) + ")"}.get(check.get("status"), "")
+        print(f"{t['name']}: {t['trials']} trials, best {best}{note}")
+    if summary.get("first_batch_s") is not None:
+        print(f"first measured batch {summary['first_batch_s']:.1f} s after the command started", file=sys.stderr)
+    if summary.get("stopped"):
+        print(f"stopped: {summary['stopped']}", file=sys.stderr)
     if "network" in summary:
         n = summary["network"]
         print(f"network end to end: tuned {n['tuned_ms']:.3f} ms, untuned {n['untuned_ms']:.3f} ms "

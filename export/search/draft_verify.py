@@ -1,90 +1,27 @@
-"""Draft-then-Verify: PSA (the static analyzer) drafts, the learned model verifies.
+"""``draft-verify``: MetaSchedule's evolutionary search led by PSA, the learned model re-ranking its drafts.
 
-Two ways to put it into MetaSchedule, both here, compared in ``docs/search.md``:
-
-- ``DraftVerifySearch`` (the default of ``costlab tune``): a search strategy. Each round the evolutionary
-  search runs with PSA as its cost model (MetaSchedule's own ``EvolutionarySearch`` state, driven through
-  its FFI: ``SampleInitPopulation`` and ``EvolveWithCostModel``), so PSA scores every candidate the genetic
-  search proposes; the best-drafted ``verify_fraction`` of them reach the learned model, and the round's
-  batch is its best, with MetaSchedule's epsilon-greedy share of random unmeasured programs kept.
-  ``EvolveWithCostModel`` marks every program it returns as measured, so drafted programs the verifier
-  rejects are not proposed again.
-- ``DraftFilterModel``: a cost model that drafts inside ``predict``: PSA scores every candidate, the
-  best-drafted fraction is scored by the learned model and ranked above the rest. It works with any
-  MetaSchedule strategy, but the learned model then sees every generation of the genetic search.
-
-Every round is logged (``RoundLog``): candidates each stage scored and seconds each stage took.
+Each round the evolutionary search runs with PSA as its cost model (MetaSchedule's own
+``EvolutionarySearch`` state, driven through its FFI: ``SampleInitPopulation`` and
+``EvolveWithCostModel``), so PSA scores every candidate the genetic search proposes; the best-drafted
+``verify_fraction`` of them reach the learned model, and the round's batch is its best, with
+MetaSchedule's epsilon-greedy share of random unmeasured programs kept. ``EvolveWithCostModel`` marks every
+program it returns as measured, so drafted programs the verifier rejects are not proposed again: the
+learned model's recall is capped by PSA's. ``model-led`` (``model_led.py``) is the search the model leads.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
-from costlab.export.cost_model import CostlabCostModel, _task_key
-
-
-@derived_object
-class PSAModel(PyCostModel):
-    """PSA as a MetaSchedule cost model: ``1 / estimated time``, divided per task by the best estimate of
-    the first population it scores (a fixed scale, so scores compare across the calls of a search)."""
-
-    def __init__(self, config: dict | None = None):
-        super().__init__()
-        from costlab.featurizers import create
-
-        self.featurizer = create("psa", config)
-        self._scale: dict = {}
-        self.stats = dict(calls=0, candidates=0, seconds=0.0)
-
-    def scores(self, context, candidates) -> np.ndarray:
-        t0 = time.perf_counter()
-        feats = self.featurizer.featurize_candidates(context.mod, context.target, [c.sch for c in candidates])
-        self.stats["calls"] += 1
-        self.stats["candidates"] += len(candidates)
-        self.stats["seconds"] += time.perf_counter() - t0
-        return np.asarray(feats["score"], np.float64)
-
-    def predict(self, context, candidates) -> np.ndarray:
-        if not len(candidates):
-            return np.zeros(0, np.float64)
-        s = self.scores(context, candidates)
-        key = _task_key(context)
-        if key not in self._scale:
-            self._scale[key] = float(s.max()) if s.size and s.max() > 0 else 1.0
-        return s / self._scale[key]
-
-    def update(self, context, candidates, results) -> None:
-        pass
-
-    def save(self, path: str) -> None:
-        Path(path).write_text(json.dumps(self.featurizer.to_json()))
-
-    def load(self, path: str) -> None:
-        from costlab.featurizers import from_json
-
-        self.featurizer = from_json(json.loads(Path(path).read_text()))
-
-
-class RoundLog:
-    """One JSON line per search round: what each stage scored and how long it took."""
-
-    def __init__(self, path=None):
-        self.path = Path(path) if path else None
-        self.rounds: list[dict] = []
-
-    def add(self, **row) -> None:
-        self.rounds.append(row)
-        if self.path is not None:
-            with open(self.path, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+from costlab.export.cost_model import CostlabCostModel
+from costlab.export.search.common import RoundLog, _ffi, _shash, best_measured, measure_candidates, measured_hashes
+from costlab.export.search.psa import PSAModel
 
 
 @derived_object
@@ -136,6 +73,7 @@ class DraftVerifySearch(PySearchStrategy):
         self.verify, self.database = cost_model, database
         self.max_trials, self.per_iter, self.trials = int(max_trials), int(num_trials_per_iter), 0
         self.design_spaces = list(design_spaces)
+        self._picked = measured_hashes(self.context, database)  # a resumed run never measures a program again
         self._inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, self.draft)
 
     def post_tuning(self) -> None:
@@ -151,7 +89,7 @@ class DraftVerifySearch(PySearchStrategy):
         t_start = time.perf_counter()
         o = self.options
         pop = o["population_size"]
-        measured = self._best_measured(int(pop * o["init_measured_ratio"]))
+        measured = best_measured(self.context, self.database, int(pop * o["init_measured_ratio"]), self.trials + 1)
         unmeasured = list(_ffi("SampleInitPopulation")(self._inner, pop - len(measured)))
         t_sample = time.perf_counter()
         if len(unmeasured) < o["init_min_unmeasured"]:
@@ -173,10 +111,7 @@ class DraftVerifySearch(PySearchStrategy):
         self._round_start = t_start
         if not picks:
             return None
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-
-        return [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in picks]
+        return measure_candidates(picks)
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)
@@ -201,6 +136,7 @@ class DraftVerifySearch(PySearchStrategy):
             else:
                 scores = np.asarray(self.verify.predict(self.context, cands), np.float64)
             order = [drafted[i] for i in np.argsort(-scores, kind="stable")]
+            order = [s for s in order if _shash(s) not in self._picked]  # measured before a resume
         picks = order[:n_best]
         seen = self._picked | {_shash(s) for s in drafted}  # drafted ones are marked measured by the FFI call
         rng = np.random.default_rng(self.trials + 1)
@@ -215,31 +151,6 @@ class DraftVerifySearch(PySearchStrategy):
         self._picked |= {_shash(s) for s in picks}
         return picks, len(drafted)
 
-    def _best_measured(self, n: int) -> list:
-        """The ``n`` best measured programs of this task, replayed with the space's postprocessors (as
-        EvolutionarySearch's ``PickBestFromDatabase``)."""
-        from tvm.s_tir.schedule import Schedule
-
-        if n <= 0 or not self.database.has_workload(self.context.mod):
-            return []
-        workload = self.database.commit_workload(self.context.mod)
-        out = []
-        for rec in self.database.get_top_k(workload, n):
-            try:
-                sch = Schedule(self.context.mod, seed=int(self.trials) + 1)
-                rec.trace.apply_to_schedule(sch, remove_postproc=True)
-                # as MetaSchedule's ThreadedTraceApply: the postprocessors' instructions are marked as such,
-                # so that the evolution's replays of mutated traces drop them (a layout rewrite replayed as a
-                # schedule instruction changes the blocks' outputs: "old_outputs.size() == new_outputs.size()")
-                sch.enter_postproc()
-                for post in self.context.space_generator.postprocs:
-                    if not post.apply(sch):
-                        raise ValueError("postprocessor rejected the program")
-                out.append(sch)
-            except Exception:  # noqa: BLE001  a record that no longer replays is skipped, as MetaSchedule does
-                continue
-        return out
-
     def _close_round(self) -> None:
         if self._pending is not None and self._round_start is not None:
             row = dict(self._pending, round_s=round(time.perf_counter() - self._round_start, 4))
@@ -248,56 +159,3 @@ class DraftVerifySearch(PySearchStrategy):
         self._pending = None
 
 
-def _shash(sch) -> int:
-    import tvm_ffi
-
-    return int(tvm_ffi.structural_hash(sch.mod))
-
-
-def _ffi(name: str):
-    import tvm
-
-    return tvm.get_global_func(f"s_tir.meta_schedule.SearchStrategyEvolutionarySearch{name}")
-
-
-@derived_object
-class DraftFilterModel(PyCostModel):
-    """Draft-then-Verify inside a cost model: PSA scores every candidate; the best-drafted ``fraction`` is
-    scored by the learned model and ranked above the rest (scores in (0.5, 1] against PSA's (0, 0.5])."""
-
-    def __init__(self, verify: CostlabCostModel, fraction: float = 0.1, draft: PSAModel | None = None):
-        super().__init__()
-        self.verify, self.fraction = verify, float(fraction)
-        self.draft = draft if draft is not None else PSAModel()
-        self.stats = dict(verify_scored=0, draft_scored=0, draft_s=0.0, verify_s=0.0)
-
-    @property
-    def adapter(self):
-        return self.verify.adapter
-
-    def predict(self, context, candidates) -> np.ndarray:
-        n = len(candidates)
-        if not n:
-            return np.zeros(0, np.float64)
-        t0 = time.perf_counter()
-        drafted = self.draft.predict(context, candidates)  # (0, 1] against the task's first best
-        out = 0.5 * np.clip(drafted, 0.0, 1.0)
-        k = max(1, int(math.ceil(self.fraction * n)))
-        top = np.argsort(-drafted, kind="stable")[:k]
-        t1 = time.perf_counter()
-        verified = self.verify.predict(context, [candidates[i] for i in top])
-        out[top] = 0.5 + 0.5 * verified
-        self.stats["verify_scored"] += k
-        self.stats["draft_scored"] += n
-        self.stats["draft_s"] += t1 - t0
-        self.stats["verify_s"] += time.perf_counter() - t1
-        return out.astype(np.float64)
-
-    def update(self, context, candidates, results) -> None:
-        self.verify.update(context, candidates, results)
-
-    def save(self, path: str) -> None:
-        self.verify.save(path)
-
-    def load(self, path: str) -> None:
-        self.verify.load(path)

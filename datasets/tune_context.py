@@ -1,0 +1,78 @@
+"""MetaSchedule tune contexts without the tensor-intrinsic registry where a task cannot use it.
+
+``ms.TuneContext(...)`` imports ``tvm.s_tir.tensor_intrin`` before anything else: it parses every tensor
+intrinsic TVM ships (x86, ARM, CUDA tensor cores, Hexagon, ...), 13-40 s on a 2-core machine, because the
+default schedule rules of some targets name intrinsics (on an x86 CPU with AVX-512 or VNNI, the int8
+dot-product rule ``MultiLevelTilingWithIntrin("dot_16x4_...")`` looks its intrinsic up when it is made).
+
+On an x86 CPU a task without 8-bit integer buffers can never match a dot-product intrinsic, and the x86
+defaults are exactly the generic LLVM ones plus that rule (and the ``RewriteTensorize`` postprocessor,
+which only acts on blocks the rule tagged). Such a task gets the LLVM defaults by name and a context made
+without the import; every other task (int8 on a CPU, another target kind, ARM) gets MetaSchedule's own
+defaults with the registry loaded, as ``ms.TuneContext`` does.
+"""
+
+from __future__ import annotations
+
+_NARROW_INT = ("int8", "uint8")
+
+
+def needs_intrinsics(mod, target) -> bool:
+    """Whether MetaSchedule's default rules for this task and target may use registered tensor intrinsics."""
+    if str(target.kind.name) != "llvm":
+        return True
+    triple = str(target.attrs.get("mtriple", "") or "")
+    if triple and not any(triple.startswith(p) for p in ("x86_64", "i686", "i386")):
+        return True  # ARM / other CPUs: their default rules are their own
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    for func in mod.functions.values():
+        try:
+            infos = ArgInfo.from_prim_func(func)
+        except Exception:  # noqa: BLE001  not a PrimFunc MetaSchedule can read: keep MetaSchedule's defaults
+            return True
+        if any(str(getattr(info, "dtype", "")) in _NARROW_INT for info in infos):
+            return True
+    return False
+
+
+def space_generator(mod, target):
+    """The design-space generator ``post-order-apply`` would make for this task, without the intrinsic
+    registry when the task cannot use it (module docstring)."""
+    from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
+
+    if needs_intrinsics(mod, target):
+        import tvm.s_tir.tensor_intrin  # noqa: F401  the default rules look up intrinsics by name
+
+        return PostOrderApply()
+    return PostOrderApply(sch_rules="llvm", postprocs="llvm", mutator_probs="llvm")
+
+
+def tune_context(mod, target, search_strategy=None, *, task_name: str = "main", rand_state: int = -1,
+                 num_threads: int = 1, logger=None, space="auto"):
+    """``ms.TuneContext(mod, target=..., space_generator=..., ...)`` without its unconditional registry import.
+
+    ``mod``: an IRModule with one ``main`` (or a PrimFunc); ``target``: a ``Target`` or its JSON dict;
+    ``space``: ``"auto"`` for ``space_generator(mod, target)``, a space generator, or None for a context that
+    only carries the module and target (what feature extraction reads)."""
+    import tvm
+    from tvm.s_tir.meta_schedule import _ffi_api
+    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+    from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+    from tvm.s_tir.meta_schedule.tune_context import TuneContext, _normalize_mod
+
+    if type(mod).__name__ == "PrimFunc":
+        mod = _normalize_mod(mod)
+    if not isinstance(target, tvm.target.Target):
+        target = tvm.target.Target(dict(target) if isinstance(target, dict) else target)
+    if search_strategy is not None and not isinstance(search_strategy, SearchStrategy):
+        search_strategy = SearchStrategy.create(search_strategy)
+    if isinstance(space, str) and space == "auto":
+        space = space_generator(mod, target)
+    ctx = TuneContext.__new__(TuneContext)
+    ctx.__init_handle_by_constructor__(
+        _ffi_api.TuneContext, mod, target, space, search_strategy, task_name, int(num_threads), int(rand_state),
+        get_logging_func(logger if logger is not None else get_logger("tvm.s_tir.meta_schedule")))
+    if space is not None or search_strategy is not None:
+        _ffi_api.TuneContextInitialize(ctx)
+    return ctx

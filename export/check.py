@@ -1,0 +1,106 @@
+"""Tuned programs checked before they are reported: each task's best measured programs run on random inputs
+beside a reference build of the same task (the unscheduled module, TVM's default lowering), and their
+outputs are compared (``np.allclose``, MetaSchedule's ``validate_database`` tolerances). The fastest program
+that matches is the task's result; a program whose output differs, or that fails to build or run, is
+reported and never chosen.
+
+The scheduled module is built as it is, its weight-layout rewrite blocks included (so it takes the original
+layout, as the reference does), and both run in a worker process, so a kernel that crashes ends the worker,
+not the tuning run.
+"""
+
+from __future__ import annotations
+
+import math
+
+RTOL, ATOL = 1e-3, 2e-3
+
+
+def _latency(rec) -> float:
+    secs = [float(s) for s in rec.run_secs] if rec.run_secs is not None else []
+    mean = sum(secs) / len(secs) if secs else math.inf
+    return mean if math.isfinite(mean) and mean < 1e9 else math.inf
+
+
+def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list:
+    """In a worker process: build the reference and each candidate, run all on the same random inputs, and
+    say per candidate ``"ok"`` or what differs."""
+    import numpy as np
+
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import TensorInfo
+
+    target = tvm.target.Target(target_json)
+    dev = tvm.cpu(0) if str(target.kind.name) == "llvm" else tvm.device(str(target.kind.name), 0)
+    rng = np.random.default_rng(seed)
+    infos = TensorInfo.from_prim_func(reference["main"])
+    inputs = []
+    for info in infos:
+        dtype, shape = str(info.dtype), [int(x) for x in info.shape]
+        if dtype.startswith("float"):
+            inputs.append(rng.uniform(-1, 1, shape).astype(dtype))
+        elif dtype == "bool":
+            inputs.append(rng.integers(0, 2, shape).astype(dtype))
+        else:
+            inputs.append(rng.integers(0, 8, shape).astype(dtype))
+
+    def run(mod) -> list:
+        lib = tvm.compile(mod, target=target)
+        args = [tvm.runtime.tensor(x.copy(), device=dev) for x in inputs]
+        lib[lib.entry_name](*args) if hasattr(lib, "entry_name") else lib["main"](*args)
+        dev.sync()
+        return [a.numpy() for a in args]
+
+    expected = run(reference)
+    out = []
+    for mod in candidates:
+        try:
+            got = run(mod)
+        except Exception as exc:  # noqa: BLE001  a program that does not build or run is reported as such
+            lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+            out.append(f"failed: {lines[-1][:200] if lines else type(exc).__name__}")
+            continue
+        bad = [i for i, (a, b) in enumerate(zip(expected, got))
+               if a.shape != b.shape or not np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True)]
+        if bad:
+            i = bad[0]
+            diff = float(np.max(np.abs(expected[i].astype(np.float64) - got[i].astype(np.float64))))
+            out.append(f"wrong output: argument {i} differs from the reference by up to {diff:.3g}")
+        else:
+            out.append("ok")
+    return out
+
+
+def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: float = 300.0) -> dict:
+    """The task's fastest programs (up to ``top``) checked against the reference, fastest first, until one
+    matches. Returns ``best_us`` (of the first that matches, None if none does), ``checked`` (what each
+    checked program got, with its tuning latency) and ``status``: ``ok`` (the fastest matched), ``replaced``
+    (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
+    measured)."""
+    from tvm.s_tir.schedule import Schedule
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from costlab.datasets.ms_workload import plain_json
+
+    if not database.has_workload(mod):
+        return dict(status="none", best_us=None, checked=[])
+    recs = [r for r in database.get_top_k(database.commit_workload(mod), top) if math.isfinite(_latency(r))]
+    if not recs:
+        return dict(status="none", best_us=None, checked=[])
+    scheduled = []
+    for rec in recs:
+        sch = Schedule(mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=False)
+        scheduled.append(sch.mod)
+    pool = PopenPoolExecutor(max_workers=1, timeout=timeout)
+    try:
+        verdicts = pool.submit(_compare_worker, mod, scheduled, plain_json(target.export()), seed).result()
+    except Exception as exc:  # noqa: BLE001  the worker crashed or timed out: nothing can be vouched for
+        verdicts = [f"failed: the check's worker ended ({type(exc).__name__})"] * len(scheduled)
+    finally:
+        pool.shutdown()
+    checked = [dict(tuned_us=round(_latency(r) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
+    for i, v in enumerate(verdicts):
+        if v == "ok":
+            return dict(status="ok" if i == 0 else "replaced", best_us=checked[i]["tuned_us"], checked=checked[:i + 1])
+    return dict(status="wrong", best_us=None, checked=checked)

@@ -1,0 +1,98 @@
+"""What the search strategies share: the round log, program hashes, the measured programs of a task (from
+the database, so a resumed run knows them), replays of the best measured programs, MetaSchedule's
+evolutionary-search FFI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class RoundLog:
+    """One JSON line per search round: what each stage scored and how long it took."""
+
+    def __init__(self, path=None):
+        self.path = Path(path) if path else None
+        self.rounds: list[dict] = []
+
+    def add(self, **row) -> None:
+        self.rounds.append(row)
+        if self.path is not None:
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+
+def _shash(sch) -> int:
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(sch.mod))
+
+
+def _ffi(name: str):
+    import tvm
+
+    return tvm.get_global_func(f"s_tir.meta_schedule.SearchStrategyEvolutionarySearch{name}")
+
+
+
+def program_hash(sch) -> int:
+    """A scheduled program's identity: the structural hash of its module (what MetaSchedule dedups by)."""
+    return _shash(sch)
+
+
+def _replay(mod, trace, seed: int, postprocs=None):
+    """The program of a measured trace; with ``postprocs``, replayed as MetaSchedule's ``ThreadedTraceApply``
+    does for a new population member: the postprocessors' instructions are dropped, applied again, and
+    marked as postprocessing (``enter_postproc``), so that the evolution's replays of its mutants drop them
+    (a layout rewrite replayed as a schedule instruction changes the blocks' outputs)."""
+    from tvm.s_tir.schedule import Schedule
+
+    sch = Schedule(mod, seed=seed)
+    if postprocs is None:
+        trace.apply_to_schedule(sch, remove_postproc=False)
+        return sch
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    sch.enter_postproc()
+    for post in postprocs:
+        if not post.apply(sch):
+            raise ValueError("postprocessor rejected the program")
+    return sch
+
+
+def measured_hashes(context, database) -> set:
+    """The program hashes of every record of this task in the database, failed ones included: what a
+    (resumed) run must never measure again. A record that no longer replays is skipped."""
+    out: set = set()
+    if database is None or not database.has_workload(context.mod):
+        return out
+    key = str(database.commit_workload(context.mod).as_json()[0])
+    for rec in database.get_all_tuning_records():
+        if str(rec.workload.as_json()[0]) != key:
+            continue
+        try:
+            out.add(_shash(_replay(context.mod, rec.trace, 1)))
+        except Exception:  # noqa: BLE001  as MetaSchedule, a record that does not replay is ignored
+            continue
+    return out
+
+
+def best_measured(context, database, n: int, seed: int) -> list:
+    """The ``n`` fastest measured programs of this task, ready to seed an evolution (as MetaSchedule's
+    ``PickBestFromDatabase``)."""
+    if n <= 0 or database is None or not database.has_workload(context.mod):
+        return []
+    workload = database.commit_workload(context.mod)
+    out = []
+    for rec in database.get_top_k(workload, n):
+        try:
+            out.append(_replay(context.mod, rec.trace, seed, context.space_generator.postprocs))
+        except Exception:  # noqa: BLE001  a record that no longer replays is skipped, as MetaSchedule does
+            continue
+    return out
+
+
+def measure_candidates(schedules: list) -> list:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    return [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in schedules]

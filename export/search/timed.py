@@ -1,0 +1,90 @@
+"""Seconds of every round, for every strategy (MetaSchedule's own included), and a wall-time budget.
+
+``RoundClock`` collects, per measured batch, the seconds the strategy searched (``TimedSearch``), the
+builder built (``TimedBuilder``) and the runner ran (the rest, until the batch's results reach the measure
+callbacks); ``TuneProgress`` writes them into each batch's line of ``progress.jsonl``. ``TimedSearch`` ends
+a task's search once the run's deadline has passed: MetaSchedule's task scheduler then finishes with every
+measured batch in the database.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import PyBuilder
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+
+class RoundClock:
+    def __init__(self, deadline: float | None = None):
+        self.deadline = deadline  # time.time() after which no new round starts
+        self.search_s = self.build_s = 0.0
+        self._built_at: float | None = None
+        self.first_batch_at: float | None = None
+        self.stopped_by_deadline = False
+
+    def expired(self) -> bool:
+        if self.deadline is not None and time.time() >= self.deadline:
+            self.stopped_by_deadline = True
+            return True
+        return False
+
+    def batch_done(self) -> dict:
+        """The seconds of the batch whose results just arrived (and a fresh start for the next)."""
+        now = time.perf_counter()
+        run_s = now - self._built_at if self._built_at is not None else None
+        row = dict(search_s=round(self.search_s, 4), build_s=round(self.build_s, 4),
+                   run_s=round(run_s, 4) if run_s is not None else None)
+        if self.first_batch_at is None:
+            self.first_batch_at = time.time()
+        self.search_s = self.build_s = 0.0
+        self._built_at = None
+        return row
+
+
+@derived_object
+class TimedSearch(PySearchStrategy):
+    """A search strategy (MetaSchedule's or costlab's) timed by a ``RoundClock`` and stopped by its deadline."""
+
+    def __init__(self, inner, clock: RoundClock):
+        self.inner, self.clock = inner, clock
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        if self.clock.expired():
+            return None
+        t0 = time.perf_counter()
+        out = self.inner.generate_measure_candidates()
+        self.clock.search_s += time.perf_counter() - t0
+        return out
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self):
+        return TimedSearch(self.inner.clone(), self.clock)
+
+
+@derived_object
+class TimedBuilder(PyBuilder):
+    """A builder timed by a ``RoundClock``."""
+
+    def __init__(self, inner, clock: RoundClock):
+        super().__init__()
+        self.inner, self.clock = inner, clock
+
+    def build(self, build_inputs):
+        t0 = time.perf_counter()
+        out = self.inner.build(build_inputs)
+        self.clock._built_at = time.perf_counter()
+        self.clock.build_s += self.clock._built_at - t0
+        return out

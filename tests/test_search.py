@@ -1,0 +1,200 @@
+"""The search of `costlab tune`, for real on tiny workloads: every strategy over three rounds, no tensor-
+intrinsic registry on a float32 CPU task (parent and workers), small first rounds, a wall-time budget that
+leaves a complete database, one run per work dir, and tuned programs checked against a reference build."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from costlab.cli import main
+from costlab.export.search import STRATEGIES, make_strategy
+from costlab.export.search.model_led import round_size
+
+from test_export import run  # noqa: F401  (the trained and exported tiny TLP model)
+from test_tune import SMALL_SEARCH, _program_hashes, _records
+
+pytestmark = pytest.mark.slow
+
+TARGET = ["--target", "llvm -num-cores=2"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_strategy_tunes_over_three_rounds(run, tmp_path, capsys, strategy):  # noqa: F811
+    work = tmp_path / "w"
+    model = ["--model", str(run / "model")] if strategy != "evolutionary" else []
+    assert main(["tune", "--workload", "GMM:1,16,16,16", *TARGET, "--trials", "12", *model, "--strategy", strategy,
+                 "--work-dir", str(work), "--json", *SMALL_SEARCH]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["options"]["strategy"] == strategy and summary["tasks"][0]["trials"] == 12
+    hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines()]
+    assert [h["batch"] for h in hist] == [4, 4, 4]  # three rounds of --per-iter 4
+    for h in hist:  # every arm logs its seconds of search, build and run per round
+        assert h["search_s"] > 0 and h["build_s"] > 0 and h["run_s"] > 0
+    assert len(_program_hashes(work, "GMM:1,16,16,16")) == 12  # nothing measured twice
+    assert summary["tasks"][0]["check"]["status"] == "ok"
+    assert 0 < summary["first_batch_after_call_s"] < summary["wall_s"]
+
+
+def test_model_led_rounds_start_small_and_the_model_scores_the_evolution(run, tmp_path, capsys):  # noqa: F811
+    assert [round_size(i, 64) for i in range(5)] == [8, 16, 32, 64, 64]
+    assert [round_size(i, 12) for i in range(4)] == [8, 12, 12, 12]
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "GMM:1,16,16,16", *TARGET, "--trials", "14", "--model", str(run / "model"),
+                 "--first-rounds", "2,4", "--per-iter", "8", "--adapt", "momentum", "--work-dir", str(work),
+                 "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["options"]["strategy"] == "model-led"  # the default with a model
+    rounds = [json.loads(x) for x in (work / "search_rounds.jsonl").read_text().splitlines()]
+    assert [r["picked"] for r in rounds] == [2, 4, 8]
+    assert summary["adaptation"]["updates"] == 3  # the model adapted after each round, from the first on
+    # the learned model scored the genetic search's generations, far more programs than were measured
+    assert summary["cost_model"]["candidates"] + summary["cost_model"]["cached"] > 10 * 14
+    assert all(r["verify_s"] > 0 and r["draft_s"] > 0 for r in rounds)
+
+
+def test_no_tensor_intrinsic_registry_on_a_float_cpu_task(run, tmp_path):  # noqa: F811
+    """The registry parses every tensor intrinsic TVM ships (13-40 s here): neither the tuning process nor its
+    builder and runner workers import it for a float32 task on a CPU."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        from costlab.export.tune import TuneOptions, tune
+        from costlab.datasets.measure import make_builder, make_runner, MeasureOptions, build_and_run
+        summary = tune(TuneOptions(work_dir={str(tmp_path / 'w')!r}, workloads=["GMM:1,16,16,16"],
+                                   target="llvm -num-cores=2", trials=4, model={str(run / 'model')!r}, per_iter=4,
+                                   progress=False))
+        import tvm
+        from tvm.s_tir import meta_schedule as ms
+        from costlab.datasets.extract import te_workload_task, workload_json_mod
+        from costlab.datasets.tune_context import tune_context
+        target = tvm.target.Target({{"kind": "llvm", "num-cores": 2}})
+        ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,16,16,16")[1]), target, num_threads=2)
+        builder, runner = make_builder(workers=1, pooled=True), make_runner(MeasureOptions(number=1), target)
+        res = build_and_run(builder, runner, target, [ms.MeasureCandidate(ctx.generate_design_space()[0],
+            ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"]))])
+        probe = lambda: "tvm.s_tir.tensor_intrin" in sys.modules
+        print(json.dumps(dict(parent="tvm.s_tir.tensor_intrin" in sys.modules, error=res[0][1],
+                              builder=builder._pool.submit(probe).result(),
+                              runner=runner.pool.submit(probe).result(), trials=summary["tasks"][0]["trials"])))
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == dict(parent=False, error=0, builder=False, runner=False, trials=4)
+
+
+def test_an_int8_task_still_gets_the_registry_and_its_rules():
+    import tvm
+    from tvm import te
+
+    from costlab.datasets.tune_context import needs_intrinsics
+
+    a = te.placeholder((16, 16), "uint8", name="A")
+    b = te.placeholder((16, 16), "int8", name="B")
+    k = te.reduce_axis((0, 16), "k")
+    c = te.compute((16, 16), lambda i, j: te.sum(a[i, k].astype("int32") * b[k, j].astype("int32"), axis=k))
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    x86 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    assert needs_intrinsics(mod, x86)
+    f = te.placeholder((16, 16), "float32", name="F")
+    fmod = tvm.IRModule({"main": te.create_prim_func([f, te.compute((16, 16), lambda i, j: f[i, j] * 2)])})
+    assert not needs_intrinsics(fmod, x86)
+    assert needs_intrinsics(fmod, tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))
+
+
+def test_max_seconds_stops_with_a_complete_database(run, tmp_path, capsys):  # noqa: F811
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "GMM:1,16,16,16", *TARGET, "--trials", "100000", "--model",
+                 str(run / "model"), "--max-seconds", "3", "--work-dir", str(work), "--json", *SMALL_SEARCH]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["stopped"] == "--max-seconds 3 reached"
+    hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines()]
+    n = summary["tasks"][0]["trials"]
+    assert 0 < n < 100000 and n == len(_records(work)) == sum(h["batch"] for h in hist)
+    assert summary["wall_s"] < 120  # one round may start just before the budget ends; none after
+
+
+def _database_with_a_wrong_program(work, workload="GMM:1,16,16,16"):
+    """A tuning database in which the fastest record's program computes a wrong result (its accumulator is
+    an int32 buffer: every partial sum is truncated) and the second is a right one."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+
+    mod = workload_json_mod(te_workload_task(workload)[1])
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    work.mkdir(parents=True, exist_ok=True)
+    db = ms.database.JSONDatabase(work_dir=str(work))
+    wl = db.commit_workload(mod)
+    wrong = Schedule(mod)
+    block = wrong.get_sblock("Z")
+    wrong.cache_write(block, 0, "global")
+    wrong.unsafe_set_dtype(block, 0, "int32")
+    right = Schedule(mod)
+    right.split(right.get_loops(right.get_sblock("Z"))[1], [4, 4])
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    db.commit_tuning_record(ms.database.TuningRecord(wrong.trace, wl, [1e-6], target, args))
+    db.commit_tuning_record(ms.database.TuningRecord(right.trace, wl, [2e-6], target, args))
+    return db, mod, target
+
+
+def test_a_wrong_program_is_caught_and_never_chosen(tmp_path, capsys):
+    from costlab.export.check import check_task
+
+    db, mod, target = _database_with_a_wrong_program(tmp_path / "w")
+    out = check_task(db, mod, target)
+    assert out["status"] == "replaced" and out["best_us"] == 2.0
+    assert out["checked"][0]["result"].startswith("wrong output: argument 2 differs")
+    # the same through `costlab tune`: a finished run is checked when it reports
+    assert main(["tune", "--workload", "GMM:1,16,16,16", *TARGET, "--trials", "2", "--work-dir",
+                 str(tmp_path / "w"), "--no-progress"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "best 2.00 us" in line and "computed a wrong result and was not chosen" in line
+    summary = json.loads((tmp_path / "w" / "costlab_tune.json").read_text())
+    assert summary["tasks"][0]["best_us"] == 2.0 and summary["tasks"][0]["check"]["status"] == "replaced"
+
+
+def test_one_run_per_work_dir(tmp_path, capsys):
+    import fcntl
+
+    work = tmp_path / "w"
+    work.mkdir()
+    with open(work / ".costlab_tune.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["tune", "--workload", "GMM:1,8,8,8", *TARGET, "--trials", "2", "--work-dir", str(work),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "another costlab tune is running in this work dir" in err
+    assert not _records(work) and not (work / "costlab_run.json").exists()
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]"])
+def test_damaged_run_record_is_an_error_naming_it(tmp_path, capsys, content):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "costlab_run.json").write_text(content)
+    assert main(["tune", "--workload", "GMM:1,8,8,8", *TARGET, "--trials", "2", "--work-dir", str(work),
+                 "--no-progress"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(err) == 1 and "costlab_run.json" in err[0] and "damaged" in err[0]
+    assert (work / "costlab_run.json").read_text() == content
+
+
+def test_a_refused_first_attempt_leaves_no_run_record(tmp_path, capsys):
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "NOPE:1", *TARGET, "--work-dir", str(work), "--no-progress"]) == 2
+    assert not (work / "costlab_run.json").exists()
+    capsys.readouterr()
+
+
+def test_make_strategy_knows_every_name():
+    for name in STRATEGIES:
+        assert make_strategy(name) is not None
+    with pytest.raises(ValueError, match="unknown search strategy"):
+        make_strategy("nope")
