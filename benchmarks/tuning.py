@@ -4,10 +4,15 @@ Arms, each a `costlab tune` run (a0 excepted) on the host's own target:
   a0  tune_tir exactly as a user calls it (MetaSchedule's builder, runner, XGBoost), seed 0: its wall time, and
       its best program re-measured like the others'
   a   MetaSchedule's evolutionary search + XGBoost with costlab's builder and runner: the search baseline
-  b   Draft-then-Verify: PSA drafts, the pre-trained model (--model) verifies, frozen
+  a1000  a with a budget of 1000 trials, seed 0: the "fully tuned" reference
+  b   costlab tune's default with the pre-trained model (--model), frozen: model-led (PSA drafts the pool, the
+      model leads the evolution, small first rounds)
   c   b with online momentum adaptation (MoA)
-  f   the other form of Draft-then-Verify (--strategy draft-filter), frozen: MetaSchedule's evolutionary search
-      with a cost model that drafts with PSA inside every call (docs/search.md chooses between b and f)
+  d   draft-verify, frozen: PSA leads the evolution, the model re-ranks its drafts (the earlier default)
+  f   draft-filter, frozen: MetaSchedule's evolutionary search with a cost model that drafts with PSA inside
+      every call
+
+Seconds count from each command's start (process start), start-up included.
 
 Every run is a work dir OUT/runs/ARM/WORKLOAD/sSEED that is kept: re-running `run` continues an interrupted run
 and skips finished ones (a0, timed as one call, restarts), and `table` rebuilds every figure from the work dirs.
@@ -48,21 +53,30 @@ WORKLOADS = {
     # the query/key/value/output projections of BERT (hidden 256, sequence 128): dense 128x256 by 256x256 + bias
     "bert-dense": ["--network", "bert:hidden=256,heads=4,intermediate=1024", "--seq-len", "128",
                    "--task", "fused_matmul_add2"],
+    # the same network's attention batch matmul (heads x 128x64 by 64x128) and its masked softmax
+    "bert-bmm": ["--network", "bert:hidden=256,heads=4,intermediate=1024", "--seq-len", "128", "--task", "matmul1"],
+    "bert-softmax": ["--network", "bert:hidden=256,heads=4,intermediate=1024", "--seq-len", "128",
+                     "--task", "fused_softmax*"],
 }
 GMM_FLOPS = 2 * 128 * 128 * 128
-ARMS = ("a0", "a", "b", "c", "f")
+ARMS = ("a0", "a", "a1000", "b", "c", "d", "f")
+SEED0_ONLY = ("a0", "a1000")
+COSTLAB_ARMS = ("b", "c", "d", "f")
 
 
 def _arm_args(arm: str, model: str | None) -> list[str]:
-    if arm == "a":
+    if arm in ("a", "a1000"):
         return ["--strategy", "evolutionary"]
-    if arm in ("b", "c", "f"):
+    if arm in COSTLAB_ARMS:
         if not model:
             raise SystemExit(f"arm {arm} needs --model (a model pre-trained on other tasks of this target)")
-        if arm == "f":
-            return ["--model", model, "--strategy", "draft-filter"]
-        return ["--model", model, "--strategy", "draft-verify"] + (["--adapt", "momentum"] if arm == "c" else [])
+        strategy = {"b": "model-led", "c": "model-led", "d": "draft-verify", "f": "draft-filter"}[arm]
+        return ["--model", model, "--strategy", strategy] + (["--adapt", "momentum"] if arm == "c" else [])
     raise ValueError(arm)
+
+
+def _trials(arm: str, args) -> int:
+    return 1000 if arm == "a1000" else args.trials
 
 
 def _workload_args(name: str) -> list[str]:
@@ -99,7 +113,7 @@ def _finished(work: Path, trials: int) -> bool:
 def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
     work = out / "runs" / arm / _slug(workload) / f"s{seed}"
     db_dir = work / "ms" if arm == "a0" else work  # where the run's database (and its re-measurement) is
-    done = (work / "a0.json").exists() if arm == "a0" else _finished(work, args.trials)
+    done = (work / "a0.json").exists() if arm == "a0" else _finished(work, _trials(arm, args))
     if done:
         if not (db_dir / "remeasured.json").exists():
             with _Lock():
@@ -109,7 +123,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
         cmd = [sys.executable, __file__, "_a0", "--work", str(work), "--trials", str(args.trials), "--seed", str(seed),
                "--target", args.target, "--", *_workload_args(workload)]
     else:
-        cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model), "--trials", str(args.trials),
+        cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model), "--trials", str(_trials(arm, args)),
                "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress"]
     work.mkdir(parents=True, exist_ok=True)
     print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}", flush=True)
@@ -223,6 +237,19 @@ def remeasure(args) -> int:
     return table(args)
 
 
+def _model_hash(model: str | None) -> str | None:
+    """The hash of the model's weights as its config records it (shipped names resolved)."""
+    if not model or model in ("psa", "random"):
+        return None
+    from costlab.costmodels.predictors import resolve
+
+    try:
+        config = json.loads((Path(resolve(model)) / "config.json").read_text())
+    except Exception:  # noqa: BLE001  an archive or a run dir: the table says so
+        return None
+    return config.get("weights_sha256")
+
+
 def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,7 +257,8 @@ def run(args) -> int:
     from costlab.datasets.host import host_info
     from costlab.datasets.targets import runnable_target
 
-    info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model)
+    info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model,
+                model_sha256=_model_hash(args.model))
     if meta.exists():
         old = json.loads(meta.read_text())
         if old["host"] != info["host"] or old["trials"] != info["trials"]:
@@ -239,7 +267,7 @@ def run(args) -> int:
     for workload in args.workloads:
         for seed in [int(s) for s in args.seeds.split(",")]:
             for arm in args.arms.split(","):
-                if arm == "a0" and seed != 0:
+                if arm in SEED0_ONLY and seed != 0:
                     continue
                 _run_one(arm, workload, seed, args, out)
     return table(args)
@@ -334,11 +362,22 @@ def collect(out: Path) -> dict:
                     curve = _curve(seed_dir)
                     re = json.loads((seed_dir / "remeasured.json").read_text()) if (seed_dir / "remeasured.json").exists() else {}
                     row.update(wall_s=prog[-1]["elapsed_s"] if prog else summary["wall_s"], progress=prog,
+                               first_batch_s=summary.get("first_batch_s"),
                                final_us=re.get("best_us"), tuning_final_us=_best_after(curve, len(curve)),
                                curve=curve, at64_us=_best_after(curve, 64), rounds=_rounds(seed_dir),
                                trials=sum(t["trials"] for t in summary["tasks"]), cost_model=summary.get("cost_model"))
                 data.setdefault(wl_dir.name, {}).setdefault(arm_dir.name, []).append(row)
     return data
+
+
+def _reach_cells(rows: list[dict], latency: float | None) -> tuple[str, str, float | None, float | None]:
+    """Trials and seconds (geomean over the seeds that reached LATENCY) and how many seeds reached it."""
+    if not latency:
+        return "-", "-", None, None
+    got = [x for x in (_reach(r["curve"], r["progress"], latency) for r in rows) if x]
+    t, sec = _geo([x[0] for x in got]), _geo([x[1] for x in got])
+    return (f"{_fmt(t, '.0f')} ({len(got)}/{len(rows)})", _fmt(sec, '.0f'),
+            t if len(got) == len(rows) else None, sec if len(got) == len(rows) else None)
 
 
 def table(args) -> int:
@@ -350,66 +389,58 @@ def table(args) -> int:
         from costlab.datasets.host import describe_host
 
         lines.append(f"host: {describe_host(meta['host'])}; target {json.dumps(meta['target'])}; "
-                     f"budget {meta['trials']} trials; model {meta.get('model')}")
-    head = "| workload | arm | seeds | final µs (geomean, min–max) | after 64 µs (geomean, min–max) | wall s | to reach a: trials | to reach a: s |"
+                     f"budget {meta['trials']} trials; model {meta.get('model')} {meta.get('model_sha256', '')}")
+    head = ("| workload | arm | seeds | start-up s | final µs (geomean, min–max) | after 64 µs (min–max) | wall s | "
+            "reach a: trials (seeds) | reach a: s | reach a1000: trials (seeds) | reach a1000: s |")
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
-    ratios: dict = {"at64": [], "final": [], "trials": [], "secs": []}
+    ratios: dict = {}
     for wl, arms in sorted(data.items()):
         a = arms.get("a", [])
-        target = _geo([r["tuning_final_us"] for r in a])
+        a_final = _geo([r["tuning_final_us"] for r in a])
+        full = _geo([r["tuning_final_us"] for r in arms.get("a1000", [])])
         for arm in ARMS:
             rows = arms.get(arm, [])
             if not rows:
                 continue
             if arm == "a0":
-                lines.append(f"| {wl} | a0 | {len(rows)} | {_fmt(_geo([r['final_us'] for r in rows]))} (tune_tir's "
+                lines.append(f"| {wl} | a0 | {len(rows)} | - | {_fmt(_geo([r['final_us'] for r in rows]))} (tune_tir's "
                              f"runner: {_fmt(_geo([r['best_us'] for r in rows]))}) | - | "
-                             f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | - | - |")
+                             f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | - | - | - | - |")
                 continue
             finals = [r["final_us"] for r in rows if r["final_us"]]
             at64 = [r["at64_us"] for r in rows if r["at64_us"]]
-            reach = [_reach(r["curve"], r["progress"], target) if target else None for r in rows]
-            got = [x for x in reach if x]
-            t_reach = _geo([x[0] for x in got]) if got and len(got) == len(rows) else None
-            s_reach = _geo([x[1] for x in got]) if got and len(got) == len(rows) else None
-            lines.append(f"| {wl} | {arm} | {len(rows)} | {_fmt(_geo(finals))} ({_fmt(min(finals, default=None))}–"
-                         f"{_fmt(max(finals, default=None))}) | {_fmt(_geo(at64))} ({_fmt(min(at64, default=None))}–"
-                         f"{_fmt(max(at64, default=None))}) | "
-                         f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | "
-                         f"{_fmt(t_reach, '.0f')} ({len(got)}/{len(rows)} reached) | {_fmt(s_reach, '.0f')} |")
-            if arm in ("b", "c", "f") and a:
-                ga64, g64 = _geo([r["at64_us"] for r in a]), _geo([r["at64_us"] for r in rows])
+            ta, sa, t_reach, s_reach = _reach_cells(rows, a_final)
+            tf, sf, _, _ = _reach_cells(rows, full)
+            startup = _geo([r.get("first_batch_s") for r in rows])
+            lines.append(f"| {wl} | {arm} | {len(rows)} | {_fmt(startup)} | {_fmt(_geo(finals))} "
+                         f"({_fmt(min(finals, default=None))}–{_fmt(max(finals, default=None))}) | {_fmt(_geo(at64))} "
+                         f"({_fmt(min(at64, default=None))}–{_fmt(max(at64, default=None))}) | "
+                         f"{_fmt(_geo([r['wall_s'] for r in rows]), '.0f')} | {ta} | {sa} | {tf} | {sf} |")
+            if arm in COSTLAB_ARMS and a:
+                r_ = ratios.setdefault(arm, {"at64": [], "final": [], "trials": [], "secs": [], "full": 0, "wl": 0})
+                ga64, g64 = _geo([r["at64_us"] for r in a]), _geo(at64)
                 gaf, gf = _geo([r["final_us"] for r in a]), _geo(finals)
                 if ga64 and g64:
-                    ratios["at64"].append((arm, ga64 / g64))
+                    r_["at64"].append(ga64 / g64)
                 if gaf and gf:
-                    ratios["final"].append((arm, gaf / gf))
+                    r_["final"].append(gaf / gf)
                 if t_reach:
-                    ratios["trials"].append((arm, t_reach / _geo([r["trials"] for r in a])))
-                    ratios["secs"].append((arm, s_reach / _geo([r["wall_s"] for r in a])))
+                    r_["trials"].append(t_reach / _geo([r["trials"] for r in a]))
+                    r_["secs"].append(s_reach / _geo([r["wall_s"] for r in a]))
+                r_["wl"] += 1
+                r_["full"] += bool(full) and all(_reach(r["curve"], r["progress"], full) for r in rows)
     lines.append("")
-    for arm in ("b", "c", "f"):
-        if not any(k == arm for k, _ in ratios["final"]):
-            continue
-
-        def g(key):
-            return _fmt(_geo([v for k, v in ratios[key] if k == arm]), ".2f")
-
-        lines.append(f"geomean over workloads, {arm} vs a: speed-up after 64 trials {g('at64')}x; final a/{arm} "
-                     f"{g('final')}x; trials to reach a's final {g('trials')} of a's; seconds {g('secs')} of a's")
-    for arm in ("b", "c"):
-        rounds = [x for wl in data.values() for r in wl.get(arm, []) for x in r["rounds"]]
+    for arm, r_ in ratios.items():
+        lines.append(f"geomean over workloads, {arm} vs a: speed-up after 64 trials {_fmt(_geo(r_['at64']), '.2f')}x; "
+                     f"final a/{arm} {_fmt(_geo(r_['final']), '.2f')}x; to reach a's final: "
+                     f"{_fmt(_geo(r_['trials']), '.2f')} of a's trials, {_fmt(_geo(r_['secs']), '.2f')} of a's seconds "
+                     f"(on the {len(r_['secs'])} of {r_['wl']} workloads where every seed reached it); every seed "
+                     f"reached a1000's final on {r_['full']} of {r_['wl']} workloads")
+    for arm in COSTLAB_ARMS:
+        rounds = [x for wl in data.values() for r in wl.get(arm, []) for x in r["rounds"] if x.get("round_s")]
         if rounds:
             share = sum(x["verify_s"] for x in rounds) / max(sum(x["round_s"] for x in rounds), 1e-9)
-            saved = 1 - sum(x["verify_scored"] for x in rounds) / max(sum(x["draft_scored"] for x in rounds), 1)
-            lines.append(f"{arm}: verify stage {share:.1%} of a round's time; draft stage saved {saved:.1%} of "
-                         f"learned-model evaluations ({len(rounds)} rounds)")
-    filt = [r["cost_model"] for wl in data.values() for r in wl.get("f", []) if (r.get("cost_model") or {}).get("draft_scored")]
-    if filt:
-        share = sum(x["verify_s"] for x in filt) / max(sum(r["wall_s"] for wl in data.values() for r in wl.get("f", [])), 1e-9)
-        saved = 1 - sum(x["verify_scored"] for x in filt) / max(sum(x["draft_scored"] for x in filt), 1)
-        lines.append(f"f: verify stage {share:.1%} of the run's time; draft stage saved {saved:.1%} of learned-model "
-                     f"evaluations")
+            lines.append(f"{arm}: verify stage {share:.1%} of a round's time ({len(rounds)} rounds)")
     for wl, arms in sorted(data.items()):
         if "a0" in arms and "a" in arms:
             lines.append(f"{wl}: a0 (tune_tir as users call it) {_fmt(_geo([r['wall_s'] for r in arms['a0']]), '.0f')} s "
@@ -425,6 +456,57 @@ def table(args) -> int:
     text = "\n".join(lines)
     print(text)
     (out / "table.md").write_text(text + "\n")
+    return 0
+
+
+def plot(args) -> int:
+    """Per workload: best latency against wall seconds and against trials, one line per arm (geomean over
+    seeds), the seeds' min-max as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    out = Path(args.out)
+    data = collect(out)
+    names = sorted(data)
+    if not names:
+        raise SystemExit(f"{out}: no finished runs to plot")
+    fig, axes = plt.subplots(len(names), 2, figsize=(11, 3.2 * len(names)), squeeze=False)
+    for row, wl in zip(axes, names):
+        for arm in ARMS:
+            runs = [r for r in data[wl].get(arm, []) if r.get("curve")]
+            if arm == "a0" or not runs:
+                continue
+            n = max(len(r["curve"]) for r in runs)
+            best = np.array([np.minimum.accumulate(np.pad(r["curve"], (0, n - len(r["curve"])), mode="edge"))
+                             for r in runs])
+            best[~np.isfinite(best)] = np.nan
+            trials = np.arange(1, n + 1)
+            row[1].plot(trials, np.exp(np.nanmean(np.log(best), axis=0)), label=arm)
+            row[1].fill_between(trials, np.nanmin(best, axis=0), np.nanmax(best, axis=0), alpha=0.2)
+            grid = np.linspace(0, max(r["progress"][-1]["elapsed_s"] for r in runs if r["progress"]), 200)
+            by_time = []
+            for r in runs:
+                t = [p["elapsed_s"] for p in r["progress"]]
+                b = [p["best_us"] or np.nan for p in r["progress"]]
+                idx = np.searchsorted(t, grid, side="right") - 1
+                by_time.append(np.where(idx >= 0, np.array(b)[np.clip(idx, 0, None)], np.nan))
+            by_time = np.array(by_time, float)
+            row[0].plot(grid, np.exp(np.nanmean(np.log(by_time), axis=0)), label=arm)
+            row[0].fill_between(grid, np.nanmin(by_time, axis=0), np.nanmax(by_time, axis=0), alpha=0.2)
+        row[0].set_xlabel("wall seconds since the command started")
+        row[1].set_xlabel("trials")
+        row[1].set_xscale("log")
+        for ax in row:
+            ax.set_ylabel(f"{wl}: best µs")
+            ax.grid(alpha=0.3)
+        row[1].legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "tuning.png"
+    fig.savefig(path, dpi=100)
+    print(path)
     return 0
 
 
@@ -491,7 +573,7 @@ def main(argv=None) -> int:
     r = sub.add_parser("run", help="run (or continue) every arm, then print the table")
     r.add_argument("--out", required=True)
     r.add_argument("--model", help="the pre-trained model of arms b and c")
-    r.add_argument("--arms", default="a0,a,b,c")
+    r.add_argument("--arms", default="a,a1000,b,c")
     r.add_argument("--workloads", nargs="+", default=list(WORKLOADS),
                    help=f"names of the benchmark's workloads ({', '.join(WORKLOADS)}) or te_workload specs")
     r.add_argument("--seeds", default="0,1,2")
@@ -509,6 +591,9 @@ def main(argv=None) -> int:
     k.add_argument("--out", required=True)
     k.add_argument("--to", required=True)
     k.set_defaults(func=archive)
+    g = sub.add_parser("plot", help="best latency against seconds and trials per workload (OUT/tuning.png)")
+    g.add_argument("--out", required=True)
+    g.set_defaults(func=plot)
     o = sub.add_parser("openblas", help="the 128^3 matmul through numpy's OpenBLAS")
     o.add_argument("--out", required=True)
     o.set_defaults(func=openblas)

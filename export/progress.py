@@ -15,7 +15,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 class TuneProgress:
     def __init__(self, names: list[str], done: list[int], budget: int, enabled: bool = True,
-                 history: str | Path | None = None, clock=None):
+                 history: str | Path | None = None, clock=None, started: float | None = None):
         from tqdm import tqdm
 
         self.names = names
@@ -25,7 +25,7 @@ class TuneProgress:
         self.history = Path(history) if history else None
         self.clock = clock  # a search.timed.RoundClock: the batch's seconds of search, build and run
         self.offset = self._resume()  # seconds the run took before this process continued it
-        self.started = time.time()
+        self.started = started or time.time()  # elapsed_s counts from the command's start
         self.bar = tqdm(total=budget, initial=min(sum(done), budget), unit="trial", desc="tune", disable=not enabled)
 
     def _resume(self) -> float:
@@ -94,3 +94,38 @@ class _Callback(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         self.progress.record(int(task_id), runner_results)
+
+
+def plot_history(history: str | Path, out: str | Path) -> Path | None:
+    """The run's best latency per task against its wall seconds and against its trials (PNG)."""
+    rows = []
+    for line in Path(history).read_text().splitlines() if Path(history).exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    rows = [r for r in rows if r.get("best_us")]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_s, ax_t) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for task in dict.fromkeys(r["task"] for r in rows):
+        mine = [r for r in rows if r["task"] == task]
+        label = task if len(task) <= 40 else task[:37] + "..."
+        ax_s.step([r["elapsed_s"] for r in mine], [r["best_us"] for r in mine], where="post", label=label)
+        ax_t.step([r["task_trials"] for r in mine], [r["best_us"] for r in mine], where="post", label=label)
+    ax_s.set_xlabel("wall seconds since the command started")
+    ax_t.set_xlabel("trials (measured programs)")
+    for ax in (ax_s, ax_t):
+        ax.set_ylabel("best latency (µs)")
+        ax.grid(alpha=0.3)
+    ax_t.legend(fontsize=7)
+    fig.suptitle("costlab tune: best latency so far")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Path(out)

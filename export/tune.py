@@ -67,6 +67,7 @@ class TuneOptions:
     rpc_host: str = "127.0.0.1"
     rpc_port: int = 9190
     progress: bool = True
+    started_at: float | None = None  # when the command started (the CLI's process start); default: the call
     check_output: bool = True  # each task's best programs run beside a reference build before they are reported
 
     def check(self) -> None:
@@ -238,7 +239,7 @@ def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
             for i, n in enumerate(names)]
 
 
-def _process_start() -> float:
+def process_start() -> float:
     """When this process started (the command's own start, before Python imported anything)."""
     try:
         import psutil
@@ -251,8 +252,8 @@ def _process_start() -> float:
 def tune(opts: TuneOptions) -> dict:
     """Tune; returns a summary (per task: trials, best latency; wall seconds; seconds to the first measured
     batch; a network's end-to-end)."""
-    command_start = _process_start()
     started = time.time()
+    command_start = opts.started_at or started
     opts.check()
     import tvm  # noqa: F401
     from tvm.s_tir import meta_schedule as ms
@@ -281,9 +282,9 @@ def tune(opts: TuneOptions) -> dict:
     groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
     budget = opts.trials * len(groups)
     log = RoundLog(work / "search_rounds.jsonl")
-    clock = RoundClock(started + opts.max_seconds if opts.max_seconds else None)
+    clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
     progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
-                            history=work / "progress.jsonl", clock=clock)
+                            history=work / "progress.jsonl", clock=clock, started=command_start)
     try:
         for group in groups:
             remaining = opts.trials - sum(done[i] for i in group)
@@ -307,11 +308,10 @@ def tune(opts: TuneOptions) -> dict:
         if hasattr(builder, "close"):
             builder.close()
         lock.close()
-    summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - started, 2),
+    summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),
                    tasks=[])
     if clock.first_batch_at is not None:
         summary["first_batch_s"] = round(clock.first_batch_at - command_start, 2)
-        summary["first_batch_after_call_s"] = round(clock.first_batch_at - started, 2)
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
     for t, n in zip(tasks, _done_per_task(database, tasks)):
@@ -334,6 +334,12 @@ def tune(opts: TuneOptions) -> dict:
 
         summary["network"] = end_to_end(network[0], network[1], target, database, cores)
     (work / "costlab_tune.json").write_text(json.dumps(summary, indent=2, default=str))
+    try:
+        from costlab.export.progress import plot_history
+
+        plot_history(work / "progress.jsonl", work / "tuning_curve.png")
+    except Exception as exc:  # noqa: BLE001  a picture is never worth failing a finished run for
+        logging.getLogger(__name__).warning("no tuning curve drawn: %s", exc)
     return summary
 
 

@@ -101,7 +101,7 @@ def _counts(text: str) -> tuple:
 
 
 def _tune(args) -> int:
-    from costlab.export.tune import TuneOptions, tune
+    from costlab.export.tune import TuneOptions, process_start, tune
 
     opts = TuneOptions(work_dir=str(args.work_dir), workloads=args.workload, network=args.network,
                        task_filter=args.task_filter, batch=args.batch, max_seconds=args.max_seconds,
@@ -111,7 +111,7 @@ def _tune(args) -> int:
                        per_iter=args.per_iter, population=args.population, verify_fraction=args.verify_fraction,
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
                        rpc_host=args.rpc_host, rpc_port=args.rpc_port, progress=not args.no_progress,
-                       check_output=not args.no_check)
+                       check_output=not args.no_check, started_at=process_start())
     summary = tune(opts)
     if args.json:
         print(json.dumps(summary, default=str))
