@@ -20,6 +20,7 @@ and fusion); it is recorded with a platform when measuring, not here.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,11 +62,21 @@ def te_workload_task(spec: str):
         raise ValueError(f"unknown te_workload {name!r} (known: {', '.join(sorted(te_workload.CONFIGS))})")
     func, shapes = te_workload.CONFIGS[name]
     params = tuple(_parse_arg(a) for a in args.split(",")) if args.strip() else tuple(shapes[0])
+    example = f"e.g. {name}:{','.join(map(str, shapes[0]))}"
+    if any(isinstance(p, int) and not -(2**31) < p < 2**31 for p in params):
+        raise ValueError(f"bad arguments for {name}: a number beyond 32 bits ({example})")
     try:
         tensors = func(*params)
-    except TypeError as exc:
-        raise ValueError(f"bad arguments for {name}: {exc} (e.g. {name}:{','.join(map(str, shapes[0]))})") from None
-    return f"{name}:{','.join(map(str, params))}", te.create_prim_func(tensors)
+        prim = te.create_prim_func(tensors)
+    except Exception as exc:  # noqa: BLE001  TVM reports bad shapes in several ways
+        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        raise ValueError(f"bad arguments for {name}: {lines[-1][:160] if lines else type(exc).__name__} ({example})") from None
+    for t in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
+        dims = [int(d) for d in t.shape if hasattr(d, "value") or isinstance(d, int)]
+        if any(d <= 0 for d in dims):
+            raise ValueError(f"bad arguments for {name}: tensor {t.name} would have shape {dims}; every extent must "
+                             f"be positive ({example})")
+    return f"{name}:{','.join(map(str, params))}", prim
 
 
 class _FirstOutput:
@@ -94,14 +105,23 @@ def torch_fn_model(spec: str):
     mod_name, sep, fn_name = spec.partition(":")
     if not sep or not mod_name or not fn_name:
         raise ValueError(f"--torch wants MODULE:FUNCTION, got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, "")  # a module in the current directory, as `python -m costlab` finds it
     try:
         module = importlib.import_module(mod_name)
     except ImportError as exc:
         raise ValueError(f"cannot import {mod_name!r}: {exc}") from None
+    except SyntaxError as exc:
+        raise ValueError(f"{mod_name!r} has a syntax error: {exc.filename}:{exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # noqa: BLE001  the user's module failed while it was imported
+        raise ValueError(f"importing {mod_name!r} failed: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise ValueError(f"{mod_name!r} has no function {fn_name!r}")
-    result = fn()
+    try:
+        result = fn()
+    except Exception as exc:  # noqa: BLE001  the user's function failed
+        raise ValueError(f"{spec} failed: {type(exc).__name__}: {exc}") from None
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ValueError(f"{spec} must return (model, example_inputs), got {type(result).__name__}")
     model, inputs = result

@@ -354,3 +354,70 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
     if skipped:
         text += f" ({skipped} failed records left out; --include-failed writes them)"
     return text
+
+
+def _rewrite(path: Path, lines: list[bytes]) -> None:
+    """Replace ``path`` by ``lines`` atomically (a temporary file beside it, renamed over it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.writelines(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def repair_work_dir(work_dir) -> list[str]:
+    """Make a MetaSchedule work dir's database readable by MetaSchedule again before a run continues it.
+
+    A line cut short (what a kill during a write leaves) or malformed makes ``JSONDatabase`` fail with a
+    traceback or TVM crash outright. Bad record lines, and records of a workload line that is bad, are moved
+    to ``database_tuning_record.bad-lines.jsonl`` beside the database (nothing is lost) and the database is
+    rewritten without them; a bad last workload line (cut short) is moved the same way. A bad workload line
+    before others cannot be removed (records refer to workloads by line number): that is an error naming
+    it. Returns one ``FILE:LINE: what`` per line moved out; nothing is written when every line is good."""
+    work_dir = Path(work_dir)
+    wl_path, tr_path = work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE
+    problems: list[str] = []
+    wl_lines = wl_path.read_bytes().splitlines(keepends=True) if wl_path.is_file() else []
+    report = ImportReport()
+    good = _read_workloads(wl_path, report) if wl_path.is_file() else {}
+    bad_wl = [i for i, line in enumerate(wl_lines) if line.strip() and i not in good]
+    for i in bad_wl:
+        if i != len(wl_lines) - 1:
+            raise InputError(wl_path, f"line {i + 1} is not a workload, and records after it refer to workloads by "
+                                      "line number, so it cannot be skipped: tune in another --work-dir, or "
+                                      "import what is readable with `costlab dataset import-ms`")
+    moved: list[bytes] = []
+    if bad_wl:
+        problems.append(f"{wl_path}:{bad_wl[0] + 1}: not a workload (cut short?)")
+        moved.append(wl_lines[-1].rstrip(b"\n") + b"\n")
+        wl_lines = wl_lines[:-1]
+    keep: list[bytes] = []
+    tr_lines = tr_path.read_bytes().splitlines(keepends=True) if tr_path.is_file() else []
+    for i, line in enumerate(tr_lines):
+        if not line.strip():
+            continue
+        try:
+            idx = _parse_record(orjson.loads(line))[0]
+            if idx not in good:
+                raise ValueError(f"refers to workload line {idx + 1}, which is {'bad' if idx < len(wl_lines) + 1 else 'missing'}")
+            if not line.endswith(b"\n"):
+                raise ValueError("cut short (no end of line)")
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            problems.append(f"{tr_path}:{i + 1}: {str(exc).splitlines()[0][:120]}")
+            moved.append(line.rstrip(b"\n") + b"\n")
+            continue
+        keep.append(line)
+    if moved:
+        with open(work_dir / "database_tuning_record.bad-lines.jsonl", "ab") as fh:
+            fh.writelines(moved)
+        if bad_wl:
+            _rewrite(wl_path, wl_lines)
+        if len(keep) != len([x for x in tr_lines if x.strip()]):
+            _rewrite(tr_path, keep)
+    return problems

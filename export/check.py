@@ -73,7 +73,7 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
 
 def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: float = 300.0) -> dict:
     """The task's fastest programs (up to ``top``) checked against the reference, fastest first, until one
-    matches. Returns ``best_us`` (of the first that matches, None if none does), ``checked`` (what each
+    matches. Returns ``best_us`` and ``record`` (of the first that matches, None if none does), ``checked`` (what each
     checked program got, with its tuning latency) and ``status``: ``ok`` (the fastest matched), ``replaced``
     (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
     measured)."""
@@ -83,10 +83,10 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     from costlab.datasets.ms_workload import plain_json
 
     if not database.has_workload(mod):
-        return dict(status="none", best_us=None, checked=[])
+        return dict(status="none", best_us=None, checked=[], record=None)
     recs = [r for r in database.get_top_k(database.commit_workload(mod), top) if math.isfinite(_latency(r))]
     if not recs:
-        return dict(status="none", best_us=None, checked=[])
+        return dict(status="none", best_us=None, checked=[], record=None)
     scheduled = []
     for rec in recs:
         sch = Schedule(mod)
@@ -102,5 +102,6 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     checked = [dict(tuned_us=round(_latency(r) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
     for i, v in enumerate(verdicts):
         if v == "ok":
-            return dict(status="ok" if i == 0 else "replaced", best_us=checked[i]["tuned_us"], checked=checked[:i + 1])
-    return dict(status="wrong", best_us=None, checked=checked)
+            return dict(status="ok" if i == 0 else "replaced", best_us=checked[i]["tuned_us"],
+                        checked=checked[:i + 1], record=recs[i])
+    return dict(status="wrong", best_us=None, checked=checked, record=None)

@@ -31,7 +31,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.datasets.errors import InputError, UsageError
+from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
+
+MAX_TRIALS = 1_000_000
+MAX_POPULATION = 16_384
 
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
 
@@ -79,6 +83,17 @@ class TuneOptions:
             raise UsageError("--task picks tasks of a --network")
         if self.trials < 1 or self.per_iter < 1 or (self.population is not None and self.population < 2):
             raise UsageError("--trials, --per-iter must be at least 1 and --population at least 2")
+        if self.trials > MAX_TRIALS or self.per_iter > MAX_TRIALS:
+            raise UsageError(f"--trials and --per-iter are at most {MAX_TRIALS:,}")
+        if self.population is not None and self.population > MAX_POPULATION:
+            raise UsageError(f"--population is at most {MAX_POPULATION:,} (each member is a scheduled program held "
+                             "in memory, several times over during the genetic search)")
+        if not 0 <= self.seed < 2**31 - 1:
+            raise UsageError(f"--seed must be in [0, 2^31 - 1), not {self.seed}")
+        if not (self.builder_timeout > 0 and math.isfinite(self.builder_timeout)):
+            raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
+        if self.rpc_key and not 0 < self.rpc_port < 65536:
+            raise UsageError(f"--rpc-port must be a TCP port (1-65535), not {self.rpc_port}")
         if self.max_seconds is not None and not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
             raise UsageError(f"--max-seconds must be a positive number of seconds, not {self.max_seconds}")
         if any(int(x) < 1 for x in self.first_rounds):
@@ -112,9 +127,16 @@ def _target(opts: TuneOptions):
     from costlab.datasets.targets import runnable_target
 
     try:
-        return tvm.target.Target(runnable_target(opts.target, local=not opts.rpc_key))
+        target = tvm.target.Target(runnable_target(opts.target, local=not opts.rpc_key))
     except Exception as exc:  # noqa: BLE001  TVM reports a bad target in several ways
         raise UsageError(f"bad target {opts.target!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}") from None
+    if str(target.kind.name) != "llvm":
+        raise UsageError(f"bad target {opts.target!r}: costlab tune measures CPU (llvm) targets; a {target.kind.name} "
+                         "target is not supported yet")
+    cores = target.attrs.get("num-cores")
+    if cores is not None and int(cores) < 1:
+        raise UsageError(f"bad target {opts.target!r}: num-cores must be at least 1, not {int(cores)}")
+    return target
 
 
 def _tasks(opts: TuneOptions, target) -> tuple[list[Task], object]:
@@ -122,12 +144,15 @@ def _tasks(opts: TuneOptions, target) -> tuple[list[Task], object]:
     from costlab.datasets.extract import network_module, te_workload_task, torch_fn_model, workload_json_mod
 
     if opts.workloads:
-        out = []
+        out, seen = [], {}
         for spec in opts.workloads:
             try:
                 name, func = te_workload_task(spec)
             except ValueError as exc:
                 raise UsageError(f"--workload {spec}: {exc}") from None
+            if name in seen:  # the same workload written twice (GMM:... and gmm:...) is one task
+                continue
+            seen[name] = True
             out.append(Task(name, workload_json_mod(func)))
         return out, None
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
@@ -142,6 +167,10 @@ def _tasks(opts: TuneOptions, target) -> tuple[list[Task], object]:
         mod = network_module(model, inputs, target)
     except ValueError as exc:
         raise UsageError(f"--network {opts.network}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001  a model that does not trace or convert (bad inputs, unsupported ops)
+        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        raise UsageError(f"--network {opts.network}: the model could not be converted to Relax "
+                         f"({type(exc).__name__}: {lines[-1][:160] if lines else ''})") from None
     tasks = [Task(str(t.task_name), t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     if opts.task_filter:
         import fnmatch
@@ -223,6 +252,19 @@ def _file_logger(name: str, path: Path) -> logging.Logger:
     return logger
 
 
+def _release_loggers() -> None:
+    """Take costlab's file handlers off MetaSchedule's loggers once a run ends: MetaSchedule's own
+    ``tune_tir`` later in the same process rebuilds its logging from the handlers it finds, by name."""
+    for name in list(logging.Logger.manager.loggerDict):
+        if name == "tvm.s_tir.meta_schedule" or name.startswith("costlab.tune.task_"):
+            logger = logging.getLogger(name)
+            for h in list(logger.handlers):
+                if getattr(h, "costlab", False):
+                    logger.removeHandler(h)
+                    h.close()
+            logger.propagate = True
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._,:=+-" else "_" for c in name)
 
@@ -267,15 +309,29 @@ def tune(opts: TuneOptions) -> dict:
     target = _target(opts)
     cores = int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
     work = Path(opts.work_dir)
+    if not str(opts.work_dir).strip():
+        raise UsageError("--work-dir must name a directory")
     if work.exists() and not work.is_dir():
         raise InputError(work, "exists and is not a directory (--work-dir)")
-    work.mkdir(parents=True, exist_ok=True)
-    lock = _lock_work_dir(work)
-    run_options = _check_same_run(work, opts)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        lock = _lock_work_dir(work)
+    except OSError as exc:
+        raise InputError(work, f"cannot be used as the work dir: {exc.strerror or exc}") from None
+    for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
+        if (work / name).is_dir():
+            lock.close()
+            raise InputError(work / name, "is a directory; the run writes a file of that name")
+    if opts.rpc_key:
+        _check_tracker(opts)
+    run_options = _check_same_run(work, opts, target)
     tasks, network = _tasks(opts, target)
     builder, runner = _measure_stack(opts, target, cores)  # its workers start while the model loads
     cost_model = _cost_model(opts, target, cores)
     (work / "costlab_run.json").write_text(json.dumps(run_options, indent=2))  # the run has really started
+    from costlab.datasets.ms_database import repair_work_dir
+
+    repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
     database = ms.database.JSONDatabase(work_dir=str(work))
     done = _done_per_task(database, tasks)
     # workloads are tuned one after the other, each with its own budget; a network's tasks share one
@@ -307,21 +363,28 @@ def tune(opts: TuneOptions) -> dict:
         progress.close()
         if hasattr(builder, "close"):
             builder.close()
+        _release_loggers()
         lock.close()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),
                    tasks=[])
     if clock.first_batch_at is not None:
         summary["first_batch_s"] = round(clock.first_batch_at - command_start, 2)
+    if repaired:
+        summary["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
+    chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
     for t, n in zip(tasks, _done_per_task(database, tasks)):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
+        record = None
         if opts.check_output and not opts.rpc_key and best is not None:
             from costlab.export.check import check_task
 
             row["check"] = check_task(database, t.mod, target, seed=opts.seed)
+            record = row["check"].pop("record")
             row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result
+        chosen.append(record)
         summary["tasks"].append(row)
     if log.rounds:
         summary["rounds"] = len(log.rounds)
@@ -332,7 +395,7 @@ def tune(opts: TuneOptions) -> dict:
     if network is not None:
         from costlab.export.network import end_to_end
 
-        summary["network"] = end_to_end(network[0], network[1], target, database, cores)
+        summary["network"] = end_to_end(network[0], network[1], target, _checked_database(database, tasks, chosen, opts.check_output), cores)
     (work / "costlab_tune.json").write_text(json.dumps(summary, indent=2, default=str))
     try:
         from costlab.export.progress import plot_history
@@ -341,6 +404,21 @@ def tune(opts: TuneOptions) -> dict:
     except Exception as exc:  # noqa: BLE001  a picture is never worth failing a finished run for
         logging.getLogger(__name__).warning("no tuning curve drawn: %s", exc)
     return summary
+
+
+def _checked_database(database, tasks: list[Task], chosen: list, checked: bool):
+    """The database a network is compiled with: once programs were checked, each task's checked program
+    (a task none of whose programs matched is built untuned); unchecked, the database as tuned."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if not checked:
+        return database
+    out = ms.database.MemoryDatabase()
+    for task, rec in zip(tasks, chosen):
+        if rec is not None:
+            out.commit_tuning_record(ms.database.TuningRecord(rec.trace, out.commit_workload(task.mod), rec.run_secs,
+                                                             rec.target, rec.args_info))
+    return out
 
 
 def _best_latency(database, mod) -> float | None:
@@ -352,6 +430,27 @@ def _best_latency(database, mod) -> float | None:
     secs = [float(s) for s in top[0].run_secs]
     mean = sum(secs) / len(secs)
     return mean if math.isfinite(mean) and mean < 1e9 else None
+
+
+def _check_tracker(opts: TuneOptions) -> None:
+    """An RPC tracker that answers, and has a device of the key, before any tuning: otherwise every trial of
+    the budget would be a failed record."""
+    import socket
+
+    from tvm import rpc
+
+    try:
+        socket.create_connection((opts.rpc_host, opts.rpc_port), timeout=5).close()  # TVM retries a refusal 60 s
+        tracker = rpc.connect_tracker(opts.rpc_host, opts.rpc_port)
+        summary = tracker.summary()
+    except Exception as exc:  # noqa: BLE001  refused, unreachable, not a tracker
+        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        raise UsageError(f"no RPC tracker answers at {opts.rpc_host}:{opts.rpc_port} "
+                         f"({lines[-1][:120] if lines else type(exc).__name__}); start one, or check --rpc-host/--rpc-port") from None
+    keys = [str(k) for k in (summary.get("queue_info") or {})]
+    if opts.rpc_key not in keys:
+        raise UsageError(f"the RPC tracker at {opts.rpc_host}:{opts.rpc_port} has no device of key {opts.rpc_key!r} "
+                         f"(keys: {', '.join(keys) or 'none'})")
 
 
 def _lock_work_dir(work: Path):
@@ -369,13 +468,26 @@ def _lock_work_dir(work: Path):
     return fh
 
 
-def _check_same_run(work: Path, opts: TuneOptions) -> dict:
+def _same_target(value):
+    """A recorded target as the JSON dict it resolves to ("host" and the host written out are one target)."""
+    import tvm
+
+    from costlab.datasets.targets import runnable_target
+
+    try:
+        return plain_json(tvm.target.Target(runnable_target(value)).export())
+    except Exception:  # noqa: BLE001  a target this machine cannot resolve compares as written
+        return value
+
+
+def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     """A work dir continues the run that made it: the same tasks, target and search; another run there would
     mix two searches in one database. Returns the options to record once the run has started."""
     path = work / "costlab_run.json"
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
             "ms_defaults", "per_iter", "population", "verify_fraction")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
+    mine["target"] = plain_json(target.export())
     if path.exists() or path.is_symlink():
         try:
             old = json.loads(path.read_text())
@@ -385,6 +497,8 @@ def _check_same_run(work: Path, opts: TuneOptions) -> dict:
         if not isinstance(old, dict):
             raise InputError(path, "is damaged (not a JSON object): it records which run this work dir holds; tune "
                                    "in another --work-dir, or remove it if you know the run's options")
+        if "target" in old:
+            old["target"] = _same_target(old["target"])
         if old != mine:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine[k]!r}" for k in keys if old.get(k) != mine[k])
             raise UsageError(f"{work} holds a tuning run with other options ({diff}); continue it with the same "

@@ -132,7 +132,10 @@ def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
     while len(_records(work)) < 4 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]  # one line, as every command
+    assert [ln for ln in err.splitlines() if ln.startswith("costlab:")] == [
+        "costlab: interrupted; data written before is kept"]
     done = len(_records(work))
     assert 4 <= done < 12
     res = subprocess.run(argv, capture_output=True, text=True)
@@ -161,12 +164,57 @@ def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
     (["--workload", "GMM:1,8,8,8", "--verify-fraction", "0"], "--verify-fraction must be in (0, 1]"),
     (["--workload", "GMM:1,8,8,8", "--target", "llvm -mcpu=nosuchcpu"], "bad target"),
     (["--workload", "GMM:1,8,8,8", "--model", "random", "--adapt", "momentum"], "online adaptation needs a learned net"),
+    (["--workload", "GMM:0,0,0,0"], "every extent must be positive"),
+    (["--workload", "GMM:1,-4,8,8"], "every extent must be positive"),
+    (["--workload", "GMM:1,8,8,99999999999"], "a number beyond 32 bits"),
+    (["--workload", "GMM:1,8,8,8", "--trials", str(2**70)], "--trials and --per-iter are at most"),
+    (["--workload", "GMM:1,8,8,8", "--population", "100000000"], "--population is at most"),
+    (["--workload", "GMM:1,8,8,8", "--builder-timeout", "0"], "--builder-timeout must be a positive"),
+    (["--workload", "GMM:1,8,8,8", "--builder-timeout", "-1"], "--builder-timeout must be a positive"),
+    (["--workload", "GMM:1,8,8,8", "--builder-timeout", "nan"], "--builder-timeout must be a positive"),
+    (["--workload", "GMM:1,8,8,8", "--seed", "-7"], "--seed must be in [0, 2^31 - 1)"),
+    (["--workload", "GMM:1,8,8,8", "--seed", str(2**70)], "--seed must be in [0, 2^31 - 1)"),
+    (["--workload", "GMM:1,8,8,8", "--target", "cuda"], "a cuda target is not supported yet"),
+    (["--workload", "GMM:1,8,8,8", "--target", "llvm -num-cores=-3"], "num-cores must be at least 1"),
+    (["--workload", "GMM:1,8,8,8", "--max-seconds", "0"], "--max-seconds must be a positive"),
+    (["--workload", "GMM:1,8,8,8", "--first-rounds", "8,x"], "--first-rounds takes comma-separated"),
+    (["--workload", "GMM:1,8,8,8", "--rpc-key", "k", "--rpc-port", "70000"], "--rpc-port must be a TCP port"),
+    (["--workload", "GMM:1,8,8,8", "--rpc-key", "k", "--rpc-port", "1"], "no RPC tracker answers at 127.0.0.1:1"),
+    (["--network", "costlab_no_such_module:f"], "cannot import 'costlab_no_such_module'"),
 ])
 def test_bad_tune_options(tmp_path, capsys, argv, message):
     assert main(["tune", *argv, "--work-dir", str(tmp_path / "w"), "--no-progress"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
     assert len(err) == 1 and message in err[0], err
     assert not _records(tmp_path / "w")
+
+
+@pytest.mark.parametrize("body, message", [
+    ("raise RuntimeError('boom')", "importing 'netmod' failed: RuntimeError: boom"),
+    ("def f(:\n    pass", "'netmod' has a syntax error"),
+    ("def f():\n    raise ValueError('no weights')", "netmod:f failed: ValueError: no weights"),
+    ("def f():\n    return 3", "must return (model, example_inputs)"),
+    ("import torch\ndef f():\n    return torch.nn.Linear(4, 4), (torch.zeros(3, 5),)", "could not be converted to Relax"),
+])
+def test_bad_network_module(tmp_path, capsys, monkeypatch, body, message):
+    """A module in the current directory is found as `python -m costlab` finds it; what goes wrong in it is
+    one line naming it."""
+    (tmp_path / "netmod.py").write_text(body + "\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    sys.modules.pop("netmod", None)
+    assert main(["tune", "--network", "netmod:f", "--work-dir", str(tmp_path / "w"), "--no-progress"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_work_dir_that_cannot_be_made(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    for bad in (tmp_path / "f" / "below", "/proc/costlab-w"):
+        assert main(["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(bad), "--no-progress"]) == 2
+        assert "cannot be used as the work dir" in capsys.readouterr().err
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--work-dir", "", "--no-progress"]) == 2
+    assert "--work-dir must name a directory" in capsys.readouterr().err
 
 
 def test_work_dir_that_is_a_file(tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -67,7 +68,7 @@ def register(sub) -> None:
     q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
-    q.add_argument("--work-dir", required=True, type=Path, metavar="DIR")
+    q.add_argument("--work-dir", required=True, metavar="DIR")
     q.add_argument("--no-check", action="store_true",
                    help="report each task's fastest program without running it beside a reference build on random "
                    "inputs first (by default a program whose output differs is reported and never chosen; runs "
@@ -91,6 +92,37 @@ def register(sub) -> None:
     q.set_defaults(func=_models)
 
 
+@contextlib.contextmanager
+def _signals_end_cleanly():
+    """Ctrl-C or SIGTERM during tuning ends like any costlab command: one line, exit 130 or 143. The signal
+    often lands inside a Python callback that MetaSchedule's C++ loop called (a cost model, a measure
+    callback), which hands the KeyboardInterrupt back as its own error, or in a thread being joined: any
+    error after a signal arrived is that signal. The database holds every batch measured before it."""
+    import signal
+
+    from costlab.cli import Terminated
+
+    got: list[int] = []
+
+    def on_signal(signum, frame):
+        got.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # a background job started with SIGINT ignored keeps it
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        yield
+    except BaseException as exc:
+        if got and not isinstance(exc, KeyboardInterrupt):
+            raise (Terminated() if got[-1] == signal.SIGTERM else KeyboardInterrupt()) from None
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _counts(text: str) -> tuple:
     from costlab.datasets.errors import UsageError
 
@@ -101,7 +133,14 @@ def _counts(text: str) -> tuple:
 
 
 def _tune(args) -> int:
+    import time
+
     from costlab.export.tune import TuneOptions, process_start, tune
+
+    # seconds count from the command's start: the process's, unless this process has run for a while
+    # already (main() called from a longer-lived Python program): then from this call
+    now = time.time()
+    started_at = process_start() if now - process_start() < 30 else now
 
     opts = TuneOptions(work_dir=str(args.work_dir), workloads=args.workload, network=args.network,
                        task_filter=args.task_filter, batch=args.batch, max_seconds=args.max_seconds,
@@ -111,8 +150,15 @@ def _tune(args) -> int:
                        per_iter=args.per_iter, population=args.population, verify_fraction=args.verify_fraction,
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
                        rpc_host=args.rpc_host, rpc_port=args.rpc_port, progress=not args.no_progress,
-                       check_output=not args.no_check, started_at=process_start())
-    summary = tune(opts)
+                       check_output=not args.no_check, started_at=started_at)
+    with _signals_end_cleanly():
+        summary = tune(opts)
+    skipped = summary.get("skipped_lines") or []
+    if skipped:
+        print(f"skipped {len(skipped)} bad line(s) of the database, moved to database_tuning_record.bad-lines.jsonl: "
+              + "; ".join(skipped[:3]) + (" ..." if len(skipped) > 3 else ""), file=sys.stderr)
+    if summary.get("stopped"):
+        print(f"stopped: {summary['stopped']}", file=sys.stderr)
     if args.json:
         print(json.dumps(summary, default=str))
         return 0
@@ -125,8 +171,7 @@ def _tune(args) -> int:
         print(f"{t['name']}: {t['trials']} trials, best {best}{note}")
     if summary.get("first_batch_s") is not None:
         print(f"first measured batch {summary['first_batch_s']:.1f} s after the command started", file=sys.stderr)
-    if summary.get("stopped"):
-        print(f"stopped: {summary['stopped']}", file=sys.stderr)
+
     if "network" in summary:
         n = summary["network"]
         print(f"network end to end: tuned {n['tuned_ms']:.3f} ms, untuned {n['untuned_ms']:.3f} ms "
@@ -143,22 +188,8 @@ def _export(args) -> int:
 
 
 def _models(args) -> int:
-    from costlab.costmodels.artifact import read_config
-    from costlab.costmodels.shipped import shipped_names, shipped_path
+    from costlab.costmodels.listing import models_table, shipped_models
 
-    rows = []
-    for name in shipped_names():
-        c = read_config(shipped_path(name))
-        rows.append(dict(name=name, kind=c["kind"], platforms=c["platforms"], targets=c.get("targets"),
-                         corpus=c.get("corpus"), held_out=c.get("held_out")))
-    if args.json:
-        print(json.dumps(rows, default=str))
-    elif not rows:
-        print("no shipped models")
-    for r in rows if not args.json else []:
-        print(f"{r['name']}: {r['kind']} for {', '.join(r['platforms'])}")
-        if r["corpus"]:
-            print(f"  trained on: {json.dumps(r['corpus'], default=str)}")
-        if r["held_out"]:
-            print(f"  held-out figures: {json.dumps(r['held_out'], default=str)}")
+    rows = shipped_models()
+    print(json.dumps(rows, default=str) if args.json else models_table(rows))
     return 0
