@@ -1,0 +1,83 @@
+"""``costlab models``: the models shipped with costlab, as a table (one line per model, the way model hubs
+list checkpoints) or as their raw records (``--json``).
+
+A row is what a user picks a model by: its name (what ``--model NAME`` takes), kind, the TVM target it was
+measured on, the data it trained on (tasks / records) and its held-out top-1 beside XGBoost's on the same
+splits (MetaSchedule's default cost model: the figure to beat). Every config is read with all the checks of
+``artifact.read_config``: a damaged shipped model is one error line, not a row.
+"""
+
+from __future__ import annotations
+
+from costlab.costmodels.artifact import read_config
+from costlab.costmodels.shipped import shipped_names, shipped_path
+
+COLUMNS = ("NAME", "KIND", "TARGET", "TRAINED ON", "HELD-OUT TOP-1", "XGBOOST TOP-1")
+
+
+def shipped_models() -> list[dict]:
+    """The raw record of each shipped model: name, path, kind, platforms, targets, and what its config says of
+    the corpus it trained on, the training data and the held-out figures (None where it says nothing)."""
+    rows = []
+    for name in shipped_names():
+        path = shipped_path(name)
+        c = read_config(path)
+        rows.append(dict(name=name, path=str(path), kind=c["kind"], platforms=c["platforms"],
+                         targets=c.get("targets"), corpus=c.get("corpus"), data=c.get("data"),
+                         held_out=c.get("held_out")))
+    return rows
+
+
+def target_text(target) -> str:
+    """A target JSON as TVM writes the target on a command line (``llvm -mcpu=emeraldrapids -num-cores=2``),
+    its keys and empty tag left out."""
+    if not isinstance(target, dict):
+        return "?" if target is None else str(target)
+    words = [str(target.get("kind", "?"))]
+    for key in sorted(target):
+        value = target[key]
+        if key in ("kind", "keys", "tag") or value in (None, "", [], {}):
+            continue
+        words.append(f"-{key}={','.join(map(str, value)) if isinstance(value, list) else value}")
+    return " ".join(words)
+
+
+def trained_on(row: dict) -> str:
+    """``162 tasks / 10,245 records``: the corpus the model trained on, else its training dataset."""
+    corpus, data = row.get("corpus") or {}, row.get("data") or {}
+    tasks, records = corpus.get("tasks"), corpus.get("records")
+    if tasks is None and records is None:
+        tasks = data.get("tasks")
+        per_platform = data.get("records")
+        records = sum(per_platform.values()) if isinstance(per_platform, dict) and per_platform else None
+    parts = [f"{tasks:,} tasks" if isinstance(tasks, int) else None,
+             f"{records:,} records" if isinstance(records, int) else None]
+    return " / ".join(p for p in parts if p) or "-"
+
+
+def held_out_top1(row: dict, model: str) -> str:
+    """The mean held-out top-1 of ``model`` (the row's own kind, or ``xgb``) as its config records it."""
+    mean = (row.get("held_out") or {}).get("mean") or {}
+    value = (mean.get(model) or {}).get("top1")
+    return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def models_table(rows: list[dict]) -> str:
+    """The rows as an aligned table, with a line saying what the held-out figures are."""
+    if not rows:
+        return "no shipped models"
+    cells = [COLUMNS] + [(r["name"], r["kind"],
+                          ", ".join(target_text((r.get("targets") or {}).get(p)) for p in r["platforms"]) or "-",
+                          trained_on(r), held_out_top1(r, r["kind"]), held_out_top1(r, "xgb")) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells]
+    lines.append("")
+    for r in rows:
+        held = r.get("held_out") or {}
+        if held.get("mean"):
+            splits = held.get("splits") or []
+            how = f", {held['held_out']}" if held.get("held_out") else ""
+            lines.append(f"{r['name']}: held-out top-1 is the mean over {len(splits) or 'its'} split"
+                         f"{'' if len(splits) == 1 else 's'}{how}")
+    lines.append("use a model by name (--model NAME); costlab models --json prints every figure")
+    return "\n".join(lines)
