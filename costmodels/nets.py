@@ -45,6 +45,48 @@ def build_net(kind: str, net_config: dict):
     return net_cls(cfg_cls(**check_fields(cfg_cls, dict(net_config), "net")))
 
 
+def check_featurizer_fits(kind: str, net_config: dict, featurizer: dict) -> str | None:
+    """What makes a stored featurizer (its ``to_json()``) unfit to feed a net of ``kind`` built from
+    ``net_config`` (a TLP vocabulary of another size than the net's embedding, other numeric slots, longer
+    sequences than its positions; PaCM feature counts other than the net's), or None when it fits. A featurizer
+    this costlab does not know, or of another version, is left to the loader to refuse."""
+    from costlab.featurizers import from_json
+
+    try:
+        feat = from_json(featurizer)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    kind = ALIASES.get(kind, kind)
+    if feat.name != featurizer_for(kind):
+        return f"a {kind} net is fed by the {featurizer_for(kind)} featurizer, not {feat.name}"
+    cfg = feat.config
+    try:
+        if kind == "tlp":
+            vocabulary = cfg.get("vocabulary")
+            if not isinstance(vocabulary, list):
+                return "the tlp featurizer has no vocabulary"
+            if len(vocabulary) != int(net_config["vocab_size"]):
+                return (f"its vocabulary has {len(vocabulary)} entries, the net's embedding "
+                        f"{int(net_config['vocab_size'])}")
+            if int(cfg["num_slots"]) != int(net_config["num_slots"]):
+                return (f"it gives {int(cfg['num_slots'])} numeric slots per token, the net reads "
+                        f"{net_config['num_slots']}")
+            if int(cfg["seq_len"]) > int(net_config["max_len"]):
+                return (f"its sequences are {int(cfg['seq_len'])} tokens long, the net has {net_config['max_len']} "
+                        "positions")
+        elif kind == "pacm":
+            base = net_config_for("pacm", feat, 1)
+            for key in ("stmt_features", "pattern_features"):
+                if int(net_config[key]) != base[key]:
+                    return f"it gives {base[key]} {key}, the net reads {net_config[key]}"
+            if int(net_config.get("program_features", 0)) not in (0, base["program_features"]):
+                return (f"it gives {base['program_features']} program_features, the net reads "
+                        f"{net_config['program_features']}")
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def net_inputs(kind: str, batch: dict) -> tuple:
     kind = ALIASES.get(kind, kind)
     if kind == "tlp":

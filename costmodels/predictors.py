@@ -133,12 +133,18 @@ def resolve(model) -> Path:
     return path
 
 
-def load(model, seed: int = 0) -> Predictor:
+def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
     """A predictor from ``'psa'``, ``'random'``, a shipped model's name, a model directory or archive, or a
-    training run's directory. Every check of ``artifact.read_artifact`` is done before it is returned."""
+    training run's directory. Every check of ``artifact.read_artifact`` is done before it is returned: both
+    files regular and of a model's size, the config and the weights matching the hashes the config records,
+    the net config fitting the weights' shapes (from the safetensors header, before any net is built).
+
+    A model whose config records no ``weights_sha256`` / ``config_sha256`` (one made by hand, or by a costlab
+    from before config hashes) is refused unless ``trust_unhashed=True`` or the environment variable
+    ``COSTLAB_TRUST_UNHASHED=1`` says to trust it; a hash that is recorded is checked either way."""
     if isinstance(model, str) and model in BUILTIN:
         return RandomPredictor(seed) if model == "random" else PSAPredictor()
-    art = read_artifact(resolve(model))
+    art = read_artifact(resolve(model), trust_unhashed=trust_unhashed)
     config, kind = art.config, art.kind
     try:
         featurizer = from_json(config["featurizer"])

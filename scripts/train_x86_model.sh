@@ -47,6 +47,7 @@ if held_out:
 config.pop("dataset", None)
 config.get("data", {}).pop("path", None)
 config.get("training", {}).pop("best_checkpoint", None)  # a path of the machine that trained it
-path.write_text(json.dumps(config, indent=1, sort_keys=True))
+from costlab.costmodels.artifact import seal_config  # the edited config's config_sha256 (the weights' hash kept)
+path.write_text(json.dumps(seal_config(config), indent=1, sort_keys=True))
 PY
 "$COSTLAB" models
