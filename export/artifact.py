@@ -13,7 +13,7 @@ from pathlib import Path
 
 from costlab.costmodels.artifact import pack_archive, read_artifact, save_artifact
 from costlab.costmodels.predictors import resolve
-from costlab.datasets.errors import InputError
+from costlab.datasets.errors import InputError, UsageError
 
 
 def _versions() -> dict:
@@ -49,8 +49,41 @@ def _dataset_info(config: dict) -> dict:
         return {}
 
 
-def export_model(source, out, archive: bool = False) -> Path:
-    """Export a run directory (or a model directory / archive) to ``out``; returns what was written."""
+def _check_output(out: str, archive: bool, force: bool) -> Path:
+    """Where the export goes, refused before anything is read or written if it cannot or should not be
+    written there: another model is replaced only with ``force``; a folder that holds anything else, a file
+    where a directory goes (or the other way round), a missing or unwritable parent are errors."""
+    import os
+
+    if not str(out).strip():
+        raise UsageError("-o must name the model directory (or, with --archive, the archive file) to write")
+    path = Path(out)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise InputError(path, f"cannot be written: its folder {parent} {what}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(path, f"cannot be written: its folder {parent} is not writable")
+    if archive:
+        if path.is_dir():
+            raise InputError(path, "is a directory; --archive writes one file")
+        if path.exists() and not force:
+            raise InputError(path, "exists; give --force to replace it")
+    elif path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise InputError(path, "exists and is not a directory (without --archive, a model is a directory)")
+        if (path / "config.json").exists():
+            if not force:
+                raise InputError(path, "holds a model already; give --force to replace it")
+        elif any(path.iterdir()):
+            raise InputError(path, "is a folder that holds other files, not a model: export into a new or empty one")
+    return path
+
+
+def export_model(source, out, archive: bool = False, force: bool = False) -> Path:
+    """Export a run directory (or a model directory / archive) to ``out``; returns what was written. An
+    existing model at ``out`` is replaced only with ``force``."""
+    out = _check_output(out, archive, force)
     src = resolve(source)
     art = read_artifact(src)  # every check of a model, before anything is written
     config = dict(art.config)
@@ -63,11 +96,13 @@ def export_model(source, out, archive: bool = False) -> Path:
         config.setdefault(key, value)
     config["versions"] = _versions()
     config.pop("weights_sha256", None)
-    out = Path(out)
-    if archive:
-        import tempfile
+    try:
+        if archive:
+            import tempfile
 
-        with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as tmp:
-            save_artifact(Path(tmp) / "model", art.tensors, config)
-            return pack_archive(Path(tmp) / "model", out)
-    return save_artifact(out, art.tensors, config)
+            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+                save_artifact(Path(tmp) / "model", art.tensors, config)
+                return pack_archive(Path(tmp) / "model", out)
+        return save_artifact(out, art.tensors, config)
+    except OSError as exc:  # a full disk, a folder that refuses the write: one line, naming where
+        raise InputError(out, f"cannot be written: {exc.strerror or exc}") from None

@@ -373,6 +373,10 @@ def tune(opts: TuneOptions) -> dict:
         summary["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
+    from costlab.export.search.timed import stop_requested
+
+    if stop_requested() is not None:  # interrupted: the database is complete; no checks, no summary
+        return summary
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
     for t, n in zip(tasks, _done_per_task(database, tasks)):
         best = _best_latency(database, t.mod)

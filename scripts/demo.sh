@@ -35,7 +35,7 @@ $COSTLAB evaluate --model "$OUT/run" --data "$DATA" --report "$OUT/run/report"
 $COSTLAB evaluate --model random --data "$DATA" --split demo
 
 echo "== 7. export the model: config.json + model.safetensors" >&2
-$COSTLAB export "$OUT/run" -o "$OUT/model"
+$COSTLAB export "$OUT/run" -o "$OUT/model" --force  # re-run: the model of this run replaces the last
 
 echo "== 8. tune a workload no model has seen, $TRIALS trials each: with the shipped x86-cpu model, and MetaSchedule's default" >&2
 SEARCH=(--target "$TARGET" --trials "$TRIALS" --no-progress --json)

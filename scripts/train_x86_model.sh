@@ -18,7 +18,7 @@ if [ "$STEP" = all ]; then
   "$COSTLAB" train --model pacm --data "$WORK/corpus.h5" --out "$WORK/run" --epochs "${EPOCHS:-60}" \
     --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress
   rm -rf "$ROOT/costmodels/models/x86-cpu"
-  "$COSTLAB" export "$WORK/run" -o "$ROOT/costmodels/models/x86-cpu"
+  "$COSTLAB" export "$WORK/run" -o "$ROOT/costmodels/models/x86-cpu" --force
 fi
 # what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
 # HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits (its --json), those

@@ -272,3 +272,40 @@ def test_saved_cost_model_loads_back(run, tmp_path):
     ctx, cands = _context()
     assert np.allclose(model.raw_scores(ctx, cands), again.raw_scores(ctx, cands))
     assert read_artifact(tmp_path / "saved").config["kind"] == "tlp"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("empty", "-o must name the model directory"),
+    ("below a file", "its folder"),
+    ("missing parent", "does not exist"),
+    ("in /proc", "cannot be written"),
+    ("over a model", "holds a model already; give --force"),
+    ("over a folder of other files", "holds other files, not a model"),
+    ("over a file", "exists and is not a directory"),
+    ("archive onto a directory", "is a directory; --archive writes one file"),
+    ("archive, missing parent", "does not exist"),
+])
+def test_export_output_is_checked_before_anything_is_written(run, tmp_path, capsys, case, message):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    model = tmp_path / "model"
+    assert main(["export", str(run / "model"), "-o", str(model)]) == 0
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    out, extra = {"empty": ("", []), "below a file": (tmp_path / "file" / "m", []),
+                  "missing parent": (tmp_path / "no" / "m", []), "in /proc": ("/proc/costlab-m", []),
+                  "over a model": (model, []), "over a folder of other files": (tmp_path / "other", []),
+                  "over a file": (tmp_path / "file", []),
+                  "archive onto a directory": (tmp_path / "other", ["--archive"]),
+                  "archive, missing parent": (tmp_path / "no" / "m.tar", ["--archive"])}[case]
+    capsys.readouterr()
+    assert main(["export", str(run / "model"), "-o", str(out), *extra]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(err) == 1 and message in err[0], err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+
+
+def test_export_over_a_model_with_force(run, tmp_path):
+    assert main(["export", str(run / "model"), "-o", str(tmp_path / "m")]) == 0
+    assert main(["export", str(run / "model"), "-o", str(tmp_path / "m"), "--force"]) == 0
+    assert (tmp_path / "m" / "config.json").exists()

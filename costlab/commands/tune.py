@@ -82,8 +82,9 @@ def register(sub) -> None:
                        "model.safetensors, with the targets, training data, evaluation figures and versions; "
                        "--archive packs both into one file.")
     q.add_argument("source", metavar="RUN_DIR", help="a training run directory, or a model directory or archive")
-    q.add_argument("-o", "--output", required=True, type=Path, metavar="MODEL_DIR")
+    q.add_argument("-o", "--output", required=True, metavar="MODEL_DIR")
     q.add_argument("--archive", action="store_true", help="write one .tar file instead of a directory")
+    q.add_argument("--force", action="store_true", help="replace a model already at MODEL_DIR")
     q.set_defaults(func=_export)
 
     q = sub.add_parser("models", help="list the models shipped with costlab",
@@ -94,20 +95,24 @@ def register(sub) -> None:
 
 @contextlib.contextmanager
 def _signals_end_cleanly():
-    """Ctrl-C or SIGTERM during tuning ends like any costlab command: one line, exit 130 or 143. The signal
-    often lands inside a Python callback that MetaSchedule's C++ loop called (a cost model, a measure
-    callback), which hands the KeyboardInterrupt back as its own error, or in a thread being joined: any
-    error after a signal arrived is that signal. The database holds every batch measured before it."""
+    """Ctrl-C or SIGTERM during tuning ends like any costlab command: one line, exit 130 or 143, the database
+    holding every batch measured before. The first signal asks the run to stop after the round in flight
+    (``search.timed.request_stop``: raised inside MetaSchedule's C++ loop, an interrupt can crash the
+    process); a second one interrupts at once."""
     import signal
 
     from costlab.cli import Terminated
+    from costlab.export.search.timed import clear_stop, request_stop, stop_requested
 
-    got: list[int] = []
-
-    def on_signal(signum, frame):
-        got.append(signum)
+    def interrupt(signum):
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
+    def on_signal(signum, frame):
+        if stop_requested() is not None:
+            interrupt(signum)
+        request_stop(signum)
+
+    clear_stop()
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # a background job started with SIGINT ignored keeps it
@@ -115,12 +120,15 @@ def _signals_end_cleanly():
     try:
         yield
     except BaseException as exc:
-        if got and not isinstance(exc, KeyboardInterrupt):
-            raise (Terminated() if got[-1] == signal.SIGTERM else KeyboardInterrupt()) from None
+        got = stop_requested()
+        if got is not None and not isinstance(exc, KeyboardInterrupt):
+            interrupt(got)  # an error on the way out after a signal is that signal
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if stop_requested() is not None:
+        interrupt(stop_requested())
 
 
 def _counts(text: str) -> tuple:
@@ -183,7 +191,7 @@ def _tune(args) -> int:
 def _export(args) -> int:
     from costlab.export.artifact import export_model
 
-    print(f"exported: {export_model(args.source, args.output, archive=args.archive)}", file=sys.stderr)
+    print(f"exported: {export_model(args.source, args.output, archive=args.archive, force=args.force)}", file=sys.stderr)
     return 0
 
 

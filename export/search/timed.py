@@ -16,6 +16,25 @@ from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 
+# The first Ctrl-C / SIGTERM of a tuning run is recorded here (``request_stop``), not raised: raised inside
+# a callback that MetaSchedule's C++ loop called, it unwinds through C++ with worker threads running, which
+# can crash the process. Every round checks it before it starts, so the run ends after the round in flight
+# with every measured batch in the database.
+_STOP: dict = {"signal": None}
+
+
+def request_stop(signum: int) -> None:
+    _STOP["signal"] = signum
+
+
+def stop_requested() -> int | None:
+    return _STOP["signal"]
+
+
+def clear_stop() -> None:
+    _STOP["signal"] = None
+
+
 class RoundClock:
     def __init__(self, deadline: float | None = None):
         self.deadline = deadline  # time.time() after which no new round starts
@@ -25,6 +44,8 @@ class RoundClock:
         self.stopped_by_deadline = False
 
     def expired(self) -> bool:
+        if stop_requested() is not None:
+            return True
         if self.deadline is not None and time.time() >= self.deadline:
             self.stopped_by_deadline = True
             return True
