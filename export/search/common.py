@@ -21,6 +21,18 @@ class RoundLog:
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
 
+    def close_round(self, pending: dict | None, round_start: float | None) -> None:
+        """Log a round a strategy opened at ``round_start`` (``time.perf_counter``) with the stage seconds in
+        ``pending``, once its batch has been built and measured (when the next round starts, or the search
+        ends): ``round_s`` is then the whole round, and ``verify_share`` the model's part of it."""
+        import time
+
+        if pending is None or round_start is None:
+            return
+        row = dict(pending, round_s=round(time.perf_counter() - round_start, 4))
+        row["verify_share"] = round(row["verify_s"] / row["round_s"], 4) if row["round_s"] > 0 else None
+        self.add(**row)
+
 
 def _shash(sch) -> int:
     import tvm_ffi

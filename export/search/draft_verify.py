@@ -152,10 +152,7 @@ class DraftVerifySearch(PySearchStrategy):
         return picks, len(drafted)
 
     def _close_round(self) -> None:
-        if self._pending is not None and self._round_start is not None:
-            row = dict(self._pending, round_s=round(time.perf_counter() - self._round_start, 4))
-            row["verify_share"] = round(row["verify_s"] / row["round_s"], 4) if row["round_s"] > 0 else None
-            self.log.add(**row)
+        self.log.close_round(self._pending, self._round_start)
         self._pending = None
 
 

@@ -64,6 +64,7 @@ class ModelLedSearch(PySearchStrategy):
         self.design_spaces: list = []
         self.measured: set = set()
         self._pending: dict | None = None
+        self._round_start: float | None = None
 
     # -- the six hooks --------------------------------------------------------------------------------------
     def _initialize_with_tune_context(self, context) -> None:
@@ -172,8 +173,5 @@ class ModelLedSearch(PySearchStrategy):
         return picks
 
     def _close_round(self) -> None:
-        if self._pending is not None:
-            row = dict(self._pending, round_s=round(time.perf_counter() - self._round_start, 4))
-            row["verify_share"] = round(row["verify_s"] / row["round_s"], 4) if row["round_s"] > 0 else None
-            self.log.add(**row)
+        self.log.close_round(self._pending, self._round_start)
         self._pending = None
