@@ -104,7 +104,7 @@ class _FirstOutput:
 def torch_fn_model(spec: str):
     mod_name, sep, fn_name = spec.partition(":")
     if not sep or not mod_name or not fn_name:
-        raise ValueError(f"--torch wants MODULE:FUNCTION, got {spec!r}")
+        raise ValueError(f"give a Python function as MODULE:FUNCTION, not {spec!r}")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, "")  # a module in the current directory, as `python -m costlab` finds it
     try:
