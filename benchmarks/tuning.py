@@ -499,6 +499,7 @@ def plot(args) -> int:
         row[0].set_xlabel("wall seconds since the command started")
         row[1].set_xlabel("trials")
         row[1].set_xscale("log")
+        row[1].set_yscale("log")
         for ax in row:
             ax.set_ylabel(f"{wl}: best µs")
             ax.grid(alpha=0.3)
