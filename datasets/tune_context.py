@@ -5,7 +5,9 @@ intrinsic TVM ships (x86, ARM, CUDA tensor cores, Hexagon, ...), 13-40 s on a 2-
 default schedule rules of some targets name intrinsics (on an x86 CPU with AVX-512 or VNNI, the int8
 dot-product rule ``MultiLevelTilingWithIntrin("dot_16x4_...")`` looks its intrinsic up when it is made).
 
-On an x86 CPU a task without 8-bit integer buffers can never match a dot-product intrinsic, and the x86
+On an x86 CPU a task without a reduction into a 32-bit integer buffer over 8-bit integer data (the shape
+of an int8 dot product) can never match a dot-product intrinsic (an 8-bit attention mask beside float math
+does not), and the x86
 defaults are exactly the generic LLVM ones plus that rule (and the ``RewriteTensorize`` postprocessor,
 which only acts on blocks the rule tagged). Such a task gets the LLVM defaults by name and a context made
 without the import; every other task (int8 on a CPU, another target kind, ARM) gets MetaSchedule's own
@@ -14,7 +16,10 @@ defaults with the registry loaded, as ``ms.TuneContext`` does.
 
 from __future__ import annotations
 
+import re
+
 _NARROW_INT = ("int8", "uint8")
+_INT32_BUFFER = re.compile(r'(?:Buffer|alloc_buffer)\(\([^)]*\), "int32"')  # a buffer, not a cast or an index
 
 
 def needs_intrinsics(mod, target) -> bool:
@@ -29,9 +34,12 @@ def needs_intrinsics(mod, target) -> bool:
     for func in mod.functions.values():
         try:
             infos = ArgInfo.from_prim_func(func)
+            text = func.script()
         except Exception:  # noqa: BLE001  not a PrimFunc MetaSchedule can read: keep MetaSchedule's defaults
             return True
-        if any(str(getattr(info, "dtype", "")) in _NARROW_INT for info in infos):
+        narrow = any(str(getattr(info, "dtype", "")) in _NARROW_INT for info in infos) or any(
+            f'"{t}"' in text for t in _NARROW_INT)
+        if narrow and "T.init()" in text and _INT32_BUFFER.search(text):  # an int32 reduction of 8-bit data
             return True
     return False
 

@@ -105,6 +105,10 @@ def test_an_int8_task_still_gets_the_registry_and_its_rules():
     fmod = tvm.IRModule({"main": te.create_prim_func([f, te.compute((16, 16), lambda i, j: f[i, j] * 2)])})
     assert not needs_intrinsics(fmod, x86)
     assert needs_intrinsics(fmod, tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))
+    # an 8-bit mask beside float math (BERT's masked softmax) cannot use a dot-product intrinsic
+    m = te.placeholder((16, 1), "int8", name="M")
+    masked = te.compute((16, 16), lambda i, j: te.if_then_else(m[i, 0] > 0, f[i, j], f[i, j] * 0))
+    assert not needs_intrinsics(tvm.IRModule({"main": te.create_prim_func([f, m, masked])}), x86)
 
 
 def test_max_seconds_stops_with_a_complete_database(run, tmp_path):  # noqa: F811
