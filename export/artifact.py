@@ -2,8 +2,10 @@
 
 The exported ``config.json`` holds, beside the model (kind, net, featurizer with its vocabulary, heads):
 the platforms' targets, the training data's summary and split, the evaluation figures of the run, and the
-costlab / torch / TVM versions that made it; ``model.safetensors`` the weights, whose SHA-256 the config
-records. ``archive=True`` packs both into one ``.tar`` file, read in place by every loader.
+costlab / torch / TVM versions that made it; ``model.safetensors`` the weights. The config records the
+SHA-256 of the weights and of itself (``costmodels/artifact.py`` writes both). ``archive=True`` packs both
+files into one ``.tar`` file, read in place by every loader. The output is checked before anything is read
+or written; another model there is replaced only with ``force``.
 """
 
 from __future__ import annotations
