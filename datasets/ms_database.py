@@ -287,6 +287,21 @@ def _args_info(task) -> list:
     return [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
 
 
+def _rewrite(path: Path, lines: list[bytes]) -> None:
+    """Replace ``path`` by ``lines`` atomically (a temporary file beside it, renamed over it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.writelines(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str:
     """Write the records of ``platform`` as a MetaSchedule database in ``out_dir`` (created if missing),
     loadable by ``JSONDatabase(work_dir=out_dir)``. Returns a one-line summary.
@@ -345,30 +360,12 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
         raise InputError(out_dir, f"already holds a MetaSchedule database ({', '.join(existing)}); "
                                   "choose an empty directory (costlab never overwrites one)")
     for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.")
-        with os.fdopen(fd, "w") as fh:
-            fh.writelines(line + "\n" for line in lines)
-        os.replace(tmp, out_dir / name)
+        _rewrite(out_dir / name, [(line + "\n").encode() for line in lines])
     skipped = len(task_col) - len(rows)
     text = f"{out_dir}: {len(wl_lines)} workloads, {len(rec_lines)} records of platform {platform!r}"
     if skipped:
         text += f" ({skipped} failed records left out; --include-failed writes them)"
     return text
-
-
-def _rewrite(path: Path, lines: list[bytes]) -> None:
-    """Replace ``path`` by ``lines`` atomically (a temporary file beside it, renamed over it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.writelines(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def repair_work_dir(work_dir) -> list[str]:

@@ -77,21 +77,17 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     checked program got, with its tuning latency) and ``status``: ``ok`` (the fastest matched), ``replaced``
     (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
     measured)."""
-    from tvm.s_tir.schedule import Schedule
     from tvm.support.popen_pool import PopenPoolExecutor
 
     from costlab.datasets.ms_workload import plain_json
+    from costlab.export.search.common import replay
 
     if not database.has_workload(mod):
         return dict(status="none", best_us=None, checked=[], record=None)
     recs = [r for r in database.get_top_k(database.commit_workload(mod), top) if math.isfinite(_latency(r))]
     if not recs:
         return dict(status="none", best_us=None, checked=[], record=None)
-    scheduled = []
-    for rec in recs:
-        sch = Schedule(mod)
-        rec.trace.apply_to_schedule(sch, remove_postproc=False)
-        scheduled.append(sch.mod)
+    scheduled = [replay(mod, rec.trace, seed + 1).mod for rec in recs]
     pool = PopenPoolExecutor(max_workers=1, timeout=timeout)
     try:
         verdicts = pool.submit(_compare_worker, mod, scheduled, plain_json(target.export()), seed).result()

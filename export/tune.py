@@ -33,12 +33,10 @@ from pathlib import Path
 from costlab.datasets.errors import InputError, UsageError
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
+from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
-
-from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
-
 ADAPT = ("none", "finetune", "momentum")
 
 
@@ -201,7 +199,6 @@ def _cost_model(opts: TuneOptions, target, cores: int):
 
         return CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto")
     from costlab.export.cost_model import CostlabCostModel, check_model_for_target
-
     from costlab.export.search import draft_cost_model
 
     model = CostlabCostModel(opts.model, head=opts.head, adapt=opts.adapt, strict=opts.strict, seed=opts.seed)
@@ -297,14 +294,14 @@ def tune(opts: TuneOptions) -> dict:
     started = time.time()
     command_start = opts.started_at or started
     opts.check()
-    import tvm  # noqa: F401
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
+    from costlab.datasets.ms_database import repair_work_dir
     from costlab.datasets.tune_context import tune_context
     from costlab.export.progress import TuneProgress
     from costlab.export.search.common import RoundLog
-    from costlab.export.search.timed import RoundClock, TimedBuilder
+    from costlab.export.search.timed import RoundClock, TimedBuilder, stop_requested
 
     target = _target(opts)
     cores = int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
@@ -318,49 +315,50 @@ def tune(opts: TuneOptions) -> dict:
         lock = _lock_work_dir(work)
     except OSError as exc:
         raise InputError(work, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
-        if (work / name).is_dir():
-            lock.close()
-            raise InputError(work / name, "is a directory; the run writes a file of that name")
-    if opts.rpc_key:
-        _check_tracker(opts)
-    run_options = _check_same_run(work, opts, target)
-    tasks, network = _tasks(opts, target)
-    builder, runner = _measure_stack(opts, target, cores)  # its workers start while the model loads
-    cost_model = _cost_model(opts, target, cores)
-    (work / "costlab_run.json").write_text(json.dumps(run_options, indent=2))  # the run has really started
-    from costlab.datasets.ms_database import repair_work_dir
-
-    repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
-    database = ms.database.JSONDatabase(work_dir=str(work))
-    done = _done_per_task(database, tasks)
-    # workloads are tuned one after the other, each with its own budget; a network's tasks share one
-    groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
-    budget = opts.trials * len(groups)
-    log = RoundLog(work / "search_rounds.jsonl")
-    clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
-    progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
-                            history=work / "progress.jsonl", clock=clock, started=command_start)
-    try:
-        for group in groups:
-            remaining = opts.trials - sum(done[i] for i in group)
-            if remaining <= 0 or clock.expired():
-                continue
-            names = [tasks[i].name for i in group]
-            contexts = []
-            for i, logger, rand in zip(group, _task_loggers(work, names), fork_seed(opts.seed, n=len(group))):
-                contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock),
-                                             task_name=tasks[i].name, rand_state=rand, num_threads=cores,
-                                             logger=logger).clone())
-            progress.focus(group)
-            ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
-                          max_trials_global=remaining, max_trials_per_task=remaining, num_trials_per_iter=opts.per_iter,
-                          builder=TimedBuilder(builder, clock), runner=runner, database=database,
-                          cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
-                          measure_callbacks=ms.measure_callback.MeasureCallback.create("default")
-                          + [progress.callback()], task_scheduler="gradient")
+    builder = None
+    try:  # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
+        for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
+            if (work / name).is_dir():
+                raise InputError(work / name, "is a directory; the run writes a file of that name")
+        if opts.rpc_key:
+            _check_tracker(opts)
+        run_options = _check_same_run(work, opts, target)
+        tasks, network = _tasks(opts, target)
+        builder, runner = _measure_stack(opts, target, cores)  # its workers start while the model loads
+        cost_model = _cost_model(opts, target, cores)
+        (work / "costlab_run.json").write_text(json.dumps(run_options, indent=2))  # the run has really started
+        repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
+        database = ms.database.JSONDatabase(work_dir=str(work))
+        done = _done_per_task(database, tasks)
+        # workloads are tuned one after the other, each with its own budget; a network's tasks share one
+        groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
+        budget = opts.trials * len(groups)
+        log = RoundLog(work / "search_rounds.jsonl")
+        clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
+        progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
+                                history=work / "progress.jsonl", clock=clock, started=command_start)
+        try:
+            for group in groups:
+                remaining = opts.trials - sum(done[i] for i in group)
+                if remaining <= 0 or clock.expired():
+                    continue
+                names = [tasks[i].name for i in group]
+                contexts = []
+                for i, logger, rand in zip(group, _task_loggers(work, names), fork_seed(opts.seed, n=len(group))):
+                    contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock),
+                                                 task_name=tasks[i].name, rand_state=rand, num_threads=cores,
+                                                 logger=logger).clone())
+                progress.focus(group)
+                ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
+                              max_trials_global=remaining, max_trials_per_task=remaining,
+                              num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
+                              runner=runner, database=database,
+                              cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
+                              measure_callbacks=ms.measure_callback.MeasureCallback.create("default")
+                              + [progress.callback()], task_scheduler="gradient")
+        finally:
+            progress.close()
     finally:
-        progress.close()
         if hasattr(builder, "close"):
             builder.close()
         _release_loggers()
@@ -373,16 +371,15 @@ def tune(opts: TuneOptions) -> dict:
         summary["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
-    from costlab.export.search.timed import stop_requested
-
     if stop_requested() is not None:  # interrupted: the database is complete; no checks, no summary
         return summary
+    checked = opts.check_output and not opts.rpc_key  # a remote device's programs are not run here
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
     for t, n in zip(tasks, _done_per_task(database, tasks)):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
         record = None
-        if opts.check_output and not opts.rpc_key and best is not None:
+        if checked and best is not None:
             from costlab.export.check import check_task
 
             row["check"] = check_task(database, t.mod, target, seed=opts.seed)
@@ -399,7 +396,7 @@ def tune(opts: TuneOptions) -> dict:
     if network is not None:
         from costlab.export.network import end_to_end
 
-        summary["network"] = end_to_end(network[0], network[1], target, _checked_database(database, tasks, chosen, opts.check_output), cores)
+        summary["network"] = end_to_end(network[0], network[1], target, _checked_database(database, tasks, chosen, checked), cores)
     (work / "costlab_tune.json").write_text(json.dumps(summary, indent=2, default=str))
     try:
         from costlab.export.progress import plot_history

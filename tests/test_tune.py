@@ -34,11 +34,11 @@ def _program_hashes(work, workload: str) -> set:
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.extract import te_workload_task, workload_json_mod
-    from costlab.export.search.common import _replay
+    from costlab.export.search.common import replay
 
     mod = workload_json_mod(te_workload_task(workload)[1])
     db = ms.database.JSONDatabase(work_dir=str(work))
-    return {int(tvm_ffi.structural_hash(_replay(mod, r.trace, 1).mod)) for r in db.get_all_tuning_records()}
+    return {int(tvm_ffi.structural_hash(replay(mod, r.trace, 1).mod)) for r in db.get_all_tuning_records()}
 
 
 def test_tune_tir_takes_the_cost_model(run, tmp_path):  # noqa: F811

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from pathlib import Path
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.export.search import STRATEGIES
@@ -147,8 +146,8 @@ def _tune(args) -> int:
 
     # seconds count from the command's start: the process's, unless this process has run for a while
     # already (main() called from a longer-lived Python program): then from this call
-    now = time.time()
-    started_at = process_start() if now - process_start() < 30 else now
+    now, began = time.time(), process_start()
+    started_at = began if now - began < 30 else now
 
     opts = TuneOptions(work_dir=str(args.work_dir), workloads=args.workload, network=args.network,
                        task_filter=args.task_filter, batch=args.batch, max_seconds=args.max_seconds,

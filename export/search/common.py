@@ -46,13 +46,7 @@ def _ffi(name: str):
     return tvm.get_global_func(f"s_tir.meta_schedule.SearchStrategyEvolutionarySearch{name}")
 
 
-
-def program_hash(sch) -> int:
-    """A scheduled program's identity: the structural hash of its module (what MetaSchedule dedups by)."""
-    return _shash(sch)
-
-
-def _replay(mod, trace, seed: int, postprocs=None):
+def replay(mod, trace, seed: int, postprocs=None):
     """The program of a measured trace; with ``postprocs``, replayed as MetaSchedule's ``ThreadedTraceApply``
     does for a new population member: the postprocessors' instructions are dropped, applied again, and
     marked as postprocessing (``enter_postproc``), so that the evolution's replays of its mutants drop them
@@ -82,7 +76,7 @@ def measured_hashes(context, database) -> set:
         if str(rec.workload.as_json()[0]) != key:
             continue
         try:
-            out.add(_shash(_replay(context.mod, rec.trace, 1)))
+            out.add(_shash(replay(context.mod, rec.trace, 1)))
         except Exception:  # noqa: BLE001  as MetaSchedule, a record that does not replay is ignored
             continue
     return out
@@ -97,7 +91,7 @@ def best_measured(context, database, n: int, seed: int) -> list:
     out = []
     for rec in database.get_top_k(workload, n):
         try:
-            out.append(_replay(context.mod, rec.trace, seed, context.space_generator.postprocs))
+            out.append(replay(context.mod, rec.trace, seed, context.space_generator.postprocs))
         except Exception:  # noqa: BLE001  a record that no longer replays is skipped, as MetaSchedule does
             continue
     return out

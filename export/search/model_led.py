@@ -102,12 +102,12 @@ class ModelLedSearch(PySearchStrategy):
             return None
         o = self.options
         num = min(round_size(self.round, self.per_iter, o["first_rounds"]), self.max_trials - self.trials)
+        pop = min(o["population_size"], max(64, 16 * num))
         t0 = time.perf_counter()
         # a fresh evolution state: the FFI's marks of the last round's results are not measurements
         self._inner.post_tuning()
-        self._inner = self._make_inner(min(o["population_size"], max(64, 16 * num)))
+        self._inner = self._make_inner(pop)
         self._inner.pre_tuning(self.max_trials, self.per_iter, self.design_spaces, self.database, self.verify)
-        pop = min(o["population_size"], max(64, 16 * num))
         seeds = best_measured(self.context, self.database, int(pop * o["init_measured_ratio"]), self.trials + 1)
         sampled = list(_ffi("SampleInitPopulation")(self._inner, int(pop * o["draft_ratio"])))
         t_sample = time.perf_counter()

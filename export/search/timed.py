@@ -51,6 +51,11 @@ class RoundClock:
             return True
         return False
 
+    def built(self, t0: float) -> None:
+        """A build that began at ``t0`` (``time.perf_counter``) has just ended; the run starts now."""
+        self._built_at = time.perf_counter()
+        self.build_s += self._built_at - t0
+
     def batch_done(self) -> dict:
         """The seconds of the batch whose results just arrived (and a fresh start for the next)."""
         now = time.perf_counter()
@@ -106,6 +111,5 @@ class TimedBuilder(PyBuilder):
     def build(self, build_inputs):
         t0 = time.perf_counter()
         out = self.inner.build(build_inputs)
-        self.clock._built_at = time.perf_counter()
-        self.clock.build_s += self.clock._built_at - t0
+        self.clock.built(t0)
         return out
