@@ -30,10 +30,11 @@ from itertools import zip_longest
 import numpy as np
 
 from costlab.datasets import records as rec
-from costlab.datasets.errors import InputError
+from costlab.datasets.errors import InputError, UsageError
 from costlab.datasets.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets.ms_database import compact_json, costs_and_error
 from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
+from costlab.datasets.remote import LOST, is_lost
 from costlab.datasets.store import DatasetWriter, open_dataset
 from costlab.datasets.targets import platform_id_for, runnable_target
 
@@ -53,6 +54,7 @@ class MeasureOptions:
     rpc_key: str | None = None
     rpc_host: str = "127.0.0.1"
     rpc_port: int = 9190
+    rpc_wait: float = 60.0  # seconds to wait for a tracker that stopped answering before the run stops
     runner_timeout: float = 30.0
     min_repeat_ms: int = 100  # MetaSchedule's default: repeat short kernels until a run takes this long
     progress: bool = True
@@ -165,17 +167,22 @@ def runner_threads() -> int:
     return int(tvm.get_global_func("runtime.NumThreads")())
 
 
-def make_runner(opts: MeasureOptions, target):
+def make_runner(opts: MeasureOptions, target, on_lost=None):
     """The runner costlab measures with: MetaSchedule's ``LocalRunner`` whose worker runs kernels on the
-    target's ``num-cores`` threads, or its ``RPCRunner`` through a tracker when ``opts.rpc_key`` is set."""
+    target's ``num-cores`` threads, or its ``RPCRunner`` through a tracker when ``opts.rpc_key`` is set,
+    guarded (``remote.guarded_runner``) so that a tracker or device that stops answering gives no failed
+    records: ``on_lost(reason)`` is called and the caller stops."""
     from tvm.s_tir import meta_schedule as ms
 
     evaluator = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
                                           min_repeat_ms=opts.min_repeat_ms, enable_cpu_cache_flush=False)
     if opts.rpc_key:
+        from costlab.datasets.remote import guarded_runner
+
         config = ms.runner.RPCConfig(tracker_host=opts.rpc_host, tracker_port=opts.rpc_port,
                                      tracker_key=opts.rpc_key, session_timeout_sec=int(max(opts.runner_timeout, 10)))
-        return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+        inner = ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+        return guarded_runner(inner, opts.rpc_host, opts.rpc_port, opts.rpc_key, opts.rpc_wait, on_lost)
     cores = int(target.attrs.get("num-cores", 0) or 0)
     init = functools.partial(_pin_threads, cores) if cores > 0 else None
     return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
@@ -456,6 +463,10 @@ def measure(data, opts: MeasureOptions) -> str:
                 results = build_and_run(builder, runner, target, [c for c, _, _ in batch])
                 now = time.time()
                 records = rec.RecordBatch()
+                lost = [msg for _, _, msg in results if is_lost(msg)]
+                if lost:  # not measurements: nothing recorded for them, the measured rest saved, then stop
+                    batch = [b for b, r in zip(batch, results) if not is_lost(r[2])]
+                    results = [r for r in results if not is_lost(r[2])]
                 for (_, schedule, prog), (costs, error, msg) in zip(batch, results):
                     records.append(task.index, schedule, costs, error, now, prog)
                     task_failed += error != rec.ERROR_NONE
@@ -471,6 +482,9 @@ def measure(data, opts: MeasureOptions) -> str:
                 measured += len(batch)
                 if bar is not None:
                     bar.update(len(batch) if sampler is not None else size)
+                if lost:
+                    raise UsageError(f"{lost[0][len(LOST) + 2:-1]}: stopped after {measured} candidates, every "
+                                     f"one saved in {data}; run the same command again to continue")
             failed += task_failed
             lines.append(f"  task {task.index} {task.name}: {len(have[task.index])} records on {pid} "
                          f"({task_failed} of the new ones failed)")

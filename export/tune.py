@@ -68,6 +68,7 @@ class TuneOptions:
     rpc_key: str | None = None
     rpc_host: str = "127.0.0.1"
     rpc_port: int = 9190
+    rpc_wait: float = 60.0  # seconds to wait for an RPC tracker that stopped answering before the run stops
     progress: bool = True
     started_at: float | None = None  # when the command started (the CLI's process start); default: the call
     check_output: bool = True  # each task's best programs run beside a reference build before they are reported
@@ -92,6 +93,8 @@ class TuneOptions:
             raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
         if self.rpc_key and not 0 < self.rpc_port < 65536:
             raise UsageError(f"--rpc-port must be a TCP port (1-65535), not {self.rpc_port}")
+        if not (self.rpc_wait >= 0 and math.isfinite(self.rpc_wait)):
+            raise UsageError(f"--rpc-wait must be a number of seconds (0 or more), not {self.rpc_wait}")
         if self.max_seconds is not None and not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
             raise UsageError(f"--max-seconds must be a positive number of seconds, not {self.max_seconds}")
         if any(int(x) < 1 for x in self.first_rounds):
@@ -215,8 +218,9 @@ def _strategy(opts: TuneOptions, log, clock):
     return TimedSearch(inner, clock)
 
 
-def _measure_stack(opts: TuneOptions, target, cores: int):
-    """The builder and runner of a run. costlab's builder keeps one pool of workers for the whole run."""
+def _measure_stack(opts: TuneOptions, target, cores: int, clock=None):
+    """The builder and runner of a run. costlab's builder keeps one pool of workers for the whole run; an RPC
+    device that stops answering ends the run (``clock.lose``) without a failed record."""
     from tvm.s_tir import meta_schedule as ms
 
     if opts.ms_defaults:
@@ -224,8 +228,9 @@ def _measure_stack(opts: TuneOptions, target, cores: int):
     from costlab.datasets.measure import MeasureOptions, make_builder, make_runner, warm_up
 
     mopts = MeasureOptions(target=target.export(), number=opts.number, repeat=opts.repeat, rpc_key=opts.rpc_key,
-                           rpc_host=opts.rpc_host, rpc_port=opts.rpc_port)
-    builder, runner = make_builder(opts.builder_timeout, workers=cores, pooled=True), make_runner(mopts, target)
+                           rpc_host=opts.rpc_host, rpc_port=opts.rpc_port, rpc_wait=opts.rpc_wait)
+    builder = make_builder(opts.builder_timeout, workers=cores, pooled=True)
+    runner = make_runner(mopts, target, on_lost=clock.lose if clock is not None else None)
     warm_up(builder, runner)
     return builder, runner
 
@@ -299,6 +304,7 @@ def tune(opts: TuneOptions) -> dict:
 
     from costlab.datasets.ms_database import repair_work_dir
     from costlab.datasets.tune_context import tune_context
+    from costlab.export.callbacks import run_callbacks
     from costlab.export.progress import TuneProgress
     from costlab.export.search.common import RoundLog
     from costlab.export.search.timed import RoundClock, TimedBuilder, stop_requested
@@ -324,7 +330,8 @@ def tune(opts: TuneOptions) -> dict:
             _check_tracker(opts)
         run_options = _check_same_run(work, opts, target)
         tasks, network = _tasks(opts, target)
-        builder, runner = _measure_stack(opts, target, cores)  # its workers start while the model loads
+        clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
+        builder, runner = _measure_stack(opts, target, cores, clock)  # its workers start while the model loads
         cost_model = _cost_model(opts, target, cores)
         (work / "costlab_run.json").write_text(json.dumps(run_options, indent=2))  # the run has really started
         repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
@@ -334,7 +341,6 @@ def tune(opts: TuneOptions) -> dict:
         groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
         budget = opts.trials * len(groups)
         log = RoundLog(work / "search_rounds.jsonl")
-        clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
         progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
                                 history=work / "progress.jsonl", clock=clock, started=command_start)
         try:
@@ -354,8 +360,7 @@ def tune(opts: TuneOptions) -> dict:
                               num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
                               runner=runner, database=database,
                               cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
-                              measure_callbacks=ms.measure_callback.MeasureCallback.create("default")
-                              + [progress.callback()], task_scheduler="gradient")
+                              measure_callbacks=run_callbacks(progress.callback()), task_scheduler="gradient")
         finally:
             progress.close()
     finally:
@@ -371,6 +376,11 @@ def tune(opts: TuneOptions) -> dict:
         summary["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
+    if clock.lost is not None:
+        n = sum(_done_per_task(database, tasks))
+        raise UsageError(f"{clock.lost}: the run stopped with {n} measured trials in {work} (candidates that "
+                         "were not measured are not recorded and count against no budget); run the same command "
+                         "again to continue")
     if stop_requested() is not None:  # interrupted: the database is complete; no checks, no summary
         return summary
     checked = opts.check_output and not opts.rpc_key  # a remote device's programs are not run here
@@ -436,22 +446,11 @@ def _best_latency(database, mod) -> float | None:
 def _check_tracker(opts: TuneOptions) -> None:
     """An RPC tracker that answers, and has a device of the key, before any tuning: otherwise every trial of
     the budget would be a failed record."""
-    import socket
+    from costlab.datasets.remote import tracker_problem
 
-    from tvm import rpc
-
-    try:
-        socket.create_connection((opts.rpc_host, opts.rpc_port), timeout=5).close()  # TVM retries a refusal 60 s
-        tracker = rpc.connect_tracker(opts.rpc_host, opts.rpc_port)
-        summary = tracker.summary()
-    except Exception as exc:  # noqa: BLE001  refused, unreachable, not a tracker
-        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
-        raise UsageError(f"no RPC tracker answers at {opts.rpc_host}:{opts.rpc_port} "
-                         f"({lines[-1][:120] if lines else type(exc).__name__}); start one, or check --rpc-host/--rpc-port") from None
-    keys = [str(k) for k in (summary.get("queue_info") or {})]
-    if opts.rpc_key not in keys:
-        raise UsageError(f"the RPC tracker at {opts.rpc_host}:{opts.rpc_port} has no device of key {opts.rpc_key!r} "
-                         f"(keys: {', '.join(keys) or 'none'})")
+    why = tracker_problem(opts.rpc_host, opts.rpc_port, opts.rpc_key)
+    if why is not None:
+        raise UsageError(why + ("; start one, or check --rpc-host/--rpc-port" if why.startswith("no RPC") else ""))
 
 
 def _lock_work_dir(work: Path):

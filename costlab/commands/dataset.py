@@ -90,6 +90,9 @@ def register(sub) -> None:
     q.add_argument("--rpc-key", help="measure on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
+    q.add_argument("--rpc-wait", type=float, default=60.0, metavar="S",
+                   help="seconds to wait for an RPC tracker or device that stopped answering; then measuring stops, "
+                   "every record measured before saved")
     q.add_argument("--no-progress", action="store_true", help="no progress bar (a summary at the end)")
     q.set_defaults(func=_measure)
 
@@ -201,7 +204,7 @@ def _measure(args) -> int:
         target=args.target, per_task=args.per_task, platform=args.platform, tasks=args.tasks,
         same_programs_as=args.same_programs_as, batch_size=args.batch_size, seed=args.seed,
         builder_timeout=args.builder_timeout, number=args.number, repeat=args.repeat,
-        rpc_key=args.rpc_key, rpc_host=args.rpc_host, rpc_port=args.rpc_port, progress=not args.no_progress,
+        rpc_key=args.rpc_key, rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, progress=not args.no_progress,
     )
     print(measure(args.data, opts), file=sys.stderr)
     return 0

@@ -42,9 +42,14 @@ class RoundClock:
         self._built_at: float | None = None
         self.first_batch_at: float | None = None
         self.stopped_by_deadline = False
+        self.lost: str | None = None  # why the remote device was given up (``datasets.remote``)
+
+    def lose(self, reason: str) -> None:
+        """The runner's device stopped answering: no new round starts."""
+        self.lost = reason
 
     def expired(self) -> bool:
-        if stop_requested() is not None:
+        if stop_requested() is not None or self.lost is not None:
             return True
         if self.deadline is not None and time.time() >= self.deadline:
             self.stopped_by_deadline = True

@@ -1,0 +1,33 @@
+"""The measure callbacks of a tuning run: MetaSchedule's default ones (add to the database, remove build
+artifacts, update the cost model) and the progress bar, none of which sees a result that is not a
+measurement (``datasets.remote.is_lost``: the RPC device stopped answering). Such a candidate is not
+recorded, so it counts against no budget and a re-run measures it."""
+
+from __future__ import annotations
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
+
+from costlab.datasets.remote import is_lost
+
+
+@derived_object
+class MeasuredOnly(PyMeasureCallback):
+    def __init__(self, callbacks: list):
+        super().__init__()
+        self.callbacks = list(callbacks)
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        keep = [i for i, r in enumerate(runner_results) if not is_lost(r.error_msg)]
+        if not keep:
+            return
+        if len(keep) < len(runner_results):
+            measure_candidates = [measure_candidates[i] for i in keep]
+            builder_results = [builder_results[i] for i in keep]
+            runner_results = [runner_results[i] for i in keep]
+        for cb in self.callbacks:
+            cb.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
+
+
+def run_callbacks(*extra) -> list:
+    return [MeasuredOnly(list(MeasureCallback.create("default")) + list(extra))]

@@ -1,0 +1,95 @@
+"""Measuring through a real local RPC tracker that goes away: nothing is recorded for candidates that were not
+measured, the command stops with one line, and a re-run with a tracker measures exactly what is missing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from costlab.datasets import UsageError, open_dataset
+from costlab.datasets import records as rec
+from costlab.datasets.extract import extract
+from costlab.datasets.measure import MeasureOptions, measure
+from costlab.export.tune import TuneOptions, tune
+
+pytestmark = pytest.mark.slow
+
+
+def _local_rpc():
+    from tvm.s_tir.meta_schedule.testing.local_rpc import LocalRPC
+
+    from costlab.datasets.remote import tracker_problem
+
+    rpc = LocalRPC(silent=True)
+    deadline = time.time() + 60
+    while tracker_problem(rpc.tracker_host, rpc.tracker_port, rpc.tracker_key) and time.time() < deadline:
+        time.sleep(0.2)  # the server registers its key with the tracker on its own
+    return rpc
+
+
+def _stop(rpc) -> None:
+    rpc.server.terminate()
+    rpc.tracker.terminate()
+
+
+def _rpc(rpc, wait: float = 0.0) -> dict:
+    return dict(rpc_key=rpc.tracker_key, rpc_host=rpc.tracker_host, rpc_port=rpc.tracker_port, rpc_wait=wait)
+
+
+def test_measure_stops_without_failed_records_and_continues(tmp_path):
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,4,4,4"])
+    opts = dict(target="llvm -num-cores=1", seed=0, builder_timeout=60.0, number=1, repeat=1, min_repeat_ms=0,
+                progress=False, batch_size=2, platform="remote")
+    rpc = _local_rpc()
+    measure(path, MeasureOptions(per_task=2, **opts, **_rpc(rpc)))
+    _stop(rpc)  # gone before the next command's first batch: its tracker check fails, after --rpc-wait 1 s
+    with pytest.raises(UsageError, match=r"no RPC tracker answers .* stopped after 0 candidates, every one saved"):
+        measure(path, MeasureOptions(per_task=4, **opts, **_rpc(rpc, wait=1.0)))
+    with open_dataset(path) as ds:
+        assert len(ds.records("remote")) == 2  # no failed record for the programs that were never run
+    with _local_rpc() as again:
+        measure(path, MeasureOptions(per_task=4, **opts, **_rpc(again)))
+    with open_dataset(path) as ds:
+        table = ds.records("remote")
+        assert len(table) == 4 and len(set(table.program_id.tolist())) == 4
+        assert (table.error == rec.ERROR_NONE).all()
+
+
+def _records(work) -> list:
+    path = work / "database_tuning_record.json"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_tune_stops_when_the_tracker_goes_away_and_the_rerun_fills_the_budget(tmp_path):
+    """The tracker answers at the start and goes away after the first measured batch: the run ends with one
+    error, the database holds only real measurements (none failed), and the re-run with a tracker measures
+    the rest of the budget."""
+    work = tmp_path / "w"
+    opts = dict(workloads=["GMM:1,8,8,8"], target="llvm -num-cores=1", trials=6, per_iter=2, population=16,
+                work_dir=str(work), progress=False, seed=0)
+    rpc = _local_rpc()
+
+    def stop_after_first_batch():
+        history = work / "progress.jsonl"
+        deadline = time.time() + 300
+        while time.time() < deadline and not (history.exists() and history.read_text().strip()):
+            time.sleep(0.05)
+        _stop(rpc)
+
+    watcher = threading.Thread(target=stop_after_first_batch, daemon=True)
+    watcher.start()
+    with pytest.raises(UsageError, match=r"no RPC tracker answers .* the run stopped with \d measured trials"):
+        tune(TuneOptions(**opts, **_rpc(rpc)))
+    watcher.join()
+    first = _records(work)
+    assert 2 <= len(first) < 6
+    assert all(r[1][1] and r[1][1][0] < 1e9 for r in first)  # every record is a measurement, none a connection failure
+    with _local_rpc() as again:
+        summary = tune(TuneOptions(**opts, **_rpc(again)))
+    records = _records(work)
+    assert len(records) == 6 and summary["tasks"][0]["trials"] == 6
+    assert all(r[1][1] and r[1][1][0] < 1e9 for r in records)
