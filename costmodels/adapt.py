@@ -1,19 +1,23 @@
 """Online adaptation of a learned net to the measurements of a tuning run (MoA-Pruner), in plain torch.
 
 A tuning run measures a few dozen programs per round; after each round the net learns from all the run's
-records so far, grouped per task into ranking lists (LambdaRank, as in training). Two modes:
+records so far, grouped per task into ranking lists, by the same recipe as ``costlab finetune``
+(``recipe.py``: low learning rate with warm-up, a penalty toward the pretrained weights, early stopping on
+a part of each task's programs that it never trains on, the pretrained weights kept unless the update
+ranks that part better). Two modes:
 
-- ``finetune``: the net itself trains on the run's records after every round;
+- ``finetune``: the net itself is adapted by the recipe after every round;
 - ``momentum``: the Siamese momentum rule (``momentum.MomentumTransfer``): every ``every``-th round the
-  online net restarts from the momentum copy, trains on the run's records, and the momentum copy moves
-  towards it by EMA (m = 0.99). The pre-trained knowledge decays slowly instead of being overwritten by a
-  few dozen records.
+  online net restarts from the momentum copy, is adapted by the recipe, and the momentum copy moves towards
+  it by EMA (``momentum``). The pre-trained knowledge decays slowly instead of being overwritten.
+
+Each update is reported (``rounds``): the net's pairwise ranking accuracy of the batch just measured before
+the update (it chose that batch: an honest estimate on programs it had not seen) and after it.
 
 Nothing about the features changes online: the featurizer's config (vocabulary, sequence length, any
 normalisation) is the pre-trained model's and is never refitted on the run's records, so the pre-trained
 net keeps seeing inputs on the scale it learned (Pruner's online update re-normalised features on the
-run's data). The loop is a few hundred gradient steps at most, where a Lightning Trainer would cost more
-to set up than to run, and a tuning run must not import the training machinery.
+run's data).
 """
 
 from __future__ import annotations
@@ -21,39 +25,36 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import torch
 
-from costlab.costmodels.losses import group_lists, lambdarank_loss
+from costlab.costmodels.metrics import pairwise_accuracy
 from costlab.costmodels.momentum import MomentumTransfer
-from costlab.costmodels.nets import net_inputs
-from costlab.costmodels.tensors import to_tensors
+from costlab.costmodels.recipe import Recipe, fit_lists, recipe, scores_of
+from costlab.costmodels.tensors import concat_features
 
 MODES = ("none", "finetune", "momentum")
 
 
-def concat_features(parts: list[dict]) -> dict:
-    """Feature dicts of several batches as one (arrays concatenated, ragged lists joined)."""
-    out = {}
-    for key in parts[0]:
-        values = [p[key] for p in parts]
-        out[key] = sum((list(v) for v in values), []) if isinstance(values[0], list) else np.concatenate(values)
-    return out
+# The online recipe: ``safe`` with fewer steps (it runs after every round, on a growing set), validated on
+# each task's own programs: a tuning run's model is asked about the very tasks it measures
+ONLINE = Recipe("online", train="head", lr=3e-4, warmup=10, steps=100, l2sp=0.0, val_fraction=0.3, val_by="program",
+                eval_every=10, patience=5)
 
 
 class OnlineAdapter:
     """Collects a run's measured candidates per task and adapts a ``NetPredictor``'s net to them."""
 
-    def __init__(self, predictor, mode: str = "momentum", momentum: float = 0.99, every: int = 1, steps: int = 30,
-                 lr: float = 3e-4, list_size: int = 32, head: int = 0, seed: int = 0):
+    def __init__(self, predictor, mode: str = "momentum", momentum: float = 0.9, every: int = 1, head: int = 0,
+                 seed: int = 0, recipe_spec=None, **recipe_options):
         if mode not in MODES[1:]:
             raise ValueError(f"adaptation mode must be one of {', '.join(MODES[1:])}, not {mode!r}")
-        self.predictor, self.mode, self.head = predictor, mode, head
-        self.steps, self.lr, self.list_size = int(steps), float(lr), int(list_size)
-        self.rng = np.random.default_rng(seed)
+        self.predictor, self.mode, self.head, self.seed = predictor, mode, head, seed
+        base = recipe(recipe_spec) if recipe_spec is not None else ONLINE
+        self.recipe = Recipe.from_dict(dict(base.to_dict(), **recipe_options))
         self.wrapper = MomentumTransfer(predictor.net, momentum, every) if mode == "momentum" else None
         self._feats: dict = {}  # task key -> list of feature dicts
         self._lat: dict = {}  # task key -> list of latency arrays
-        self.stats = dict(updates=0, trained=0, records=0, seconds=0.0)
+        self.stats = dict(updates=0, trained=0, kept_pretrained=0, records=0, seconds=0.0)
+        self.rounds: list[dict] = []  # per update: the new batch's pairwise before and after
 
     def add(self, task_key, features: dict, latency) -> None:
         """Measured candidates of one task: their features and mean latencies (``inf`` = failed)."""
@@ -75,43 +76,43 @@ class OnlineAdapter:
             out.append((concat_features(parts), score))
         return out
 
-    def update(self) -> bool:
-        """One round's update; returns whether the net trained."""
-        self.stats["updates"] += 1
-        lists = self._lists()
-        if not lists:
-            return False
-        t0 = time.perf_counter()
-        if self.wrapper is None:
-            self._train(self.predictor.net, lists)
-            trained = True
-        else:
-            trained = self.wrapper.update(lambda net: self._train(net, lists))
-        self.predictor.net.eval()
-        self.stats["trained"] += int(trained)
-        self.stats["seconds"] += time.perf_counter() - t0
-        return trained
+    def batch_pairwise(self, features: dict, latency) -> float:
+        """The net's pairwise ranking accuracy of one measured batch (NaN when it holds no ordered pair)."""
+        latency = np.asarray(latency, np.float64)
+        pred = scores_of(self.predictor.net, self.predictor.kind, features, self.head)
+        return float(pairwise_accuracy(np.zeros(len(latency), np.int64), pred, latency))
 
-    def _train(self, net: torch.nn.Module, lists) -> None:
-        device = next(net.parameters()).device
-        net.train()
-        opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=self.lr)
-        kind = self.predictor.kind
-        for _ in range(self.steps):
-            feats, labels, groups = [], [], []
-            for g, (f, score) in enumerate(lists):
-                take = self.rng.permutation(len(score))[: self.list_size]
-                feats.append({k: ([v[i] for i in take] if isinstance(v, list) else v[take]) for k, v in f.items()})
-                labels.append(score[take])
-                groups.append(np.full(len(take), g))
-            batch = {k: v.to(device) for k, v in to_tensors(concat_features(feats)).items()}
-            out = net(*net_inputs(kind, batch))
-            pred = out if out.dim() == 1 else out[:, self.head]
-            label = torch.as_tensor(np.concatenate(labels), dtype=pred.dtype, device=device)
-            group = torch.as_tensor(np.concatenate(groups), device=device)
-            p, y, m = group_lists(pred, label, group)
-            loss = lambdarank_loss(p, y, m)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        net.eval()
+    def update(self, batch: tuple | None = None) -> bool:
+        """One round's update; returns whether the net changed. ``batch`` (features, latencies) is the round's
+        new measurements, reported before and after."""
+        self.stats["updates"] += 1
+        row = dict(update=self.stats["updates"], records=self.stats["records"])
+        if batch is not None:
+            row["batch"] = len(batch[1])
+            row["before"] = self.batch_pairwise(*batch)
+        lists = self._lists()
+        trained = False
+        if lists:
+            t0 = time.perf_counter()
+            seed = self.seed + self.stats["updates"]
+            info: dict = {}
+
+            def adapt(net):
+                info.update(fit_lists(net, self.predictor.kind, lists, self.recipe, head=self.head, seed=seed))
+
+            if self.wrapper is None:
+                adapt(self.predictor.net)
+                trained = not info.get("kept_pretrained", False)
+            else:
+                trained = self.wrapper.update(adapt)
+            self.predictor.net.eval()
+            self.stats["trained"] += int(trained)
+            self.stats["kept_pretrained"] += int(bool(info.get("kept_pretrained")))
+            self.stats["seconds"] += time.perf_counter() - t0
+            row.update(steps=info.get("steps", 0), kept_pretrained=info.get("kept_pretrained"),
+                       val_before=info.get("val_before"), val_after=info.get("val_after"))
+        if batch is not None:
+            row["after"] = self.batch_pairwise(*batch)
+        row["trained"] = trained
+        self.rounds.append({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+        return trained

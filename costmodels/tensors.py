@@ -28,3 +28,12 @@ def to_tensors(feats: dict) -> dict:
         else:
             out[name] = torch.from_numpy(np.ascontiguousarray(value))
     return out
+
+
+def concat_features(parts: list[dict]) -> dict:
+    """Feature dicts of several batches as one (arrays concatenated, ragged lists joined)."""
+    out = {}
+    for key in parts[0]:
+        values = [p[key] for p in parts]
+        out[key] = sum((list(v) for v in values), []) if isinstance(values[0], list) else np.concatenate(values)
+    return out

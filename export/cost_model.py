@@ -151,8 +151,9 @@ class CostlabCostModel(PyCostModel):
             return
         feats = self.predictor.featurizer.featurize_candidates(context.mod, context.target,
                                                                [c.sch for c in candidates])
-        self.adapter.add(_task_key(context), feats, [_latency(r) for r in results])
-        if self.adapter.update():
+        latency = [_latency(r) for r in results]
+        self.adapter.add(_task_key(context), feats, latency)
+        if self.adapter.update((feats, latency)):
             self._memo.clear()
             self._scales.clear()  # the net changed: each task's map is set again from its next population
 

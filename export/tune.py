@@ -402,7 +402,7 @@ def tune(opts: TuneOptions) -> dict:
     if hasattr(cost_model, "stats"):
         summary["cost_model"] = dict(cost_model.stats)
         if getattr(cost_model, "adapter", None) is not None:
-            summary["adaptation"] = dict(cost_model.adapter.stats)
+            summary["adaptation"] = dict(cost_model.adapter.stats, rounds=cost_model.adapter.rounds)
     if network is not None:
         from costlab.export.network import end_to_end
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on a small embedded default: extract tasks, measure candidates on this machine's
-# own target, inspect, split, featurize, train and evaluate a TLP model, export it, tune a workload no model
-# has seen with the shipped x86-cpu model (model-led search) and with MetaSchedule's default at the same
-# budget, side by side in seconds and trials, and hand the measured programs back to MetaSchedule. Re-running continues where it stopped.
+# own target, inspect, split by task, fine-tune the shipped x86-cpu model (trained on another CPU) on this
+# machine's tasks and evaluate it on the held-out one beside zero-shot, PSA and random, export it, tune a
+# workload no model has seen with it (model-led search) and with MetaSchedule's default at the same budget, side by side in seconds and trials, and hand the measured programs back to MetaSchedule. Re-running continues where it stopped.
 set -euo pipefail
 OUT=${1:-demo_out}
 COSTLAB=${COSTLAB:-.venv/bin/costlab}
@@ -22,24 +22,27 @@ $COSTLAB dataset measure "$DATA" --target "$TARGET" --per-task 24 --builder-time
 echo "== 3. what the dataset holds" >&2
 $COSTLAB dataset info "$DATA"
 
-echo "== 4. a reproducible split, stored in the file" >&2
-$COSTLAB dataset split "$DATA" --by within-task --seed 0 --test-fraction 0.25 --name demo
+echo "== 4. a reproducible split, stored in the file: one task held out" >&2
+$COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.3 --name demo
+PLATFORM=$($COSTLAB dataset info "$DATA" --json | "$PY" -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
 
-echo "== 5. featurize (TLP tokens, cached in the dataset)" >&2
-$COSTLAB featurize "$DATA" --featurizer tlp
+echo "== 5. featurize (PaCM data-flow patterns, the shipped model's featurizer; cached in the dataset)" >&2
+$COSTLAB featurize "$DATA" --featurizer pacm
 
-echo "== 6. train a small TLP model and evaluate it on the held-out programs" >&2
-$COSTLAB train --model tlp --data "$DATA" --split demo --out "$OUT/run" --epochs 10 \
-  --set net.d_model=64 --set net.attention_heads=4 --set data_options.list_size=8 --no-progress
+echo "== 6. fine-tune the shipped x86-cpu model (another CPU's) on this machine's tasks; held-out task beside zero-shot, PSA, random" >&2
+$COSTLAB finetune --from x86-cpu --data "$DATA" --platform "$PLATFORM" --split demo --out "$OUT/run"
 $COSTLAB evaluate --model "$OUT/run" --data "$DATA" --report "$OUT/run/report"
-$COSTLAB evaluate --model random --data "$DATA" --split demo
+for M in x86-cpu psa random; do
+  echo "-- $M" >&2
+  $COSTLAB evaluate --model "$M" --data "$DATA" --split demo --platform "$PLATFORM"
+done
 
-echo "== 7. export the model: config.json + model.safetensors" >&2
+echo "== 7. export the fine-tuned model: config.json + model.safetensors" >&2
 $COSTLAB export "$OUT/run" -o "$OUT/model" --force  # re-run: the model of this run replaces the last
 
-echo "== 8. tune a workload no model has seen, $TRIALS trials each: with the shipped x86-cpu model, and MetaSchedule's default" >&2
+echo "== 8. tune a workload no model has seen, $TRIALS trials each: with the fine-tuned model, and MetaSchedule's default" >&2
 SEARCH=(--target "$TARGET" --trials "$TRIALS" --no-progress --json)
-$COSTLAB tune --workload GMM:1,96,96,96 --model x86-cpu --work-dir "$OUT/tune_model" "${SEARCH[@]}" > "$OUT/tune_model.json"
+$COSTLAB tune --workload GMM:1,96,96,96 --model "$OUT/model" --work-dir "$OUT/tune_model" "${SEARCH[@]}" > "$OUT/tune_model.json"
 $COSTLAB tune --workload GMM:1,96,96,96 --work-dir "$OUT/tune_default" "${SEARCH[@]}" > "$OUT/tune_default.json"
 "$PY" - "$OUT/tune_model" "$OUT/tune_default" <<'PYEOF'
 import json, sys
@@ -54,7 +57,7 @@ def run(work):
 target = dh[-1]["best_us"]  # MetaSchedule's final best
 reach = next((h for h in mh if h["best_us"] and h["best_us"] <= target), None)
 print(f"{'GMM:1,96,96,96':36} {'trials':>6} {'best us':>8} {'wall s':>7} {'first batch s':>14}")
-for name, s in (("costlab tune --model x86-cpu (model-led)", model), ("MetaSchedule's default (XGBoost)", default)):
+for name, s in (("costlab tune, fine-tuned x86-cpu", model), ("MetaSchedule's default (XGBoost)", default)):
     t = s["tasks"][0]
     print(f"{name:36} {t['trials']:6d} {t['best_us']:8.1f} {s['wall_s']:7.1f} {s.get('first_batch_s', 0):14.1f}")
 if reach:
@@ -66,6 +69,5 @@ print("(one seed at a small budget: benchmarks/tuning.py compares them over seed
 PYEOF
 
 echo "== 9. back to a MetaSchedule database" >&2
-PLATFORM=$($COSTLAB dataset info "$DATA" --json | "$PY" -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
 $COSTLAB dataset export-ms "$DATA" --platform "$PLATFORM" -o "$OUT/ms_db"
 echo "demo done: $DATA, $OUT/run (model, report), $OUT/model, $OUT/tune_model, $OUT/tune_default, $OUT/ms_db" >&2

@@ -45,8 +45,10 @@ def test_measure_stops_without_failed_records_and_continues(tmp_path):
     opts = dict(target="llvm -num-cores=1", seed=0, builder_timeout=60.0, number=1, repeat=1, min_repeat_ms=0,
                 progress=False, batch_size=2, platform="remote")
     rpc = _local_rpc()
-    measure(path, MeasureOptions(per_task=2, **opts, **_rpc(rpc)))
-    _stop(rpc)  # gone before the next command's first batch: its tracker check fails, after --rpc-wait 1 s
+    try:
+        measure(path, MeasureOptions(per_task=2, **opts, **_rpc(rpc)))
+    finally:
+        _stop(rpc)  # gone before the next command's first batch: its tracker check fails, after --rpc-wait 1 s
     with pytest.raises(UsageError, match=r"no RPC tracker answers .* stopped after 0 candidates, every one saved"):
         measure(path, MeasureOptions(per_task=4, **opts, **_rpc(rpc, wait=1.0)))
     with open_dataset(path) as ds:
@@ -82,8 +84,11 @@ def test_tune_stops_when_the_tracker_goes_away_and_the_rerun_fills_the_budget(tm
 
     watcher = threading.Thread(target=stop_after_first_batch, daemon=True)
     watcher.start()
-    with pytest.raises(UsageError, match=r"no RPC tracker answers .* the run stopped with \d measured trials"):
-        tune(TuneOptions(**opts, **_rpc(rpc)))
+    try:
+        with pytest.raises(UsageError, match=r"no RPC tracker answers .* the run stopped with \d measured trials"):
+            tune(TuneOptions(**opts, **_rpc(rpc)))
+    finally:
+        _stop(rpc)  # however the run ended, no tracker or server process outlives the test
     watcher.join()
     first = _records(work)
     assert 2 <= len(first) < 6

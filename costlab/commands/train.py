@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 from costlab.commands.options import directory, fraction, positive_int
+from costlab.costmodels.recipe import RECIPES
+from costlab.datasets.errors import UsageError
 
 
 def _common(q) -> None:
@@ -33,11 +35,18 @@ def register(sub) -> None:
     _common(q)
     q.set_defaults(func=_train)
 
-    q = sub.add_parser("finetune", help="fine-tune a trained model to a platform (optionally by momentum transfer)",
+    q = sub.add_parser("finetune", help="fine-tune a trained model to a platform (a new machine's few records)",
                        description="Start from a trained model (run dir, model dir or archive, .ckpt, or a shipped "
-                       "model's name as `costlab models` lists them) and train on a "
-                       "platform's records; with --momentum, by the Siamese momentum rule (MoA).")
+                       "model's name as `costlab models` lists them) and adapt it to a platform's records by a "
+                       "recipe that is safe with few of them (default 'safe': low learning rate with warm-up, a "
+                       "penalty toward the pretrained weights, early stopping on a part of each task's programs it "
+                       "never trains on, the pretrained weights kept unless the update ranks that part better; "
+                       "docs/training.md compares the recipes). --recipe lightning trains for --epochs with the "
+                       "Lightning trainer as `costlab train` does, with --momentum by the Siamese momentum rule (MoA).")
     q.add_argument("--from", dest="source", required=True, type=Path, metavar="CKPT_OR_MODEL")
+    q.add_argument("--recipe", choices=[*RECIPES, "lightning"],
+                   help="default: safe; lightning when --momentum, --epochs or --set is given")
+    q.add_argument("--seed", type=int, default=0, help="seed of the recipe's validation cut and batches")
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--platform", required=True, metavar="ID")
     q.add_argument("--split", help="a split stored in the dataset")
@@ -88,6 +97,18 @@ def _train(args) -> int:
 def _finetune(args) -> int:
     from costlab.train.config import load_config
     from costlab.train.fit import source_meta
+
+    lightning = args.momentum is not None or args.epochs is not None or args.overrides
+    if (args.recipe or ("lightning" if lightning else "safe")) != "lightning":
+        if lightning:
+            raise UsageError("--momentum, --epochs and --set belong to --recipe lightning")
+        from costlab.datasets import jsontext
+        from costlab.train.finetune import finetune
+
+        summary = finetune(args.source, args.data, args.platform, args.out, args.recipe or "safe", split=args.split,
+                           seed=args.seed)
+        print(jsontext.dumps(summary, indent=2), file=sys.stderr)
+        return 0
 
     kind = source_meta(args.source)["kind"]
     cfg = load_config(None, _overrides(args), model="tlp" if kind == "mtl" else kind, data=str(args.data),

@@ -1,0 +1,254 @@
+"""Adapting a pretrained net to a new machine's few measurements without losing what the corpus taught it.
+
+A recipe is a few choices, each a guard against over-fitting a handful of tasks:
+
+- ``train``: which parameters learn: ``all``, or ``head`` (the scoring MLP and, for PaCM, the program
+  branch over PSA's terms), the featurizer-facing encoders kept as pretrained;
+- ``lr`` with a linear ``warmup``, for at most ``steps`` gradient steps;
+- ``l2sp``: a penalty ``l2sp · Σ (θ − θ_pretrained)²`` toward the pretrained weights (L2-SP);
+- early stopping on a within-target validation part never trained on: ``val_fraction`` of the tasks
+  (``val_by="task"``, from two tasks on: what is asked of the model is to rank tasks it has not seen) or of
+  each task's programs; the weights of the best validation pairwise accuracy are kept, and the pretrained
+  ones unless some step beats them by ``min_gain``. This rule is what makes a recipe no worse than zero-shot
+  on the target's held-out part; how it carries to other tasks is what ``benchmarks/adapt.py`` measures.
+- ``interpolate``: the adapted weights moved back toward the pretrained ones, ``θ0 + α (θ − θ0)``
+  (weight-space ensembling, as WiSE-FT: the tuned net's gains on the target with the pretrained net's
+  breadth on tasks it has not seen);
+- ``momentum`` (MoA's Siamese rule, applied by ``OnlineAdapter`` between updates, not here).
+
+``fit_lists`` is the loop: ranking lists in (one per task: features and scores), the net adapted in
+place. It is plain torch: a few hundred steps over a few hundred records, where a Lightning Trainer costs
+more to set up than to run, and a tuning run must not import the training machinery.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+import torch
+
+from costlab.costmodels.losses import group_lists, lambdarank_loss
+from costlab.costmodels.metrics import pairwise_accuracy
+from costlab.costmodels.nets import net_inputs
+from costlab.costmodels.tensors import concat_features, to_tensors
+
+TRAINABLE = ("all", "head", "last")
+HEAD_PREFIXES = ("head.", "program_mlp.", "program_skip.", "decoder.")
+
+
+@dataclass
+class Recipe:
+    name: str = "custom"
+    train: str = "all"
+    lr: float = 1e-4
+    warmup: int = 20  # steps of linear warm-up from 0 to lr
+    steps: int = 300  # gradient steps at most
+    l2sp: float = 1e-2
+    val_fraction: float = 0.3  # held out for early stopping (0: no validation, no guard)
+    val_by: str = "task"  # what is held out: whole tasks (from 2 tasks on), or each task's programs
+    eval_every: int = 10  # steps between validations
+    patience: int = 10  # validations without improvement before stopping
+    min_gain: float = 0.0  # validation pairwise accuracy a step must add over the pretrained net's
+    list_size: int = 32
+    lists_per_step: int = 8
+    interpolate: float = 1.0  # weights end at θ0 + interpolate · (θ − θ0): below 1, between pretrained and tuned
+
+    def __post_init__(self):
+        if self.val_by not in ("task", "program"):
+            raise ValueError(f"recipe {self.name}: val_by must be task or program, not {self.val_by!r}")
+        if self.train not in TRAINABLE:
+            raise ValueError(f"recipe {self.name}: train must be one of {', '.join(TRAINABLE)}, not {self.train!r}")
+        if not (self.lr > 0 and self.steps >= 0 and 0 <= self.val_fraction < 1 and self.l2sp >= 0):
+            raise ValueError(f"recipe {self.name}: lr > 0, steps >= 0, 0 <= val_fraction < 1, l2sp >= 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Recipe":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown recipe option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        return cls(**d)
+
+
+# Recipes benchmarks/adapt.py compares (docs/training.md gives the figures). ``safe``, the default, trains the
+# scoring MLP and the program branch over PSA's terms (the featurizer-facing encoders stay as pretrained),
+# early-stopped on held-out tasks: on the Zen 5 data its held-out top-1 is never below zero-shot at any k.
+# ``last`` trains the output layer alone; ``all-guarded`` every weight with a penalty toward the pretrained
+# ones; ``plain`` is what ``costlab finetune`` did before (every weight, lr 7e-4, no validation); ``wise``
+# is plain with the weights moved half-way back to the pretrained ones.
+RECIPES = {
+    "safe": Recipe("safe", train="head", lr=3e-4, warmup=20, steps=300, l2sp=0.0, patience=10),
+    "last": Recipe("last", train="last", lr=1e-3, warmup=20, steps=300, l2sp=0.0, patience=20),
+    "all-guarded": Recipe("all-guarded", train="all", lr=1e-4, l2sp=1e-2, min_gain=0.01),
+    "plain": Recipe("plain", train="all", lr=7e-4, warmup=0, steps=300, l2sp=0.0, val_fraction=0.0),
+    "wise": Recipe("wise", train="all", lr=7e-4, warmup=0, steps=300, l2sp=0.0, val_fraction=0.0, interpolate=0.5),
+}
+
+
+def recipe(spec) -> Recipe:
+    """A recipe by name (``RECIPES``), dict of options, or a ``Recipe``."""
+    if isinstance(spec, Recipe):
+        return spec
+    if isinstance(spec, dict):
+        return Recipe.from_dict(spec)
+    if spec not in RECIPES:
+        raise ValueError(f"no fine-tuning recipe {spec!r} (recipes: {', '.join(RECIPES)})")
+    return copy.deepcopy(RECIPES[spec])
+
+
+def trainable(net: torch.nn.Module, which: str) -> list:
+    """The parameters a recipe trains; the rest are frozen (``requires_grad`` off)."""
+    out = []
+    last = _last_layer(net)
+    for name, p in net.named_parameters():
+        p.requires_grad_(which == "all" or (which == "head" and name.startswith(HEAD_PREFIXES))
+                         or (which == "last" and (name.startswith(last) or name.startswith("program_skip."))))
+        if p.requires_grad:
+            out.append(p)
+    return out
+
+
+def _last_layer(net: torch.nn.Module) -> str:
+    """The name prefix of the net's output layer (the last Linear module)."""
+    name = ""
+    for n, m in net.named_modules():
+        if isinstance(m, torch.nn.Linear) and not n.startswith("program_skip"):
+            name = n
+    return name + "."
+
+
+def split_lists(lists: list, fraction: float, rng, by: str = "program") -> tuple[list, list]:
+    """Ranking lists cut into a training and a validation part: ``fraction`` of the tasks (at least one, when
+    there are two or more), or of each task's programs (a task of fewer than 4 programs stays whole in
+    training)."""
+    if by == "task" and len(lists) >= 2:
+        order = rng.permutation(len(lists))
+        n_val = min(len(lists) - 1, max(1, int(round(fraction * len(lists)))))
+        return [lists[i] for i in order[n_val:]], [lists[i] for i in order[:n_val]]
+    train, val = [], []
+    for feats, score in lists:
+        n = len(score)
+        n_val = int(round(fraction * n)) if n >= 4 else 0
+        if n_val < 2:
+            train.append((feats, score))
+            continue
+        order = rng.permutation(n)
+        take = lambda idx: ({k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()},  # noqa: E731
+                            score[idx])
+        val.append(take(order[:n_val]))
+        train.append(take(order[n_val:]))
+    return train, val
+
+
+def scores_of(net, kind: str, feats: dict, head: int = 0, batch: int = 512) -> np.ndarray:
+    device = next(net.parameters()).device
+    n = len(next(iter(feats.values())))
+    out = []
+    with torch.no_grad():
+        for s in range(0, n, batch):
+            part = {k: (v[s:s + batch]) for k, v in feats.items()}
+            t = {k: v.to(device) for k, v in to_tensors(part).items()}
+            y = net(*net_inputs(kind, t))
+            out.append((y if y.dim() == 1 else y[:, head]).float().cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+def list_pairwise(net, kind: str, lists: list, head: int = 0) -> float:
+    """Pairwise ranking accuracy of the net over ranking lists (a failed program, score 0, is the slowest)."""
+    if not lists:
+        return float("nan")
+    tasks, preds, lats = [], [], []
+    for g, (feats, score) in enumerate(lists):
+        preds.append(scores_of(net, kind, feats, head))
+        lats.append(np.where(score > 0, 1.0 / np.maximum(score, 1e-30), np.inf))
+        tasks.append(np.full(len(score), g))
+    return pairwise_accuracy(np.concatenate(tasks), np.concatenate(preds), np.concatenate(lats))
+
+
+def _batch(lists: list, size: int, rng) -> tuple[dict, np.ndarray, np.ndarray]:
+    feats, labels, groups = [], [], []
+    for g, (f, score) in enumerate(lists):
+        take = rng.permutation(len(score))[:size]
+        feats.append({k: ([v[i] for i in take] if isinstance(v, list) else v[take]) for k, v in f.items()})
+        labels.append(score[take])
+        groups.append(np.full(len(take), g))
+    return concat_features(feats), np.concatenate(labels), np.concatenate(groups)
+
+
+def fit_lists(net: torch.nn.Module, kind: str, lists: list, spec="safe", head: int = 0, seed: int = 0,
+              val_lists: list | None = None) -> dict:
+    """Adapt ``net`` in place to ranking lists ``[(features, scores), ...]`` (one per task, scores = best /
+    latency, 0 for a failed program) by the recipe; returns what happened (steps, validation before and after,
+    whether the pretrained weights were kept). ``val_lists`` overrides the recipe's own validation cut."""
+    r = recipe(spec)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    lists = [(f, np.asarray(s, np.float64)) for f, s in lists if len(s) >= 2 and np.any(np.asarray(s) > 0)]
+    if val_lists is None:
+        train_lists, val_lists = split_lists(lists, r.val_fraction, rng, r.val_by) if r.val_fraction > 0 else (lists, [])
+    else:
+        train_lists = lists
+    info = dict(recipe=r.name, steps=0, train_records=int(sum(len(s) for _, s in train_lists)),
+                val_records=int(sum(len(s) for _, s in val_lists)), kept_pretrained=False)
+    if not train_lists or r.steps == 0:
+        info["kept_pretrained"] = True
+        return info
+    device = next(net.parameters()).device
+    start = {n: t.detach().clone() for n, t in net.state_dict().items()} if r.interpolate != 1.0 else None
+    anchor = {n: p.detach().clone() for n, p in net.named_parameters()} if r.l2sp > 0 else None
+    params = trainable(net, r.train)
+    opt = torch.optim.Adam(params, lr=r.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, r.warmup)))
+    guard = bool(val_lists)
+    best_state = copy.deepcopy(net.state_dict()) if guard else None
+    best = list_pairwise(net, kind, val_lists, head) + r.min_gain if guard else None
+    info["val_before"] = best - r.min_gain if guard else None
+    stale = 0
+    per_step = max(1, r.lists_per_step)
+    for step in range(r.steps):
+        net.train()
+        pick = [train_lists[i] for i in rng.permutation(len(train_lists))[:per_step]]
+        feats, label, group = _batch(pick, r.list_size, rng)
+        t = {k: v.to(device) for k, v in to_tensors(feats).items()}
+        out = net(*net_inputs(kind, t))
+        pred = out if out.dim() == 1 else out[:, head]
+        p, y, m = group_lists(pred, torch.as_tensor(label, dtype=pred.dtype, device=device),
+                              torch.as_tensor(group, device=device))
+        loss = lambdarank_loss(p, y, m)
+        if anchor is not None:
+            loss = loss + r.l2sp * sum(((q - anchor[n]) ** 2).sum() for n, q in net.named_parameters() if q.requires_grad)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+        sched.step()
+        info["steps"] = step + 1
+        if guard and (step + 1) % r.eval_every == 0:
+            net.eval()
+            acc = list_pairwise(net, kind, val_lists, head)
+            if acc > best:
+                best, best_state, stale = acc, copy.deepcopy(net.state_dict()), 0
+                info["best_step"] = step + 1
+            else:
+                stale += 1
+                if stale >= r.patience:
+                    break
+    for p in net.parameters():
+        p.requires_grad_(True)
+    if guard:
+        net.load_state_dict(best_state)
+        info["kept_pretrained"] = "best_step" not in info
+    if start is not None:
+        with torch.no_grad():
+            for n, t in net.state_dict().items():
+                if t.dtype.is_floating_point:
+                    t.copy_(start[n] + r.interpolate * (t - start[n]))
+    if guard:
+        info["val_after"] = list_pairwise(net, kind, val_lists, head)
+    net.eval()
+    return info

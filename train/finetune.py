@@ -1,0 +1,79 @@
+"""``costlab finetune`` by a recipe (``costmodels/recipe.py``): a pretrained model adapted to a platform's
+records, safe with the few a new machine has measured.
+
+    RUN_DIR/model/         the adapted net (config.json + model.safetensors), kind and featurizer unchanged
+    RUN_DIR/summary.json   the recipe, records used, validation pairwise before / after, whether the
+                           pretrained weights were kept
+
+The records are the split's training part (all records without a split), grouped per task into ranking
+lists; the model's own featurizer (config and vocabulary) turns them into features, as at inference.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from costlab.costmodels.artifact import save_artifact
+from costlab.costmodels.predictors import NetPredictor, head_of
+from costlab.costmodels.recipe import fit_lists, recipe
+from costlab.datasets import UsageError, jsontext, open_dataset
+from costlab.datasets.records import scores
+from costlab.featurizers.cache import features_of
+from costlab.train.evaluate import select_rows
+from costlab.train.predict import load_predictor
+
+
+def task_lists(feats: dict, task: np.ndarray, latency: np.ndarray) -> list:
+    """Ranking lists, one per task with 2+ records of which one ran: (features, best / latency; 0 failed)."""
+    out = []
+    for t in np.unique(task):
+        idx = np.flatnonzero(task == t)
+        lat = latency[idx]
+        if len(idx) < 2 or not np.isfinite(lat).any():
+            continue
+        out.append(({k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()},
+                    scores(np.zeros(len(idx), np.int64), lat)))
+    return out
+
+
+def finetune(source, data, platform: str, out, spec="safe", split: str | None = None, seed: int = 0) -> dict:
+    from costlab.train.fit import run_dir
+
+    r = recipe(spec)
+    pred = load_predictor(source)
+    if not isinstance(pred, NetPredictor):
+        raise UsageError(f"{source}: a {pred.kind} model has no net to fine-tune (fine-tune a tlp, pacm or mtl model)")
+    with open_dataset(data) as ds:
+        if platform not in ds.record_platforms():
+            raise UsageError(f"{data}: no records of platform {platform!r} (platforms: "
+                             f"{', '.join(ds.record_platforms()) or 'none'})")
+        rows = select_rows(ds, platform, split, "train")
+        table = ds.records(platform)
+        task = table.task[rows].astype(np.int64)
+        latency = table.latency()[rows]
+        feats = features_of(ds, pred.featurizer, platform, rows)
+        dialects = sorted({ds.tasks[int(t)].dialect for t in np.unique(task)})
+        target = ds.platforms[platform].target
+        digest = ds.split(split).digest if split else None
+    lists = task_lists(feats, task, latency)
+    if not lists:
+        raise UsageError(f"{data}: platform {platform!r} has no task with two measured records"
+                         + (f" in the training part of split {split!r}" if split else "") + ": nothing to rank")
+    head = head_of(pred, platform)
+    t0 = time.perf_counter()
+    info = fit_lists(pred.net, pred.kind, lists, r, head=head, seed=seed)
+    out = run_dir(out)
+    summary = dict(model=pred.kind, finetuned_from=str(source), platform=platform, recipe=r.to_dict(),
+                   tasks=len(lists), records=int(sum(len(s) for _, s in lists)), wall_seconds=time.perf_counter() - t0,
+                   **{k: v for k, v in info.items() if k != "recipe"})
+    config = {k: v for k, v in pred.config.items() if k not in ("weights_sha256", "config_sha256")}
+    config.update(training=summary, split=split, split_digest=digest, dataset=str(data), dialects=dialects,
+                  targets={platform: target})
+    if len(pred.platforms) <= 1:
+        config["platforms"] = [platform]  # one head: it now scores the target platform
+    save_artifact(Path(out) / "model", pred.net.state_dict(), config)
+    (Path(out) / "summary.json").write_text(jsontext.dumps(summary, indent=2))
+    return summary
