@@ -32,6 +32,7 @@ from pathlib import Path
 
 from costlab.datasets.errors import InputError, UsageError
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
+from costlab.export.workdir import lock_work_dir
 from costlab.datasets.ms_workload import plain_json
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
 
@@ -69,6 +70,7 @@ class TuneOptions:
     rpc_host: str = "127.0.0.1"
     rpc_port: int = 9190
     rpc_wait: float = 60.0  # seconds to wait for an RPC tracker that stopped answering before the run stops
+    exploit: int = 0  # trials of Droplet exploitation (costlab exploit) after the search
     progress: bool = True
     started_at: float | None = None  # when the command started (the CLI's process start); default: the call
     check_output: bool = True  # each task's best programs run beside a reference build before they are reported
@@ -93,6 +95,10 @@ class TuneOptions:
             raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
         if self.rpc_key and not 0 < self.rpc_port < 65536:
             raise UsageError(f"--rpc-port must be a TCP port (1-65535), not {self.rpc_port}")
+        if not 0 <= self.exploit <= MAX_TRIALS:
+            raise UsageError(f"--exploit takes a number of trials (0 to {MAX_TRIALS:,}), not {self.exploit}")
+        if self.exploit and self.rpc_key:
+            raise UsageError("--exploit measures on this machine; it cannot follow an --rpc-key run (yet)")
         if not (self.rpc_wait >= 0 and math.isfinite(self.rpc_wait)):
             raise UsageError(f"--rpc-wait must be a number of seconds (0 or more), not {self.rpc_wait}")
         if self.max_seconds is not None and not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
@@ -318,10 +324,10 @@ def tune(opts: TuneOptions) -> dict:
         raise InputError(work, "exists and is not a directory (--work-dir)")
     try:
         work.mkdir(parents=True, exist_ok=True)
-        lock = _lock_work_dir(work)
+        lock = lock_work_dir(work)
     except OSError as exc:
         raise InputError(work, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    builder = None
+    builder, exploited = None, None
     try:  # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
         for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
             if (work / name).is_dir():
@@ -363,6 +369,12 @@ def tune(opts: TuneOptions) -> dict:
                               measure_callbacks=run_callbacks(progress.callback()), task_scheduler="gradient")
         finally:
             progress.close()
+        if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
+            from costlab.export.exploit import ExploitOptions, exploit
+
+            exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, seed=opts.seed,
+                                               target=plain_json(target.export()), builder_timeout=opts.builder_timeout,
+                                               progress=opts.progress), locked=True)
     finally:
         if hasattr(builder, "close"):
             builder.close()
@@ -374,6 +386,8 @@ def tune(opts: TuneOptions) -> dict:
         summary["first_batch_s"] = round(clock.first_batch_at - command_start, 2)
     if repaired:
         summary["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
+    if exploited is not None:
+        summary["exploit"] = exploited
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
     if clock.lost is not None:
@@ -451,21 +465,6 @@ def _check_tracker(opts: TuneOptions) -> None:
     why = tracker_problem(opts.rpc_host, opts.rpc_port, opts.rpc_key)
     if why is not None:
         raise UsageError(why + ("; start one, or check --rpc-host/--rpc-port" if why.startswith("no RPC") else ""))
-
-
-def _lock_work_dir(work: Path):
-    """One run per work dir: two runs would measure the same programs twice and write two summaries. The lock
-    is held by the open file and goes with the process, however it ends."""
-    import fcntl
-
-    fh = open(work / ".costlab_tune.lock", "a")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.close()
-        raise UsageError(f"{work}: another costlab tune is running in this work dir; wait for it to end, or tune "
-                         "in another --work-dir") from None
-    return fh
 
 
 def _same_target(value):

@@ -67,6 +67,9 @@ def register(sub) -> None:
     q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
+    q.add_argument("--exploit", type=int, default=0, metavar="N",
+                   help="after the search, N trials of Droplet exploitation around each task's best program "
+                   "(costlab exploit; with --model, neighbours screened by it)")
     q.add_argument("--rpc-wait", type=float, default=60.0, metavar="S",
                    help="seconds to wait for an RPC tracker or device that stopped answering; then the run stops "
                    "(candidates not measured are not recorded: a re-run measures them)")
@@ -159,7 +162,7 @@ def _tune(args) -> int:
                        strategy=args.strategy, adapt=args.adapt, head=args.head, strict=args.strict, seed=args.seed,
                        per_iter=args.per_iter, population=args.population, verify_fraction=args.verify_fraction,
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
-                       rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, progress=not args.no_progress,
+                       rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, exploit=args.exploit, progress=not args.no_progress,
                        check_output=not args.no_check, started_at=started_at)
     with _signals_end_cleanly():
         summary = tune(opts)
