@@ -53,6 +53,8 @@ class OnlineAdapter:
         self.wrapper = MomentumTransfer(predictor.net, momentum, every) if mode == "momentum" else None
         self._feats: dict = {}  # task key -> list of feature dicts
         self._lat: dict = {}  # task key -> list of latency arrays
+        self._val: dict = {}  # task key -> list of bool arrays: held out for validation, once and for good
+        self._rng = np.random.default_rng(seed)
         self.stats = dict(updates=0, trained=0, kept_pretrained=0, records=0, seconds=0.0)
         self.rounds: list[dict] = []  # per update: the new batch's pairwise before and after
 
@@ -63,18 +65,29 @@ class OnlineAdapter:
             return
         self._feats.setdefault(task_key, []).append(features)
         self._lat.setdefault(task_key, []).append(latency)
+        # each record is a training or a validation record for the whole run: a net adapted by earlier updates
+        # has never trained on what validates it now
+        self._val.setdefault(task_key, []).append(self._rng.random(len(latency)) < self.recipe.val_fraction)
         self.stats["records"] += len(latency)
 
-    def _lists(self):
-        """Per task with at least two records, one of which ran: (features, scores = best / latency, 0 failed)."""
-        out = []
+    def _lists(self) -> tuple[list, list]:
+        """Per task with at least two records, one of which ran: (features, scores = best / latency, 0 failed),
+        cut into the training lists and the validation lists (the records held out in ``add``)."""
+        from costlab.costmodels.recipe import take
+
+        train, val = [], []
         for key, parts in self._feats.items():
             lat = np.concatenate(self._lat[key])
             if len(lat) < 2 or not np.isfinite(lat).any():
                 continue
             score = np.where(np.isfinite(lat), np.nanmin(np.where(np.isfinite(lat), lat, np.nan)) / lat, 0.0)
-            out.append((concat_features(parts), score))
-        return out
+            feats, held = concat_features(parts), np.concatenate(self._val[key])
+            if held.sum() >= 2 and (~held).sum() >= 2:
+                val.append(take(feats, score, np.flatnonzero(held)))
+                train.append(take(feats, score, np.flatnonzero(~held)))
+            else:
+                train.append((feats, score))
+        return train, val
 
     def batch_pairwise(self, features: dict, latency) -> float:
         """The net's pairwise ranking accuracy of one measured batch (NaN when it holds no ordered pair)."""
@@ -90,7 +103,7 @@ class OnlineAdapter:
         if batch is not None:
             row["batch"] = len(batch[1])
             row["before"] = self.batch_pairwise(*batch)
-        lists = self._lists()
+        lists, val_lists = self._lists()
         trained = False
         if lists:
             t0 = time.perf_counter()
@@ -98,7 +111,8 @@ class OnlineAdapter:
             info: dict = {}
 
             def adapt(net):
-                info.update(fit_lists(net, self.predictor.kind, lists, self.recipe, head=self.head, seed=seed))
+                info.update(fit_lists(net, self.predictor.kind, lists, self.recipe, head=self.head, seed=seed,
+                                      val_lists=val_lists))
 
             if self.wrapper is None:
                 adapt(self.predictor.net)

@@ -35,7 +35,7 @@ from costlab.costmodels.nets import net_inputs
 from costlab.costmodels.tensors import concat_features, to_tensors
 
 TRAINABLE = ("all", "head", "last")
-HEAD_PREFIXES = ("head.", "program_mlp.", "program_skip.", "decoder.")
+HEAD_PREFIXES = ("head.", "program_mlp.", "program_skip.", "decoder.", "head_decoders.")
 
 
 @dataclass
@@ -138,11 +138,14 @@ def split_lists(lists: list, fraction: float, rng, by: str = "program") -> tuple
             train.append((feats, score))
             continue
         order = rng.permutation(n)
-        take = lambda idx: ({k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()},  # noqa: E731
-                            score[idx])
-        val.append(take(order[:n_val]))
-        train.append(take(order[n_val:]))
+        val.append(take(feats, score, order[:n_val]))
+        train.append(take(feats, score, order[n_val:]))
     return train, val
+
+
+def take(feats: dict, score, idx) -> tuple[dict, np.ndarray]:
+    """The records ``idx`` of one ranking list."""
+    return {k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()}, score[idx]
 
 
 def scores_of(net, kind: str, feats: dict, head: int = 0, batch: int = 512) -> np.ndarray:
@@ -202,6 +205,11 @@ def fit_lists(net: torch.nn.Module, kind: str, lists: list, spec="safe", head: i
     start = {n: t.detach().clone() for n, t in net.state_dict().items()} if r.interpolate != 1.0 else None
     anchor = {n: p.detach().clone() for n, p in net.named_parameters()} if r.l2sp > 0 else None
     params = trainable(net, r.train)
+    if not params:  # nothing of this net is what the recipe trains (a net without such layers)
+        for p in net.parameters():
+            p.requires_grad_(True)
+        info.update(kept_pretrained=True, note=f"no parameter to train with train={r.train!r}")
+        return info
     opt = torch.optim.Adam(params, lr=r.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, r.warmup)))
     guard = bool(val_lists)

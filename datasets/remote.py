@@ -4,8 +4,10 @@ MetaSchedule's ``RPCRunner`` turns a tracker that is down (or a device that went
 result per candidate, after retrying each connection for 60 s. Those are not measurements of the programs:
 recorded, they would count against a tuning budget, and a re-run would never measure the programs again.
 ``guarded_runner`` checks the tracker before each batch (waiting up to ``wait_s`` for it to come back),
-runs a candidate whose connection failed once more, and otherwise gives it a result marked ``LOST`` and
-calls ``on_lost(reason)``: callers drop marked results (``is_lost``) and stop.
+runs a candidate whose connection failed (or timed out) once more; if it fails so again while the tracker
+and a device of the key answer, the program failed them and its failure is recorded; otherwise the
+candidate gets a result marked ``LOST`` and ``on_lost(reason)`` is called: callers drop marked results
+(``is_lost``) and stop.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ def is_lost(error_msg) -> bool:
     return error_msg is not None and str(error_msg).startswith(LOST)
 
 
-def _connection_failed(error_msg) -> bool:
-    return error_msg is not None and any(s in str(error_msg) for s in _CONNECTION_SIGNS)
+def _lost_result(error_msg) -> bool:
+    """A result that may say the device, not the program, failed: a connection error or a session timeout
+    (a device gone mid-session leaves its requests waiting until the timeout)."""
+    return error_msg is not None and (any(s in str(error_msg) for s in _CONNECTION_SIGNS)
+                                      or str(error_msg).startswith("RPCRunner: Timeout"))
 
 
 def tracker_problem(host: str, port: int, key: str, timeout: float = 5.0) -> str | None:
@@ -40,9 +45,11 @@ def tracker_problem(host: str, port: int, key: str, timeout: float = 5.0) -> str
     except Exception as exc:  # noqa: BLE001  refused, unreachable, not a tracker
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
         return f"no RPC tracker answers at {host}:{port} ({lines[-1][:120] if lines else type(exc).__name__})"
-    keys = [str(k) for k in (summary.get("queue_info") or {})]
-    if key not in keys:
-        return f"the RPC tracker at {host}:{port} has no device of key {key!r} (keys: {', '.join(keys) or 'none'})"
+    # a key stays in queue_info once seen; a device that answers is a connected server of the key
+    servers = [str(c.get("key", "")).split(":", 1)[-1] for c in summary.get("server_info") or []]
+    if key not in servers:
+        keys = sorted(set(servers) | {str(k) for k in (summary.get("queue_info") or {})})
+        return f"the RPC tracker at {host}:{port} has no device of key {key!r} connected (keys: {', '.join(keys) or 'none'})"
     return None
 
 
@@ -89,13 +96,15 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
             if self.lost is not None or not self._reachable():
                 return [_Done(r) for r in self._lost(len(runner_inputs))]
             results = [f.result() for f in inner.run(runner_inputs)]
-            again = [i for i, r in enumerate(results) if _connection_failed(r.error_msg)]
+            again = [i for i, r in enumerate(results) if _lost_result(r.error_msg)]
             if again and self._reachable():  # the tracker is back (or never left): one more try
                 for i, fut in zip(again, inner.run([runner_inputs[i] for i in again])):
                     results[i] = fut.result()
-                again = [i for i in again if _connection_failed(results[i].error_msg)]
-                if again:
-                    self.lost = f"the device of key {key!r} did not answer twice"
+                again = [i for i in again if _lost_result(results[i].error_msg)]
+                if again and tracker_problem(host, port, key) is None:
+                    again = []  # tracker and device answer: the program itself failed them (a crash), twice
+                elif again:
+                    self.lost = f"the device of key {key!r} stopped answering"
                     if on_lost is not None:
                         on_lost(self.lost)
             for i in again:

@@ -15,9 +15,12 @@ from costlab.datasets.remote import is_lost
 class MeasuredOnly(PyMeasureCallback):
     def __init__(self, callbacks: list):
         super().__init__()
-        self.callbacks = list(callbacks)
+        # build artifacts are removed for every candidate, measured or not
+        self.cleanup = next(cb for cb in callbacks if type(cb).__name__ == "RemoveBuildArtifact")
+        self.callbacks = [cb for cb in callbacks if cb is not self.cleanup]
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        self.cleanup.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
         keep = [i for i, r in enumerate(runner_results) if not is_lost(r.error_msg)]
         if not keep:
             return

@@ -374,7 +374,7 @@ def tune(opts: TuneOptions) -> dict:
 
             exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, seed=opts.seed,
                                                target=plain_json(target.export()), builder_timeout=opts.builder_timeout,
-                                               progress=opts.progress), locked=True)
+                                               progress=opts.progress), locked=True, should_stop=clock.expired)
     finally:
         if hasattr(builder, "close"):
             builder.close()

@@ -62,6 +62,9 @@ def finetune(source, data, platform: str, out, spec="safe", split: str | None = 
     if not lists:
         raise UsageError(f"{data}: platform {platform!r} has no task with two measured records"
                          + (f" in the training part of split {split!r}" if split else "") + ": nothing to rank")
+    if len(pred.platforms) > 1 and platform not in pred.platforms:
+        raise UsageError(f"{source}: a model of several heads ({', '.join(pred.platforms)}) has none for {platform!r}; "
+                         "fine-tune a single-platform model, or give one of its platforms")
     head = head_of(pred, platform)
     t0 = time.perf_counter()
     info = fit_lists(pred.net, pred.kind, lists, r, head=head, seed=seed)
@@ -70,8 +73,10 @@ def finetune(source, data, platform: str, out, spec="safe", split: str | None = 
                    tasks=len(lists), records=int(sum(len(s) for _, s in lists)), wall_seconds=time.perf_counter() - t0,
                    **{k: v for k, v in info.items() if k != "recipe"})
     config = {k: v for k, v in pred.config.items() if k not in ("weights_sha256", "config_sha256")}
+    targets = dict(config.get("targets") or {}) if len(pred.platforms) > 1 else {}
+    targets[platform] = target
     config.update(training=summary, split=split, split_digest=digest, dataset=str(data), dialects=dialects,
-                  targets={platform: target})
+                  targets=targets)
     if len(pred.platforms) <= 1:
         config["platforms"] = [platform]  # one head: it now scores the target platform
     save_artifact(Path(out) / "model", pred.net.state_dict(), config)

@@ -99,7 +99,7 @@ def register(sub) -> None:
 
 
 @contextlib.contextmanager
-def _signals_end_cleanly():
+def signals_end_cleanly():
     """Ctrl-C or SIGTERM during tuning ends like any costlab command: one line, exit 130 or 143, the database
     holding every batch measured before. The first signal asks the run to stop after the round in flight
     (``search.timed.request_stop``: raised inside MetaSchedule's C++ loop, an interrupt can crash the
@@ -164,7 +164,7 @@ def _tune(args) -> int:
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
                        rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, exploit=args.exploit, progress=not args.no_progress,
                        check_output=not args.no_check, started_at=started_at)
-    with _signals_end_cleanly():
+    with signals_end_cleanly():
         summary = tune(opts)
     skipped = summary.get("skipped_lines") or []
     if skipped:
