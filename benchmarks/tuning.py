@@ -194,7 +194,7 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.host import host_info
-    from costlab.datasets.measure import MeasureOptions, _replay, build_and_run, make_builder, make_runner
+    from costlab.datasets.measure import MeasureOptions, _replay, build_and_run, close_runner, make_builder, make_runner
     from costlab.datasets.ms_workload import plain_json
     from costlab.datasets.targets import runnable_target
 
@@ -213,7 +213,11 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
         return
     cands = [_replay(r.workload.mod, trace) for r, trace in best]
     opts = MeasureOptions(target=target_text, number=3, repeat=repeat)
-    results = build_and_run(make_builder(), make_runner(opts, target), target, cands)
+    runner = make_runner(opts, target)
+    try:
+        results = build_and_run(make_builder(), runner, target, cands)
+    finally:
+        close_runner(runner)
     programs = []
     for (r, _), (costs, error, msg) in zip(best, results):
         costs = sorted(costs)

@@ -188,6 +188,19 @@ def make_runner(opts: MeasureOptions, target, on_lost=None):
     return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
 
 
+def close_runner(runner) -> None:
+    """Shut a runner's worker pool down now rather than when the garbage collector gets to it: TVM's
+    ``PopenPoolExecutor`` destructor can deadlock when it runs in the middle of other TVM work (its own
+    docstring warns of it), which a long process (a test session, a notebook) then hangs in."""
+    for obj in (runner, getattr(runner, "inner", None)):
+        pool = getattr(obj, "pool", None) if obj is not None else None
+        if pool is not None and not getattr(pool, "_shutdown", False):
+            try:
+                pool.shutdown()
+            except Exception:  # noqa: BLE001  a pool already gone
+                pass
+
+
 def export_shared(rt_mod) -> str:
     """The builder's export: a shared library, linked in the (parallel) builder worker, so the runner loads
     it with a plain ``dlopen``. MetaSchedule's default exports a tar of object files that the runner, one
@@ -491,6 +504,9 @@ def measure(data, opts: MeasureOptions) -> str:
     finally:
         if bar is not None:
             bar.close()
+        close_runner(runner)
+        if hasattr(builder, "close"):
+            builder.close()
     text = (f"{data}: measured {measured} candidates of {len(lines)} task(s) on {pid!r} "
             f"({failed} failed) in {time.time() - started:.0f} s"
             + (f" on {describe_host(host)}" if host else "") + "\n" + "\n".join(lines))

@@ -327,7 +327,7 @@ def tune(opts: TuneOptions) -> dict:
         lock = lock_work_dir(work)
     except OSError as exc:
         raise InputError(work, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    builder, exploited = None, None
+    builder, runner, exploited = None, None, None
     try:  # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
         for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
             if (work / name).is_dir():
@@ -378,6 +378,10 @@ def tune(opts: TuneOptions) -> dict:
     finally:
         if hasattr(builder, "close"):
             builder.close()
+        if runner is not None:
+            from costlab.datasets.measure import close_runner
+
+            close_runner(runner)
         _release_loggers()
         lock.close()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),

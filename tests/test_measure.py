@@ -181,12 +181,15 @@ def test_local_runner_runs_kernels_on_the_targets_cores(cores):
     """TVM sizes its thread pool from the machine unless told; a '1c' platform must run on 1 thread."""
     import tvm
 
-    from costlab.datasets.measure import make_runner, runner_threads
+    from costlab.datasets.measure import close_runner, make_runner, runner_threads
     from costlab.datasets.targets import normalize_target
 
     target = tvm.target.Target(normalize_target(f"llvm -num-cores={cores}"))
     runner = make_runner(_opts(target=f"llvm -num-cores={cores}"), target)
-    assert runner.pool.submit(runner_threads).result() == cores
+    try:
+        assert runner.pool.submit(runner_threads).result() == cores
+    finally:
+        close_runner(runner)
 
 
 def test_rename_platform_moves_records_and_caches(measured, tmp_path, capsys):

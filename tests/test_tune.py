@@ -46,14 +46,18 @@ def test_tune_tir_takes_the_cost_model(run, tmp_path):  # noqa: F811
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.extract import te_workload_task
-    from costlab.datasets.measure import MeasureOptions, make_builder, make_runner
+    from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
     from costlab.export import load
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     _, func = te_workload_task("GMM:1,16,16,16")
     model = load(str(run / "model"))
-    db = ms.tune_tir(func, target, str(tmp_path / "w"), max_trials_global=8, num_trials_per_iter=4,
-                     cost_model=model, builder=make_builder(), runner=make_runner(MeasureOptions(number=1), target))
+    runner = make_runner(MeasureOptions(number=1), target)
+    try:
+        db = ms.tune_tir(func, target, str(tmp_path / "w"), max_trials_global=8, num_trials_per_iter=4,
+                         cost_model=model, builder=make_builder(), runner=runner)
+    finally:
+        close_runner(runner)
     assert len(db.get_all_tuning_records()) == 8
     assert model.stats["candidates"] > 8  # the evolutionary search scored its populations with the model
 
