@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from itertools import zip_longest
 
@@ -195,10 +196,7 @@ def close_runner(runner) -> None:
     for obj in (runner, getattr(runner, "inner", None)):
         pool = getattr(obj, "pool", None) if obj is not None else None
         if pool is not None and not getattr(pool, "_shutdown", False):
-            try:
-                pool.shutdown()
-            except Exception:  # noqa: BLE001  a pool already gone
-                pass
+            shutdown_pool(pool)
 
 
 def export_shared(rt_mod) -> str:
@@ -240,8 +238,7 @@ def _builder_class():
         def warm_up(self) -> None:
             """Start the workers now (each imports TVM) while the caller goes on, e.g. with its first search."""
             pool = self._executor()
-            for _ in range(self.workers):
-                pool.submit(_warm_worker)
+            _PENDING.setdefault(pool, []).extend(pool.submit(_warm_worker) for _ in range(self.workers))
 
         def build(self, build_inputs):
             self._executor()
@@ -261,7 +258,7 @@ def _builder_class():
 
         def close(self) -> None:
             if self._pool is not None:
-                self._pool.shutdown()
+                shutdown_pool(self._pool)
             self._pool, self._uses = None, 0
 
     return PooledBuilder
@@ -283,7 +280,37 @@ def warm_up(builder, runner) -> None:
         builder.warm_up()
     pool = getattr(runner, "pool", None)
     if pool is not None:
-        pool.submit(_warm_worker)
+        _PENDING.setdefault(pool, []).append(pool.submit(_warm_worker))
+
+
+# warm-up tasks in flight per worker pool: a pool shut down while one of its workers is still starting
+# breaks TVM's PopenPoolExecutor (it kills a worker that has no pipe yet, with its lock held)
+_PENDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def shutdown_pool(pool) -> None:
+    """Shut a TVM worker pool down once its warm-up tasks are done. Should TVM's shutdown fail anyway, the
+    pool's lock is released, its worker processes killed and the pool marked shut down, so that its
+    destructor (run by the garbage collector, maybe mid-way through other TVM work) does not deadlock."""
+    for fut in _PENDING.pop(pool, []):
+        try:
+            fut.result(timeout=120)
+        except Exception:  # noqa: BLE001  a warm-up that failed or timed out: the shutdown goes on
+            pass
+    try:
+        pool.shutdown()
+    except Exception:  # noqa: BLE001
+        lock = getattr(pool, "_lock", None)
+        if lock is not None and lock.locked():
+            lock.release()
+        for worker in list(getattr(pool, "_worker_map", {}).values()):
+            proc = getattr(worker, "_proc", None)
+            try:
+                if proc is not None:
+                    proc.kill()
+            except Exception:  # noqa: BLE001
+                pass
+        pool._shutdown = True
 
 
 def make_builder(timeout: float = 30.0, workers: int | None = None, pooled: bool = False):
