@@ -35,6 +35,7 @@ from costlab.datasets import open_dataset
 from costlab.datasets.host import describe_host, host_info
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
+from costlab.train.finetune import task_lists
 from costlab.train.predict import load_predictor
 
 
@@ -86,17 +87,6 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
     return score_stores(scorer, _take(feats, test_idx))
 
 
-def _lists(feats, task, latency, idx) -> list:
-    out = []
-    for g in np.unique(task[idx]):
-        rows = idx[task[idx] == g]
-        lat = latency[rows]
-        if len(rows) < 2 or not np.isfinite(lat).any():
-            continue
-        out.append((_take(feats, rows), scores(np.zeros(len(rows), np.int64), lat)))
-    return out
-
-
 def run_cell(pred0, feats, psa_scores, task, latency, held, train_tasks, recipes, seed: int) -> dict:
     test_idx = np.flatnonzero(np.isin(task, held))
     train_idx = np.flatnonzero(np.isin(task, train_tasks))
@@ -105,7 +95,7 @@ def run_cell(pred0, feats, psa_scores, task, latency, held, train_tasks, recipes
     head = 0
     row = {"zero-shot": _metrics(tt, scores_of(pred0.net, kind, _take(feats, test_idx), head), tl),
            "psa": _metrics(tt, psa_scores[test_idx], tl)}
-    lists = _lists(feats, task, latency, train_idx)
+    lists = task_lists(_take(feats, train_idx), task[train_idx], latency[train_idx])
     for name in recipes:
         net = copy.deepcopy(pred0.net)
         t0 = time.perf_counter()
