@@ -30,17 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from costlab.costmodels import metrics
-from costlab.costmodels.recipe import RECIPES, fit_lists, scores_of
+from costlab.costmodels.recipe import RECIPES, fit_lists, scores_of, task_lists
+from costlab.costmodels.tensors import take_rows
 from costlab.datasets import open_dataset
 from costlab.datasets.host import describe_host, host_info
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
-from costlab.train.finetune import task_lists
 from costlab.train.predict import load_predictor
-
-
-def _take(feats: dict, idx) -> dict:
-    return {k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()}
 
 
 def _metrics(task, pred, latency) -> dict:
@@ -84,7 +80,7 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
         with _steplr_accepting_verbose():
             trainer.train_full()
         scorer = trainer.predict_incremental
-    return score_stores(scorer, _take(feats, test_idx))
+    return score_stores(scorer, take_rows(feats, test_idx))
 
 
 def run_cell(pred0, feats, psa_scores, task, latency, held, train_tasks, recipes, seed: int) -> dict:
@@ -93,14 +89,14 @@ def run_cell(pred0, feats, psa_scores, task, latency, held, train_tasks, recipes
     tt, tl = task[test_idx], latency[test_idx]
     kind = pred0.kind
     head = 0
-    row = {"zero-shot": _metrics(tt, scores_of(pred0.net, kind, _take(feats, test_idx), head), tl),
+    row = {"zero-shot": _metrics(tt, scores_of(pred0.net, kind, take_rows(feats, test_idx), head), tl),
            "psa": _metrics(tt, psa_scores[test_idx], tl)}
-    lists = task_lists(_take(feats, train_idx), task[train_idx], latency[train_idx])
+    lists = task_lists(take_rows(feats, train_idx), task[train_idx], latency[train_idx])
     for name in recipes:
         net = copy.deepcopy(pred0.net)
         t0 = time.perf_counter()
         info = fit_lists(net, kind, lists, name, head=head, seed=seed)
-        row[name] = dict(_metrics(tt, scores_of(net, kind, _take(feats, test_idx), head), tl),
+        row[name] = dict(_metrics(tt, scores_of(net, kind, take_rows(feats, test_idx), head), tl),
                          seconds=round(time.perf_counter() - t0, 2), steps=info["steps"],
                          kept_pretrained=info["kept_pretrained"])
     for kind_b in ("xgb", "mlp"):

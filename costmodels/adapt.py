@@ -28,7 +28,7 @@ import numpy as np
 
 from costlab.costmodels.metrics import pairwise_accuracy
 from costlab.costmodels.momentum import MomentumTransfer
-from costlab.costmodels.recipe import Recipe, fit_lists, recipe, scores_of
+from costlab.costmodels.recipe import Recipe, fit_lists, ranking_list, recipe, scores_of, take
 from costlab.costmodels.tensors import concat_features
 
 MODES = ("none", "finetune", "momentum")
@@ -73,15 +73,13 @@ class OnlineAdapter:
     def _lists(self) -> tuple[list, list]:
         """Per task with at least two records, one of which ran: (features, scores = best / latency, 0 failed),
         cut into the training lists and the validation lists (the records held out in ``add``)."""
-        from costlab.costmodels.recipe import take
-
         train, val = [], []
         for key, parts in self._feats.items():
-            lat = np.concatenate(self._lat[key])
-            if len(lat) < 2 or not np.isfinite(lat).any():
+            lst = ranking_list(concat_features(parts), np.concatenate(self._lat[key]))
+            if lst is None:
                 continue
-            score = np.where(np.isfinite(lat), np.nanmin(np.where(np.isfinite(lat), lat, np.nan)) / lat, 0.0)
-            feats, held = concat_features(parts), np.concatenate(self._val[key])
+            feats, score = lst
+            held = np.concatenate(self._val[key])
             if held.sum() >= 2 and (~held).sum() >= 2:
                 val.append(take(feats, score, np.flatnonzero(held)))
                 train.append(take(feats, score, np.flatnonzero(~held)))

@@ -32,7 +32,8 @@ import torch
 from costlab.costmodels.losses import group_lists, lambdarank_loss
 from costlab.costmodels.metrics import pairwise_accuracy
 from costlab.costmodels.nets import net_inputs
-from costlab.costmodels.tensors import concat_features, to_tensors
+from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
+from costlab.datasets.records import scores
 
 TRAINABLE = ("all", "head", "last")
 HEAD_PREFIXES = ("head.", "program_mlp.", "program_skip.", "decoder.", "head_decoders.")
@@ -145,7 +146,27 @@ def split_lists(lists: list, fraction: float, rng, by: str = "program") -> tuple
 
 def take(feats: dict, score, idx) -> tuple[dict, np.ndarray]:
     """The records ``idx`` of one ranking list."""
-    return {k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()}, score[idx]
+    return take_rows(feats, idx), score[idx]
+
+
+def ranking_list(feats: dict, latency) -> tuple[dict, np.ndarray] | None:
+    """One task's ranking list: its features and scores (best / latency, 0 for a failed program), or None
+    when it has fewer than two records or none that ran."""
+    lat = np.asarray(latency, np.float64)
+    if len(lat) < 2 or not np.isfinite(lat).any():
+        return None
+    return feats, scores(np.zeros(len(lat), np.int64), lat)
+
+
+def task_lists(feats: dict, task: np.ndarray, latency: np.ndarray) -> list:
+    """The ranking lists of records of several tasks, one per task that has one (``ranking_list``)."""
+    out = []
+    for t in np.unique(task):
+        idx = np.flatnonzero(task == t)
+        lst = ranking_list(take_rows(feats, idx), latency[idx])
+        if lst is not None:
+            out.append(lst)
+    return out
 
 
 def scores_of(net, kind: str, feats: dict, head: int = 0, batch: int = 512) -> np.ndarray:
@@ -176,10 +197,10 @@ def list_pairwise(net, kind: str, lists: list, head: int = 0) -> float:
 def _batch(lists: list, size: int, rng) -> tuple[dict, np.ndarray, np.ndarray]:
     feats, labels, groups = [], [], []
     for g, (f, score) in enumerate(lists):
-        take = rng.permutation(len(score))[:size]
-        feats.append({k: ([v[i] for i in take] if isinstance(v, list) else v[take]) for k, v in f.items()})
-        labels.append(score[take])
-        groups.append(np.full(len(take), g))
+        rows = rng.permutation(len(score))[:size]
+        feats.append(take_rows(f, rows))
+        labels.append(score[rows])
+        groups.append(np.full(len(rows), g))
     return concat_features(feats), np.concatenate(labels), np.concatenate(groups)
 
 

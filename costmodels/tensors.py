@@ -30,6 +30,11 @@ def to_tensors(feats: dict) -> dict:
     return out
 
 
+def take_rows(feats: dict, idx) -> dict:
+    """The records ``idx`` of a feature dict (arrays indexed, ragged lists picked)."""
+    return {k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()}
+
+
 def concat_features(parts: list[dict]) -> dict:
     """Feature dicts of several batches as one (arrays concatenated, ragged lists joined)."""
     out = {}

@@ -287,7 +287,7 @@ def _args_info(task) -> list:
     return [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
 
 
-def _rewrite(path: Path, lines: list[bytes]) -> None:
+def rewrite_atomically(path: Path, lines: list[bytes]) -> None:
     """Replace ``path`` by ``lines`` atomically (a temporary file beside it, renamed over it)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -360,7 +360,7 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
         raise InputError(out_dir, f"already holds a MetaSchedule database ({', '.join(existing)}); "
                                   "choose an empty directory (costlab never overwrites one)")
     for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
-        _rewrite(out_dir / name, [(line + "\n").encode() for line in lines])
+        rewrite_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
     skipped = len(task_col) - len(rows)
     text = f"{out_dir}: {len(wl_lines)} workloads, {len(rec_lines)} records of platform {platform!r}"
     if skipped:
@@ -414,7 +414,7 @@ def repair_work_dir(work_dir) -> list[str]:
         with open(work_dir / "database_tuning_record.bad-lines.jsonl", "ab") as fh:
             fh.writelines(moved)
         if bad_wl:
-            _rewrite(wl_path, wl_lines)
+            rewrite_atomically(wl_path, wl_lines)
         if len(keep) != len([x for x in tr_lines if x.strip()]):
-            _rewrite(tr_path, keep)
+            rewrite_atomically(tr_path, keep)
     return problems

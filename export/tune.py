@@ -32,9 +32,9 @@ from pathlib import Path
 
 from costlab.datasets.errors import InputError, UsageError
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
-from costlab.export.workdir import lock_work_dir
 from costlab.datasets.ms_workload import plain_json
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
+from costlab.export.workdir import lock_work_dir
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384

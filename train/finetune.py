@@ -18,25 +18,11 @@ import numpy as np
 
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
-from costlab.costmodels.recipe import fit_lists, recipe
+from costlab.costmodels.recipe import fit_lists, recipe, task_lists
 from costlab.datasets import UsageError, jsontext, open_dataset
-from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
 from costlab.train.evaluate import select_rows
 from costlab.train.predict import load_predictor
-
-
-def task_lists(feats: dict, task: np.ndarray, latency: np.ndarray) -> list:
-    """Ranking lists, one per task with 2+ records of which one ran: (features, best / latency; 0 failed)."""
-    out = []
-    for t in np.unique(task):
-        idx = np.flatnonzero(task == t)
-        lat = latency[idx]
-        if len(idx) < 2 or not np.isfinite(lat).any():
-            continue
-        out.append(({k: ([v[i] for i in idx] if isinstance(v, list) else v[idx]) for k, v in feats.items()},
-                    scores(np.zeros(len(idx), np.int64), lat)))
-    return out
 
 
 def finetune(source, data, platform: str, out, spec="safe", split: str | None = None, seed: int = 0) -> dict:
