@@ -138,7 +138,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
 
 def _tasks_of(workload_args: list[str], target):
     """The workload's tasks as `costlab tune` extracts them."""
-    from costlab.export.tune import TuneOptions, _tasks
+    from costlab.export.tune import TuneOptions, workload_tasks
 
     opts = TuneOptions(work_dir=".", target=target)
     i = 0
@@ -153,7 +153,7 @@ def _tasks_of(workload_args: list[str], target):
         elif key == "--task":
             opts.task_filter.append(val)
         i += 2
-    return _tasks(opts, target)[0]
+    return workload_tasks(opts, target)[0]
 
 
 def _a0(argv) -> int:
@@ -517,7 +517,8 @@ def plot(args) -> int:
 
 def archive(args) -> int:
     """What the table is rebuilt from, small enough to commit: every run's summaries, progress and search
-    rounds, the re-measured best, and its tuning records gzipped (the workload file is left out)."""
+    rounds, the re-measured best, and its database gzipped (records and workloads: `costlab transfer --from`
+    reads an archived run as a source)."""
     src, dst = Path(args.out), Path(args.to)
     keep = ("benchmark.json", "openblas.json", "table.md", "costlab_tune.json", "progress.jsonl",
             "search_rounds.jsonl", "remeasured.json", "a0.json")
@@ -526,7 +527,7 @@ def archive(args) -> int:
         if path.name in keep:
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             (dst / rel).write_bytes(path.read_bytes())
-        elif path.name == "database_tuning_record.json":
+        elif path.name in ("database_tuning_record.json", "database_workload.json"):
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             (dst / rel).with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
     print(f"{dst}: {sum(p.stat().st_size for p in dst.rglob('*') if p.is_file()) / 1e6:.1f} MB")

@@ -10,9 +10,10 @@ from costlab.commands import dataset as dataset_cmd
 from costlab.commands import exploit as exploit_cmd
 from costlab.commands import featurize as featurize_cmd
 from costlab.commands import train as train_cmd
+from costlab.commands import transfer as transfer_cmd
 from costlab.commands import tune as tune_cmd
 
-COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, exploit_cmd]
+COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, transfer_cmd, exploit_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

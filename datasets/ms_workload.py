@@ -186,6 +186,45 @@ def kernel_class(mod) -> tuple[str, str, list[int]]:
     return f"injective.s{len(big.iter_vars)}", big.name_hint, extents
 
 
+def _expr_shape(expr, depth: int = 0) -> str:
+    """An expression's form without names or shapes: loads are ``x``, constants ``c``, variables ``v``,
+    e.g. ``Max(Add(x,x),c)`` for a bias add followed by ReLU."""
+    k = _kind(expr)
+    if k in ("TensorLoad", "BufferLoad"):
+        return "x"
+    if k in ("IntImm", "FloatImm", "StringImm"):
+        return "c"
+    if k in ("Var", "SizeVar"):
+        return "v"
+    if depth > 16:
+        return "_"
+    if k == "Call":
+        name = str(getattr(expr.op, "name", "call")).replace("tirx.", "").replace("tir.", "")
+        return f"{name}({','.join(_expr_shape(a, depth + 1) for a in expr.args)})"
+    kids = [getattr(expr, f) for f in ("condition", "true_value", "false_value", "a", "b", "value")
+            if getattr(expr, f, None) is not None]
+    return f"{k}({','.join(_expr_shape(c, depth + 1) for c in kids)})" if kids else k
+
+
+def block_signature(block) -> str:
+    """A block's computation form: its iterators' kinds (``s`` spatial, ``r`` reduction) and what its store
+    computes (``s2r1:Add(x,Mul(x,x))``); names and extents left out."""
+    its = "".join("s" if int(iv.iter_type) == 0 else "r" if int(iv.iter_type) == 2 else "o" for iv in block.iter_vars)
+    body = block.body
+    what = _expr_shape(body.value) if _kind(body) == "BufferStore" else _kind(body)
+    return f"{its}:{what}"
+
+
+def block_structure(mod) -> tuple[list[str], list[str], int]:
+    """``(block names, block signatures, anchor position)`` of a workload, blocks in program order; the
+    anchor is the kernel-class block (``kernel_class``), -1 when there is none."""
+    blocks = _blocks(mod)
+    _cls, anchor, _ext = kernel_class(mod)
+    names = [b.name_hint for b in blocks]
+    at = names.index(anchor) if anchor in names else -1
+    return names, [block_signature(b) for b in blocks], at
+
+
 def _clean_name(text: str) -> str:
     """``T_matmul_NT`` -> ``matmul_NT``, ``conv2d_nhwc_1`` -> ``conv2d_nhwc``."""
     text = re.sub(r"^T_", "", text)

@@ -71,6 +71,8 @@ class TuneOptions:
     rpc_port: int = 9190
     rpc_wait: float = 60.0  # seconds to wait for an RPC tracker that stopped answering before the run stops
     exploit: int = 0  # trials of Droplet exploitation (costlab exploit) after the search
+    transfer_from: list = field(default_factory=list)  # sources of transfer-tuning before the search
+    transfer_top: int = 4  # programs transferred (measured) per task
     progress: bool = True
     started_at: float | None = None  # when the command started (the CLI's process start); default: the call
     check_output: bool = True  # each task's best programs run beside a reference build before they are reported
@@ -97,6 +99,10 @@ class TuneOptions:
             raise UsageError(f"--rpc-port must be a TCP port (1-65535), not {self.rpc_port}")
         if not 0 <= self.exploit <= MAX_TRIALS:
             raise UsageError(f"--exploit takes a number of trials (0 to {MAX_TRIALS:,}), not {self.exploit}")
+        if self.transfer_from and self.rpc_key:
+            raise UsageError("--transfer-from measures on this machine; it cannot start an --rpc-key run (yet)")
+        if not 1 <= self.transfer_top <= 1024:
+            raise UsageError(f"--transfer-top must be 1-1024, not {self.transfer_top}")
         if self.exploit and self.rpc_key:
             raise UsageError("--exploit measures on this machine; it cannot follow an --rpc-key run (yet)")
         if not (self.rpc_wait >= 0 and math.isfinite(self.rpc_wait)):
@@ -146,7 +152,7 @@ def _target(opts: TuneOptions):
     return target
 
 
-def _tasks(opts: TuneOptions, target) -> tuple[list[Task], object]:
+def workload_tasks(opts, target) -> tuple[list[Task], object]:
     """The tasks to tune, and the network's Relax module and inputs (None for workloads)."""
     from costlab.datasets.extract import network_module, te_workload_task, torch_fn_model, workload_json_mod
 
@@ -327,7 +333,7 @@ def tune(opts: TuneOptions) -> dict:
         lock = lock_work_dir(work)
     except OSError as exc:
         raise InputError(work, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    builder, runner, exploited = None, None, None
+    builder, runner, exploited, transferred = None, None, None, None
     try:  # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
         for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
             if (work / name).is_dir():
@@ -335,13 +341,15 @@ def tune(opts: TuneOptions) -> dict:
         if opts.rpc_key:
             _check_tracker(opts)
         run_options = _check_same_run(work, opts, target)
-        tasks, network = _tasks(opts, target)
+        tasks, network = workload_tasks(opts, target)
         clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
         builder, runner = _measure_stack(opts, target, cores, clock)  # its workers start while the model loads
         cost_model = _cost_model(opts, target, cores)
         (work / "costlab_run.json").write_text(json.dumps(run_options, indent=2))  # the run has really started
         repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
         database = ms.database.JSONDatabase(work_dir=str(work))
+        if opts.transfer_from:  # the search starts from the transferred programs: they are in the database
+            transferred = _transfer(opts, tasks, target, database, builder, runner)
         done = _done_per_task(database, tasks)
         # workloads are tuned one after the other, each with its own budget; a network's tasks share one
         groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
@@ -392,6 +400,10 @@ def tune(opts: TuneOptions) -> dict:
         summary["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
     if exploited is not None:
         summary["exploit"] = exploited
+    if transferred is not None:
+        summary["transfer"] = {row["name"]: dict(best_us=row.get("best_us"), measured=len(row.get("measured", [])),
+                                                 counts=row.get("counts", {}))
+                               for row in transferred.get("tasks", {}).values()}
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
     if clock.lost is not None:
@@ -433,6 +445,18 @@ def tune(opts: TuneOptions) -> dict:
     except Exception as exc:  # noqa: BLE001  a picture is never worth failing a finished run for
         logging.getLogger(__name__).warning("no tuning curve drawn: %s", exc)
     return summary
+
+
+def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner) -> dict:
+    """``--transfer-from``: ``costlab transfer`` into the run's database, before its search (a re-run skips the
+    tasks transferred already)."""
+    from costlab.export.search.timed import stop_requested
+    from costlab.export.transfer.run import STATE_FILE, TransferOptions, transfer_tasks
+
+    topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model, top=min(opts.transfer_top, opts.trials),
+                            seed=opts.seed, number=opts.number, repeat=opts.repeat, progress=opts.progress)
+    return transfer_tasks(tasks, target, database, builder, runner, topts, Path(opts.work_dir) / STATE_FILE,
+                          should_stop=lambda: stop_requested() is not None)
 
 
 def _checked_database(database, tasks: list[Task], chosen: list, checked: bool):

@@ -70,6 +70,10 @@ def register(sub) -> None:
     q.add_argument("--exploit", type=int, default=0, metavar="N",
                    help="after the search, N trials of Droplet exploitation around each task's best program "
                    "(costlab exploit; with --model, neighbours screened by it)")
+    q.add_argument("--transfer-from", action="append", default=[], metavar="SOURCE",
+                   help="before the search, measure each task's best --transfer-top schedules of the same kernel "
+                   "class from this dataset or work dir (costlab transfer; repeatable); the search starts from them")
+    q.add_argument("--transfer-top", type=int, default=4, metavar="K", help="programs transferred per task")
     q.add_argument("--rpc-wait", type=float, default=60.0, metavar="S",
                    help="seconds to wait for an RPC tracker or device that stopped answering; then the run stops "
                    "(candidates not measured are not recorded: a re-run measures them)")
@@ -162,7 +166,8 @@ def _tune(args) -> int:
                        strategy=args.strategy, adapt=args.adapt, head=args.head, strict=args.strict, seed=args.seed,
                        per_iter=args.per_iter, population=args.population, verify_fraction=args.verify_fraction,
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
-                       rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, exploit=args.exploit, progress=not args.no_progress,
+                       rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, exploit=args.exploit,
+                       transfer_from=args.transfer_from, transfer_top=args.transfer_top, progress=not args.no_progress,
                        check_output=not args.no_check, started_at=started_at)
     with signals_end_cleanly():
         summary = tune(opts)

@@ -1,0 +1,177 @@
+"""Transfer-tuning against MetaSchedule's default, Transfer-Tuning's protocol scaled to 2 cores.
+
+Pairs of networks (source -> target), none in the pre-training corpus (scripts/make_corpus.sh), one pair
+differing in shapes only and two in architecture. Per pair, each a `costlab tune` work dir under
+OUT/runs/PAIR/ARM, kept (re-running `run` skips finished arms):
+
+  src   the source network tuned by costlab's default with the model, SOURCE_PER_TASK trials per task
+  x     the target after transfer alone: `costlab tune --transfer-from src --transfer-top K` with a budget of K
+        per task, so nothing is searched (transfer.json says what came from where)
+  x64   x continued by costlab's search with the model, 64 more trials per task
+  full  MetaSchedule's default (evolutionary search + XGBoost) on the target, FULL_PER_TASK trials per task
+
+Every arm's network is compiled with its database and timed end to end by `costlab tune` itself (beside the
+untuned build). The table gives the share of full's gain that transfer reaches, (untuned - x) / (untuned -
+full), and the ratio of speedups, (untuned / x) / (untuned / full); and the trials and seconds `full` needs
+until its weighted sum of task latencies (sum of weight x best, from its progress.jsonl) is no longer above
+x's (and x64's), against x's own seconds. Runs hold /tmp/costlab-cpu.lock while they build and measure.
+
+    .venv/bin/python benchmarks/transfer.py run --out bench/transfer --model x86-cpu
+    .venv/bin/python benchmarks/transfer.py table --out bench/transfer
+
+Targets (issue 18): transfer alone >= 60 % of full's gain on the mean, `full` needing >= 8x transfer's
+seconds to match it; transfer + 64 >= full on at least one pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tuning import COSTLAB, _Lock, _progress, _tasks_of  # noqa: E402
+
+SEQ = "64"
+PAIRS = {
+    # shapes only: two sizes of one architecture
+    "bert192-bert256": ("bert:hidden=192,heads=4,intermediate=768", "bert:hidden=256,heads=4,intermediate=1024"),
+    # architecture: a text encoder's schedules on a vision transformer (attention + dense both)
+    "bert256-vit256": ("bert:hidden=256,heads=4,intermediate=1024", "vit:hidden=256,heads=4,intermediate=1024,image=64"),
+    # architecture: a decoder's schedules on an encoder
+    "gpt2-bert192": ("gpt2:hidden=192,heads=4,intermediate=768", "bert:hidden=192,heads=4,intermediate=768"),
+}
+ARMS = ("src", "x", "x64", "full")
+
+
+def _ntasks(network: str, target: str) -> int:
+    import tvm
+
+    from costlab.datasets.targets import runnable_target
+
+    return len(_tasks_of(["--network", network, "--seq-len", SEQ], tvm.target.Target(runnable_target(target))))
+
+
+def _cmd(arm: str, pair: str, args, out: Path) -> list[str]:
+    source, target_net = PAIRS[pair]
+    runs = out / "runs" / pair
+    net = source if arm == "src" else target_net
+    n = _ntasks(net, args.target)
+    base = [*COSTLAB, "tune", "--network", net, "--seq-len", SEQ, "--target", args.target, "--seed", str(args.seed),
+            "--work-dir", str(runs / arm), "--no-progress"]
+    if arm == "src":
+        return [*base, "--model", args.model, "--trials", str(args.source_per_task * n)]
+    if arm == "x":
+        return [*base, "--model", args.model, "--trials", str(args.top * n), "--transfer-from", str(runs / "src"),
+                "--transfer-top", str(args.top)]
+    if arm == "x64":
+        return [*base, "--model", args.model, "--trials", str((args.top + 64) * n)]
+    return [*base, "--trials", str(args.full_per_task * n)]
+
+
+def run(args) -> int:
+    out = Path(args.out).resolve()
+    for pair in args.pairs:
+        for arm in ARMS:
+            work = out / "runs" / pair / arm
+            if (work / "done.json").exists():
+                continue
+            if arm == "x64":  # continues x's work dir (a copy): its transferred programs are in the database
+                if work.exists():
+                    shutil.rmtree(work)
+                shutil.copytree(out / "runs" / pair / "x", work, ignore=shutil.ignore_patterns("done.json", "run.log",
+                                                                                             ".costlab_tune.lock"))
+            work.mkdir(parents=True, exist_ok=True)
+            cmd = _cmd(arm, pair, args, out)
+            print(f"[{time.strftime('%H:%M:%S')}] {pair} {arm}", flush=True)
+            t0 = time.time()
+            with _Lock(), open(work / "run.log", "a") as log:
+                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work).returncode
+            if rc:
+                print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
+                break  # the arms after it depend on it
+            from costlab.datasets.host import host_info
+
+            (work / "done.json").write_text(json.dumps(dict(wall_s=time.time() - t0, host=host_info(), cmd=cmd[2:],
+                                                            at=time.strftime("%Y-%m-%d %H:%M:%S"))))
+    return table(args)
+
+
+def _summary(work: Path) -> dict:
+    path = work / "costlab_tune.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _weighted(summary: dict) -> float | None:
+    rows = summary.get("tasks", [])
+    if not rows or any(r.get("best_us") is None for r in rows):
+        return None
+    return sum(r["weight"] * r["best_us"] for r in rows)
+
+
+def _reach(work: Path, weights: dict, goal: float) -> tuple[int, float] | None:
+    """Trials and seconds at which a run's weighted sum of task bests first got to ``goal`` or below."""
+    best: dict = {}
+    for row in _progress(work):
+        best[row["task"]] = min(best.get(row["task"], math.inf), row.get("best_us") or math.inf)
+        if len(best) == len(weights) and sum(weights[t] * best[t] for t in weights if t in best) <= goal:
+            return row["trials"], row["elapsed_s"]
+    return None
+
+
+def table(args) -> int:
+    out = Path(args.out).resolve()
+    rows = {}
+    print(f"{'pair':18}{'untuned ms':>11}{'x ms':>8}{'x64 ms':>8}{'full ms':>8}{'gain %':>8}{'speedup %':>10}"
+          f"{'x s':>7}{'full to x':>16}{'full to x64':>16}")
+    for pair in PAIRS:
+        runs = out / "runs" / pair
+        s = {arm: _summary(runs / arm) for arm in ARMS}
+        net = {arm: s[arm].get("network", {}) for arm in ARMS}
+        if not net["x"] or not net["full"]:
+            continue
+        untuned = net["full"]["untuned_ms"]
+        x, x64, full = net["x"]["tuned_ms"], net["x64"].get("tuned_ms"), net["full"]["tuned_ms"]
+        gain = (untuned - x) / (untuned - full) if untuned > full else None
+        speed = (untuned / x) / (untuned / full)
+        weights = {r["name"]: r["weight"] for r in s["full"]["tasks"]}
+        reach = {k: _reach(runs / "full", weights, _weighted(s[k])) if _weighted(s[k]) else None for k in ("x", "x64")}
+        row = dict(untuned_ms=untuned, x_ms=x, x64_ms=x64, full_ms=full, gain_share=gain, speedup_share=speed,
+                   x_s=s["x"].get("wall_s"), x64_s=s["x64"].get("wall_s"), full_s=s["full"].get("wall_s"),
+                   full_reach_x=reach["x"], full_reach_x64=reach["x64"], transfer=s["x"].get("transfer"))
+        rows[pair] = row
+
+        def cell(r):
+            return f"{r[0]} tr {r[1]:.0f} s" if r else "not reached"
+        print(f"{pair:18}{untuned:11.3f}{x:8.3f}{(x64 or math.nan):8.3f}{full:8.3f}"
+              f"{(gain or math.nan) * 100:8.1f}{speed * 100:10.1f}{row['x_s'] or 0:7.0f}{cell(reach['x']):>16}"
+              f"{cell(reach['x64']):>16}")
+    (out / "table.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", required=True)
+    r.add_argument("--model", default="x86-cpu")
+    r.add_argument("--pairs", nargs="+", default=list(PAIRS))
+    r.add_argument("--top", type=int, default=4, help="programs transferred per task")
+    r.add_argument("--source-per-task", type=int, default=32, help="trials per task tuning the source")
+    r.add_argument("--full-per-task", type=int, default=200, help="MetaSchedule's default's trials per task")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--target", default="host")
+    t = sub.add_parser("table")
+    t.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    return run(a) if a.cmd == "run" else table(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

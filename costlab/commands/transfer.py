@@ -1,0 +1,66 @@
+"""``costlab transfer``: start a new workload from the schedules already tuned for kernels of its class."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from costlab.commands.dataset import TARGET_HELP
+from costlab.commands.options import positive_int
+
+
+def register(sub) -> None:
+    q = sub.add_parser(
+        "transfer", help="measure, per task, the best schedules of the same kernel class tuned before (warm start)",
+        description="Transfer-tuning: for each task of a workload or network, the measured programs of tasks of "
+        "the same kernel class (the same anchor computation; same or other fused blocks) in the sources are "
+        "replayed with their tile factors adapted to the new loop extents, ranked by --model (PSA without one), "
+        "and the best --top built and measured into the work dir's MetaSchedule database, from which a later "
+        "`costlab tune --work-dir DIR` (or MetaSchedule's own search) starts. transfer.json says what was "
+        "transferred from where, and why programs failed; re-run, finished tasks are skipped.")
+    q.add_argument("--from", dest="sources", action="append", required=True, metavar="SOURCE",
+                   help="a costlab dataset (.h5), a MetaSchedule work dir (costlab tune's), or a folder of work dirs "
+                   "(repeatable)")
+    q.add_argument("--workload", action="append", default=[], metavar="NAME[:ARGS]",
+                   help="a te_workload benchmark, e.g. GMM:1,128,128,128 (repeatable)")
+    q.add_argument("--network", metavar="TYPE[:KEY=VALUE,...]|MODULE:FUNCTION", help="a network, as for costlab tune")
+    q.add_argument("--task", action="append", default=[], metavar="PATTERN", dest="task_filter",
+                   help="only the network's tasks whose names match this shell pattern (repeatable)")
+    q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
+    q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
+    q.add_argument("--target", default="host", help=TARGET_HELP)
+    q.add_argument("--model", metavar="MODEL", help="rank the replayed programs with this costlab model (default psa)")
+    q.add_argument("--top", type=positive_int("--top"), default=4, help="programs measured per task")
+    q.add_argument("--per-source", type=positive_int("--per-source"), default=4,
+                   help="fastest programs taken from each matching source task")
+    q.add_argument("--max-candidates", type=positive_int("--max-candidates"), default=128,
+                   help="programs replayed per task at most")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--work-dir", required=True, metavar="DIR")
+    q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    q.add_argument("--no-progress", action="store_true")
+    q.set_defaults(func=_transfer)
+
+
+def _transfer(args) -> int:
+    from costlab.commands.tune import signals_end_cleanly
+    from costlab.export.search.timed import stop_requested
+    from costlab.export.transfer.run import TransferOptions, transfer
+
+    opts = TransferOptions(work_dir=args.work_dir, sources=args.sources, workloads=args.workload, network=args.network,
+                           task_filter=args.task_filter, batch=args.batch, seq_len=args.seq_len, target=args.target,
+                           model=args.model, top=args.top, per_source=args.per_source,
+                           max_candidates=args.max_candidates, seed=args.seed, progress=not args.no_progress)
+    with signals_end_cleanly():
+        summary = transfer(opts, should_stop=lambda: stop_requested() is not None)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{args.work_dir}: {summary.get('source_tasks', 0)} source tasks", file=sys.stderr)
+    for row in summary["tasks"].values():
+        counts = row.get("counts", {})
+        failed = sum(v for k, v in counts.items() if k.startswith("failed"))
+        best = f"best {row['best_us']} us" if row.get("best_us") is not None else "nothing measured"
+        print(f"  {row['name']}: {counts.get('source_tasks', 0)} matching source tasks, {counts.get('tried', 0)} "
+              f"replayed ({failed} did not apply), {len(row.get('measured', []))} measured, {best}")
+    return 0

@@ -1,0 +1,287 @@
+"""``costlab transfer``: measure, for each task of a new workload, the best few schedules of the same
+kernel class tuned before, so that a search starts from them.
+
+Per task of the workload (``--workload`` or ``--network``, the tasks ``costlab tune`` would tune):
+
+1. the source tasks that match it (``match.py``: the same blocks, or the same anchor), those with the
+   same blocks first, then by how close their anchor's loop extents are;
+2. each one's fastest programs replayed on the task with their tilings adapted (``replay.py``), at most
+   ``max_candidates``; programs that do not apply are counted by reason, never a crash; programs the work
+   dir's database already holds are left out;
+3. the replayed programs ranked by the model (PSA without one) and the best ``top`` built and measured
+   with costlab's builder and runner, as ``costlab tune`` measures; every result (failures too) becomes a
+   record of the work dir's database, which MetaSchedule's evolutionary search and costlab's strategies
+   seed their first population from.
+
+``transfer.json`` beside the database says, per task, what matched, what was replayed, what failed and
+why, and what was measured from which source record; it is rewritten after each task, and a re-run skips
+the tasks it marks done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from costlab.datasets.errors import InputError, UsageError
+
+STATE_FILE = "transfer.json"
+
+
+@dataclass
+class TransferOptions:
+    work_dir: str
+    sources: list = field(default_factory=list)
+    workloads: list = field(default_factory=list)
+    network: str | None = None
+    task_filter: list = field(default_factory=list)
+    batch: int = 1
+    seq_len: int = 32
+    target: str | dict | None = "host"
+    model: str | None = None  # None: PSA
+    top: int = 4  # programs measured per task
+    per_source: int = 4  # fastest programs taken from each source task
+    max_candidates: int = 128  # programs replayed per task at most
+    seed: int = 0
+    number: int = 3
+    repeat: int = 1
+    builder_timeout: float = 30.0
+    progress: bool = True
+
+    def check(self) -> None:
+        if not self.sources:
+            raise UsageError("name what to transfer from: --from DATASET.h5 or WORK_DIR (repeatable)")
+        if not self.workloads and not self.network:
+            raise UsageError("name what to transfer to: --workload NAME[:ARGS] (repeatable) or --network NET")
+        if self.workloads and self.network:
+            raise UsageError("transfer to either --workload(s) or one --network, not both")
+        if not 1 <= self.top <= 1024 or not 1 <= self.per_source <= 1024 or not 1 <= self.max_candidates <= 100_000:
+            raise UsageError("--top and --per-source must be 1-1024, --max-candidates 1-100,000")
+
+
+def _read_state(path: Path) -> dict:
+    if not path.exists():
+        return {"tasks": {}}
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"is damaged ({type(exc).__name__}); remove it to transfer afresh") from None
+    if not isinstance(state, dict) or not isinstance(state.get("tasks"), dict):
+        raise InputError(path, "is damaged (no 'tasks' object); remove it to transfer afresh")
+    return state
+
+
+def _write_state(path: Path, state: dict) -> None:
+    from costlab.datasets.ms_database import rewrite_atomically
+
+    rewrite_atomically(path, [json.dumps(state, indent=1).encode()])
+
+
+class _Source:
+    """A source task decoded: its module, structure and anchor extents."""
+
+    def __init__(self, st, mod):
+        from costlab.datasets.ms_workload import kernel_class
+        from costlab.export.transfer.match import structure
+
+        self.task, self.mod, self.structure = st, mod, structure(mod)
+        self.extents = kernel_class(mod)[2]
+
+
+def _decode(sources, report) -> list[_Source]:
+    from costlab.datasets.ms_workload import decode_workload
+
+    out, mods = [], {}
+    for st in sources:
+        try:
+            mod = mods.get(st.shash) or decode_workload(st.shash, st.workload)
+        except Exception as exc:  # noqa: BLE001  a workload this TVM cannot decode
+            report.problem(f"{st.source}: workload {st.name} does not decode ({str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else type(exc).__name__})")
+            continue
+        mods[st.shash] = mod
+        try:
+            out.append(_Source(st, mod))
+        except Exception as exc:  # noqa: BLE001
+            report.problem(f"{st.source}: workload {st.name} has no analysable blocks ({type(exc).__name__})")
+    return out
+
+
+def _closeness(a: list, b: list) -> float:
+    if len(a) != len(b):
+        return math.inf
+    return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(a, b))
+
+
+def candidates_for(mod, target, postprocs, sources: list[_Source], measured: set, max_candidates: int, seed: int = 1):
+    """The programs of ``sources`` replayed on ``mod``: ``(schedules, provenance, counts)``; provenance per
+    schedule (source, task, rank, source latency, match kind, tilings adapted), counts of what was tried
+    and why programs failed."""
+    from costlab.datasets.ms_workload import kernel_class
+    from costlab.export.search.common import _shash
+    from costlab.export.transfer.match import match, structure
+    from costlab.export.transfer.replay import TransferError, transfer_schedule
+
+    st, extents = structure(mod), kernel_class(mod)[2]
+    matched = []
+    for src in sources:
+        m = match(src.structure, st)
+        if m is not None:
+            matched.append((0 if m.kind == "same" else 1, _closeness(src.extents, extents), len(matched), src, m))
+    matched.sort(key=lambda t: t[:3])
+    counts: Counter = Counter(source_tasks=len(matched))
+    scheds, prov, seen = [], [], set()
+    # round-robin over the matched source tasks, closest first: the best of each before the second of any
+    depth = max((len(src.task.programs) for *_, src, _m in matched), default=0)
+    for rank in range(depth):
+        for kind, _c, _i, src, m in matched:
+            if counts["tried"] >= max_candidates:
+                break
+            if rank >= len(src.task.programs):
+                continue
+            trace, secs = src.task.programs[rank]
+            counts["tried"] += 1
+            try:
+                sch, adapted, fallback = transfer_schedule(src.mod, trace, mod, m, target, postprocs, seed)
+            except TransferError as exc:
+                counts[f"failed: {exc}"] += 1
+                continue
+            h = _shash(sch)
+            if h in measured or h in seen:
+                counts["already measured" if h in measured else "duplicate"] += 1
+                continue
+            seen.add(h)
+            counts["adapted"] += 1 if adapted else 0
+            counts["compute-at resampled"] += 1 if fallback else 0
+            scheds.append(sch)
+            prov.append(dict(source=src.task.source, task=src.task.name, rank=rank, source_us=round(secs * 1e6, 3),
+                             match=m.kind, tilings_adapted=adapted))
+    return scheds, prov, counts
+
+
+def _rank(predictor, head: int, mod, target, scheds) -> np.ndarray:
+    feats = predictor.featurizer.featurize_candidates(mod, target, scheds)
+    score = predictor.predict(feats)[:, head].astype(np.float64)
+    score[~np.asarray(feats.get("valid", np.ones(len(scheds), bool)), bool)] = -np.inf
+    return np.argsort(-score, kind="stable")
+
+
+def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptions, state_path: Path,
+                   should_stop=None) -> dict:
+    """Transfer into ``database`` for ``tasks`` (``export.tune.Task``s); returns the summary (also in
+    ``state_path``)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.costmodels.predictors import head_of
+    from costlab.datasets.measure import build_and_run
+    from costlab.datasets.tune_context import tune_context
+    from costlab.export.search.common import measure_candidates, measured_hashes
+    from costlab.export.transfer.sources import read_sources
+    from costlab.train.predict import load_predictor
+
+    state = _read_state(state_path)
+    state["sources"] = [str(s) for s in opts.sources]
+    todo = [t for t in tasks if not state["tasks"].get(_key(database, t.mod), {}).get("done")]
+    if not todo:
+        return state
+    raw, report = read_sources(opts.sources, opts.per_source, exclude=[state_path.parent])
+    sources = _decode(raw, report)
+    state["source_tasks"], state["source_problems"] = len(sources), report.problems
+    predictor = load_predictor(opts.model or "psa")
+    head = head_of(predictor, None)
+    bar = None
+    if opts.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), unit="task", desc="transfer")
+    try:
+        for task in todo:
+            if should_stop is not None and should_stop():
+                break
+            t0 = time.time()
+            key = _key(database, task.mod)
+            ctx = tune_context(task.mod, target, rand_state=opts.seed)
+            measured = measured_hashes(ctx, database)
+            scheds, prov, counts = candidates_for(task.mod, target, ctx.space_generator.postprocs, sources, measured,
+                                                  opts.max_candidates, seed=opts.seed + 1)
+            row = dict(name=task.name, done=False, replayed=len(scheds), counts=dict(counts), measured=[])
+            if scheds:
+                order = _rank(predictor, head, task.mod, target, scheds)[:opts.top]
+                picked = [scheds[i] for i in order]
+                mc = measure_candidates(picked)
+                results = build_and_run(builder, runner, target, mc)
+                workload = database.commit_workload(task.mod)
+                for i, c, (costs, err, msg) in zip(order, mc, results):
+                    database.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [float(x) for x in costs],
+                                                                           target, c.args_info))
+                    secs = [float(x) for x in costs]
+                    ok = err == 0 and secs and max(secs) < 1e9
+                    row["measured"].append(dict(prov[i], us=round(sum(secs) / len(secs) * 1e6, 3) if ok else None,
+                                                error=None if ok else (msg or "failed")[:200]))
+                good = [m["us"] for m in row["measured"] if m["us"] is not None]
+                row["best_us"] = min(good) if good else None
+                row["failed_measurements"] = len(row["measured"]) - len(good)
+            row.update(done=True, seconds=round(time.time() - t0, 2))
+            state["tasks"][key] = row
+            _write_state(state_path, state)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"{task.name[:30]} {row.get('best_us')} us")
+    finally:
+        if bar is not None:
+            bar.close()
+    return state
+
+
+def _key(database, mod) -> str:
+    from costlab.datasets.ms_workload import workload_json
+
+    return workload_json(mod)[0]
+
+
+def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
+    """``costlab transfer``: the tasks of the workload, a work dir (locked), costlab's builder and runner,
+    then ``transfer_tasks``. Returns the summary."""
+    opts.check()
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
+    from costlab.datasets.ms_database import repair_work_dir
+    from costlab.datasets.targets import runnable_target
+    from costlab.export.tune import workload_tasks
+    from costlab.export.workdir import lock_work_dir
+
+    try:
+        target = tvm.target.Target(runnable_target(opts.target))
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"bad target {opts.target!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}") from None
+    work = Path(opts.work_dir)
+    if work.exists() and not work.is_dir():
+        raise InputError(work, "exists and is not a directory (--work-dir)")
+    work.mkdir(parents=True, exist_ok=True)
+    lock = lock_work_dir(work)
+    builder = runner = None
+    try:
+        tasks, _network = workload_tasks(opts, target)
+        repair_work_dir(work)
+        database = ms.database.JSONDatabase(work_dir=str(work))
+        cores = int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
+        builder = make_builder(opts.builder_timeout, workers=cores, pooled=True)
+        runner = make_runner(MeasureOptions(target=target.export(), number=opts.number, repeat=opts.repeat), target)
+        t0 = time.time()
+        state = transfer_tasks(tasks, target, database, builder, runner, opts, work / STATE_FILE, should_stop)
+        state["wall_s"] = round(time.time() - t0, 2)
+        return state
+    finally:
+        if hasattr(builder, "close"):
+            builder.close()
+        if runner is not None:
+            close_runner(runner)
+        lock.close()

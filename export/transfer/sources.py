@@ -1,0 +1,155 @@
+"""The measured programs transfer-tuning starts from: costlab datasets and MetaSchedule work dirs.
+
+A source is a costlab dataset (``.h5``; its MetaSchedule-dialect tasks, every platform), a MetaSchedule
+work dir (``database_workload.json`` + ``database_tuning_record.json``, as ``costlab tune`` and
+``tune_tir`` write them, or gzipped as ``benchmarks/`` archives them), or a folder holding such work dirs
+at any depth. Each source task contributes its ``per_task`` fastest successfully measured programs, best
+first. Bad lines and records are skipped and counted (``report``), never the end of a transfer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from costlab.datasets.errors import InputError
+from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
+from costlab.datasets.report import ImportReport
+
+
+@dataclass
+class SourceTask:
+    source: str  # the dataset or work dir
+    name: str  # the task's name there (a dataset's task name, else the workload hash)
+    shash: str
+    workload: str  # base64 IRModule JSON, as MetaSchedule databases hold it
+    programs: list = field(default_factory=list)  # (trace JSON, mean latency in seconds), fastest first
+
+
+def _lines(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        yield from enumerate(fh)
+
+
+def _file(work: Path, name: str) -> Path | None:
+    for p in (work / name, work / (name + ".gz")):
+        if p.is_file():
+            return p
+    return None
+
+
+def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
+    import orjson
+
+    from costlab.datasets.ms_database import _base64_problem, _parse_record, costs_and_error
+    from costlab.datasets.records import ERROR_NONE
+
+    wl_path, rec_path = _file(work, WORKLOAD_FILE), _file(work, RECORD_FILE)
+    report.files += 1
+    workloads: dict[int, tuple[str, str]] = {}
+    for i, line in _lines(wl_path):
+        if not line.strip():
+            continue
+        try:
+            value = orjson.loads(line)
+            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+                raise ValueError("not a workload ([shash string, base64 IR string])")
+            why = _base64_problem(value[1])
+            if why:
+                raise ValueError(f"workload IR is not valid base64 ({why})")
+        except ValueError as exc:  # orjson's decode error is a ValueError too
+            report.problem(f"{wl_path}:{i + 1}: {exc}")
+            continue
+        workloads[i] = (value[0], value[1])
+    best: dict[int, list] = {}
+    for i, line in _lines(rec_path):
+        if not line.strip():
+            continue
+        report.lines += 1
+        try:
+            idx, trace, run_secs, _target, _args = _parse_record(orjson.loads(line))
+        except ValueError as exc:
+            report.problem(f"{rec_path}:{i + 1}: {exc}")
+            continue
+        if idx not in workloads:
+            report.problem(f"{rec_path}:{i + 1}: workload index {idx} is not in {wl_path.name}")
+            continue
+        costs, error = costs_and_error(run_secs)
+        if error != ERROR_NONE or not costs:
+            continue  # a failed program is nothing to start from
+        best.setdefault(idx, []).append((trace, sum(costs) / len(costs)))
+    out = []
+    for idx, progs in best.items():
+        progs.sort(key=lambda p: p[1])
+        shash, b64 = workloads[idx]
+        out.append(SourceTask(str(work), shash, shash, b64, progs[:per_task]))
+    return out
+
+
+def _dataset(path: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
+    import json
+
+    import numpy as np
+
+    from costlab.datasets.store import open_dataset
+
+    report.files += 1
+    out = []
+    with open_dataset(path) as ds:
+        for platform in ds.record_platforms():
+            table = ds.records(platform)
+            for tr in ds.iter_tasks(platform):
+                if tr.task.dialect != "ms":
+                    report.problem(f"{path}: task {tr.task.name or tr.task.index} is an Ansor task (its steps do not "
+                                   "replay on MetaSchedule)")
+                    continue
+                order = [int(i) for i in np.argsort(tr.latency, kind="stable") if math.isfinite(tr.latency[i])][:per_task]
+                if not order:
+                    continue
+                report.lines += len(order)
+                scheds = table.schedules(tr.rows[order])
+                progs = []
+                for i, text in zip(order, scheds):
+                    try:
+                        progs.append((json.loads(text), float(tr.latency[i])))
+                    except ValueError:
+                        report.problem(f"{path}: task {tr.task.name}, record {int(tr.rows[i])}: schedule is not JSON")
+                if progs:
+                    out.append(SourceTask(f"{path}#{platform}", tr.task.name or tr.task.workload_hash,
+                                          tr.task.workload_hash, tr.task.workload, progs))
+    return out
+
+
+def _work_dirs_under(folder: Path) -> list[Path]:
+    found = {p.parent for p in folder.rglob(WORKLOAD_FILE + "*")
+             if p.name in (WORKLOAD_FILE, WORKLOAD_FILE + ".gz") and _file(p.parent, RECORD_FILE)}
+    return sorted(found)
+
+
+def read_sources(paths, per_task: int = 4, exclude=()) -> tuple[list[SourceTask], ImportReport]:
+    """The source tasks of ``paths`` (datasets, work dirs, folders of work dirs), each with its ``per_task``
+    fastest programs; ``exclude``: paths to leave out (the work dir being tuned). Raises ``InputError``
+    for a path that is none of these."""
+    report = ImportReport()
+    skip = {Path(p).resolve() for p in exclude}
+    out: list[SourceTask] = []
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise InputError(path, "no such dataset or work dir (--from)")
+        if path.is_file():
+            if path.suffix not in (".h5", ".hdf5"):
+                raise InputError(path, "is neither a costlab dataset (.h5) nor a MetaSchedule work dir (--from)")
+            out += _dataset(path, per_task, report)
+            continue
+        dirs = [path] if _file(path, WORKLOAD_FILE) and _file(path, RECORD_FILE) else _work_dirs_under(path)
+        dirs = [d for d in dirs if d.resolve() not in skip]
+        if not dirs and path.resolve() not in skip:
+            raise InputError(path, f"holds no MetaSchedule database ({WORKLOAD_FILE} and {RECORD_FILE}, "
+                                   "or .gz) at any depth (--from)")
+        for d in dirs:
+            out += _work_dir(d, per_task, report)
+    return out, report

@@ -1,0 +1,157 @@
+"""Transfer-tuning with real replays and builds: schedules of a tuned matmul and convolution move to other
+shapes with every tiling a perfect tiling of the new loops, other kernel classes take nothing, a schedule that
+cannot apply is counted and skipped, and a transfer into a work dir is followed by a search that continues
+from it; the database imports back."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from costlab.cli import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ms_tune_db"  # a tuned 16x16x16 matmul and a small conv2d
+CONV = "C2D:1,10,10,4,8,3,1,1"
+
+
+def _target():
+    import tvm
+
+    from costlab.datasets.targets import runnable_target
+
+    return tvm.target.Target(runnable_target("host"))
+
+
+def _matmul(n: int, m: int, k: int):
+    from tvm import te
+
+    from costlab.datasets.extract import workload_json_mod
+
+    a, b = te.placeholder((n, k), name="A"), te.placeholder((k, m), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    return workload_json_mod(te.create_prim_func([a, b, c]))
+
+
+def _workload(spec: str):
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+
+    return workload_json_mod(te_workload_task(spec)[1])
+
+
+def _sources(paths=(FIXTURE,)):
+    from costlab.export.transfer.run import _decode
+    from costlab.export.transfer.sources import read_sources
+
+    raw, report = read_sources(list(paths), 4)
+    return _decode(raw, report)
+
+
+def _candidates(mod, sources):
+    from costlab.datasets.tune_context import tune_context
+    from costlab.export.transfer.run import candidates_for
+
+    target = _target()
+    return candidates_for(mod, target, tune_context(mod, target).space_generator.postprocs, sources, set(), 64)
+
+
+def _tilings(mod, sch):
+    from costlab.export.search.decisions import sites
+
+    return [s for s in sites(mod, sch.trace) if s.kind == "SamplePerfectTile"]
+
+
+def test_matmul_schedules_move_to_another_shape_as_perfect_tilings():
+    mod = _matmul(24, 40, 48)  # 16x16x16 in the source: every tile of 16 must change
+    scheds, prov, counts = _candidates(mod, _sources())
+    assert len(scheds) >= 2 and counts["source_tasks"] == 1 and counts["adapted"] == len(scheds)
+    for sch, p in zip(scheds, prov):
+        tiles = _tilings(mod, sch)
+        assert {s.extent for s in tiles} == {24, 40, 48}
+        assert all(math.prod(s.decision) == s.extent for s in tiles)
+        assert p["match"] == "same" and p["tilings_adapted"] == 3
+    # without adaptation TVM would replay the source's factors: their product is 16, not the new extents
+    from costlab.export.transfer.replay import source_trace, tile_decisions
+
+    src = next(s for s in _sources() if s.extents == [16, 16, 16])
+    assert all(math.prod(t) == 16 for t in tile_decisions(source_trace(src.mod, src.task.programs[0][0])))
+
+
+def test_convolution_schedules_move_within_their_class_only():
+    mod = _workload(CONV)
+    scheds, prov, counts = _candidates(mod, _sources())
+    assert scheds and counts["source_tasks"] == 1 and all(p["match"] == "same" for p in prov)
+    for sch in scheds:
+        assert all(math.prod(s.decision) == s.extent for s in _tilings(mod, sch))
+    # a batch matmul (three spatial loops) is another class: nothing of the 2-D matmul or conv applies
+    scheds, _prov, counts = _candidates(_workload("GMM:1,16,16,16"), _sources())
+    assert not scheds and counts["source_tasks"] == 0
+
+
+def test_a_schedule_that_cannot_apply_is_counted_and_skipped():
+    sources = _sources()
+    src = next(s for s in sources if s.extents == [16, 16, 16])
+    good = src.task.programs[0]
+    broken = json.loads(json.dumps(good[0]))
+    for inst in broken[0]:
+        if inst[0] == "GetSBlock":
+            inst[2][0] = "no_such_block"
+    src.task.programs = [(broken, good[1]), good]
+    scheds, _prov, counts = _candidates(_matmul(24, 40, 48), [src])
+    assert len(scheds) == 1 and counts["tried"] == 2
+    assert sum(v for k, v in counts.items() if k.startswith("failed: the source record does not replay")) == 1
+
+
+def test_anchor_match_other_epilogue():
+    from costlab.export.transfer.match import match, structure
+
+    m = match(structure(_workload("C2D:1,14,14,8,8,3,1,1")), structure(_workload("CBR:1,14,14,8,8,3,1,1")))
+    assert m is not None and m.kind == "anchor" and m.names["conv2d_nhwc"] == "Conv2dOutput"
+    assert match(structure(_workload("C2D:1,14,14,8,8,3,1,1")), structure(_workload("DEP:1,14,14,8,3,1,1"))) is None
+
+
+def _records(work: Path) -> int:
+    return sum(1 for line in (work / "database_tuning_record.json").read_text().splitlines() if line.strip())
+
+
+@pytest.mark.slow
+def test_transfer_then_tune_continues_from_it(tmp_path, capsys):
+    work = tmp_path / "w"
+    args = ["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "2", "--work-dir", str(work),
+            "--no-progress", "--json"]
+    assert main(args) == 0
+    state = json.loads(capsys.readouterr().out)
+    (row,) = state["tasks"].values()
+    assert len(row["measured"]) == 2 and row["best_us"] is not None and row["done"]
+    assert all(m["source"] == str(FIXTURE) and m["match"] == "same" for m in row["measured"])
+    assert json.loads((work / "transfer.json").read_text())["tasks"] == state["tasks"]
+    assert _records(work) == 2
+    assert main(args) == 0  # re-run: the task is done, nothing measured again
+    capsys.readouterr()
+    assert _records(work) == 2
+    # the search continues from the database: the 2 transferred trials count, 2 more are searched
+    assert main(["tune", "--workload", CONV, "--trials", "4", "--per-iter", "2", "--work-dir", str(work),
+                 "--no-progress", "--no-check", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tasks"][0]["trials"] == 4 and _records(work) == 4
+    assert summary["tasks"][0]["best_us"] <= row["best_us"] + 1e-9
+    data = tmp_path / "t.h5"
+    assert main(["dataset", "import-ms", str(work), "-o", str(data)]) == 0
+    from costlab.datasets.store import open_dataset
+
+    with open_dataset(data) as ds:
+        assert sum(ds.num_records(p) for p in ds.record_platforms()) == 4
+
+
+@pytest.mark.slow
+def test_tune_transfer_from_starts_its_search_from_the_sources(tmp_path, capsys):
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", CONV, "--trials", "2", "--transfer-from", str(FIXTURE), "--transfer-top", "2",
+                 "--work-dir", str(work), "--no-progress", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    (row,) = summary["transfer"].values()
+    assert row["measured"] == 2 and summary["tasks"][0]["trials"] == 2 and _records(work) == 2
+    assert summary["tasks"][0]["check"]["status"] in ("ok", "replaced")  # the transferred program computes right
