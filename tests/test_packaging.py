@@ -21,6 +21,12 @@ def test_wheel_installs_only_costlab(tmp_path):
     for sub in ("datasets", "featurizers", "costmodels", "train", "export", "commands"):
         assert f"costlab/{sub}/__init__.py" in names
     assert "costlab/datasets/store.py" in names
+    # every subpackage of the tree travels (setup.cfg lists packages one by one: a new folder left out of it
+    # would import in a development install and be missing from the wheel)
+    for folder in ("datasets", "featurizers", "costmodels", "train", "export"):
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.relative_to(REPO / folder)
+            assert f"costlab/{folder}/{rel.as_posix()}" in names, f"{folder}/{rel.parent} is not in the wheel"
     from costlab.costmodels.shipped import shipped_names
 
     for name in shipped_names():  # the shipped models travel in the wheel
