@@ -7,7 +7,7 @@ OUT/runs/PAIR/ARM, kept (re-running `run` skips finished arms):
   src   the source network tuned by costlab's default with the model, SOURCE_PER_TASK trials per task
   x     the target after transfer alone: `costlab tune --transfer-from src --transfer-top K` with a budget of K
         per task, so nothing is searched (transfer.json says what came from where)
-  x64   x continued by costlab's search with the model, 64 more trials per task
+  x64   x continued by costlab's search with the model, 64 more trials per task (--more)
   full  MetaSchedule's default (evolutionary search + XGBoost) on the target, FULL_PER_TASK trials per task
 
 Every arm's network is compiled with its database and timed end to end by `costlab tune` itself (beside the
@@ -70,7 +70,7 @@ def _cmd(arm: str, pair: str, args, out: Path) -> list[str]:
         return [*base, "--model", args.model, "--trials", str(args.top * n), "--transfer-from", str(runs / "src"),
                 "--transfer-top", str(args.top)]
     if arm == "x64":
-        return [*base, "--model", args.model, "--trials", str((args.top + 64) * n)]
+        return [*base, "--model", args.model, "--trials", str((args.top + args.more) * n)]
     return [*base, "--trials", str(args.full_per_task * n)]
 
 
@@ -87,10 +87,10 @@ def run(args) -> int:
                 shutil.copytree(out / "runs" / pair / "x", work, ignore=shutil.ignore_patterns("done.json", "run.log",
                                                                                              ".costlab_tune.lock"))
             work.mkdir(parents=True, exist_ok=True)
-            cmd = _cmd(arm, pair, args, out)
             print(f"[{time.strftime('%H:%M:%S')}] {pair} {arm}", flush=True)
-            t0 = time.time()
             with _Lock(), open(work / "run.log", "a") as log:
+                cmd = _cmd(arm, pair, args, out)  # extracts the network's tasks: under the lock too
+                t0 = time.time()
                 rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work).returncode
             if rc:
                 print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
@@ -163,6 +163,7 @@ def main(argv=None) -> int:
     r.add_argument("--model", default="x86-cpu")
     r.add_argument("--pairs", nargs="+", default=list(PAIRS))
     r.add_argument("--top", type=int, default=4, help="programs transferred per task")
+    r.add_argument("--more", type=int, default=64, help="trials per task of costlab's search after the transfer (x64)")
     r.add_argument("--source-per-task", type=int, default=32, help="trials per task tuning the source")
     r.add_argument("--full-per-task", type=int, default=200, help="MetaSchedule's default's trials per task")
     r.add_argument("--seed", type=int, default=0)
