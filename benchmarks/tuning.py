@@ -521,7 +521,8 @@ def archive(args) -> int:
     reads an archived run as a source)."""
     src, dst = Path(args.out), Path(args.to)
     keep = ("benchmark.json", "openblas.json", "table.md", "costlab_tune.json", "progress.jsonl",
-            "search_rounds.jsonl", "remeasured.json", "a0.json")
+            "search_rounds.jsonl", "remeasured.json", "a0.json", "done.json", "exploit_state.json", "transfer.json",
+            "table.json")
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
         if path.name in keep:
