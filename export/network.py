@@ -26,6 +26,19 @@ def _time(executable, inputs, device, repeat: int = 10) -> float:
     return float(np.median(timer(*args).results))
 
 
+def _lower_passes(target) -> list:
+    """Relax's default passes after fusion (lowering, then finalizing) for ``target``. For a CPU they come from
+    ``relax.backend.cpu_generic.pipeline`` itself: TVM 0.27's ``relax.pipeline.dataflow_lower_passes`` looks
+    them up on the ``cpu_generic`` package, which does not export them (AttributeError)."""
+    from tvm.relax import pipeline as relax_pipeline
+
+    if target.kind.name == "llvm":
+        from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+        return [*cpu.dataflow_lower_passes(target), *cpu.finalize_passes(target)]
+    return [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
+
+
 def build(mod, target, database=None):
     """The network compiled for ``target``: with the tuning ``database`` applied first when one is given,
     DLight's CPU rules on every function still unscheduled."""
@@ -45,8 +58,7 @@ def build(mod, target, database=None):
         if database is not None:
             m = MetaScheduleApplyDatabase()(m)
         m = dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())(m)
-        return tvm.transform.Sequential(relax_pipeline.dataflow_lower_passes(target)
-                                        + relax_pipeline.finalize_passes(target))(m)
+        return tvm.transform.Sequential(_lower_passes(target))(m)
 
     with target, (database if database is not None else MemoryDatabase()), tvm.transform.PassContext(opt_level=3):
         return relax.build(mod, target=target, relax_pipeline=pipeline)

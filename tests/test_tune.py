@@ -235,3 +235,23 @@ def test_target_default_is_the_host(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["target"]["mcpu"] == host_target()["mcpu"]
     assert int(summary["target"]["num-cores"]) == host_target()["num-cores"]
+
+
+@pytest.mark.slow
+def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
+    """`--network` compiles the whole network with the tuning database and beside the untuned build, and
+    times both (what the end-to-end comparison of every network run rests on)."""
+    (tmp_path / "tinynet.py").write_text(
+        "import torch\n"
+        "def f():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), "
+        "(torch.randn(2, 16),)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("tinynet", None)
+    assert main(["tune", "--network", "tinynet:f", "--trials", "4", "--per-iter", "2", "--work-dir",
+                 str(tmp_path / "w"), "--no-progress", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    net = summary["network"]
+    assert net["tuned_ms"] > 0 and net["untuned_ms"] > 0 and "dlight" in net["untuned"]
+    assert sum(t["trials"] for t in summary["tasks"]) == 4
