@@ -5,16 +5,16 @@ differing in shapes only and two in architecture. Per pair, each a `costlab tune
 OUT/runs/PAIR/ARM, kept (re-running `run` skips finished arms):
 
   src   the source network tuned by costlab's default with the model, SOURCE_PER_TASK trials per task
-  x     the target after transfer alone: `costlab tune --transfer-from src --transfer-top K` with a budget of K
-        per task, so nothing is searched (transfer.json says what came from where)
+  x     the target after transfer alone: `costlab tune --transfer-from src --transfer-top K --trials 1`, so
+        nothing is searched (transfer.json says what came from where); a task no source matches stays untuned
   x64   x continued by costlab's search with the model, 64 more trials per task (--more)
   full  MetaSchedule's default (evolutionary search + XGBoost) on the target, FULL_PER_TASK trials per task
 
 Every arm's network is compiled with its database and timed end to end by `costlab tune` itself (beside the
 untuned build). The table gives the share of full's gain that transfer reaches, (untuned - x) / (untuned -
 full), and the ratio of speedups, (untuned / x) / (untuned / full); and the trials and seconds `full` needs
-until its weighted sum of task latencies (sum of weight x best, from its progress.jsonl) is no longer above
-x's (and x64's), against x's own seconds. Runs hold /tmp/costlab-cpu.lock while they build and measure.
+until its weighted sum of task latencies (sum of weight x best over the tasks x has a program for, from its
+progress.jsonl) is no longer above x's (and x64's), against x's own seconds. Runs hold /tmp/costlab-cpu.lock while they build and measure.
 
     .venv/bin/python benchmarks/transfer.py run --out bench/transfer --model x86-cpu
     .venv/bin/python benchmarks/transfer.py table --out bench/transfer
@@ -66,11 +66,12 @@ def _cmd(arm: str, pair: str, args, out: Path) -> list[str]:
             "--work-dir", str(runs / arm), "--no-progress"]
     if arm == "src":
         return [*base, "--model", args.model, "--trials", str(args.source_per_task * n)]
-    if arm == "x":
-        return [*base, "--model", args.model, "--trials", str(args.top * n), "--transfer-from", str(runs / "src"),
+    if arm == "x":  # a budget of 1: the transferred trials fill it, nothing is searched
+        return [*base, "--model", args.model, "--trials", "1", "--transfer-from", str(runs / "src"),
                 "--transfer-top", str(args.top)]
-    if arm == "x64":
-        return [*base, "--model", args.model, "--trials", str((args.top + args.more) * n)]
+    if arm == "x64":  # the trials in x's database count: 64 more per task
+        transferred = sum(t["trials"] for t in _summary(runs / "x")["tasks"])
+        return [*base, "--model", args.model, "--trials", str(transferred + args.more * n)]
     return [*base, "--trials", str(args.full_per_task * n)]
 
 
@@ -107,19 +108,25 @@ def _summary(work: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _weighted(summary: dict) -> float | None:
-    rows = summary.get("tasks", [])
-    if not rows or any(r.get("best_us") is None for r in rows):
+def _weighted(summary: dict) -> tuple[float, dict] | None:
+    """A run's sum of weight x best latency over the tasks it has a program for, and those tasks' weights."""
+    rows = [r for r in summary.get("tasks", []) if r.get("best_us") is not None]
+    if not rows:
         return None
-    return sum(r["weight"] * r["best_us"] for r in rows)
+    return sum(r["weight"] * r["best_us"] for r in rows), {r["name"]: r["weight"] for r in rows}
 
 
-def _reach(work: Path, weights: dict, goal: float) -> tuple[int, float] | None:
-    """Trials and seconds at which a run's weighted sum of task bests first got to ``goal`` or below."""
+def _reach(work: Path, goal) -> tuple[int, float] | None:
+    """Trials and seconds at which a run's weighted sum of task bests, over the tasks ``goal`` covers, first got
+    to ``goal``'s or below (from the run's progress.jsonl)."""
+    if goal is None:
+        return None
+    total, weights = goal
     best: dict = {}
     for row in _progress(work):
-        best[row["task"]] = min(best.get(row["task"], math.inf), row.get("best_us") or math.inf)
-        if len(best) == len(weights) and sum(weights[t] * best[t] for t in weights if t in best) <= goal:
+        if row["task"] in weights:
+            best[row["task"]] = min(best.get(row["task"], math.inf), row.get("best_us") or math.inf)
+        if len(best) == len(weights) and sum(weights[t] * best[t] for t in weights) <= total:
             return row["trials"], row["elapsed_s"]
     return None
 
@@ -139,8 +146,7 @@ def table(args) -> int:
         x, x64, full = net["x"]["tuned_ms"], net["x64"].get("tuned_ms"), net["full"]["tuned_ms"]
         gain = (untuned - x) / (untuned - full) if untuned > full else None
         speed = (untuned / x) / (untuned / full)
-        weights = {r["name"]: r["weight"] for r in s["full"]["tasks"]}
-        reach = {k: _reach(runs / "full", weights, _weighted(s[k])) if _weighted(s[k]) else None for k in ("x", "x64")}
+        reach = {k: _reach(runs / "full", _weighted(s[k])) for k in ("x", "x64")}
         row = dict(untuned_ms=untuned, x_ms=x, x64_ms=x64, full_ms=full, gain_share=gain, speedup_share=speed,
                    x_s=s["x"].get("wall_s"), x64_s=s["x64"].get("wall_s"), full_s=s["full"].get("wall_s"),
                    full_reach_x=reach["x"], full_reach_x64=reach["x64"], transfer=s["x"].get("transfer"))

@@ -449,11 +449,14 @@ def tune(opts: TuneOptions) -> dict:
 
 def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner) -> dict:
     """``--transfer-from``: ``costlab transfer`` into the run's database, before its search (a re-run skips the
-    tasks transferred already)."""
+    tasks transferred already). A workload's transfer stays within its ``--trials``; a network's budget is for
+    all its tasks: each gets its ``--transfer-top``, and the search has what is left (none with ``--trials 1``:
+    transfer alone)."""
     from costlab.export.search.timed import stop_requested
     from costlab.export.transfer.run import STATE_FILE, TransferOptions, transfer_tasks
 
-    topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model, top=min(opts.transfer_top, opts.trials),
+    topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model,
+                            top=min(opts.transfer_top, opts.trials) if opts.workloads else opts.transfer_top,
                             seed=opts.seed, number=opts.number, repeat=opts.repeat, progress=opts.progress)
     return transfer_tasks(tasks, target, database, builder, runner, topts, Path(opts.work_dir) / STATE_FILE,
                           should_stop=lambda: stop_requested() is not None)
