@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from costlab.common.host import describe_host, host_info
 from costlab.costmodels import metrics
 from costlab.costmodels.recipe import RECIPES, fit_lists, scores_of, task_lists
 from costlab.costmodels.tensors import take_rows
 from costlab.datasets import open_dataset
-from costlab.datasets.host import describe_host, host_info
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
 from costlab.train.predict import load_predictor

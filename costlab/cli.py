@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from costlab.datasets.errors import CostlabError
+    from costlab.common.errors import CostlabError
 
     parser = build_parser()
     try:

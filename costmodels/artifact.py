@@ -40,8 +40,8 @@ from pathlib import Path
 
 import torch
 
-from costlab.datasets import jsontext
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common import jsontext
+from costlab.common.errors import InputError, UsageError
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"

@@ -40,7 +40,7 @@ def booster_tensors(booster) -> dict:
 
 def baseline_scorer(kind: str, tensors: dict, path):
     """The scoring function of a stored baseline: per-store feature arrays in, one score per program out."""
-    from costlab.datasets.errors import InputError
+    from costlab.common.errors import InputError
 
     if kind == "xgb":
         import xgboost as xgb

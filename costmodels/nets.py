@@ -37,7 +37,7 @@ def net_config_for(kind: str, featurizer, heads: int, **overrides) -> dict:
 def build_net(kind: str, net_config: dict):
     """The net of ``kind`` built from ``net_config``; an unknown kind or option, or a value of the wrong type,
     is a ValueError naming it (checked against the config dataclass before torch sees it)."""
-    from costlab.datasets.checks import check_fields
+    from costlab.common.checks import check_fields
 
     if ALIASES.get(kind, kind) not in KINDS:
         raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(sorted(KINDS) + sorted(ALIASES))})")

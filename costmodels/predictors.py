@@ -20,8 +20,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from costlab.common.errors import InputError
 from costlab.costmodels.artifact import is_artifact, load_state, read_artifact
-from costlab.datasets.errors import InputError
 from costlab.featurizers import create, from_json
 
 LEARNED = ("tlp", "pacm", "mtl")

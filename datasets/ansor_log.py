@@ -24,7 +24,7 @@ from pathlib import Path
 
 import orjson
 
-from costlab.datasets.errors import CostlabError, InputError
+from costlab.common.errors import CostlabError, InputError
 from costlab.datasets.report import ImportReport
 from costlab.datasets.records import RecordBatch
 from costlab.datasets.store import DatasetWriter

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import orjson
 
+from costlab.common.errors import InputError
 from costlab.datasets.ansor_log import _BadLine, parse_workload_key
-from costlab.datasets.errors import InputError
 
 # {network: [(workload key, weight, description or None)]}
 NetworkInfo = dict[str, list[tuple[str, float, str | None]]]

@@ -30,9 +30,9 @@ from itertools import zip_longest
 
 import numpy as np
 
+from costlab.common.errors import InputError, UsageError
+from costlab.common.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets import records as rec
-from costlab.datasets.errors import InputError, UsageError
-from costlab.datasets.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets.ms_database import compact_json, costs_and_error
 from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
 from costlab.datasets.remote import LOST, is_lost

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from costlab.common.errors import InputError
 from costlab.datasets import records as rec
-from costlab.datasets.errors import InputError
 from costlab.datasets.ms_workload import describe_json, plain_json
 from costlab.datasets.report import ImportReport
 from costlab.datasets.store import DatasetWriter, open_dataset

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
 from costlab.datasets.names import check_name
 from costlab.datasets.records import RecordBatch
 from costlab.datasets.splits import SPLIT_KINDS, Split

@@ -21,8 +21,8 @@ import h5py
 import numpy as np
 
 from costlab import __version__
+from costlab.common.errors import CostlabError, DatasetFormatError, InputError
 from costlab.datasets import schema
-from costlab.datasets.errors import CostlabError, DatasetFormatError, InputError
 from costlab.datasets.records import RecordBatch, mean_latency, scores
 from costlab.datasets.targets import check_platform_id
 
@@ -32,7 +32,7 @@ class Platform:
     id: str
     target: dict
     spec: dict | None = None
-    host: dict | None = None  # the machine that measured the platform's records (datasets/host.py), if known
+    host: dict | None = None  # the machine that measured the platform's records (costlab/common/host.py), if known
 
 
 @dataclass

@@ -24,9 +24,9 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
+from costlab.common.errors import InputError, UsageError
 from costlab.costmodels.adapt import OnlineAdapter
 from costlab.costmodels.predictors import NetPredictor, head_of, load as load_predictor
-from costlab.datasets.errors import InputError, UsageError
 
 
 def check_model_for_target(predictor, target, strict: bool = False, where="model") -> None:

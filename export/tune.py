@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costlab.datasets.errors import UsageError
+from costlab.common.errors import UsageError
 
 LOCK_FILE = ".costlab_tune.lock"
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from costlab.cli import main
-from costlab.datasets import (DatasetFormatError, DatasetWriter, InputError, RecordBatch, open_dataset,
-                              program_id, schema)
+from costlab.common.errors import DatasetFormatError, InputError
+from costlab.datasets import DatasetWriter, RecordBatch, open_dataset, program_id, schema
 
 
 def _batch(task: int, n: int, start: int = 0, fail_every: int = 0) -> RecordBatch:

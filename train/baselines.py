@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from costlab.common import jsontext
+from costlab.common.errors import UsageError
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.baselines import FEATURE, booster_tensors, mlp_trainer, xgb_model
-from costlab.datasets import UsageError, jsontext, open_dataset
+from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -173,7 +173,7 @@ SECTIONS = ("net", "data_options", "trainer")
 
 def check_config(cfg: dict) -> dict:
     """``cfg`` with every known value checked and numbers converted (``lr: 1e-3`` is text to YAML)."""
-    from costlab.datasets.checks import coerce
+    from costlab.common.checks import coerce
 
     for section in SECTIONS:
         if not isinstance(cfg.get(section), dict):

@@ -18,9 +18,9 @@ import lightning as L
 import torch
 import yaml
 
-from costlab.datasets import jsontext
-from costlab.datasets.checks import check_fields
-from costlab.datasets.errors import UsageError
+from costlab.common import jsontext
+from costlab.common.checks import check_fields
+from costlab.common.errors import UsageError
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
 from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.module import CostModelModule

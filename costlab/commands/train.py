@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from costlab.commands.options import directory, fraction, positive_int
+from costlab.common.errors import UsageError
 from costlab.costmodels.recipe import RECIPES
-from costlab.datasets.errors import UsageError
 
 
 def _common(q) -> None:
@@ -75,7 +75,7 @@ def register(sub) -> None:
 def _run(cfg, args) -> int:
     from costlab.train.fit import train
 
-    from costlab.datasets import jsontext
+    from costlab.common import jsontext
 
     summary = train(cfg, progress=not args.no_progress, resume=getattr(args, "resume", False))
     print(jsontext.dumps(summary, indent=2), file=sys.stderr)
@@ -102,7 +102,7 @@ def _finetune(args) -> int:
     if (args.recipe or ("lightning" if lightning else "safe")) != "lightning":
         if lightning:
             raise UsageError("--momentum, --epochs and --set belong to --recipe lightning")
-        from costlab.datasets import jsontext
+        from costlab.common import jsontext
         from costlab.train.finetune import finetune
 
         summary = finetune(args.source, args.data, args.platform, args.out, args.recipe or "safe", split=args.split,
@@ -118,7 +118,7 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from costlab.datasets import jsontext
+    from costlab.common import jsontext
     from costlab.train.evaluate import evaluate
     from costlab.train.report import write_report
 

@@ -141,7 +141,7 @@ def signals_end_cleanly():
 
 
 def _counts(text: str) -> tuple:
-    from costlab.datasets.errors import UsageError
+    from costlab.common.errors import UsageError
 
     try:
         return tuple(int(x) for x in str(text).split(",") if x.strip())

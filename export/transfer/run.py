@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
 
 STATE_FILE = "transfer.json"
 

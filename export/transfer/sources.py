@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costlab.datasets.errors import InputError
+from costlab.common.errors import InputError
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.report import ImportReport
 
