@@ -4,8 +4,8 @@
   ``DatasetFormatError``, ``UsageError``);
 - ``jsontext``: strict JSON text (no bare ``NaN``, numpy values as plain numbers);
 - ``checks``: checks of option values against the types of the dataclass that takes them;
-- ``host``: the machine a measurement runs on (CPU model, ISA flags, caches, threads), read from
-  ``/proc/cpuinfo`` and sysfs.
+- ``host``: the machine a measurement runs on (CPU model, ISA flags, caches, threads): the one parser of
+  ``/proc/cpuinfo`` and sysfs's cache folders, for the host record and for the hardware spec of the local CPU.
 
 It imports nothing of costlab above it (``datasets``, ``featurizers``, ``costmodels``, ``train``, ``export``,
 the command line): every other room may import it, and it stays pure Python (no TVM, no torch).
