@@ -3,6 +3,9 @@ features (the ``stmt`` output of the PaCM featurizer), scoring through MetaSched
 
 Both are stored like every costlab model (``artifact.py``): the booster as the bytes of XGBoost's JSON model
 in one uint8 tensor, the MLP as its state dict.
+
+One concept at two layers: this module is the baselines' inference side (what a stored baseline scores with,
+loadable without Lightning); ``train/baselines.py`` (``costlab.train.baselines``) trains them, on top of it.
 """
 
 from __future__ import annotations

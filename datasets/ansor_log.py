@@ -25,7 +25,7 @@ from pathlib import Path
 import orjson
 
 from costlab.common.errors import CostlabError, InputError
-from costlab.datasets.report import ImportReport
+from costlab.datasets.import_report import ImportReport
 from costlab.datasets.records import RecordBatch
 from costlab.datasets.store import DatasetWriter
 from costlab.datasets.targets import check_platform_id, platform_id_for, target_from_string

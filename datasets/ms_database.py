@@ -29,8 +29,8 @@ import orjson
 
 from costlab.common.errors import InputError
 from costlab.datasets import records as rec
+from costlab.datasets.import_report import ImportReport
 from costlab.datasets.ms_workload import describe_json, plain_json
-from costlab.datasets.report import ImportReport
 from costlab.datasets.store import DatasetWriter, open_dataset
 from costlab.datasets.targets import platform_id_for
 

@@ -6,6 +6,9 @@ lowered program), so all models see the same programs. Training goes through Met
 (``XGBModel._train`` with its pack-sum objective and early stopping; ``SegmentSumMLPTrainer.train_full``),
 fed with the dataset's records grouped by task instead of a tuning run's measurements. Saved without
 pickle: the booster as XGBoost JSON, the MLP as safetensors, beside ``config.json``.
+
+One concept at two layers: this module is the baselines' training side; ``costmodels/baselines.py``
+(``costlab.costmodels.baselines``) builds the same MetaSchedule models and scores with a stored one at inference.
 """
 
 from __future__ import annotations

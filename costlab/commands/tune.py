@@ -199,7 +199,7 @@ def _tune(args) -> int:
 
 
 def _export(args) -> int:
-    from costlab.export.artifact import export_model
+    from costlab.export.export_model import export_model
 
     print(f"exported: {export_model(args.source, args.output, archive=args.archive, force=args.force)}", file=sys.stderr)
     return 0

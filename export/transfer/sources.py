@@ -16,7 +16,7 @@ from pathlib import Path
 
 from costlab.common.errors import InputError
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
-from costlab.datasets.report import ImportReport
+from costlab.datasets.import_report import ImportReport
 
 
 @dataclass
