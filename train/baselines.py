@@ -25,6 +25,7 @@ from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.baselines import FEATURE, booster_tensors, mlp_trainer, xgb_model
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
+from costlab.train.run_dir import run_dir
 
 
 def _training_data(cfg: dict):
@@ -49,8 +50,6 @@ def train_baseline(cfg: dict) -> dict:
     import time
 
     kind = cfg["model"]
-    from costlab.train.fit import run_dir
-
     out = run_dir(cfg["out"]) / "model"
     out.mkdir(parents=True, exist_ok=True)
     random.seed(int(cfg["seed"]))

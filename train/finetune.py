@@ -25,11 +25,10 @@ from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.evaluate import select_rows
 from costlab.train.predict import load_predictor
+from costlab.train.run_dir import run_dir
 
 
 def finetune(source, data, platform: str, out, spec="safe", split: str | None = None, seed: int = 0) -> dict:
-    from costlab.train.fit import run_dir
-
     r = recipe(spec)
     pred = load_predictor(source)
     if not isinstance(pred, NetPredictor):

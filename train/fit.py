@@ -22,9 +22,11 @@ from costlab.common import jsontext
 from costlab.common.checks import check_fields
 from costlab.common.errors import UsageError
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
+from costlab.train.baselines import train_baseline
 from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
+from costlab.train.run_dir import run_dir
 from costlab.costmodels.nets import featurizer_for, net_config_for
 from costlab.costmodels.predictors import resolve
 
@@ -90,15 +92,6 @@ class _StopOnDivergence(L.Callback):
                 "trainer.gradient_clip_val)")
 
 
-def run_dir(path) -> Path:
-    """The run directory ``path``, created if missing; an existing file there is refused, not overwritten."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory (a training run writes a directory)")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def load_weights(module: CostModelModule, source) -> None:
     """Initialise a module's net from a Lightning checkpoint or a pretrained model directory."""
     source = Path(source)
@@ -127,8 +120,6 @@ def source_meta(source) -> dict:
 def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     kind = cfg["model"]
     if kind not in LEARNED:
-        from costlab.train.baselines import train_baseline
-
         return train_baseline(cfg)
     out = run_dir(cfg["out"])
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
