@@ -68,7 +68,7 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
     else:
         from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup
 
-        from costlab.train.baselines import _steplr_accepting_verbose
+        from costlab.train.baselines import steplr_accepting_verbose
 
         n_tasks = len(np.unique(t))
         if n_tasks < 2:
@@ -77,7 +77,7 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
         for g in np.unique(t):
             idx = np.flatnonzero(t == g)
             trainer.state.data[str(g)] = FeatureGroup(str(g), [xs[i] for i in idx], cost[idx])
-        with _steplr_accepting_verbose():
+        with steplr_accepting_verbose():
             trainer.train_full()
         scorer = trainer.predict_incremental
     return score_stores(scorer, take_rows(feats, test_idx))

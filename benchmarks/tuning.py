@@ -194,7 +194,8 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.common.host import host_info
-    from costlab.datasets.measure import MeasureOptions, _replay, build_and_run, close_runner, make_builder, make_runner
+    from costlab.datasets.measure import (MeasureOptions, build_and_run, close_runner, make_builder, make_runner,
+                                          replay_candidate)
     from costlab.datasets.ms_workload import plain_json
     from costlab.datasets.targets import runnable_target
 
@@ -211,7 +212,7 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
             break
     if not best:
         return
-    cands = [_replay(r.workload.mod, trace) for r, trace in best]
+    cands = [replay_candidate(r.workload.mod, trace) for r, trace in best]
     opts = MeasureOptions(target=target_text, number=3, repeat=repeat)
     runner = make_runner(opts, target)
     try:

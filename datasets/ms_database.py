@@ -114,8 +114,9 @@ def _base64_problem(text: str) -> str | None:
     return None if raw else "empty"
 
 
-def _parse_record(value) -> tuple[int, list, list | None, dict | None, list | None]:
-    """(workload index, trace, run_secs, target, args_info) of a record line, or ValueError saying what is wrong."""
+def parse_record(value) -> tuple[int, list, list | None, dict | None, list | None]:
+    """(workload index, trace, run_secs, target, args_info) of a line of a MetaSchedule JSON database's records
+    file, parsed as JSON (``value``), its shape checked without TVM; or ValueError saying what is wrong."""
     if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
         raise ValueError("not a tuning record ([workload_index, [trace, run_secs, target, args_info]])")
     idx, body = value
@@ -191,7 +192,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                     report.lines += 1
                     where = f"{tr_path}:{i + 1}"
                     try:
-                        idx, trace, run_secs, target, args_info = _parse_record(orjson.loads(line))
+                        idx, trace, run_secs, target, args_info = parse_record(orjson.loads(line))
                     except orjson.JSONDecodeError as exc:
                         report.problem(f"{where}: not JSON ({exc})")
                         continue
@@ -400,7 +401,7 @@ def repair_work_dir(work_dir) -> list[str]:
         if not line.strip():
             continue
         try:
-            idx = _parse_record(orjson.loads(line))[0]
+            idx = parse_record(orjson.loads(line))[0]
             if idx not in good:
                 raise ValueError(f"refers to workload line {idx + 1}, which is {'bad' if idx < len(wl_lines) + 1 else 'missing'}")
             if not line.endswith(b"\n"):

@@ -75,7 +75,7 @@ def train_baseline(cfg: dict) -> dict:
         for t in np.unique(task):
             idx = np.flatnonzero(task == t)
             trainer.state.data[str(t)] = FeatureGroup(str(t), [xs[i] for i in idx], cost[idx])
-        with _steplr_accepting_verbose():
+        with steplr_accepting_verbose():
             trainer.train_full()
         tensors = trainer.state.model.state_dict()
     else:
@@ -96,9 +96,10 @@ class _StepLR(torch.optim.lr_scheduler.StepLR):
         super().__init__(*args, **kwargs)
 
 
-class _steplr_accepting_verbose:
+class steplr_accepting_verbose:
     """MetaSchedule's SegmentSum MLP trainer passes ``verbose=`` to ``StepLR``, an argument this torch no
-    longer takes; for the duration of its training, StepLR accepts and ignores it."""
+    longer takes; for the duration of its training, StepLR accepts and ignores it. A context manager:
+    ``with steplr_accepting_verbose(): trainer.train_full()`` (a trainer from ``costmodels.baselines.mlp_trainer``)."""
 
     def __enter__(self):
         self._orig = torch.optim.lr_scheduler.StepLR

@@ -44,7 +44,7 @@ def _file(work: Path, name: str) -> Path | None:
 def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
     import orjson
 
-    from costlab.datasets.ms_database import _base64_problem, _parse_record, costs_and_error
+    from costlab.datasets.ms_database import _base64_problem, costs_and_error, parse_record
     from costlab.datasets.records import ERROR_NONE
 
     wl_path, rec_path = _file(work, WORKLOAD_FILE), _file(work, RECORD_FILE)
@@ -70,7 +70,7 @@ def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTas
             continue
         report.lines += 1
         try:
-            idx, trace, run_secs, _target, _args = _parse_record(orjson.loads(line))
+            idx, trace, run_secs, _target, _args = parse_record(orjson.loads(line))
         except ValueError as exc:
             report.problem(f"{rec_path}:{i + 1}: {exc}")
             continue
