@@ -13,8 +13,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from costlab.costmodels.kinds import ModelKind, register
+
 FEATURE = "stmt"
 BOOSTER = "xgboost_json"
+
+
+@register
+class XGBKind(ModelKind):
+    """MetaSchedule's XGBoost model (the model kinds' registry: ``kinds.py``)."""
+
+    name, featurizer, learned = "xgb", "pacm", False
+
+
+@register
+class MLPKind(ModelKind):
+    """MetaSchedule's SegmentSum MLP."""
+
+    name, featurizer, learned = "mlp", "pacm", False
 
 
 def xgb_model():

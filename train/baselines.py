@@ -21,6 +21,7 @@ import torch
 
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
+from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.baselines import FEATURE, booster_tensors, mlp_trainer, xgb_model
 from costlab.datasets import open_dataset
@@ -31,7 +32,8 @@ from costlab.train.run_dir import run_dir
 def _training_data(cfg: dict):
     from costlab.train.data import CostDataModule, DataConfig
 
-    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer="pacm", platforms=list(cfg["platforms"]),
+    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=kinds.create(cfg["model"]).featurizer,
+                                   platforms=list(cfg["platforms"]),
                                    split=cfg["split"], seed=int(cfg["seed"]), val_fraction=0.0))
     dm.setup()
     rows = dm.train_rows

@@ -27,10 +27,9 @@ from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
 from costlab.train.run_dir import run_dir
-from costlab.costmodels.nets import featurizer_for, net_config_for
+from costlab.costmodels import kinds
+from costlab.costmodels.nets import net_config_for
 from costlab.costmodels.predictors import resolve
-
-LEARNED = ("tlp", "pacm", "mtl")
 
 
 class _DropAdverts(logging.Filter):
@@ -119,7 +118,8 @@ def source_meta(source) -> dict:
 
 def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     kind = cfg["model"]
-    if kind not in LEARNED:
+    model = kinds.create(kind)
+    if not model.learned:
         return train_baseline(cfg)
     out = run_dir(cfg["out"])
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
@@ -129,15 +129,15 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
-    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=featurizer_for(kind),
+    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=model.featurizer,
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
                                    **dopts), featurizer=source and source["featurizer"])
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
-    if kind == "mtl" and len(cfg["platforms"]) < 2:
-        raise UsageError("model 'mtl' needs at least two platforms (platforms: [target, other, ...])")
-    heads = len(cfg["platforms"]) if kind == "mtl" else 1
-    if kind != "mtl":
+    if model.multi_head and len(cfg["platforms"]) < 2:
+        raise UsageError(f"model {kind!r} needs at least two platforms (platforms: [target, other, ...])")
+    heads = len(cfg["platforms"]) if model.multi_head else 1
+    if not model.multi_head:
         dm.labels.score = dm.labels.score[:, :1]
         dm.labels.latency = dm.labels.latency[:, :1]
     # fine-tuning keeps the source's net (and featurizer, vocabulary included) exactly

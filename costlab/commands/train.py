@@ -7,6 +7,7 @@ from pathlib import Path
 
 from costlab.commands.options import directory, fraction, positive_int
 from costlab.common.errors import UsageError
+from costlab.costmodels import kinds
 from costlab.costmodels.recipe import RECIPES
 
 
@@ -25,7 +26,7 @@ def register(sub) -> None:
                        "and/or options. The run directory gets checkpoints, CSV/TensorBoard logs, the best model "
                        "(config.json + model.safetensors) and summary.json. Re-run with --resume to continue.")
     q.add_argument("--config", type=Path, metavar="CONFIG.yaml", help="training config (see train/config.py)")
-    q.add_argument("--model", choices=["tlp", "pacm", "mtl", "xgb", "mlp"], help="model kind (default tlp)")
+    q.add_argument("--model", choices=kinds.names(), help="model kind (default tlp)")
     q.add_argument("--data", type=Path, metavar="DATA.h5")
     q.add_argument("--split", help="a split stored in the dataset (costlab dataset split)")
     q.add_argument("--platform", action="append", dest="platforms", metavar="ID",
