@@ -138,7 +138,8 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
 
 def _tasks_of(workload_args: list[str], target):
     """The workload's tasks as `costlab tune` extracts them."""
-    from costlab.export.tune import TuneOptions, workload_tasks
+    from costlab.export.tasks import workload_tasks
+    from costlab.export.tune import TuneOptions
 
     opts = TuneOptions(work_dir=".", target=target)
     i = 0

@@ -93,7 +93,7 @@ def _read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, st
                     or not isinstance(value[1], str) or not value[0].isdigit()):
                 report.problem(f"{path}:{i + 1}: not a workload ([shash string, base64 IR string])")
                 continue
-            why = _base64_problem(value[1])
+            why = base64_problem(value[1])
             if why:  # stored, it would make every record of the workload unreadable later
                 report.problem(f"{path}:{i + 1}: workload IR is not valid base64 ({why})")
                 continue
@@ -101,7 +101,7 @@ def _read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, st
     return out
 
 
-def _base64_problem(text: str) -> str | None:
+def base64_problem(text: str) -> str | None:
     """Why ``text`` is not the base64 of a serialized IRModule, or None. Checks the encoding only (no TVM):
     characters outside the base64 alphabet, a length that is not a multiple of 4, nothing encoded."""
     import base64

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from costlab.common.errors import InputError, UsageError
+from costlab.export.tasks import workload_tasks
 
 STATE_FILE = "transfer.json"
 
@@ -174,7 +175,7 @@ def _rank(predictor, head: int, mod, target, scheds) -> np.ndarray:
 
 def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptions, state_path: Path,
                    should_stop=None) -> dict:
-    """Transfer into ``database`` for ``tasks`` (``export.tune.Task``s); returns the summary (also in
+    """Transfer into ``database`` for ``tasks`` (``export.tasks.Task``s); returns the summary (also in
     ``state_path``)."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -255,7 +256,6 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
     from costlab.datasets.ms_database import repair_work_dir
     from costlab.datasets.targets import runnable_target
-    from costlab.export.tune import workload_tasks
     from costlab.export.workdir import lock_work_dir
 
     try:

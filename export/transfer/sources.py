@@ -44,7 +44,7 @@ def _file(work: Path, name: str) -> Path | None:
 def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
     import orjson
 
-    from costlab.datasets.ms_database import _base64_problem, costs_and_error, parse_record
+    from costlab.datasets.ms_database import base64_problem, costs_and_error, parse_record
     from costlab.datasets.records import ERROR_NONE
 
     wl_path, rec_path = _file(work, WORKLOAD_FILE), _file(work, RECORD_FILE)
@@ -57,7 +57,7 @@ def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTas
             value = orjson.loads(line)
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
                 raise ValueError("not a workload ([shash string, base64 IR string])")
-            why = _base64_problem(value[1])
+            why = base64_problem(value[1])
             if why:
                 raise ValueError(f"workload IR is not valid base64 ({why})")
         except ValueError as exc:  # orjson's decode error is a ValueError too
