@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import orjson
 
 from costlab.common.errors import InputError
+from costlab.common.files import write_atomically
 from costlab.datasets import records as rec
 from costlab.datasets.import_report import ImportReport
 from costlab.datasets.ms_workload import describe_json, plain_json
@@ -288,21 +288,6 @@ def _args_info(task) -> list:
     return [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
 
 
-def rewrite_atomically(path: Path, lines: list[bytes]) -> None:
-    """Replace ``path`` by ``lines`` atomically (a temporary file beside it, renamed over it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.writelines(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str:
     """Write the records of ``platform`` as a MetaSchedule database in ``out_dir`` (created if missing),
     loadable by ``JSONDatabase(work_dir=out_dir)``. Returns a one-line summary.
@@ -361,7 +346,7 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
         raise InputError(out_dir, f"already holds a MetaSchedule database ({', '.join(existing)}); "
                                   "choose an empty directory (costlab never overwrites one)")
     for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
-        rewrite_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
+        write_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
     skipped = len(task_col) - len(rows)
     text = f"{out_dir}: {len(wl_lines)} workloads, {len(rec_lines)} records of platform {platform!r}"
     if skipped:
@@ -415,7 +400,7 @@ def repair_work_dir(work_dir) -> list[str]:
         with open(work_dir / "database_tuning_record.bad-lines.jsonl", "ab") as fh:
             fh.writelines(moved)
         if bad_wl:
-            rewrite_atomically(wl_path, wl_lines)
+            write_atomically(wl_path, wl_lines)
         if len(keep) != len([x for x in tr_lines if x.strip()]):
-            rewrite_atomically(tr_path, keep)
+            write_atomically(tr_path, keep)
     return problems

@@ -372,6 +372,10 @@ class DatasetWriter:
     it over the original, leaving it by an exception (or Ctrl-C) deletes the copy. A path that is a symbolic
     link is written through: the copy, the rename and the lock are beside the link's target, and the link
     stays as it is.
+
+    Not ``costlab.common.files.write_atomically``: that writes a file whole from bytes, while a transaction
+    starts from a copy of the existing file that HDF5 edits in place (and may repack), holds a lock for its
+    whole length and removes the copies of killed writers; only its final fsync and rename are alike.
     """
 
     FLUSH_ROWS = 1 << 16

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from costlab.common.errors import InputError, UsageError
+from costlab.common.files import write_atomically
 from costlab.export.tasks import workload_tasks
 
 STATE_FILE = "transfer.json"
@@ -80,9 +81,7 @@ def _read_state(path: Path) -> dict:
 
 
 def _write_state(path: Path, state: dict) -> None:
-    from costlab.datasets.ms_database import rewrite_atomically
-
-    rewrite_atomically(path, [json.dumps(state, indent=1).encode()])
+    write_atomically(path, json.dumps(state, indent=1).encode())
 
 
 class _Source:
