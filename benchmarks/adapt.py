@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from costlab.common.host import describe_host, host_info
 from costlab.costmodels import metrics
 from costlab.costmodels.recipe import RECIPES, fit_lists, scores_of, task_lists
 from costlab.costmodels.tensors import take_rows
 from costlab.datasets import open_dataset
-from costlab.datasets.host import describe_host, host_info
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
 from costlab.train.predict import load_predictor
@@ -68,7 +68,7 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
     else:
         from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup
 
-        from costlab.train.baselines import _steplr_accepting_verbose
+        from costlab.train.baselines import steplr_accepting_verbose
 
         n_tasks = len(np.unique(t))
         if n_tasks < 2:
@@ -77,7 +77,7 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
         for g in np.unique(t):
             idx = np.flatnonzero(t == g)
             trainer.state.data[str(g)] = FeatureGroup(str(g), [xs[i] for i in idx], cost[idx])
-        with _steplr_accepting_verbose():
+        with steplr_accepting_verbose():
             trainer.train_full()
         scorer = trainer.predict_incremental
     return score_stores(scorer, take_rows(feats, test_idx))

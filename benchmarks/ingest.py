@@ -169,8 +169,7 @@ def ms_breakdown(src: Path) -> list[tuple[str, float]]:
     import gc
 
     from costlab.datasets import records as rec
-    from costlab.datasets.ms_database import _parse_record as parse_record
-    from costlab.datasets.ms_database import compact_json, costs_and_error, import_ms
+    from costlab.datasets.ms_database import compact_json, costs_and_error, import_ms, parse_record
 
     path = src / "database_tuning_record.json"
     lines = [x for x in path.read_bytes().splitlines() if x.strip()]

@@ -96,7 +96,7 @@ def run(args) -> int:
             if rc:
                 print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
                 break  # the arms after it depend on it
-            from costlab.datasets.host import host_info
+            from costlab.common.host import host_info
 
             (work / "done.json").write_text(json.dumps(dict(wall_s=time.time() - t0, host=host_info(), cmd=cmd[2:],
                                                             at=time.strftime("%Y-%m-%d %H:%M:%S"))))

@@ -138,7 +138,8 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
 
 def _tasks_of(workload_args: list[str], target):
     """The workload's tasks as `costlab tune` extracts them."""
-    from costlab.export.tune import TuneOptions, workload_tasks
+    from costlab.export.tasks import workload_tasks
+    from costlab.export.tune import TuneOptions
 
     opts = TuneOptions(work_dir=".", target=target)
     i = 0
@@ -193,8 +194,9 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.datasets.host import host_info
-    from costlab.datasets.measure import MeasureOptions, _replay, build_and_run, close_runner, make_builder, make_runner
+    from costlab.common.host import host_info
+    from costlab.datasets.measure import (MeasureOptions, build_and_run, close_runner, make_builder, make_runner,
+                                          replay_candidate)
     from costlab.datasets.ms_workload import plain_json
     from costlab.datasets.targets import runnable_target
 
@@ -211,7 +213,7 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
             break
     if not best:
         return
-    cands = [_replay(r.workload.mod, trace) for r, trace in best]
+    cands = [replay_candidate(r.workload.mod, trace) for r, trace in best]
     opts = MeasureOptions(target=target_text, number=3, repeat=repeat)
     runner = make_runner(opts, target)
     try:
@@ -258,7 +260,7 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "benchmark.json"
-    from costlab.datasets.host import host_info
+    from costlab.common.host import host_info
     from costlab.datasets.targets import runnable_target
 
     info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model,
@@ -390,7 +392,7 @@ def table(args) -> int:
     meta = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
     lines = []
     if meta:
-        from costlab.datasets.host import describe_host
+        from costlab.common.host import describe_host
 
         lines.append(f"host: {describe_host(meta['host'])}; target {json.dumps(meta['target'])}; "
                      f"budget {meta['trials']} trials; model {meta.get('model')} {meta.get('model_sha256', '')}")

@@ -8,12 +8,16 @@ import sys
 from costlab import __version__
 from costlab.commands import dataset as dataset_cmd
 from costlab.commands import exploit as exploit_cmd
+from costlab.commands import export as export_cmd
 from costlab.commands import featurize as featurize_cmd
+from costlab.commands import models as models_cmd
 from costlab.commands import train as train_cmd
 from costlab.commands import transfer as transfer_cmd
 from costlab.commands import tune as tune_cmd
+from costlab.commands.signals import Terminated
 
-COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, transfer_cmd, exploit_cmd]
+# in the order `costlab --help` lists them
+COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, export_cmd, models_cmd, transfer_cmd, exploit_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from costlab.datasets.errors import CostlabError
+    from costlab.common.errors import CostlabError
 
     parser = build_parser()
     try:
@@ -71,11 +75,6 @@ def _exit_now_if_hdf5_failed(code: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, `kill` and job schedulers send), raised like Ctrl-C so that every transaction
-    and temporary file is undone on the way out."""
 
 
 def _terminate_as_interrupt():

@@ -40,8 +40,9 @@ from pathlib import Path
 
 import torch
 
-from costlab.datasets import jsontext
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common import jsontext
+from costlab.common.errors import InputError, UsageError
+from costlab.common.files import atomic_file, write_atomically
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -106,34 +107,18 @@ def save_artifact(directory, tensors: dict, config: dict) -> Path:
     config = {k: v for k, v in config.items() if k not in HASHES}
     config = seal_config(dict(config, format=FORMAT, format_version=FORMAT_VERSION,
                               weights_sha256=hashlib.sha256(blob).hexdigest()))
-    _atomic_write(directory / WEIGHTS, blob)
-    _atomic_write(directory / CONFIG, jsontext.dumps(config, indent=2, sort_keys=True).encode())
+    write_atomically(directory / WEIGHTS, blob)
+    write_atomically(directory / CONFIG, jsontext.dumps(config, indent=2, sort_keys=True).encode())
     return directory
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def pack_archive(directory, archive) -> Path:
     """One file holding an artifact directory's ``config.json`` and ``model.safetensors`` (an uncompressed tar:
     safetensors do not compress, and members are read in place)."""
     directory, archive = Path(directory), Path(archive)
-    tmp = archive.with_name(f".{archive.name}.tmp-{os.getpid()}")
-    try:
-        with tarfile.open(tmp, "w") as tar:
-            for name in (CONFIG, WEIGHTS):
-                tar.add(directory / name, arcname=name)
-        os.replace(tmp, archive)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_file(archive) as fh, tarfile.open(fileobj=fh, mode="w") as tar:
+        for name in (CONFIG, WEIGHTS):
+            tar.add(directory / name, arcname=name)
     return archive
 
 
@@ -391,10 +376,11 @@ def check_net_fits(config: dict, shapes: dict, where) -> None:
     """A learned net's config against the weights' shapes, before any real net is built from it: each number
     of the net config no larger than the weights could hold, the net built on the ``meta`` device (nothing
     allocated) with exactly the weights' tensors and shapes, and the featurizer feeding the sizes it has."""
-    from costlab.costmodels.nets import KINDS, ALIASES, build_net, check_featurizer_fits
+    from costlab.costmodels import kinds
+    from costlab.costmodels.nets import build_net, check_featurizer_fits
 
     kind = config.get("kind")
-    if ALIASES.get(kind, kind) not in KINDS:
+    if kind not in kinds.learned():
         return  # a baseline (its sizes are not read from the config) or an unknown kind, refused by the loader
     net = config["net"]
     bound = max([len(shapes)] + [d for s in shapes.values() for d in s])

@@ -3,6 +3,9 @@ features (the ``stmt`` output of the PaCM featurizer), scoring through MetaSched
 
 Both are stored like every costlab model (``artifact.py``): the booster as the bytes of XGBoost's JSON model
 in one uint8 tensor, the MLP as its state dict.
+
+One concept at two layers: this module is the baselines' inference side (what a stored baseline scores with,
+loadable without Lightning); ``train/baselines.py`` (``costlab.train.baselines``) trains them, on top of it.
 """
 
 from __future__ import annotations
@@ -10,8 +13,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from costlab.costmodels.kinds import ModelKind, register
+
 FEATURE = "stmt"
 BOOSTER = "xgboost_json"
+
+
+@register
+class XGBKind(ModelKind):
+    """MetaSchedule's XGBoost model (the model kinds' registry: ``kinds.py``)."""
+
+    name, featurizer, learned = "xgb", "pacm", False
+
+
+@register
+class MLPKind(ModelKind):
+    """MetaSchedule's SegmentSum MLP."""
+
+    name, featurizer, learned = "mlp", "pacm", False
 
 
 def xgb_model():
@@ -40,7 +59,7 @@ def booster_tensors(booster) -> dict:
 
 def baseline_scorer(kind: str, tensors: dict, path):
     """The scoring function of a stored baseline: per-store feature arrays in, one score per program out."""
-    from costlab.datasets.errors import InputError
+    from costlab.common.errors import InputError
 
     if kind == "xgb":
         import xgboost as xgb

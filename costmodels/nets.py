@@ -1,48 +1,123 @@
-"""Which net each model kind is, how its size follows from the featurizer, and which batch entries it eats."""
+"""The learned model kinds (registered in ``kinds.py``): which net each is, how its size follows from the
+featurizer, and which batch entries it eats."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from costlab.costmodels.kinds import ModelKind, register
 from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig
 from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig
 
-# model kind -> (featurizer it is fed by, net class, config class)
-KINDS = {
-    "tlp": ("tlp", TLPNet, TLPNetConfig),
-    "pacm": ("pacm", PaCMNet, PaCMNetConfig),
-}
-# "mtl" is the TLP net with one head per platform
-ALIASES = {"mtl": "tlp"}
+
+class NetKind(ModelKind):
+    """A learned net: its class and config class, sized from a fitted featurizer."""
+
+    #: the net it builds: its own name, or the kind whose net it shares ("mtl" is the TLP net)
+    net: ClassVar[str]
+    net_cls: ClassVar[type]
+    cfg_cls: ClassVar[type]
+
+    def base_config(self, featurizer) -> dict:
+        """The net config's sizes that follow from a fitted featurizer."""
+        raise NotImplementedError
+
+    def featurizer_fits(self, net_config: dict, feat) -> str | None:
+        """What makes the featurizer ``feat`` (of this kind's featurizer) unfit for ``net_config``, or None."""
+        return None
+
+    def inputs(self, batch: dict) -> tuple:
+        raise NotImplementedError
+
+
+@register
+class TLPKind(NetKind):
+    name = net = featurizer = "tlp"
+    net_cls, cfg_cls = TLPNet, TLPNetConfig
+
+    def base_config(self, featurizer) -> dict:
+        cfg = featurizer.config
+        return dict(vocab_size=len(cfg["vocabulary"]), num_slots=int(cfg["num_slots"]), max_len=int(cfg["seq_len"]))
+
+    def featurizer_fits(self, net_config: dict, feat) -> str | None:
+        cfg = feat.config
+        vocabulary = cfg.get("vocabulary")
+        if not isinstance(vocabulary, list):
+            return "the tlp featurizer has no vocabulary"
+        if len(vocabulary) != int(net_config["vocab_size"]):
+            return (f"its vocabulary has {len(vocabulary)} entries, the net's embedding "
+                    f"{int(net_config['vocab_size'])}")
+        if int(cfg["num_slots"]) != int(net_config["num_slots"]):
+            return (f"it gives {int(cfg['num_slots'])} numeric slots per token, the net reads "
+                    f"{net_config['num_slots']}")
+        if int(cfg["seq_len"]) > int(net_config["max_len"]):
+            return (f"its sequences are {int(cfg['seq_len'])} tokens long, the net has {net_config['max_len']} "
+                    "positions")
+        return None
+
+    def inputs(self, batch: dict) -> tuple:
+        return batch["kind"].long(), batch["numeric"].float(), batch["mask"].bool()
+
+
+@register
+class PaCMKind(NetKind):
+    name = net = featurizer = "pacm"
+    net_cls, cfg_cls = PaCMNet, PaCMNetConfig
+
+    def base_config(self, featurizer) -> dict:
+        from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
+
+        return dict(stmt_features=STMT_FEATURES, pattern_features=PATTERN_FEATURES, program_features=PROGRAM_FEATURES)
+
+    def featurizer_fits(self, net_config: dict, feat) -> str | None:
+        base = self.base_config(feat)
+        for key in ("stmt_features", "pattern_features"):
+            if int(net_config[key]) != base[key]:
+                return f"it gives {base[key]} {key}, the net reads {net_config[key]}"
+        if int(net_config.get("program_features", 0)) not in (0, base["program_features"]):
+            return (f"it gives {base['program_features']} program_features, the net reads "
+                    f"{net_config['program_features']}")
+        return None
+
+    def inputs(self, batch: dict) -> tuple:
+        program = batch["program"].float() if "program" in batch else None
+        return batch["stmt"].float(), batch["stmt_mask"], batch["pattern"].float(), batch["pattern_mask"], program
+
+
+@register
+class MTLKind(TLPKind):
+    """The TLP net with one head per platform (MTL-TLP)."""
+
+    name = "mtl"
+    multi_head = True
+
+
+def _net_kind(kind: str) -> NetKind:
+    from costlab.costmodels import kinds
+
+    if kind not in kinds.learned():
+        nets = [k for k in kinds.learned() if kinds.create(k).net == k]
+        shared = [k for k in kinds.learned() if kinds.create(k).net != k]
+        raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(sorted(nets) + sorted(shared))})")
+    return kinds.create(kind)
 
 
 def featurizer_for(kind: str) -> str:
-    return KINDS[ALIASES.get(kind, kind)][0]
+    return _net_kind(kind).featurizer
 
 
 def net_config_for(kind: str, featurizer, heads: int, **overrides) -> dict:
     """The net config of a model kind, sized from a fitted featurizer."""
-    kind = ALIASES.get(kind, kind)
-    if kind == "tlp":
-        cfg = featurizer.config
-        base = dict(vocab_size=len(cfg["vocabulary"]), num_slots=int(cfg["num_slots"]),
-                    max_len=int(cfg["seq_len"]))
-    elif kind == "pacm":
-        from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
-
-        base = dict(stmt_features=STMT_FEATURES, pattern_features=PATTERN_FEATURES, program_features=PROGRAM_FEATURES)
-    else:
-        raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(sorted(KINDS) + sorted(ALIASES))})")
-    return {**base, "heads": heads, **overrides}
+    return {**_net_kind(kind).base_config(featurizer), "heads": heads, **overrides}
 
 
 def build_net(kind: str, net_config: dict):
     """The net of ``kind`` built from ``net_config``; an unknown kind or option, or a value of the wrong type,
     is a ValueError naming it (checked against the config dataclass before torch sees it)."""
-    from costlab.datasets.checks import check_fields
+    from costlab.common.checks import check_fields
 
-    if ALIASES.get(kind, kind) not in KINDS:
-        raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(sorted(KINDS) + sorted(ALIASES))})")
-    _, net_cls, cfg_cls = KINDS[ALIASES.get(kind, kind)]
-    return net_cls(cfg_cls(**check_fields(cfg_cls, dict(net_config), "net")))
+    k = _net_kind(kind)
+    return k.net_cls(k.cfg_cls(**check_fields(k.cfg_cls, dict(net_config), "net")))
 
 
 def check_featurizer_fits(kind: str, net_config: dict, featurizer: dict) -> str | None:
@@ -56,40 +131,14 @@ def check_featurizer_fits(kind: str, net_config: dict, featurizer: dict) -> str 
         feat = from_json(featurizer)
     except (ValueError, TypeError, AttributeError):
         return None
-    kind = ALIASES.get(kind, kind)
-    if feat.name != featurizer_for(kind):
-        return f"a {kind} net is fed by the {featurizer_for(kind)} featurizer, not {feat.name}"
-    cfg = feat.config
+    k = _net_kind(kind)
+    if feat.name != k.featurizer:
+        return f"a {k.net} net is fed by the {k.featurizer} featurizer, not {feat.name}"
     try:
-        if kind == "tlp":
-            vocabulary = cfg.get("vocabulary")
-            if not isinstance(vocabulary, list):
-                return "the tlp featurizer has no vocabulary"
-            if len(vocabulary) != int(net_config["vocab_size"]):
-                return (f"its vocabulary has {len(vocabulary)} entries, the net's embedding "
-                        f"{int(net_config['vocab_size'])}")
-            if int(cfg["num_slots"]) != int(net_config["num_slots"]):
-                return (f"it gives {int(cfg['num_slots'])} numeric slots per token, the net reads "
-                        f"{net_config['num_slots']}")
-            if int(cfg["seq_len"]) > int(net_config["max_len"]):
-                return (f"its sequences are {int(cfg['seq_len'])} tokens long, the net has {net_config['max_len']} "
-                        "positions")
-        elif kind == "pacm":
-            base = net_config_for("pacm", feat, 1)
-            for key in ("stmt_features", "pattern_features"):
-                if int(net_config[key]) != base[key]:
-                    return f"it gives {base[key]} {key}, the net reads {net_config[key]}"
-            if int(net_config.get("program_features", 0)) not in (0, base["program_features"]):
-                return (f"it gives {base['program_features']} program_features, the net reads "
-                        f"{net_config['program_features']}")
+        return k.featurizer_fits(net_config, feat)
     except (KeyError, TypeError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 def net_inputs(kind: str, batch: dict) -> tuple:
-    kind = ALIASES.get(kind, kind)
-    if kind == "tlp":
-        return batch["kind"].long(), batch["numeric"].float(), batch["mask"].bool()
-    program = batch["program"].float() if "program" in batch else None
-    return batch["stmt"].float(), batch["stmt_mask"], batch["pattern"].float(), batch["pattern_mask"], program
+    return _net_kind(kind).inputs(batch)

@@ -20,12 +20,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from costlab.common.errors import InputError
+from costlab.costmodels import kinds
 from costlab.costmodels.artifact import is_artifact, load_state, read_artifact
-from costlab.datasets.errors import InputError
 from costlab.featurizers import create, from_json
 
-LEARNED = ("tlp", "pacm", "mtl")
-BASELINES = ("xgb", "mlp")
 BUILTIN = ("psa", "random")
 
 
@@ -150,7 +149,7 @@ def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
         featurizer = from_json(config["featurizer"])
     except ValueError as exc:
         raise InputError(art.path, str(exc)) from None
-    if kind in LEARNED:
+    if kind in kinds.learned():
         from costlab.costmodels.nets import build_net
 
         try:
@@ -159,9 +158,9 @@ def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
             raise InputError(art.path, f"net config is not valid for a {kind} net ({exc})") from None
         return NetPredictor(load_state(net, art.tensors, art.path), kind, featurizer.to_json(), config["platforms"],
                             config)
-    if kind in BASELINES:
+    if kind in kinds.baselines():
         from costlab.costmodels.baselines import baseline_scorer
 
         return BaselinePredictor(kind, featurizer.to_json(), config["platforms"],
                                  baseline_scorer(kind, art.tensors, art.path), config)
-    raise InputError(art.path, f"unknown model kind {kind!r} (known: {', '.join(LEARNED + BASELINES)})")
+    raise InputError(art.path, f"unknown model kind {kind!r} (known: {', '.join(kinds.names())})")

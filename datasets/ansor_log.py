@@ -24,8 +24,10 @@ from pathlib import Path
 
 import orjson
 
-from costlab.datasets.errors import CostlabError, InputError
-from costlab.datasets.report import ImportReport
+from costlab.common.errors import CostlabError, InputError
+from costlab.datasets.ansor_keys import BadLine, parse_workload_key
+from costlab.datasets.ansor_networks import load_network_info
+from costlab.datasets.import_report import ImportReport
 from costlab.datasets.records import RecordBatch
 from costlab.datasets.store import DatasetWriter
 from costlab.datasets.targets import check_platform_id, platform_id_for, target_from_string
@@ -37,26 +39,9 @@ KNOWN_VERSIONS = frozenset({"v0.2", "v0.3", "v0.4", "v0.5", "v0.6"})
 CHUNK_RECORDS = 1 << 13  # records parsed before they are handed to the writer
 
 
-class _BadLine(Exception):
-    """A line that is not a usable record; the message says what is wrong with it."""
-
-
 def kernel_class_for(compute_hash: str) -> str:
     """Kernel class of a task known only by its workload key: the compute hash (an md5) cut to 8 digits."""
     return f"ansor:{compute_hash[:8]}"
-
-
-def parse_workload_key(key) -> list:
-    """The workload key as a list ``[compute_hash, args...]``; raises ``_BadLine`` when it is malformed."""
-    if not isinstance(key, str):
-        raise _BadLine(f"workload key must be a string, got {type(key).__name__}")
-    try:
-        value = orjson.loads(key)
-    except orjson.JSONDecodeError:
-        raise _BadLine(f"workload key is not JSON: {key[:80]!r}") from None
-    if not isinstance(value, list) or not value or not isinstance(value[0], str) or not value[0]:
-        raise _BadLine(f"workload key is not a JSON list starting with the compute hash: {key[:80]!r}")
-    return value
 
 
 def log_files(path: Path) -> list[Path]:
@@ -115,13 +100,13 @@ class _Importer:
         if pid is not None:
             return pid
         if not isinstance(target, str):
-            raise _BadLine(f"target must be a string, got {type(target).__name__}")
+            raise BadLine(f"target must be a string, got {type(target).__name__}")
         try:
             tdict = target_from_string(target)
             if isinstance(host, str) and host.strip():
                 tdict["host"] = target_from_string(host)
         except ValueError as exc:
-            raise _BadLine(f"bad target: {exc}") from None
+            raise BadLine(f"bad target: {exc}") from None
         pid = forced or platform_id_for(tdict)
         if pid not in self.w.platforms:
             self.w.add_platform(pid, tdict)
@@ -187,7 +172,7 @@ class _Importer:
                     err = res[1]
                     ts = res[3] if len(res) > 3 else 0.0
                     if rec["v"] not in known_versions:
-                        raise _BadLine(_version_problem(rec["v"]))
+                        raise BadLine(_version_problem(rec["v"]))
                     if steps.__class__ is not list or costs.__class__ is not list or err.__class__ is not int:
                         raise TypeError
                     for c in costs:
@@ -200,7 +185,7 @@ class _Importer:
                     if hit is None:
                         self._hw = tin[2] if len(tin) > 2 else None
                         hit = self.combo(combos, tin[0], tin[1], host, forced)
-                except _BadLine as exc:
+                except BadLine as exc:
                     self.problem(name, lineno, str(exc))
                     continue
                 except (KeyError, IndexError, TypeError, AttributeError):
@@ -255,7 +240,7 @@ def _diagnose(rec) -> str:
         return "record has no workload key ('i'[0] is empty)"
     try:
         parse_workload_key(inp[0][0])
-    except _BadLine as exc:
+    except BadLine as exc:
         return str(exc)
     if len(inp[0]) < 2:
         return "record has no target ('i'[0] has only the workload key)"
@@ -294,8 +279,6 @@ def import_ansor(paths, out, platform: str | None = None, network_info=None, net
     Bad lines are skipped and counted in the report; when nothing usable was read an ``InputError`` is
     raised and the output is left untouched.
     """
-    from costlab.datasets.ansor_networks import load_network_info
-
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if platform is not None:

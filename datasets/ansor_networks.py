@@ -20,8 +20,8 @@ from pathlib import Path
 
 import orjson
 
-from costlab.datasets.ansor_log import _BadLine, parse_workload_key
-from costlab.datasets.errors import InputError
+from costlab.common.errors import InputError
+from costlab.datasets.ansor_keys import BadLine, parse_workload_key
 
 # {network: [(workload key, weight, description or None)]}
 NetworkInfo = dict[str, list[tuple[str, float, str | None]]]
@@ -40,7 +40,7 @@ def load_network_info(path: Path) -> NetworkInfo:
 def _check_key(path, key, where: str) -> str:
     try:
         parse_workload_key(key)
-    except _BadLine as exc:
+    except BadLine as exc:
         raise InputError(path, f"{where}: {exc}") from None
     return key
 

@@ -25,8 +25,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from costlab.common.errors import InputError
 from costlab.datasets import hf_models
-from costlab.datasets.errors import InputError
 from costlab.datasets.store import DatasetWriter
 from costlab.datasets.targets import normalize_target
 

@@ -30,9 +30,9 @@ from itertools import zip_longest
 
 import numpy as np
 
+from costlab.common.errors import InputError, UsageError
+from costlab.common.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets import records as rec
-from costlab.datasets.errors import InputError, UsageError
-from costlab.datasets.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets.ms_database import compact_json, costs_and_error
 from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
 from costlab.datasets.remote import LOST, is_lost
@@ -143,8 +143,9 @@ class _Sampler:
         return out
 
 
-def _replay(mod, schedule: str):
-    """A measure candidate for a recorded trace (as ``TuningRecord.as_measure_candidate`` builds one)."""
+def replay_candidate(mod, schedule: str):
+    """A MetaSchedule measure candidate of ``mod`` scheduled by a recorded trace (``schedule``: the trace's JSON
+    text, as a dataset stores it), built as ``TuningRecord.as_measure_candidate`` builds one. Needs TVM."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.schedule import Schedule, Trace
 
@@ -490,7 +491,7 @@ def measure(data, opts: MeasureOptions) -> str:
                     batch = []
                     for schedule, prog in queue[:size]:
                         try:
-                            batch.append((_replay(mod, schedule), schedule, prog))
+                            batch.append((replay_candidate(mod, schedule), schedule, prog))
                         except Exception as exc:  # a trace that does not apply to this workload
                             short.append(f"task {task.index} {task.name}: program {prog:016x} does not replay "
                                          f"({str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__})")

@@ -21,16 +21,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import orjson
 
+from costlab.common.errors import InputError
+from costlab.common.files import write_atomically
 from costlab.datasets import records as rec
-from costlab.datasets.errors import InputError
+from costlab.datasets.import_report import ImportReport
 from costlab.datasets.ms_workload import describe_json, plain_json
-from costlab.datasets.report import ImportReport
 from costlab.datasets.store import DatasetWriter, open_dataset
 from costlab.datasets.targets import platform_id_for
 
@@ -93,7 +93,7 @@ def _read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, st
                     or not isinstance(value[1], str) or not value[0].isdigit()):
                 report.problem(f"{path}:{i + 1}: not a workload ([shash string, base64 IR string])")
                 continue
-            why = _base64_problem(value[1])
+            why = base64_problem(value[1])
             if why:  # stored, it would make every record of the workload unreadable later
                 report.problem(f"{path}:{i + 1}: workload IR is not valid base64 ({why})")
                 continue
@@ -101,7 +101,7 @@ def _read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, st
     return out
 
 
-def _base64_problem(text: str) -> str | None:
+def base64_problem(text: str) -> str | None:
     """Why ``text`` is not the base64 of a serialized IRModule, or None. Checks the encoding only (no TVM):
     characters outside the base64 alphabet, a length that is not a multiple of 4, nothing encoded."""
     import base64
@@ -114,8 +114,9 @@ def _base64_problem(text: str) -> str | None:
     return None if raw else "empty"
 
 
-def _parse_record(value) -> tuple[int, list, list | None, dict | None, list | None]:
-    """(workload index, trace, run_secs, target, args_info) of a record line, or ValueError saying what is wrong."""
+def parse_record(value) -> tuple[int, list, list | None, dict | None, list | None]:
+    """(workload index, trace, run_secs, target, args_info) of a line of a MetaSchedule JSON database's records
+    file, parsed as JSON (``value``), its shape checked without TVM; or ValueError saying what is wrong."""
     if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
         raise ValueError("not a tuning record ([workload_index, [trace, run_secs, target, args_info]])")
     idx, body = value
@@ -191,7 +192,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                     report.lines += 1
                     where = f"{tr_path}:{i + 1}"
                     try:
-                        idx, trace, run_secs, target, args_info = _parse_record(orjson.loads(line))
+                        idx, trace, run_secs, target, args_info = parse_record(orjson.loads(line))
                     except orjson.JSONDecodeError as exc:
                         report.problem(f"{where}: not JSON ({exc})")
                         continue
@@ -287,21 +288,6 @@ def _args_info(task) -> list:
     return [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
 
 
-def rewrite_atomically(path: Path, lines: list[bytes]) -> None:
-    """Replace ``path`` by ``lines`` atomically (a temporary file beside it, renamed over it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.writelines(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str:
     """Write the records of ``platform`` as a MetaSchedule database in ``out_dir`` (created if missing),
     loadable by ``JSONDatabase(work_dir=out_dir)``. Returns a one-line summary.
@@ -360,7 +346,7 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
         raise InputError(out_dir, f"already holds a MetaSchedule database ({', '.join(existing)}); "
                                   "choose an empty directory (costlab never overwrites one)")
     for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
-        rewrite_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
+        write_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
     skipped = len(task_col) - len(rows)
     text = f"{out_dir}: {len(wl_lines)} workloads, {len(rec_lines)} records of platform {platform!r}"
     if skipped:
@@ -400,7 +386,7 @@ def repair_work_dir(work_dir) -> list[str]:
         if not line.strip():
             continue
         try:
-            idx = _parse_record(orjson.loads(line))[0]
+            idx = parse_record(orjson.loads(line))[0]
             if idx not in good:
                 raise ValueError(f"refers to workload line {idx + 1}, which is {'bad' if idx < len(wl_lines) + 1 else 'missing'}")
             if not line.endswith(b"\n"):
@@ -414,7 +400,7 @@ def repair_work_dir(work_dir) -> list[str]:
         with open(work_dir / "database_tuning_record.bad-lines.jsonl", "ab") as fh:
             fh.writelines(moved)
         if bad_wl:
-            rewrite_atomically(wl_path, wl_lines)
+            write_atomically(wl_path, wl_lines)
         if len(keep) != len([x for x in tr_lines if x.strip()]):
-            rewrite_atomically(tr_path, keep)
+            write_atomically(tr_path, keep)
     return problems

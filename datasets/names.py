@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from costlab.datasets.errors import UsageError
+from costlab.common.errors import UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 

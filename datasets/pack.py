@@ -19,14 +19,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
+from costlab.common.files import write_atomically
 from costlab.datasets.names import check_name
 from costlab.datasets.records import RecordBatch
 from costlab.datasets.splits import SPLIT_KINDS, Split
@@ -42,13 +42,7 @@ def _write_gz(path: Path, data: bytes) -> None:
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9, mtime=0, filename="") as gz:
         gz.write(data)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(buf.getvalue())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_atomically(path, buf.getvalue())
 
 
 def _read_gz(path: Path) -> bytes:

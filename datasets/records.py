@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,6 +14,8 @@ ERROR_NONE = 0
 ERROR_MS_FAILED = 1  # run_secs holds MetaSchedule's failure value (>= 1e10): build or run failed / timed out
 ERROR_MS_NO_RESULT = 2  # the record has no run_secs at all
 MS_FAILURE_SECS = 1e10
+# a mean of run_secs at or above this is no latency: MetaSchedule's failure value averaged with a few real runs
+LATENCY_MAX_SECS = 1e9
 
 
 def program_id(dialect: str, workload_hash: str, schedule: str) -> int:
@@ -59,6 +62,18 @@ def mean_latency(values: np.ndarray, offsets: np.ndarray, error: np.ndarray) -> 
     ok = (np.asarray(error) == ERROR_NONE) & has & (lat < MS_FAILURE_SECS) & (lat > 0)
     lat[~ok] = np.inf
     return lat
+
+
+def record_latency(run_secs) -> float:
+    """Mean latency (seconds) of one record's ``run_secs``, ``math.inf`` when it has none: no runs (``None``
+    or empty), or a mean that is not in (0, ``LATENCY_MAX_SECS``) (a failure, NaN, inf). Values may be
+    numbers or TVM ``FloatImm`` (their ``.value``), as a MetaSchedule database or runner gives them.
+    The scalar side of ``mean_latency`` (which, on a dataset's columns, also has the records' error codes)."""
+    if not run_secs:
+        return math.inf
+    vals = [float(s.value if hasattr(s, "value") else s) for s in run_secs]
+    mean = sum(vals) / len(vals)
+    return mean if 0 < mean < LATENCY_MAX_SECS else math.inf
 
 
 def scores(task: np.ndarray, latency: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
 from costlab.datasets.names import check_name
 
 SPLIT_KINDS = ("task", "network", "within-task")

@@ -21,8 +21,8 @@ import h5py
 import numpy as np
 
 from costlab import __version__
+from costlab.common.errors import CostlabError, DatasetFormatError, InputError
 from costlab.datasets import schema
-from costlab.datasets.errors import CostlabError, DatasetFormatError, InputError
 from costlab.datasets.records import RecordBatch, mean_latency, scores
 from costlab.datasets.targets import check_platform_id
 
@@ -32,7 +32,7 @@ class Platform:
     id: str
     target: dict
     spec: dict | None = None
-    host: dict | None = None  # the machine that measured the platform's records (datasets/host.py), if known
+    host: dict | None = None  # the machine that measured the platform's records (costlab/common/host.py), if known
 
 
 @dataclass
@@ -372,6 +372,10 @@ class DatasetWriter:
     it over the original, leaving it by an exception (or Ctrl-C) deletes the copy. A path that is a symbolic
     link is written through: the copy, the rename and the lock are beside the link's target, and the link
     stays as it is.
+
+    Not ``costlab.common.files.write_atomically``: that writes a file whole from bytes, while a transaction
+    starts from a copy of the existing file that HDF5 edits in place (and may repack), holds a lock for its
+    whole length and removes the copies of killed writers; only its final fsync and rename are alike.
     """
 
     FLUSH_ROWS = 1 << 16

@@ -4,7 +4,7 @@
   or archive, a training run, a shipped model's name, ``psa`` or ``random`` (``cost_model.py``);
 - ``search/``: the search strategies of ``costlab tune`` (``make_strategy(name)``; PSA drafts, the model
   leads or verifies);
-- ``export_model``: a training run's model as a self-describing artifact (``artifact.py``);
+- ``export_model``: a training run's model as a self-describing artifact (``export_model.py``);
 - ``tune``: ``costlab tune`` (``tune.py``), the network's end-to-end timing (``network.py``).
 
 Nothing here imports Lightning: a tuning run loads a model without the training machinery. TVM is imported

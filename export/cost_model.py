@@ -24,9 +24,10 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
+from costlab.common.errors import InputError, UsageError
 from costlab.costmodels.adapt import OnlineAdapter
 from costlab.costmodels.predictors import NetPredictor, head_of, load as load_predictor
-from costlab.datasets.errors import InputError, UsageError
+from costlab.datasets.records import record_latency
 
 
 def check_model_for_target(predictor, target, strict: bool = False, where="model") -> None:
@@ -47,12 +48,8 @@ def check_model_for_target(predictor, target, strict: bool = False, where="model
 
 
 def _latency(result) -> float:
-    secs = getattr(result, "run_secs", None)
-    if result.error_msg is not None or not secs:
-        return math.inf
-    vals = [float(s.value if hasattr(s, "value") else s) for s in secs]
-    mean = sum(vals) / len(vals)
-    return mean if 0 < mean < 1e9 else math.inf
+    """A runner result's latency: ``record_latency`` of its ``run_secs``, ``inf`` when it reports an error."""
+    return math.inf if result.error_msg is not None else record_latency(getattr(result, "run_secs", None))
 
 
 class _TaskScale:

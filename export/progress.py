@@ -12,6 +12,8 @@ from pathlib import Path
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from costlab.datasets.records import record_latency
+
 
 class TuneProgress:
     def __init__(self, names: list[str], done: list[int], budget: int, enabled: bool = True,
@@ -64,14 +66,11 @@ class TuneProgress:
         i = self.group[task_id]
         batch_best, errors = math.inf, 0
         for r in results:
-            secs = getattr(r, "run_secs", None)
-            if r.error_msg is None and secs:
-                vals = [float(s.value if hasattr(s, "value") else s) for s in secs]
-                lat = sum(vals) / len(vals)
-                if 0 < lat < 1e9:
-                    batch_best = min(batch_best, lat)
-                    continue
-            errors += 1
+            lat = math.inf if r.error_msg is not None else record_latency(getattr(r, "run_secs", None))
+            if lat < math.inf:
+                batch_best = min(batch_best, lat)
+            else:
+                errors += 1
         self.best[i] = min(self.best[i], batch_best)
         self.trials[i] += len(results)
         self._write(i, len(results), errors, batch_best)

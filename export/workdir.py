@@ -1,12 +1,15 @@
 """A tuning work dir is owned by one process at a time: `costlab tune` and `costlab exploit` take the same
 lock (an exclusive ``flock`` on ``.costlab_tune.lock``, held by the open file and released with the process
-however it ends)."""
+however it ends). The JSON state files that let a command resume in its work dir (``exploit_state.json``,
+``transfer.json``) are read and written by ``read_state`` / ``write_state``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from costlab.datasets.errors import UsageError
+from costlab.common.errors import InputError, UsageError
+from costlab.common.files import write_atomically
 
 LOCK_FILE = ".costlab_tune.lock"
 
@@ -23,3 +26,26 @@ def lock_work_dir(work: Path):
         raise UsageError(f"{work}: another costlab tune is running in this work dir; wait for it to end, or tune "
                          "in another --work-dir") from None
     return fh
+
+
+def read_state(path: Path, afresh: str, default: dict, key: str | None = None) -> dict:
+    """The JSON object of a state file, ``default`` when there is none yet. A file that is not JSON, not an
+    object, or (with ``key``) has no object under ``key`` is an InputError naming it and saying how to start
+    afresh: ``afresh`` completes "remove it to ...", e.g. "transfer afresh"."""
+    path = Path(path)
+    if not path.exists():
+        return default
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"is damaged ({type(exc).__name__}); remove it to {afresh}") from None
+    if key is None and not isinstance(state, dict):
+        raise InputError(path, f"is damaged (not a JSON object); remove it to {afresh}")
+    if key is not None and (not isinstance(state, dict) or not isinstance(state.get(key), dict)):
+        raise InputError(path, f"is damaged (no {key!r} object); remove it to {afresh}")
+    return state
+
+
+def write_state(path: Path, state: dict) -> None:
+    """Replace a state file by ``state`` atomically (a reader or a resumed run never sees half of it)."""
+    write_atomically(path, json.dumps(state, indent=1).encode())

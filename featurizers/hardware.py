@@ -1,11 +1,12 @@
 """Hardware specs for the PSA static analyzer and PaCM's CPU memory levels.
 
-A ``HardwareSpec`` says how fast a machine computes and moves data: for CPUs the cores, clock, SIMD width,
-FMA units, vector registers and each cache level's size and bandwidth (``detect_cpu`` reads them for the
-local machine from ``/proc/cpuinfo`` and ``/sys/devices/system/cpu/cpu0/cache``); for NVIDIA GPUs the SMs,
-peak fp32 FLOP/s, memory bandwidth and per-SM limits, from a table of public data-sheet figures
-(``GPU_TABLE``). Every field can be overridden from a JSON file or dict, and a spec round-trips through
-``to_json`` / ``from_json`` so a dataset can store the spec of each platform beside its target.
+A ``HardwareSpec`` says how fast a machine computes and moves data: for CPUs the cores, clock, SIMD width, FMA
+units, vector registers and each cache level's size and bandwidth (``detect_cpu`` derives them for the local
+machine from ``/proc/cpuinfo`` and ``/sys/devices/system/cpu/cpu0/cache`` as the one host parser,
+``costlab.common.host``, reads them); for NVIDIA GPUs the SMs, peak fp32 FLOP/s, memory bandwidth and per-SM
+limits, from a table of public data-sheet figures (``GPU_TABLE``). Every field can be overridden from a JSON
+file or dict, and a spec round-trips through ``to_json`` / ``from_json`` so a dataset can store the spec of
+each platform beside its target.
 
 Pure Python: no TVM needed.
 """
@@ -18,6 +19,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from costlab.common.host import CACHE_DIR, CPUINFO, read_caches, read_cpuinfo, size_bytes
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -173,13 +176,6 @@ def _read(path) -> str | None:
         return None
 
 
-def _size_bytes(text: str) -> int | None:
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text or "", re.I)
-    if not m:
-        return None
-    return int(m.group(1)) * {"": 1, "K": KIB, "M": MIB, "G": 1024 * MIB}[m.group(2).upper()]
-
-
 def _cpu_count(cpu_list: str) -> int:
     n = 0
     for part in cpu_list.strip().split(","):
@@ -191,21 +187,17 @@ def _cpu_count(cpu_list: str) -> int:
     return max(1, n)
 
 
-def detect_cpu(override=None, cpuinfo_path="/proc/cpuinfo", cache_dir="/sys/devices/system/cpu/cpu0/cache",
+def detect_cpu(override=None, cpuinfo_path=CPUINFO, cache_dir=CACHE_DIR,
                cpufreq_path="/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") -> CPUSpec:
     """The local CPU, as far as Linux tells; fields it does not tell keep ``CPUSpec``'s defaults.
 
-    ``override`` (a dict, JSON string or path to a JSON file) replaces any field afterwards.
+    ``cpuinfo_path`` and ``cache_dir`` are read by ``costlab.common.host`` (the parser ``host_info`` uses too):
+    its first processor block, and the data and unified caches of levels 1 to 3 (without an L3, the L2 is the
+    LLC). ``override`` (a dict, JSON string or path to a JSON file) replaces any field afterwards.
     """
     spec = CPUSpec(name="local-cpu")
     changes: dict = {}
-    info = _read(cpuinfo_path) or ""
-    first = info.split("\n\n")[0]
-    kv = {}
-    for line in first.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            kv[key.strip().lower()] = value.strip()
+    kv = read_cpuinfo(cpuinfo_path)
     if kv.get("model name"):
         changes["name"] = kv["model name"]
     try:
@@ -231,20 +223,17 @@ def detect_cpu(override=None, cpuinfo_path="/proc/cpuinfo", cache_dir="/sys/devi
         elif "sse2" in flags:
             changes.update(simd_bits=128, vector_registers=16, l1_bw=32.0)
         changes["fma_units"] = 2 if ({"fma", "asimd"} & flags) else 1
-    for idx in sorted(Path(cache_dir).glob("index*")) if Path(cache_dir).is_dir() else []:
-        level = (_read(idx / "level") or "").strip()
-        ctype = (_read(idx / "type") or "").strip()
-        size = _size_bytes(_read(idx / "size") or "")
-        if not size or ctype == "Instruction":
+    for cache in read_caches(cache_dir):
+        size = size_bytes(cache.size)
+        if not size or cache.type == "Instruction":
             continue
-        line = (_read(idx / "coherency_line_size") or "").strip()
-        if line.isdigit():
-            changes["cache_line"] = int(line)
-        if level == "1":
+        if cache.line.isdigit():
+            changes["cache_line"] = int(cache.line)
+        if cache.level == "1":
             changes["l1_bytes"] = size
-        elif level == "2":
+        elif cache.level == "2":
             changes["l2_bytes"] = size
-        elif level == "3":
+        elif cache.level == "3":
             changes["llc_bytes"] = size
     if "llc_bytes" not in changes and "l2_bytes" in changes:
         changes["llc_bytes"] = changes["l2_bytes"]  # no L3: the L2 is the last level

@@ -24,11 +24,11 @@ import pytest
 import torch
 
 from costlab.cli import main
+from costlab.common.errors import InputError
 from costlab.costmodels.artifact import (CONFIG_MAX, WEIGHTS_MAX, config_digest, read_artifact, read_config,
                                          save_artifact, seal_config)
 from costlab.costmodels.predictors import load
 from costlab.costmodels.shipped import shipped_path
-from costlab.datasets import InputError
 
 SHIPPED = shipped_path("x86-cpu")
 
@@ -333,8 +333,8 @@ def _load_in_child(path, tmp_path, allowance_gib: float = 1.5, timeout: float = 
     is imported: 'REFUSED <message>' for an InputError, else what went wrong (a MemoryError, a timeout)."""
     code = f"""
 import resource, sys
+from costlab.common.errors import InputError
 from costlab.costmodels.predictors import load
-from costlab.datasets import InputError
 vm = next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmSize:'))
 resource.setrlimit(resource.RLIMIT_AS, (vm + int({allowance_gib} * 2 ** 30), resource.RLIM_INFINITY))
 try:

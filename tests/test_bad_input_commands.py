@@ -16,7 +16,8 @@ import torch
 
 from conftest import FIXTURES
 from costlab.cli import main
-from costlab.datasets import jsontext, open_dataset, schema
+from costlab.common import jsontext
+from costlab.datasets import open_dataset, schema
 
 SMALL = FIXTURES / "ms_small.h5"
 MS_DB = FIXTURES / "ms_tune_db"

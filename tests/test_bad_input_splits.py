@@ -37,7 +37,7 @@ def test_split_name_is_not_a_path(data, capsys, name):  # noqa: F811
 
 
 def test_reading_a_split_by_path_is_refused(data):  # noqa: F811
-    from costlab.datasets import UsageError
+    from costlab.common.errors import UsageError
 
     with open_dataset(data) as ds, pytest.raises(UsageError, match="bad split name"):
         ds.split("/records")

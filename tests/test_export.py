@@ -16,9 +16,9 @@ import torch
 
 from conftest import FIXTURES, REPO
 from costlab.cli import main
+from costlab.common.errors import InputError
 from costlab.costmodels.artifact import read_artifact
 from costlab.costmodels.predictors import load
-from costlab.datasets import InputError
 
 SMALL = FIXTURES / "ms_small.h5"
 TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
@@ -231,7 +231,7 @@ def test_target_kind_not_trained_for_warns_or_is_refused(run):
 
 
 def test_head_that_does_not_exist(run):
-    from costlab.datasets import UsageError
+    from costlab.common.errors import UsageError
     from costlab.export import CostlabCostModel
 
     with pytest.raises(UsageError, match="no head for platform 'a100'"):

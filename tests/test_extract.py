@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from costlab.datasets import InputError, open_dataset
+from costlab.common.errors import InputError
+from costlab.datasets import open_dataset
 from costlab.datasets.extract import extract
 from costlab.datasets.ms_database import import_ms
 

@@ -44,6 +44,26 @@ def test_detect_cpu_reads_cpuinfo_and_caches(tmp_path):
     assert spec.lanes(4) == 16 and spec.lanes(2) == 32
 
 
+def test_one_host_parser_serves_the_host_record_and_the_spec(tmp_path):
+    """detect_cpu and host_info read the same files through costlab.common.host: cpuinfo keys lower-cased,
+    cache sizes kept as sysfs writes them for the host record and turned into bytes for the spec."""
+    from costlab.common.host import read_caches, read_cpuinfo, size_bytes
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(CPUINFO)
+    kv = read_cpuinfo(info)
+    assert kv["model name"].startswith("Intel(R) Xeon(R) Platinum 8272CL") and kv["cpu mhz"] == "2593.906"
+    assert read_cpuinfo(tmp_path / "missing") == {}
+    cache = _cache_dir(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                  (3, "Unified", "32M")])
+    caches = read_caches(cache)
+    assert {c.name: c.size for c in caches} == {"L1d": "48K", "L1i": "32K", "L2": "1024K", "L3": "32M"}
+    assert [size_bytes(c.size) for c in caches] == [48 * 1024, 32 * 1024, 1024 * 1024, 32 * 1024 * 1024]
+    assert size_bytes("48 KiB") == 48 * 1024 and size_bytes("bogus") is None and read_caches(tmp_path / "no") == []
+    spec = detect_cpu(cpuinfo_path=info, cache_dir=cache, cpufreq_path=tmp_path / "none")
+    assert (spec.l1_bytes, spec.l2_bytes, spec.llc_bytes) == (48 * 1024, 1024 * 1024, 32 * 1024 * 1024)
+
+
 def test_detect_cpu_defaults_when_linux_tells_nothing(tmp_path):
     spec = detect_cpu(cpuinfo_path=tmp_path / "missing", cache_dir=tmp_path / "missing-dir",
                       cpufreq_path=tmp_path / "missing")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costlab.datasets import InputError, open_dataset
+from costlab.common.errors import InputError
+from costlab.datasets import open_dataset
 from costlab.datasets import records as rec
 from costlab.datasets.extract import extract
 from costlab.datasets.measure import MeasureOptions, measure
@@ -229,7 +230,7 @@ def test_measure_refuses_a_platform_of_another_or_an_unknown_machine(tmp_path, c
     import h5py
 
     from costlab.cli import main
-    from costlab.datasets.host import host_info
+    from costlab.common.host import host_info
 
     data = tmp_path / "d.h5"
     shutil.copy(Path(__file__).parent / "fixtures" / "ms_small.h5", data)

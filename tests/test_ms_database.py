@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costlab.datasets import DatasetWriter, InputError, RecordBatch, open_dataset, program_id
+from costlab.common.errors import InputError
+from costlab.datasets import DatasetWriter, RecordBatch, open_dataset, program_id
 from costlab.datasets import records as rec
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, compact_json, export_ms, import_ms
 from costlab.datasets.ms_workload import trace_json

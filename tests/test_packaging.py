@@ -18,7 +18,7 @@ def test_wheel_installs_only_costlab(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"costlab", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    for sub in ("datasets", "featurizers", "costmodels", "train", "export", "commands"):
+    for sub in ("datasets", "featurizers", "costmodels", "train", "export", "commands", "common"):
         assert f"costlab/{sub}/__init__.py" in names
     assert "costlab/datasets/store.py" in names
     # every subpackage of the tree travels (setup.cfg lists packages one by one: a new folder left out of it
@@ -34,6 +34,20 @@ def test_wheel_installs_only_costlab(tmp_path):
                 f"costlab/costmodels/models/{name}/model.safetensors"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "costlab = costlab.cli:main" in entry
+
+
+def test_common_imports_nothing_above_it():
+    """costlab.common is the bottom room: its modules import no other part of costlab."""
+    import ast
+
+    for path in (REPO / "costlab" / "common").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for name in names:
+                assert name == "costlab.common" or name.startswith("costlab.common.") or \
+                    name.split(".")[0] != "costlab", f"{path.name} imports {name}"
+            assert not (isinstance(node, ast.ImportFrom) and node.level > 1), f"{path.name}: relative import above"
 
 
 def _walk(parser, path=()):

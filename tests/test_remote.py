@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from costlab.datasets import UsageError, open_dataset
+from costlab.common.errors import UsageError
+from costlab.datasets import open_dataset
 from costlab.datasets import records as rec
 from costlab.datasets.extract import extract
 from costlab.datasets.measure import MeasureOptions, measure

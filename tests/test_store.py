@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from costlab.cli import main
-from costlab.datasets import (DatasetFormatError, DatasetWriter, InputError, RecordBatch, open_dataset,
-                              program_id, schema)
+from costlab.common.errors import DatasetFormatError, InputError
+from costlab.datasets import DatasetWriter, RecordBatch, open_dataset, program_id, schema
 
 
 def _batch(task: int, n: int, start: int = 0, fail_every: int = 0) -> RecordBatch:
@@ -174,3 +174,24 @@ def test_many_small_transactions_keep_the_file_compact(tmp_path, monkeypatch):
         live = []
         ds.h5.visititems(lambda _, o: live.append(o.id.get_storage_size()) if hasattr(o, "dtype") else None)
     assert os.path.getsize(path) < sum(live) + (64 << 10) + (256 << 10)
+
+
+def test_record_latency_agrees_with_mean_latency_on_the_usual_cases():
+    import math
+
+    import numpy as np
+
+    from costlab.datasets.records import ERROR_NONE, mean_latency, record_latency
+
+    class FloatImm:  # as TVM gives run_secs
+        def __init__(self, value):
+            self.value = value
+
+    assert record_latency([1e-3, 3e-3]) == record_latency([FloatImm(1e-3), FloatImm(3e-3)]) == 2e-3
+    for failed in (None, [], [1e10], [1e10, 1e-3], [0.0], [-1e-3], [math.nan], [math.inf]):
+        assert record_latency(failed) == math.inf, failed
+    costs = [[1e-3, 3e-3], [], [1e10], [0.0]]
+    offsets = np.cumsum([0] + [len(c) for c in costs])
+    values = np.array([x for c in costs for x in c])
+    lat = mean_latency(values, offsets, np.full(len(costs), ERROR_NONE))
+    assert list(lat) == [record_latency(c) for c in costs]

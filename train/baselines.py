@@ -6,6 +6,9 @@ lowered program), so all models see the same programs. Training goes through Met
 (``XGBModel._train`` with its pack-sum objective and early stopping; ``SegmentSumMLPTrainer.train_full``),
 fed with the dataset's records grouped by task instead of a tuning run's measurements. Saved without
 pickle: the booster as XGBoost JSON, the MLP as safetensors, beside ``config.json``.
+
+One concept at two layers: this module is the baselines' training side; ``costmodels/baselines.py``
+(``costlab.costmodels.baselines``) builds the same MetaSchedule models and scores with a stored one at inference.
 """
 
 from __future__ import annotations
@@ -16,16 +19,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from costlab.common import jsontext
+from costlab.common.errors import UsageError
+from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.baselines import FEATURE, booster_tensors, mlp_trainer, xgb_model
-from costlab.datasets import UsageError, jsontext, open_dataset
+from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
+from costlab.train.run_dir import run_dir
 
 
 def _training_data(cfg: dict):
     from costlab.train.data import CostDataModule, DataConfig
 
-    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer="pacm", platforms=list(cfg["platforms"]),
+    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=kinds.create(cfg["model"]).featurizer,
+                                   platforms=list(cfg["platforms"]),
                                    split=cfg["split"], seed=int(cfg["seed"]), val_fraction=0.0))
     dm.setup()
     rows = dm.train_rows
@@ -44,8 +52,6 @@ def train_baseline(cfg: dict) -> dict:
     import time
 
     kind = cfg["model"]
-    from costlab.train.fit import run_dir
-
     out = run_dir(cfg["out"]) / "model"
     out.mkdir(parents=True, exist_ok=True)
     random.seed(int(cfg["seed"]))
@@ -71,7 +77,7 @@ def train_baseline(cfg: dict) -> dict:
         for t in np.unique(task):
             idx = np.flatnonzero(task == t)
             trainer.state.data[str(t)] = FeatureGroup(str(t), [xs[i] for i in idx], cost[idx])
-        with _steplr_accepting_verbose():
+        with steplr_accepting_verbose():
             trainer.train_full()
         tensors = trainer.state.model.state_dict()
     else:
@@ -92,9 +98,10 @@ class _StepLR(torch.optim.lr_scheduler.StepLR):
         super().__init__(*args, **kwargs)
 
 
-class _steplr_accepting_verbose:
+class steplr_accepting_verbose:
     """MetaSchedule's SegmentSum MLP trainer passes ``verbose=`` to ``StepLR``, an argument this torch no
-    longer takes; for the duration of its training, StepLR accepts and ignores it."""
+    longer takes; for the duration of its training, StepLR accepts and ignores it. A context manager:
+    ``with steplr_accepting_verbose(): trainer.train_full()`` (a trainer from ``costmodels.baselines.mlp_trainer``)."""
 
     def __enter__(self):
         self._orig = torch.optim.lr_scheduler.StepLR

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
+from costlab.costmodels import kinds
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -137,7 +138,7 @@ def load_config(path=None, overrides=(), **named) -> dict:
 # Every value with a meaning costlab knows is checked here, whether it came from the YAML file or --set, so
 # that a wrong type or range is one clear line, never a traceback from torch or Lightning (or, for
 # trainer.max_epochs, Lightning's -1 = "never stop"). (checker, what it must be) per dotted key.
-MODELS = ("tlp", "pacm", "mtl", "xgb", "mlp")
+MODELS = kinds.names()  # the model kinds' registry (costmodels/kinds.py)
 LOSSES = ("lambdarank", "mse")
 
 
@@ -173,7 +174,7 @@ SECTIONS = ("net", "data_options", "trainer")
 
 def check_config(cfg: dict) -> dict:
     """``cfg`` with every known value checked and numbers converted (``lr: 1e-3`` is text to YAML)."""
-    from costlab.datasets.checks import coerce
+    from costlab.common.checks import coerce
 
     for section in SECTIONS:
         if not isinstance(cfg.get(section), dict):

@@ -17,7 +17,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from costlab.datasets.errors import UsageError
+from costlab.common.errors import UsageError
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
 from costlab.costmodels.tensors import to_tensors

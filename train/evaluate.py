@@ -10,8 +10,9 @@ import sys
 
 import numpy as np
 
+from costlab.common.errors import UsageError
 from costlab.costmodels import metrics
-from costlab.datasets import UsageError, open_dataset
+from costlab.datasets import open_dataset
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
 from costlab.costmodels.predictors import head_of

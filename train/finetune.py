@@ -16,18 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
+from costlab.common import jsontext
+from costlab.common.errors import UsageError
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipe import fit_lists, recipe, task_lists
-from costlab.datasets import UsageError, jsontext, open_dataset
+from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.evaluate import select_rows
 from costlab.train.predict import load_predictor
+from costlab.train.run_dir import run_dir
 
 
 def finetune(source, data, platform: str, out, spec="safe", split: str | None = None, seed: int = 0) -> dict:
-    from costlab.train.fit import run_dir
-
     r = recipe(spec)
     pred = load_predictor(source)
     if not isinstance(pred, NetPredictor):

@@ -18,17 +18,18 @@ import lightning as L
 import torch
 import yaml
 
-from costlab.datasets import jsontext
-from costlab.datasets.checks import check_fields
-from costlab.datasets.errors import UsageError
+from costlab.common import jsontext
+from costlab.common.checks import check_fields
+from costlab.common.errors import UsageError
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
+from costlab.train.baselines import train_baseline
 from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
-from costlab.costmodels.nets import featurizer_for, net_config_for
+from costlab.train.run_dir import run_dir
+from costlab.costmodels import kinds
+from costlab.costmodels.nets import net_config_for
 from costlab.costmodels.predictors import resolve
-
-LEARNED = ("tlp", "pacm", "mtl")
 
 
 class _DropAdverts(logging.Filter):
@@ -90,15 +91,6 @@ class _StopOnDivergence(L.Callback):
                 "trainer.gradient_clip_val)")
 
 
-def run_dir(path) -> Path:
-    """The run directory ``path``, created if missing; an existing file there is refused, not overwritten."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory (a training run writes a directory)")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def load_weights(module: CostModelModule, source) -> None:
     """Initialise a module's net from a Lightning checkpoint or a pretrained model directory."""
     source = Path(source)
@@ -126,9 +118,8 @@ def source_meta(source) -> dict:
 
 def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     kind = cfg["model"]
-    if kind not in LEARNED:
-        from costlab.train.baselines import train_baseline
-
+    model = kinds.create(kind)
+    if not model.learned:
         return train_baseline(cfg)
     out = run_dir(cfg["out"])
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
@@ -138,15 +129,15 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
-    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=featurizer_for(kind),
+    dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=model.featurizer,
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
                                    **dopts), featurizer=source and source["featurizer"])
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
-    if kind == "mtl" and len(cfg["platforms"]) < 2:
-        raise UsageError("model 'mtl' needs at least two platforms (platforms: [target, other, ...])")
-    heads = len(cfg["platforms"]) if kind == "mtl" else 1
-    if kind != "mtl":
+    if model.multi_head and len(cfg["platforms"]) < 2:
+        raise UsageError(f"model {kind!r} needs at least two platforms (platforms: [target, other, ...])")
+    heads = len(cfg["platforms"]) if model.multi_head else 1
+    if not model.multi_head:
         dm.labels.score = dm.labels.score[:, :1]
         dm.labels.latency = dm.labels.latency[:, :1]
     # fine-tuning keeps the source's net (and featurizer, vocabulary included) exactly

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
+from costlab.common.errors import InputError
 from costlab.costmodels.artifact import check_finite, load_state
 from costlab.costmodels.nets import build_net
 from costlab.costmodels.predictors import NetPredictor, load
-from costlab.datasets.errors import InputError
 
 
 def read_checkpoint(path) -> dict:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from costlab.common import jsontext
 from costlab.costmodels import metrics
-from costlab.datasets import jsontext
 
 KS = range(1, 21)  # the top-k curve's k
 
@@ -70,7 +70,7 @@ def topk_curves(result: dict, ks=None) -> dict[str, list[float]]:
 def write_report(result: dict, out) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
-        from costlab.datasets import UsageError
+        from costlab.common.errors import UsageError
 
         raise UsageError(f"{out}: exists and is not a directory (the report is a directory of files)")
     out.mkdir(parents=True, exist_ok=True)

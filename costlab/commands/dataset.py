@@ -211,7 +211,8 @@ def _measure(args) -> int:
 
 
 def _info(args) -> int:
-    from costlab.datasets import jsontext, open_dataset, summarize
+    from costlab.common import jsontext
+    from costlab.datasets import open_dataset, summarize
     from costlab.datasets.summary import format_summary
 
     with open_dataset(args.data) as ds:
@@ -236,7 +237,8 @@ def _split(args) -> int:
 
 
 def _rename_platform(args) -> int:
-    from costlab.datasets import DatasetWriter, UsageError
+    from costlab.common.errors import UsageError
+    from costlab.datasets import DatasetWriter
     from costlab.datasets.targets import check_platform_id, checked_target
 
     check_platform_id(args.new)  # checked before the target (which needs TVM) and before any write

@@ -45,7 +45,7 @@ def register(sub) -> None:
 
 
 def _config(text: str | None, data: Path) -> dict:
-    from costlab.datasets.errors import InputError
+    from costlab.common.errors import InputError
 
     if not text:
         return {}
@@ -69,8 +69,8 @@ def _config(text: str | None, data: Path) -> dict:
 
 
 def _featurize(args) -> int:
+    from costlab.common.errors import InputError
     from costlab.datasets import open_dataset
-    from costlab.datasets.errors import InputError
     from costlab.featurizers import create
     from costlab.featurizers.cache import build_cache, fitted_featurizer
 

@@ -14,7 +14,7 @@ def positive_int(option: str):
     """An integer >= 1 (counts of epochs, records per chunk, candidates, ...)."""
 
     def parse(text: str) -> int:
-        from costlab.datasets.errors import UsageError  # imported when used: --help stays fast
+        from costlab.common.errors import UsageError  # imported when used: --help stays fast
 
         try:
             value = int(text)
@@ -32,7 +32,7 @@ def fraction(option: str):
     """A number strictly between 0 and 1 (NaN refused: it compares false with both bounds)."""
 
     def parse(text: str) -> float:
-        from costlab.datasets.errors import UsageError  # imported when used: --help stays fast
+        from costlab.common.errors import UsageError  # imported when used: --help stays fast
 
         try:
             value = float(text)
@@ -50,7 +50,7 @@ def directory(option: str):
     """A directory to write into: it may not exist yet, but may not be an existing file."""
 
     def parse(text: str) -> Path:
-        from costlab.datasets.errors import UsageError  # imported when used: --help stays fast
+        from costlab.common.errors import UsageError  # imported when used: --help stays fast
 
         path = Path(text)
         if path.exists() and not path.is_dir():

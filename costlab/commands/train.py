@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 from costlab.commands.options import directory, fraction, positive_int
+from costlab.common.errors import UsageError
+from costlab.costmodels import kinds
 from costlab.costmodels.recipe import RECIPES
-from costlab.datasets.errors import UsageError
 
 
 def _common(q) -> None:
@@ -25,7 +26,7 @@ def register(sub) -> None:
                        "and/or options. The run directory gets checkpoints, CSV/TensorBoard logs, the best model "
                        "(config.json + model.safetensors) and summary.json. Re-run with --resume to continue.")
     q.add_argument("--config", type=Path, metavar="CONFIG.yaml", help="training config (see train/config.py)")
-    q.add_argument("--model", choices=["tlp", "pacm", "mtl", "xgb", "mlp"], help="model kind (default tlp)")
+    q.add_argument("--model", choices=kinds.names(), help="model kind (default tlp)")
     q.add_argument("--data", type=Path, metavar="DATA.h5")
     q.add_argument("--split", help="a split stored in the dataset (costlab dataset split)")
     q.add_argument("--platform", action="append", dest="platforms", metavar="ID",
@@ -75,7 +76,7 @@ def register(sub) -> None:
 def _run(cfg, args) -> int:
     from costlab.train.fit import train
 
-    from costlab.datasets import jsontext
+    from costlab.common import jsontext
 
     summary = train(cfg, progress=not args.no_progress, resume=getattr(args, "resume", False))
     print(jsontext.dumps(summary, indent=2), file=sys.stderr)
@@ -102,7 +103,7 @@ def _finetune(args) -> int:
     if (args.recipe or ("lightning" if lightning else "safe")) != "lightning":
         if lightning:
             raise UsageError("--momentum, --epochs and --set belong to --recipe lightning")
-        from costlab.datasets import jsontext
+        from costlab.common import jsontext
         from costlab.train.finetune import finetune
 
         summary = finetune(args.source, args.data, args.platform, args.out, args.recipe or "safe", split=args.split,
@@ -118,7 +119,7 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from costlab.datasets import jsontext
+    from costlab.common import jsontext
     from costlab.train.evaluate import evaluate
     from costlab.train.report import write_report
 

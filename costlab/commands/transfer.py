@@ -7,6 +7,7 @@ import sys
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.options import positive_int
+from costlab.commands.signals import signals_end_cleanly
 
 
 def register(sub) -> None:
@@ -43,7 +44,6 @@ def register(sub) -> None:
 
 
 def _transfer(args) -> int:
-    from costlab.commands.tune import signals_end_cleanly
     from costlab.export.search.timed import stop_requested
     from costlab.export.transfer.run import TransferOptions, transfer
 

@@ -1,12 +1,12 @@
-"""``costlab tune``, ``costlab export`` and ``costlab models``: trained models inside MetaSchedule tuning."""
+"""``costlab tune``: trained models inside MetaSchedule tuning."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
+from costlab.commands.signals import signals_end_cleanly
 from costlab.export.search import STRATEGIES
 
 
@@ -86,62 +86,9 @@ def register(sub) -> None:
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.set_defaults(func=_tune)
 
-    q = sub.add_parser("export", help="export a trained model as an artifact for tuning runs",
-                       description="Write a training run's model (or a model directory) as config.json + "
-                       "model.safetensors, with the targets, training data, evaluation figures and versions; "
-                       "--archive packs both into one file.")
-    q.add_argument("source", metavar="RUN_DIR", help="a training run directory, or a model directory or archive")
-    q.add_argument("-o", "--output", required=True, metavar="MODEL_DIR")
-    q.add_argument("--archive", action="store_true", help="write one .tar file instead of a directory")
-    q.add_argument("--force", action="store_true", help="replace a model already at MODEL_DIR")
-    q.set_defaults(func=_export)
-
-    q = sub.add_parser("models", help="list the models shipped with costlab",
-                       description="The pre-trained models inside the package, usable by name as --model NAME.")
-    q.add_argument("--json", action="store_true")
-    q.set_defaults(func=_models)
-
-
-@contextlib.contextmanager
-def signals_end_cleanly():
-    """Ctrl-C or SIGTERM during tuning ends like any costlab command: one line, exit 130 or 143, the database
-    holding every batch measured before. The first signal asks the run to stop after the round in flight
-    (``search.timed.request_stop``: raised inside MetaSchedule's C++ loop, an interrupt can crash the
-    process); a second one interrupts at once."""
-    import signal
-
-    from costlab.cli import Terminated
-    from costlab.export.search.timed import clear_stop, request_stop, stop_requested
-
-    def interrupt(signum):
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    def on_signal(signum, frame):
-        if stop_requested() is not None:
-            interrupt(signum)
-        request_stop(signum)
-
-    clear_stop()
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # a background job started with SIGINT ignored keeps it
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
-        yield
-    except BaseException as exc:
-        got = stop_requested()
-        if got is not None and not isinstance(exc, KeyboardInterrupt):
-            interrupt(got)  # an error on the way out after a signal is that signal
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if stop_requested() is not None:
-        interrupt(stop_requested())
-
 
 def _counts(text: str) -> tuple:
-    from costlab.datasets.errors import UsageError
+    from costlab.common.errors import UsageError
 
     try:
         return tuple(int(x) for x in str(text).split(",") if x.strip())
@@ -195,19 +142,4 @@ def _tune(args) -> int:
         print(f"network end to end: tuned {n['tuned_ms']:.3f} ms, untuned {n['untuned_ms']:.3f} ms "
               f"({n['speedup']}x)")
     print(f"work dir: {args.work_dir} ({summary['wall_s']:.0f} s)", file=sys.stderr)
-    return 0
-
-
-def _export(args) -> int:
-    from costlab.export.artifact import export_model
-
-    print(f"exported: {export_model(args.source, args.output, archive=args.archive, force=args.force)}", file=sys.stderr)
-    return 0
-
-
-def _models(args) -> int:
-    from costlab.costmodels.listing import models_table, shipped_models
-
-    rows = shipped_models()
-    print(json.dumps(rows, default=str) if args.json else models_table(rows))
     return 0

@@ -20,7 +20,6 @@ the tasks it marks done.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -30,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from costlab.datasets.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError
+from costlab.export.tasks import workload_tasks
+from costlab.export.workdir import lock_work_dir, read_state, write_state
 
 STATE_FILE = "transfer.json"
 
@@ -64,24 +65,6 @@ class TransferOptions:
             raise UsageError("transfer to either --workload(s) or one --network, not both")
         if not 1 <= self.top <= 1024 or not 1 <= self.per_source <= 1024 or not 1 <= self.max_candidates <= 100_000:
             raise UsageError("--top and --per-source must be 1-1024, --max-candidates 1-100,000")
-
-
-def _read_state(path: Path) -> dict:
-    if not path.exists():
-        return {"tasks": {}}
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(path, f"is damaged ({type(exc).__name__}); remove it to transfer afresh") from None
-    if not isinstance(state, dict) or not isinstance(state.get("tasks"), dict):
-        raise InputError(path, "is damaged (no 'tasks' object); remove it to transfer afresh")
-    return state
-
-
-def _write_state(path: Path, state: dict) -> None:
-    from costlab.datasets.ms_database import rewrite_atomically
-
-    rewrite_atomically(path, [json.dumps(state, indent=1).encode()])
 
 
 class _Source:
@@ -174,7 +157,7 @@ def _rank(predictor, head: int, mod, target, scheds) -> np.ndarray:
 
 def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptions, state_path: Path,
                    should_stop=None) -> dict:
-    """Transfer into ``database`` for ``tasks`` (``export.tune.Task``s); returns the summary (also in
+    """Transfer into ``database`` for ``tasks`` (``export.tasks.Task``s); returns the summary (also in
     ``state_path``)."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -185,7 +168,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     from costlab.export.transfer.sources import read_sources
     from costlab.train.predict import load_predictor
 
-    state = _read_state(state_path)
+    state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
     state["sources"] = [str(s) for s in opts.sources]
     todo = [t for t in tasks if not state["tasks"].get(_key(database, t.mod), {}).get("done")]
     if not todo:
@@ -229,7 +212,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
                 row["failed_measurements"] = len(row["measured"]) - len(good)
             row.update(done=True, seconds=round(time.time() - t0, 2))
             state["tasks"][key] = row
-            _write_state(state_path, state)
+            write_state(state_path, state)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(f"{task.name[:30]} {row.get('best_us')} us")
@@ -255,8 +238,6 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
     from costlab.datasets.ms_database import repair_work_dir
     from costlab.datasets.targets import runnable_target
-    from costlab.export.tune import workload_tasks
-    from costlab.export.workdir import lock_work_dir
 
     try:
         target = tvm.target.Target(runnable_target(opts.target))

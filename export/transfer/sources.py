@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costlab.datasets.errors import InputError
+from costlab.common.errors import InputError
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
-from costlab.datasets.report import ImportReport
+from costlab.datasets.import_report import ImportReport
 
 
 @dataclass
@@ -44,7 +44,7 @@ def _file(work: Path, name: str) -> Path | None:
 def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
     import orjson
 
-    from costlab.datasets.ms_database import _base64_problem, _parse_record, costs_and_error
+    from costlab.datasets.ms_database import base64_problem, costs_and_error, parse_record
     from costlab.datasets.records import ERROR_NONE
 
     wl_path, rec_path = _file(work, WORKLOAD_FILE), _file(work, RECORD_FILE)
@@ -57,7 +57,7 @@ def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTas
             value = orjson.loads(line)
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
                 raise ValueError("not a workload ([shash string, base64 IR string])")
-            why = _base64_problem(value[1])
+            why = base64_problem(value[1])
             if why:
                 raise ValueError(f"workload IR is not valid base64 ({why})")
         except ValueError as exc:  # orjson's decode error is a ValueError too
@@ -70,7 +70,7 @@ def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTas
             continue
         report.lines += 1
         try:
-            idx, trace, run_secs, _target, _args = _parse_record(orjson.loads(line))
+            idx, trace, run_secs, _target, _args = parse_record(orjson.loads(line))
         except ValueError as exc:
             report.problem(f"{rec_path}:{i + 1}: {exc}")
             continue

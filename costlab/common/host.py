@@ -4,15 +4,23 @@
 A platform's records are only comparable when one machine measured them all: ``measure`` stores the host
 with the platform and refuses to add records measured on a different one (see ``same_host``). The host
 is also printed beside every benchmark figure.
+
+The host is parsed here only: ``read_cpuinfo`` (the first processor block of ``/proc/cpuinfo``) and
+``read_caches`` (cpu0's caches in sysfs, with ``size_bytes`` for their sizes) serve both ``host_info`` and
+the hardware spec PSA and PaCM assume for the local CPU (``featurizers.hardware.detect_cpu``).
 """
 
 from __future__ import annotations
 
 import os
 import platform as _platform
+import re
 from pathlib import Path
+from typing import NamedTuple
 
 IDENTITY = ("cpu_model", "vendor", "family", "model", "stepping", "flags", "caches", "threads")
+CPUINFO = "/proc/cpuinfo"
+CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
 
 
 def _read(path) -> str:
@@ -22,7 +30,9 @@ def _read(path) -> str:
         return ""
 
 
-def _cpuinfo(path="/proc/cpuinfo") -> dict:
+def read_cpuinfo(path=CPUINFO) -> dict:
+    """The first processor block of ``/proc/cpuinfo`` as a dict: keys lower-cased (``model name``,
+    ``vendor_id``, ``cpu mhz``, ``flags``), values stripped; empty when the file cannot be read."""
     kv = {}
     for line in _read(path).split("\n\n")[0].splitlines():
         key, sep, value = line.partition(":")
@@ -31,21 +41,42 @@ def _cpuinfo(path="/proc/cpuinfo") -> dict:
     return kv
 
 
-def _caches(cache_dir="/sys/devices/system/cpu/cpu0/cache") -> dict:
-    out = {}
+class Cache(NamedTuple):
+    """One cache of a CPU as sysfs tells it (an ``indexN`` folder): each field the file's text, stripped,
+    ``""`` where the file is missing."""
+
+    level: str  # "1", "2", "3"
+    type: str  # "Data", "Instruction" or "Unified"
+    size: str  # as sysfs writes it: "48K", "1024K", "32M"
+    line: str  # coherency_line_size, in bytes: "64"
+
+    @property
+    def name(self) -> str:
+        """``L1d``, ``L1i``, ``L2``, ``L3``: the level, with ``d`` / ``i`` for a data / instruction cache."""
+        return f"L{self.level}{'i' if self.type == 'Instruction' else 'd' if self.type == 'Data' else ''}"
+
+
+def read_caches(cache_dir=CACHE_DIR) -> list[Cache]:
+    """The caches in ``cache_dir`` (cpu0's by default), in the order of their ``index*`` folders; empty when
+    there is no such folder."""
     base = Path(cache_dir)
-    for idx in sorted(base.glob("index*")) if base.is_dir() else []:
-        level, kind = _read(idx / "level").strip(), _read(idx / "type").strip()
-        size = _read(idx / "size").strip()
-        if level and size:
-            out[f"L{level}{'i' if kind == 'Instruction' else 'd' if kind == 'Data' else ''}"] = size
-    return out
+    return [Cache(*(_read(idx / f).strip() for f in ("level", "type", "size", "coherency_line_size")))
+            for idx in (sorted(base.glob("index*")) if base.is_dir() else [])]
+
+
+def size_bytes(text: str) -> int | None:
+    """A cache size as sysfs writes it (``48K``, ``1024K``, ``32M``; ``KiB`` / ``KB`` and a space accepted) in
+    bytes; None for text that is not a size."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text or "", re.I)
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}[m.group(2).upper()]
 
 
 def host_info() -> dict:
     """This machine: ``cpu_model``, ``vendor``, ``family`` / ``model`` / ``stepping``, ``flags`` (sorted ISA
     flags), ``caches`` (per level, per core), ``threads`` (cores this process may use), ``machine``."""
-    kv = _cpuinfo()
+    kv = read_cpuinfo()
     try:
         threads = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -54,7 +85,8 @@ def host_info() -> dict:
         cpu_model=kv.get("model name") or _platform.processor() or "unknown",
         vendor=kv.get("vendor_id", ""), family=kv.get("cpu family", ""), model=kv.get("model", ""),
         stepping=kv.get("stepping", ""), flags=sorted(set((kv.get("flags") or kv.get("features") or "").split())),
-        caches=_caches(), threads=threads, machine=_platform.machine(),
+        caches={c.name: c.size for c in read_caches() if c.level and c.size}, threads=threads,
+        machine=_platform.machine(),
     )
 
 

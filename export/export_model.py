@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from costlab.common.errors import InputError, UsageError
 from costlab.costmodels.artifact import pack_archive, read_artifact, save_artifact
 from costlab.costmodels.predictors import resolve
-from costlab.datasets.errors import InputError, UsageError
 
 
 def _versions() -> dict:

@@ -1,0 +1,88 @@
+"""Writing a file whole or not at all: the one atomic writer of costlab.
+
+Every file costlab writes outside an HDF5 transaction (a packed dataset's shards, a model's ``config.json``
+and weights, a model archive, a MetaSchedule database it rewrites, the JSON state of a resumable command)
+goes through :func:`atomic_file` / :func:`write_atomically`, which guarantee:
+
+- a reader never sees half a file: the bytes go to a temporary file beside the target (same folder, so the
+  same file system), ``.<name>.tmp-<random>``, which is flushed, ``fsync``-ed and renamed over the target;
+  the folder is ``fsync``-ed after the rename (best effort) so the rename itself survives a power loss;
+- no debris: an exception (or Ctrl-C) while writing deletes the temporary file and leaves the target as it was;
+- permissions: a rewrite keeps the target's mode; a new file gets the mode a plain ``open`` would give it
+  (``0o666`` less the umask), not ``mkstemp``'s ``0o600``;
+- a path that is a symbolic link is written through: the link's target is replaced and the link stays.
+
+HDF5 datasets have their own transaction (``costlab.datasets.store.DatasetWriter``: a copy edited in place,
+a lock, debris of killed writers removed): that is not a whole-file write and does not use this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through: what was written replaces ``path`` when the ``with`` block
+    ends normally, and nothing changes when it ends by an exception (see the module's guarantees)."""
+    path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_atomically(path, data: bytes | Iterable[bytes]) -> Path:
+    """Replace ``path`` by ``data`` (bytes, or an iterable of bytes written one after the other) atomically."""
+    with atomic_file(path) as fh:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            fh.write(data)
+        else:
+            fh.writelines(data)
+    return Path(path)

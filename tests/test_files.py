@@ -1,0 +1,53 @@
+"""The one atomic writer (costlab.common.files) and the work dir's JSON state files (costlab.export.workdir)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from costlab.common.errors import InputError
+from costlab.common.files import atomic_file, write_atomically
+from costlab.export.workdir import read_state, write_state
+
+
+def test_write_atomically_keeps_the_mode_writes_through_links_and_leaves_no_debris(tmp_path):
+    path = tmp_path / "a.json"
+    write_atomically(path, b"one")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~_umask()  # a plain open's mode, not mkstemp's 0o600
+    os.chmod(path, 0o640)
+    write_atomically(path, [b"t", b"wo"])
+    assert path.read_bytes() == b"two" and stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    link = tmp_path / "link.json"
+    link.symlink_to("a.json")
+    write_atomically(link, b"three")
+    assert link.is_symlink() and path.read_bytes() == b"three"
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_file(path) as fh:
+            fh.write(b"half")
+            raise KeyboardInterrupt
+    assert path.read_bytes() == b"three"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "link.json"]
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_state_files_round_trip_and_damage_names_the_file(tmp_path):
+    path = tmp_path / "transfer.json"
+    assert read_state(path, "transfer afresh", {"tasks": {}}, key="tasks") == {"tasks": {}}
+    write_state(path, {"tasks": {"a": {"n": 1}}})
+    assert read_state(path, "transfer afresh", {}, key="tasks") == {"tasks": {"a": {"n": 1}}}
+    path.write_text("{not json")
+    with pytest.raises(InputError, match=r"is damaged \(JSONDecodeError\); remove it to transfer afresh"):
+        read_state(path, "transfer afresh", {}, key="tasks")
+    path.write_text('{"tasks": []}')
+    with pytest.raises(InputError, match=r"is damaged \(no 'tasks' object\); remove it to transfer afresh"):
+        read_state(path, "transfer afresh", {}, key="tasks")
+    path.write_text("[]")
+    with pytest.raises(InputError, match=r"is damaged \(not a JSON object\); remove it to start exploitation afresh"):
+        read_state(path, "start exploitation afresh", {})
