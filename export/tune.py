@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError
+from costlab.common.files import write_atomically
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
@@ -295,7 +296,7 @@ def tune(opts: TuneOptions) -> dict:
         clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
         builder, runner = _measure_stack(opts, target, cores, clock)  # its workers start while the model loads
         cost_model = _cost_model(opts, target, cores)
-        (work / "costlab_run.json").write_text(json.dumps(run_options, indent=2))  # the run has really started
+        write_atomically(work / "costlab_run.json", json.dumps(run_options, indent=2).encode())  # the run has started
         repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
         database = ms.database.JSONDatabase(work_dir=str(work))
         if opts.transfer_from:  # the search starts from the transferred programs: they are in the database
@@ -387,7 +388,7 @@ def tune(opts: TuneOptions) -> dict:
         from costlab.export.network import end_to_end
 
         summary["network"] = end_to_end(network[0], network[1], target, _checked_database(database, tasks, chosen, checked), cores)
-    (work / "costlab_tune.json").write_text(json.dumps(summary, indent=2, default=str))
+    write_atomically(work / "costlab_tune.json", json.dumps(summary, indent=2, default=str).encode())
     try:
         from costlab.export.progress import plot_history
 

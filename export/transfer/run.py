@@ -163,6 +163,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
 
     from costlab.costmodels.predictors import head_of
     from costlab.datasets.measure import build_and_run
+    from costlab.datasets.records import record_latency
     from costlab.datasets.tune_context import tune_context
     from costlab.export.search.common import measure_candidates, measured_hashes
     from costlab.export.transfer.sources import read_sources
@@ -204,8 +205,9 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
                     database.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [float(x) for x in costs],
                                                                            target, c.args_info))
                     secs = [float(x) for x in costs]
-                    ok = err == 0 and secs and max(secs) < 1e9
-                    row["measured"].append(dict(prov[i], us=round(sum(secs) / len(secs) * 1e6, 3) if ok else None,
+                    lat = record_latency(secs) if err == 0 else math.inf
+                    ok = math.isfinite(lat)
+                    row["measured"].append(dict(prov[i], us=round(lat * 1e6, 3) if ok else None,
                                                 error=None if ok else (msg or "failed")[:200]))
                 good = [m["us"] for m in row["measured"] if m["us"] is not None]
                 row["best_us"] = min(good) if good else None
