@@ -215,14 +215,14 @@ def block_signature(block) -> str:
     return f"{its}:{what}"
 
 
-def block_structure(mod) -> tuple[list[str], list[str], int]:
-    """``(block names, block signatures, anchor position)`` of a workload, blocks in program order; the
-    anchor is the kernel-class block (``kernel_class``), -1 when there is none."""
+def block_structure(mod) -> tuple[list[str], list[str], int, list[int]]:
+    """``(block names, block signatures, anchor position, anchor iterator extents)`` of a workload, blocks in
+    program order; the anchor is the kernel-class block (``kernel_class``), position -1 when there is none."""
     blocks = _blocks(mod)
-    _cls, anchor, _ext = kernel_class(mod)
+    _cls, anchor, extents = kernel_class(mod)
     names = [b.name_hint for b in blocks]
     at = names.index(anchor) if anchor in names else -1
-    return names, [block_signature(b) for b in blocks], at
+    return names, [block_signature(b) for b in blocks], at, extents
 
 
 def _clean_name(text: str) -> str:

@@ -10,6 +10,35 @@ from dataclasses import dataclass
 from costlab.common.errors import UsageError
 
 
+def measuring_target(spec, local: bool = True):
+    """The checked ``Target`` that ``costlab tune`` / ``transfer`` build and measure for: ``spec`` as the
+    command line gives it (``host``, a JSON dict, the ``llvm -mcpu=...`` form), a CPU (llvm) target with at
+    least one core; ``local``: the host's own CPU may be named (not for a remote device). One
+    ``UsageError`` line otherwise."""
+    import tvm
+
+    from costlab.datasets.targets import runnable_target
+
+    try:
+        target = tvm.target.Target(runnable_target(spec, local=local))
+    except Exception as exc:  # noqa: BLE001  TVM reports a bad target in several ways
+        raise UsageError(f"bad target {spec!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}") from None
+    if str(target.kind.name) != "llvm":
+        raise UsageError(f"bad target {spec!r}: costlab measures CPU (llvm) targets; a {target.kind.name} "
+                         "target is not supported yet")
+    cores = target.attrs.get("num-cores")
+    if cores is not None and int(cores) < 1:
+        raise UsageError(f"bad target {spec!r}: num-cores must be at least 1, not {int(cores)}")
+    return target
+
+
+def target_cores(target) -> int:
+    """The threads a program runs on for ``target``: its ``num-cores``, else this machine's cores."""
+    import os
+
+    return int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
+
+
 @dataclass
 class Task:
     name: str

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from costlab.common.files import write_atomically
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
-from costlab.export.tasks import Task, workload_tasks
+from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import lock_work_dir
 
 MAX_TRIALS = 1_000_000
@@ -127,24 +126,6 @@ class TuneOptions:
         if self.ms_defaults and self.rpc_key:
             raise UsageError("--ms-defaults runs MetaSchedule's local builder and runner; it cannot use --rpc-key")
         self.strategy = strategy
-
-
-def _target(opts: TuneOptions):
-    import tvm
-
-    from costlab.datasets.targets import runnable_target
-
-    try:
-        target = tvm.target.Target(runnable_target(opts.target, local=not opts.rpc_key))
-    except Exception as exc:  # noqa: BLE001  TVM reports a bad target in several ways
-        raise UsageError(f"bad target {opts.target!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}") from None
-    if str(target.kind.name) != "llvm":
-        raise UsageError(f"bad target {opts.target!r}: costlab tune measures CPU (llvm) targets; a {target.kind.name} "
-                         "target is not supported yet")
-    cores = target.attrs.get("num-cores")
-    if cores is not None and int(cores) < 1:
-        raise UsageError(f"bad target {opts.target!r}: num-cores must be at least 1, not {int(cores)}")
-    return target
 
 
 def _done_per_task(database, tasks: list[Task]) -> list[int]:
@@ -272,8 +253,8 @@ def tune(opts: TuneOptions) -> dict:
     from costlab.export.search.common import RoundLog
     from costlab.export.search.timed import RoundClock, TimedBuilder, stop_requested
 
-    target = _target(opts)
-    cores = int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
+    target = measuring_target(opts.target, local=not opts.rpc_key)
+    cores = target_cores(target)
     work = Path(opts.work_dir)
     if not str(opts.work_dir).strip():
         raise UsageError("--work-dir must name a directory")

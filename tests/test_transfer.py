@@ -76,7 +76,7 @@ def test_matmul_schedules_move_to_another_shape_as_perfect_tilings():
     # without adaptation TVM would replay the source's factors: their product is 16, not the new extents
     from costlab.export.transfer.replay import source_trace, tile_decisions
 
-    src = next(s for s in _sources() if s.extents == [16, 16, 16])
+    src = next(s for s in _sources() if s.structure.extents == (16, 16, 16))
     assert all(math.prod(t) == 16 for t in tile_decisions(source_trace(src.mod, src.task.programs[0][0])))
 
 
@@ -93,7 +93,7 @@ def test_convolution_schedules_move_within_their_class_only():
 
 def test_a_schedule_that_cannot_apply_is_counted_and_skipped():
     sources = _sources()
-    src = next(s for s in sources if s.extents == [16, 16, 16])
+    src = next(s for s in sources if s.structure.extents == (16, 16, 16))
     good = src.task.programs[0]
     broken = json.loads(json.dumps(good[0]))
     for inst in broken[0]:

@@ -97,6 +97,17 @@ def best_measured(context, database, n: int, seed: int) -> list:
     return out
 
 
+def model_order(predictor, head: int, mod, target, schedules: list):
+    """Indices of ``schedules`` (live candidates of ``mod``), best first by a costlab predictor's ``head``;
+    programs its featurizer could not read come last."""
+    import numpy as np
+
+    feats = predictor.featurizer.featurize_candidates(mod, target, schedules)
+    score = predictor.predict(feats)[:, head].astype(np.float64)
+    score[~np.asarray(feats.get("valid", np.ones(len(schedules), bool)), bool)] = -np.inf
+    return np.argsort(-score, kind="stable")
+
+
 def measure_candidates(schedules: list) -> list:
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate

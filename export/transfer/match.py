@@ -24,6 +24,7 @@ class Structure:
     names: tuple
     signatures: tuple
     anchor: int  # position of the anchor block, -1 without one
+    extents: tuple = ()  # the anchor's iterator extents (how close two tasks' shapes are)
 
     @property
     def anchor_signature(self) -> str | None:
@@ -39,8 +40,8 @@ class Structure:
 def structure(mod) -> Structure:
     from costlab.datasets.ms_workload import block_structure
 
-    names, sigs, anchor = block_structure(mod)
-    return Structure(tuple(names), tuple(sigs), anchor)
+    names, sigs, anchor, extents = block_structure(mod)
+    return Structure(tuple(names), tuple(sigs), anchor, tuple(extents))
 
 
 @dataclass(frozen=True)

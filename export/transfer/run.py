@@ -21,16 +21,13 @@ the tasks it marks done.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from costlab.common.errors import InputError, UsageError
-from costlab.export.tasks import workload_tasks
+from costlab.export.tasks import measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import lock_work_dir, read_state, write_state
 
 STATE_FILE = "transfer.json"
@@ -63,19 +60,20 @@ class TransferOptions:
             raise UsageError("name what to transfer to: --workload NAME[:ARGS] (repeatable) or --network NET")
         if self.workloads and self.network:
             raise UsageError("transfer to either --workload(s) or one --network, not both")
+        for source in self.sources:  # before the work dir is made: a mistyped --from leaves nothing behind
+            if not Path(source).exists():
+                raise InputError(Path(source), "no such dataset or work dir (--from)")
         if not 1 <= self.top <= 1024 or not 1 <= self.per_source <= 1024 or not 1 <= self.max_candidates <= 100_000:
             raise UsageError("--top and --per-source must be 1-1024, --max-candidates 1-100,000")
 
 
 class _Source:
-    """A source task decoded: its module, structure and anchor extents."""
+    """A source task decoded: its module and structure."""
 
     def __init__(self, st, mod):
-        from costlab.datasets.ms_workload import kernel_class
         from costlab.export.transfer.match import structure
 
         self.task, self.mod, self.structure = st, mod, structure(mod)
-        self.extents = kernel_class(mod)[2]
 
 
 def _decode(sources, report) -> list[_Source]:
@@ -106,17 +104,17 @@ def candidates_for(mod, target, postprocs, sources: list[_Source], measured: set
     """The programs of ``sources`` replayed on ``mod``: ``(schedules, provenance, counts)``; provenance per
     schedule (source, task, rank, source latency, match kind, tilings adapted), counts of what was tried
     and why programs failed."""
-    from costlab.datasets.ms_workload import kernel_class
     from costlab.export.search.common import _shash
     from costlab.export.transfer.match import match, structure
     from costlab.export.transfer.replay import TransferError, transfer_schedule
 
-    st, extents = structure(mod), kernel_class(mod)[2]
+    st = structure(mod)
     matched = []
     for src in sources:
         m = match(src.structure, st)
         if m is not None:
-            matched.append((0 if m.kind == "same" else 1, _closeness(src.extents, extents), len(matched), src, m))
+            matched.append((0 if m.kind == "same" else 1, _closeness(src.structure.extents, st.extents), len(matched),
+                            src, m))
     matched.sort(key=lambda t: t[:3])
     counts: Counter = Counter(source_tasks=len(matched))
     scheds, prov, seen = [], [], set()
@@ -148,13 +146,6 @@ def candidates_for(mod, target, postprocs, sources: list[_Source], measured: set
     return scheds, prov, counts
 
 
-def _rank(predictor, head: int, mod, target, scheds) -> np.ndarray:
-    feats = predictor.featurizer.featurize_candidates(mod, target, scheds)
-    score = predictor.predict(feats)[:, head].astype(np.float64)
-    score[~np.asarray(feats.get("valid", np.ones(len(scheds), bool)), bool)] = -np.inf
-    return np.argsort(-score, kind="stable")
-
-
 def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptions, state_path: Path,
                    should_stop=None) -> dict:
     """Transfer into ``database`` for ``tasks`` (``export.tasks.Task``s); returns the summary (also in
@@ -165,7 +156,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     from costlab.datasets.measure import build_and_run
     from costlab.datasets.records import record_latency
     from costlab.datasets.tune_context import tune_context
-    from costlab.export.search.common import measure_candidates, measured_hashes
+    from costlab.export.search.common import measure_candidates, measured_hashes, model_order
     from costlab.export.transfer.sources import read_sources
     from costlab.train.predict import load_predictor
 
@@ -196,7 +187,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
                                                   opts.max_candidates, seed=opts.seed + 1)
             row = dict(name=task.name, done=False, replayed=len(scheds), counts=dict(counts), measured=[])
             if scheds:
-                order = _rank(predictor, head, task.mod, target, scheds)[:opts.top]
+                order = model_order(predictor, head, task.mod, target, scheds)[:opts.top]
                 picked = [scheds[i] for i in order]
                 mc = measure_candidates(picked)
                 results = build_and_run(builder, runner, target, mc)
@@ -234,17 +225,12 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     """``costlab transfer``: the tasks of the workload, a work dir (locked), costlab's builder and runner,
     then ``transfer_tasks``. Returns the summary."""
     opts.check()
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
     from costlab.datasets.ms_database import repair_work_dir
-    from costlab.datasets.targets import runnable_target
 
-    try:
-        target = tvm.target.Target(runnable_target(opts.target))
-    except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"bad target {opts.target!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}") from None
+    target = measuring_target(opts.target)
     work = Path(opts.work_dir)
     if work.exists() and not work.is_dir():
         raise InputError(work, "exists and is not a directory (--work-dir)")
@@ -255,7 +241,7 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
         tasks, _network = workload_tasks(opts, target)
         repair_work_dir(work)
         database = ms.database.JSONDatabase(work_dir=str(work))
-        cores = int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
+        cores = target_cores(target)
         builder = make_builder(opts.builder_timeout, workers=cores, pooled=True)
         runner = make_runner(MeasureOptions(target=target.export(), number=opts.number, repeat=opts.repeat), target)
         t0 = time.time()
