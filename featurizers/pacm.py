@@ -14,7 +14,7 @@ And one fixed-size output, ``program`` (``PROGRAM_FEATURES`` numbers per record,
 the PSA formula's estimate of the same scheduled program and its terms (compute, load/store issue,
 memory, loop overhead, fork-join; the cores and SIMD lanes in use, the register-spill penalty and the
 data reuse, each weighted by its statement's share of the estimate), so the verify model can learn how
-far to trust the static analyzer instead of a fixed blend of the two (``psa_model``; on GPU only the
+far to trust the static analyzer instead of a fixed blend of the two (``psa.formula``; on GPU only the
 estimate and the FLOPs are filled).
 
 The memory level of an access is where its data lives between two uses. On GPU it is the storage scope
@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from costlab.featurizers.base import Featurizer, register
-from costlab.featurizers.loopnest import Program, flat_strides, footprints
+from costlab.featurizers.psa.loopnest import Program, flat_strides, footprints
 
 LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, -, L2, global
 PATTERN_NAMES = (
@@ -149,7 +149,7 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
 
 def program_features(program: Program, spec) -> np.ndarray:
     """The PSA estimate of a program and its terms: ``(PROGRAM_FEATURES,)`` float32 (see ``PROGRAM_NAMES``)."""
-    from costlab.featurizers.psa_model import estimate
+    from costlab.featurizers.psa.formula import estimate
 
     detail: list = []
     est = estimate(program, spec, detail)
@@ -223,7 +223,7 @@ class PaCM(Featurizer):
         or the TIR walk cannot handle gets an error instead of failing the batch."""
         from tvm.s_tir import meta_schedule as ms
 
-        from costlab.featurizers.tir_nest import program_of
+        from costlab.featurizers.psa.tir_nest import program_of
 
         ctx, args, extractor = self._context(key, mod, target_dict)
         cands = [ms.MeasureCandidate(s, args) for s in schedules]
@@ -293,7 +293,7 @@ class PaCM(Featurizer):
 
     def featurize_candidates(self, mod, target, schedules) -> dict:
         from costlab.featurizers.ms_records import is_gpu
-        from costlab.featurizers.psa import _target_dict
+        from costlab.featurizers.psa.featurizer import _target_dict
 
         tdict = _target_dict(target)
         spec = self._spec(target=tdict)

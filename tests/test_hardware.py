@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from costlab.featurizers.hardware import (GPU_TABLE, CPUSpec, GPUSpec, HardwareSpec, detect_cpu, gpu_spec,
+from costlab.featurizers.psa.hardware import (GPU_TABLE, CPUSpec, GPUSpec, HardwareSpec, detect_cpu, gpu_spec,
                                           spec_for_target)
 
 CPUINFO = """processor\t: 0
@@ -150,7 +150,7 @@ def test_simd_width_of_cpu_names_matches_llvm(mcpu):
     import tvm
     from tvm.target import codegen
 
-    from costlab.featurizers.hardware import _SIMD_BY_MCPU, mcpu_simd_bits
+    from costlab.featurizers.psa.hardware import _SIMD_BY_MCPU, mcpu_simd_bits
 
     features = codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
     want = 512 if "avx512f" in features else 256

@@ -11,10 +11,10 @@ tvm = pytest.importorskip("tvm")
 
 import _sched_cases as cases  # noqa: E402
 from costlab.featurizers import create  # noqa: E402
-from costlab.featurizers.hardware import spec_for_target  # noqa: E402
-from costlab.featurizers.psa_model import estimate  # noqa: E402
-from costlab.featurizers.tir_nest import program_of  # noqa: E402
-from costlab.featurizers.trace_nest import TaskModel, Unsupported, simulate  # noqa: E402
+from costlab.featurizers.psa.hardware import spec_for_target  # noqa: E402
+from costlab.featurizers.psa.formula import estimate  # noqa: E402
+from costlab.featurizers.psa.tir_nest import program_of  # noqa: E402
+from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate  # noqa: E402
 
 @pytest.fixture
 def measured():

@@ -7,7 +7,7 @@ is also printed beside every benchmark figure.
 
 The host is parsed here only: ``read_cpuinfo`` (the first processor block of ``/proc/cpuinfo``) and
 ``read_caches`` (cpu0's caches in sysfs, with ``size_bytes`` for their sizes) serve both ``host_info`` and
-the hardware spec PSA and PaCM assume for the local CPU (``featurizers.hardware.detect_cpu``).
+the hardware spec PSA and PaCM assume for the local CPU (``featurizers.psa.hardware.detect_cpu``).
 """
 
 from __future__ import annotations

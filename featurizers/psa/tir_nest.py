@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
+from costlab.featurizers.psa.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
 
 _KIND = {0: SERIAL, 1: "parallel", 2: "vectorized", 3: "unrolled"}
 _FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "FloorDiv", "FloorMod", "Mod"}

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 
-from costlab.featurizers.loopnest import Program, Stmt, flat_strides, footprints, reduction_positions
+from costlab.featurizers.psa.loopnest import Program, Stmt, flat_strides, footprints, reduction_positions
 
 FORK_JOIN_S = 2e-6  # one entry into a TVM parallel region (thread-pool fork + join)
 # Constants of the CPU formula (see ``_cpu_stmt``), set against measured MetaSchedule records

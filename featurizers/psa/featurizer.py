@@ -1,6 +1,6 @@
 """PSA: Pruner's static analyzer, the cheap *draft* model. A formula, not a network.
 
-For every record: the scheduled program as loop nests (``loopnest.Program``), then ``psa_model.estimate``
+For every record: the scheduled program as loop nests (``loopnest.Program``), then ``formula.estimate``
 against the platform's ``HardwareSpec``. Outputs per record: ``estimate`` (seconds, lower is better),
 ``score`` (``1 / estimate``, 0 when the program cannot run) and ``valid``.
 
@@ -39,7 +39,7 @@ class PSA(Featurizer):
 
     # -- spec -----------------------------------------------------------------------------------------------
     def spec_for(self, platform=None, target=None):
-        from costlab.featurizers.hardware import HardwareSpec, spec_for_platform, spec_for_target
+        from costlab.featurizers.psa.hardware import HardwareSpec, spec_for_platform, spec_for_target
 
         key = platform.id if platform is not None else repr(target)
         if key not in self._specs:
@@ -54,7 +54,7 @@ class PSA(Featurizer):
     # -- one program ----------------------------------------------------------------------------------------
     def _task_model(self, task, gpu: bool):
         from costlab.featurizers.ms_records import task_module
-        from costlab.featurizers.trace_nest import TaskModel, Unsupported
+        from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported
 
         key = (task.workload_hash, task.index, gpu)
         if key not in self._tasks:
@@ -67,8 +67,8 @@ class PSA(Featurizer):
     def program(self, task, schedule, gpu: bool):
         """The ``Program`` of one record (trace simulation, or replay + TIR walk)."""
         from costlab.featurizers.ms_records import ReplayError, parse_trace, replay, task_module
-        from costlab.featurizers.tir_nest import program_of
-        from costlab.featurizers.trace_nest import TaskModel, Unsupported, simulate
+        from costlab.featurizers.psa.tir_nest import program_of
+        from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
 
         trace = parse_trace(schedule)
         if self.config["mode"] == "trace":
@@ -93,7 +93,7 @@ class PSA(Featurizer):
     # -- featurizer interface ----------------------------------------------------------------------------------
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
         from costlab.featurizers.ms_records import ReplayError, record_batch
-        from costlab.featurizers.psa_model import estimate
+        from costlab.featurizers.psa.formula import estimate
 
         rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
         spec = self.spec_for(plat)
@@ -116,9 +116,9 @@ class PSA(Featurizer):
         from costlab.datasets.ms_workload import trace_json
         from costlab.datasets.targets import normalize_target
         from costlab.featurizers.ms_records import is_gpu
-        from costlab.featurizers.psa_model import estimate
-        from costlab.featurizers.tir_nest import program_of
-        from costlab.featurizers.trace_nest import TaskModel, Unsupported, simulate
+        from costlab.featurizers.psa.formula import estimate
+        from costlab.featurizers.psa.tir_nest import program_of
+        from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
 
         tdict = _target_dict(target)
         spec = self.spec_for(target=normalize_target(tdict))

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from costlab.featurizers.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
-from costlab.featurizers.tir_nest import AxisAccess
+from costlab.featurizers.psa.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
+from costlab.featurizers.psa.tir_nest import AxisAccess
 
 
 class Unsupported(Exception):
@@ -68,7 +68,7 @@ class TaskModel:
     """The per-task analysis a trace is simulated on: the workload's blocks, each under its own loops."""
 
     def __init__(self, mod, gpu: bool = False):
-        from costlab.featurizers.tir_nest import walk_blocks
+        from costlab.featurizers.psa.tir_nest import walk_blocks
 
         self.gpu = gpu
         self.blocks = []
