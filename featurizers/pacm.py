@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from costlab.featurizers.base import Featurizer, register
-from costlab.featurizers.psa.loopnest import Program, flat_strides, footprints
+from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, spec_for, target_dict
 
 LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, -, L2, global
 PATTERN_NAMES = (
@@ -149,8 +149,6 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
 
 def program_features(program: Program, spec) -> np.ndarray:
     """The PSA estimate of a program and its terms: ``(PROGRAM_FEATURES,)`` float32 (see ``PROGRAM_NAMES``)."""
-    from costlab.featurizers.psa.formula import estimate
-
     detail: list = []
     est = estimate(program, spec, detail)
     row = dict.fromkeys(PROGRAM_NAMES, 0.0)
@@ -194,16 +192,16 @@ class PaCM(Featurizer):
     def __init__(self, config=None):
         super().__init__(config)
         self._contexts: dict = {}
-        self._psa = None
+        self._specs: dict = {}
         self.stats = {"ok": 0, "invalid": 0}
         self.errors: list = []  # (record row, reason) of records that could not be featurized
 
     def _spec(self, platform=None, target=None):
-        from costlab.featurizers.psa import PSA
-
-        if self._psa is None:
-            self._psa = PSA({"spec": self.config.get("spec")})
-        return self._psa.spec_for(platform, target)
+        """PSA's hardware spec of a platform or target (with this config's ``spec``), cached per platform."""
+        key = platform.id if platform is not None else repr(target)
+        if key not in self._specs:
+            self._specs[key] = spec_for(platform, target, self.config.get("spec"))
+        return self._specs[key]
 
     def _context(self, key, mod, target_dict):
         if key not in self._contexts:
@@ -222,8 +220,6 @@ class PaCM(Featurizer):
         """(stmt rows, pattern tokens, program features, error or None) per schedule; a schedule TVM's extractor
         or the TIR walk cannot handle gets an error instead of failing the batch."""
         from tvm.s_tir import meta_schedule as ms
-
-        from costlab.featurizers.psa.tir_nest import program_of
 
         ctx, args, extractor = self._context(key, mod, target_dict)
         cands = [ms.MeasureCandidate(s, args) for s in schedules]
@@ -293,9 +289,8 @@ class PaCM(Featurizer):
 
     def featurize_candidates(self, mod, target, schedules) -> dict:
         from costlab.featurizers.ms_records import is_gpu
-        from costlab.featurizers.psa.featurizer import _target_dict
 
-        tdict = _target_dict(target)
+        tdict = target_dict(target)
         spec = self._spec(target=tdict)
         import tvm_ffi
 

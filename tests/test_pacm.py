@@ -11,10 +11,9 @@ tvm = pytest.importorskip("tvm")
 
 import _sched_cases as cases  # noqa: E402
 from costlab.featurizers import create  # noqa: E402
-from costlab.featurizers.psa.hardware import spec_for_target  # noqa: E402
 from costlab.featurizers.pacm import (  # noqa: E402
     PATTERN_FEATURES, PATTERN_NAMES, PROGRAM_FEATURES, PROGRAM_NAMES, STMT_FEATURES, pattern_tokens)
-from costlab.featurizers.psa.tir_nest import program_of  # noqa: E402
+from costlab.featurizers.psa import program_of, spec_for_target  # noqa: E402
 
 LEVEL = slice(0, 5)
 
@@ -103,7 +102,7 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
     est = program[:, PROGRAM_NAMES.index("log_estimate_ns")]
     assert est[0] > max(est[1], est[2])
     from costlab.featurizers.ms_records import feature_context, replay
-    from costlab.featurizers.psa.formula import estimate
+    from costlab.featurizers.psa import estimate
 
     spec = spec_for_target(cases.LLVM)
     for i in range(3):

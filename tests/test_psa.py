@@ -11,10 +11,7 @@ tvm = pytest.importorskip("tvm")
 
 import _sched_cases as cases  # noqa: E402
 from costlab.featurizers import create  # noqa: E402
-from costlab.featurizers.psa.hardware import spec_for_target  # noqa: E402
-from costlab.featurizers.psa.formula import estimate  # noqa: E402
-from costlab.featurizers.psa.tir_nest import program_of  # noqa: E402
-from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate  # noqa: E402
+from costlab.featurizers.psa import TaskModel, Unsupported, estimate, program_of, simulate, spec_for_target  # noqa: E402
 
 @pytest.fixture
 def measured():

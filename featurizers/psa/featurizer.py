@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from costlab.featurizers.base import Featurizer, register
+from costlab.featurizers.psa.hardware import spec_for, target_dict
 
 
 @register
@@ -39,16 +40,10 @@ class PSA(Featurizer):
 
     # -- spec -----------------------------------------------------------------------------------------------
     def spec_for(self, platform=None, target=None):
-        from costlab.featurizers.psa.hardware import HardwareSpec, spec_for_platform, spec_for_target
-
+        """``hardware.spec_for`` of a platform or target with this config's ``spec``, cached per platform."""
         key = platform.id if platform is not None else repr(target)
         if key not in self._specs:
-            spec = spec_for_platform(platform) if platform is not None else spec_for_target(target)
-            over = self.config.get("spec")
-            if over:
-                # with a "kind": a whole spec (unnamed fields take the class defaults); else fields to replace
-                spec = HardwareSpec.from_json(over) if "kind" in over else spec.updated(over)
-            self._specs[key] = spec
+            self._specs[key] = spec_for(platform, target, self.config.get("spec"))
         return self._specs[key]
 
     # -- one program ----------------------------------------------------------------------------------------
@@ -120,7 +115,7 @@ class PSA(Featurizer):
         from costlab.featurizers.psa.tir_nest import program_of
         from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
 
-        tdict = _target_dict(target)
+        tdict = target_dict(target)
         spec = self.spec_for(target=normalize_target(tdict))
         gpu = is_gpu(tdict)
         model = None
@@ -157,26 +152,3 @@ def _score(est: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         out = np.where(np.isfinite(est) & (est > 0), 1.0 / np.where(est > 0, est, 1.0), 0.0)
     return out
-
-
-def _target_dict(target) -> dict:
-    """A target (``tvm.target.Target``, dict or string) as a plain JSON dict."""
-    if isinstance(target, dict):
-        return dict(target)
-    if hasattr(target, "export"):
-        return _plain(target.export())
-    from costlab.datasets.targets import normalize_target
-
-    return normalize_target(str(target))
-
-
-def _plain(value):
-    if isinstance(value, (str, bool, int, float)) or value is None:
-        return value
-    if hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "value") and isinstance(value.value, (int, float)):
-        return value.value
-    if hasattr(value, "__iter__"):
-        return [_plain(v) for v in value]
-    return str(value)

@@ -351,6 +351,39 @@ def spec_for_platform(platform) -> HardwareSpec:
     return spec_for_target(platform.target)
 
 
+def spec_for(platform=None, target=None, override=None) -> HardwareSpec:
+    """The spec PSA and PaCM assume for a dataset platform (``spec_for_platform``) or, without one, for a target
+    (``spec_for_target``), with a featurizer config's ``spec`` applied: a whole spec when it has a ``"kind"``
+    (fields it does not name take the class defaults), else fields to replace."""
+    spec = spec_for_platform(platform) if platform is not None else spec_for_target(target)
+    if override:
+        spec = HardwareSpec.from_json(override) if "kind" in override else spec.updated(override)
+    return spec
+
+
+def target_dict(target) -> dict:
+    """A target (``tvm.target.Target``, dict or string) as a plain JSON dict, as ``spec_for`` reads it."""
+    if isinstance(target, dict):
+        return dict(target)
+    if hasattr(target, "export"):
+        return _plain(target.export())
+    from costlab.datasets.targets import normalize_target
+
+    return normalize_target(str(target))
+
+
+def _plain(value):
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "value") and isinstance(value.value, (int, float)):
+        return value.value
+    if hasattr(value, "__iter__"):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
 def _load_obj(obj, where: str = "hardware spec"):
     if isinstance(obj, HardwareSpec):
         return obj.to_json(), where
@@ -373,5 +406,5 @@ def _load_obj(obj, where: str = "hardware spec"):
     return value, where
 
 
-__all__ = ["HardwareSpec", "CPUSpec", "GPUSpec", "GPU_TABLE", "gpu_spec", "detect_cpu", "spec_for_target",
-           "spec_for_platform"]
+__all__ = ["HardwareSpec", "CPUSpec", "GPUSpec", "GPU_TABLE", "gpu_spec", "detect_cpu", "spec_for", "spec_for_target",
+           "spec_for_platform", "target_dict"]
