@@ -104,7 +104,9 @@ class RandomPredictor:
 
 
 class PSAPredictor:
-    """PSA alone: the static analyzer's score (1 / estimated time); programs it cannot read score -1."""
+    """PSA alone: the static analyzer's score (1 / estimated time; 0 for a program it cannot read, -1 for a
+    score that is not finite), below every readable program. The score is raw (it ranks within a task); a
+    tuning run scales it per task with ``featurizers.psa.TaskScale``, as the draft stage does."""
 
     kind = "psa"
 

@@ -6,7 +6,9 @@ same features as the dataset's records it trained on), scores them in batches, a
 scores, higher = faster: EvolutionarySearch samples mutation parents in proportion to them and keeps the
 best across its generations, so scores of one task must be comparable from call to call. A net's raw
 ranking score is mapped through a logistic curve fixed per task (centre and spread of the first
-population it scores), which keeps the order and the relative weights of one round's calls.
+population it scores), which keeps the order and the relative weights of one round's calls. PSA
+(``psa``) is scaled as the draft stage scales it (``featurizers.psa.TaskScale``: divided by the best of
+the first population). Programs the model cannot read score 0, below every other.
 
 ``update`` collects the measured candidates (failed builds never reach it; runner errors arrive with
 ``run_secs`` None and are kept as failures) and, with ``adapt`` set, adapts the net after every round
@@ -52,8 +54,9 @@ def _latency(result) -> float:
     return math.inf if result.error_msg is not None else record_latency(getattr(result, "run_secs", None))
 
 
-class _TaskScale:
-    """The fixed logistic map of one task's raw scores to (0, 1)."""
+class _LogisticScale:
+    """The fixed logistic map of one task's raw scores to (0, 1): valid programs at least 1e-6, invalid ones
+    (``-inf``) 0."""
 
     def __init__(self, scores: np.ndarray):
         finite = scores[np.isfinite(scores)]
@@ -63,7 +66,18 @@ class _TaskScale:
 
     def __call__(self, scores: np.ndarray) -> np.ndarray:
         z = np.clip((scores - self.centre) / self.spread, -30, 30)
-        return 1.0 / (1.0 + np.exp(-z))
+        return np.where(np.isfinite(scores), np.maximum(1.0 / (1.0 + np.exp(-z)), 1e-6), 0.0)
+
+
+def task_scale(predictor, raw: np.ndarray):
+    """The fixed map of one task's raw scores (its first population's) to MetaSchedule scores: PSA's own
+    (``featurizers.psa.TaskScale``, the draft stage's) for the ``psa`` predictor, a logistic curve for the
+    others."""
+    if getattr(predictor, "kind", None) == "psa":
+        from costlab.featurizers.psa import TaskScale
+
+        return TaskScale(raw)
+    return _LogisticScale(raw)
 
 
 @derived_object
@@ -138,9 +152,8 @@ class CostlabCostModel(PyCostModel):
         raw = self.raw_scores(context, candidates)
         task = _task_key(context)
         if task not in self._scales:
-            self._scales[task] = _TaskScale(raw)
-        scores = self._scales[task](raw)
-        return np.where(np.isfinite(raw), np.maximum(scores, 1e-6), 0.0).astype(np.float64)
+            self._scales[task] = task_scale(self.predictor, raw)
+        return np.asarray(self._scales[task](raw), np.float64)
 
     # -- online adaptation ------------------------------------------------------------------------------------
     def update(self, context, candidates, results) -> None:

@@ -172,3 +172,29 @@ def test_config_round_trip_and_bad_mode():
         create("psa", {"mode": "fast"})
     with pytest.raises(ValueError, match="unknown config keys"):
         create("psa", {"cores": 4})
+
+
+def test_task_scale_divides_by_the_first_best_and_ranks_unreadable_programs_last():
+    from costlab.featurizers.psa import TaskScale
+
+    scale = TaskScale([0.0, 2.0, 4.0, -1.0, np.nan, -np.inf])
+    assert scale.best == 4.0  # fixed by the first population
+    assert scale([0.0, 2.0, 4.0, 8.0, -1.0, np.nan, -np.inf]).tolist() == [0.0, 0.5, 1.0, 2.0, 0.0, 0.0, 0.0]
+    assert TaskScale([0.0, -np.inf]).best == 1.0  # nothing readable: no scale
+
+
+def test_one_psa_scorer_for_the_draft_stage_and_model_psa():
+    """The draft stage (``PSAModel``) and ``--model psa`` (``CostlabCostModel`` of the ``psa`` predictor)
+    score live candidates alike: 1 / estimate over the best of the task's first population, fixed after."""
+    from test_export import _context
+
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.export.search.psa import PSAModel
+
+    ctx, cands = _context()
+    draft, model = PSAModel(), CostlabCostModel("psa")
+    first = draft.predict(ctx, cands)
+    assert np.array_equal(first, model.predict(ctx, cands))
+    assert first.max() == 1.0 and (first > 0).all()
+    later = draft.predict(ctx, cands[::-1][:4])  # a later call keeps the first call's scale
+    assert np.array_equal(later, first[::-1][:4]) and np.array_equal(later, model.predict(ctx, cands[::-1][:4]))

@@ -15,15 +15,16 @@ from costlab.export.cost_model import _task_key
 
 @derived_object
 class PSAModel(PyCostModel):
-    """PSA as a MetaSchedule cost model: ``1 / estimated time``, divided per task by the best estimate of
-    the first population it scores (a fixed scale, so scores compare across the calls of a search)."""
+    """PSA as a MetaSchedule cost model: ``1 / estimated time``, divided per task by the best of the first
+    population it scores (``featurizers.psa.TaskScale``: a fixed scale, so scores compare across the calls
+    of a search; the same scaling as ``--model psa``)."""
 
     def __init__(self, config: dict | None = None):
         super().__init__()
         from costlab.featurizers import create
 
         self.featurizer = create("psa", config)
-        self._scale: dict = {}
+        self._scale: dict = {}  # per task: its TaskScale
         self.stats = dict(calls=0, candidates=0, seconds=0.0)
 
     def scores(self, context, candidates) -> np.ndarray:
@@ -37,11 +38,13 @@ class PSAModel(PyCostModel):
     def predict(self, context, candidates) -> np.ndarray:
         if not len(candidates):
             return np.zeros(0, np.float64)
+        from costlab.featurizers.psa import TaskScale
+
         s = self.scores(context, candidates)
         key = _task_key(context)
         if key not in self._scale:
-            self._scale[key] = float(s.max()) if s.size and s.max() > 0 else 1.0
-        return s / self._scale[key]
+            self._scale[key] = TaskScale(s)
+        return self._scale[key](s)
 
     def update(self, context, candidates, results) -> None:
         pass
