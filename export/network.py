@@ -1,10 +1,13 @@
 """A tuned network end to end, timed beside what a user gets without tuning.
 
-Both builds run Relax's default CPU passes (legalize, fuse, lower, finalize; the same preparation as
-``extract_tasks``, so the database's keys match), and both schedule the functions that have no tuning record
-with DLight's CPU rules (``s_tir.dlight.cpu``: GEMV and reductions; the rest stays as TVM lowers it). The
-tuned build first applies the tuning database (``MetaScheduleApplyDatabase``). MetaSchedule's own
-``compile_relax`` leaves untuned functions unscheduled on a CPU, which would flatter any tuning.
+Both builds start from the module exactly as the tasks were extracted from it (``datasets.extract.
+network_module``: legalized and fused already), so every fused function is, structurally, the task that was
+tuned for it: preparing it a second time would annotate the fused functions again (an ``op_pattern``
+attribute they did not have when extracted) and no tuning record would match them. The tuned build applies
+the tuning database (``MetaScheduleApplyDatabase``); both then schedule the functions that have no record
+with DLight's CPU rules (``s_tir.dlight.cpu``: GEMV and reductions; the rest stays as TVM lowers it), and
+run Relax's CPU lowering and finalizing passes. MetaSchedule's own ``compile_relax`` leaves untuned
+functions unscheduled on a CPU, which would flatter any tuning.
 """
 
 from __future__ import annotations
@@ -39,29 +42,39 @@ def _lower_passes(target) -> list:
     return [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
 
 
+def tuned_functions(mod, database) -> tuple[int, int]:
+    """``(functions with a tuning record in database, functions)`` over the module's TIR functions, matched
+    as ``MetaScheduleApplyDatabase`` matches them (the function as ``main``, structurally)."""
+    import tvm
+
+    funcs = [f for f in mod.functions.values() if type(f).__name__ == "PrimFunc"]
+    hit = sum(bool(database.has_workload(tvm.IRModule({"main": f.with_attr("global_symbol", "main")})))
+              for f in funcs)
+    return hit, len(funcs)
+
+
 def build(mod, target, database=None):
-    """The network compiled for ``target``: with the tuning ``database`` applied first when one is given,
-    DLight's CPU rules on every function still unscheduled."""
+    """The network compiled for ``target``, and ``(functions the database has a record for, functions)``:
+    ``mod`` as the tasks were extracted from it (legalized and fused), the tuning ``database`` applied first
+    when one is given, DLight's CPU rules on every function still unscheduled."""
     import tvm
     from tvm import relax
-    from tvm.relax import pipeline as relax_pipeline
     from tvm.relax.transform import MetaScheduleApplyDatabase
     from tvm.s_tir import dlight as dl
     from tvm.s_tir.meta_schedule.database import MemoryDatabase
 
+    matched = [0, 0]
+
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(m, _ctx):
-        m = tvm.transform.Sequential([
-            *relax_pipeline.library_dispatch_passes(target),
-            relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
-            relax.transform.FuseOps(), relax.transform.FuseTIR()])(m)
         if database is not None:
+            matched[:] = tuned_functions(m, database)  # counted on the very module the database is applied to
             m = MetaScheduleApplyDatabase()(m)
         m = dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())(m)
         return tvm.transform.Sequential(_lower_passes(target))(m)
 
     with target, (database if database is not None else MemoryDatabase()), tvm.transform.PassContext(opt_level=3):
-        return relax.build(mod, target=target, relax_pipeline=pipeline)
+        return relax.build(mod, target=target, relax_pipeline=pipeline), tuple(matched)
 
 
 def end_to_end(mod, inputs, target, database, cores: int) -> dict:
@@ -70,7 +83,9 @@ def end_to_end(mod, inputs, target, database, cores: int) -> dict:
 
     os.environ["TVM_NUM_THREADS"] = str(cores)  # this process runs the network: the target's threads
     device = tvm.cpu(0) if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
-    t_tuned = _time(build(mod, target, database), inputs, device)
-    t_untuned = _time(build(mod, target), inputs, device)
+    tuned, (hit, n) = build(mod, target, database)
+    t_tuned = _time(tuned, inputs, device)
+    t_untuned = _time(build(mod, target)[0], inputs, device)
     return dict(tuned_ms=round(t_tuned * 1e3, 4), untuned_ms=round(t_untuned * 1e3, 4),
-                speedup=round(t_untuned / t_tuned, 3) if t_tuned > 0 else None, threads=cores, untuned=BASELINE)
+                speedup=round(t_untuned / t_tuned, 3) if t_tuned > 0 else None, threads=cores, untuned=BASELINE,
+                tuned_functions=hit, functions=n)

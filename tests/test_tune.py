@@ -255,3 +255,8 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     net = summary["network"]
     assert net["tuned_ms"] > 0 and net["untuned_ms"] > 0 and "dlight" in net["untuned"]
     assert sum(t["trials"] for t in summary["tasks"]) == 4
+    # every task's checked program is applied in the tuned build (the fused ones too: a build that prepares
+    # the module a second time makes them structurally other functions, and they run untuned)
+    assert any(t["name"].startswith("fused_") for t in summary["tasks"])
+    assert net["tuned_functions"] == sum(1 for t in summary["tasks"] if t.get("check", {}).get("status") in ("ok", "replaced"))
+    assert net["tuned_functions"] >= 1
