@@ -19,7 +19,9 @@ from costlab.export.search.psa import PSAModel
 @derived_object
 class DraftFilterModel(PyCostModel):
     """Draft-then-Verify inside a cost model: PSA scores every candidate; the best-drafted ``fraction`` is
-    scored by the learned model and ranked above the rest (scores in (0.5, 1] against PSA's (0, 0.5])."""
+    scored by the learned model and ranked above the rest: ``0.5 + 0.5 * verified`` against PSA's
+    ``0.5 * drafted`` in [0, 0.5] (a learned model's scores lie in (0, 1); PSA as the verifier, divided by the
+    task's first best, may pass 1, which keeps the order)."""
 
     def __init__(self, verify: CostlabCostModel, fraction: float = 0.1, draft: PSAModel | None = None):
         super().__init__()
