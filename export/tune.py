@@ -415,9 +415,10 @@ def _best_latency(database, mod) -> float | None:
     top = database.get_top_k(database.commit_workload(mod), 1)
     if not top:
         return None
-    secs = [float(s) for s in top[0].run_secs]
-    mean = sum(secs) / len(secs)
-    return mean if math.isfinite(mean) and mean < 1e9 else None
+    from costlab.datasets.records import record_latency
+
+    latency = record_latency(top[0].run_secs)
+    return latency if latency < math.inf else None
 
 
 def _check_tracker(opts: TuneOptions) -> None:
