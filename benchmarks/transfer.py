@@ -14,9 +14,9 @@ Every arm's network is compiled with its database and timed end to end by `costl
 untuned build). The table gives the share of full's gain that transfer reaches, (untuned - x) / (untuned -
 full), and the ratio of speedups, (untuned / x) / (untuned / full); and the trials and seconds `full` needs
 until its weighted sum of task latencies (sum of weight x best over the tasks x has a program for, from its
-progress.jsonl) is no longer above x's (and x64's), against x's own seconds. An arm timed end to end before
-`costlab tune --network` applied the programs of fused tasks (its summary lacks `tuned_functions`) is timed
-again by `run` with its database (network.json), without tuning anything again. Runs hold /tmp/costlab-cpu.lock while they build and measure.
+progress.jsonl) is no longer above x's (and x64's), against x's own seconds. Once a pair's arms are done,
+`run` times the target network again for x, x64 and full together, the builds in turn five times, median
+kept (each arm's network.json; the table reads it before costlab_tune.json's own timing). Runs hold /tmp/costlab-cpu.lock while they build and measure.
 
     .venv/bin/python benchmarks/transfer.py run --out bench/transfer --model x86-cpu
     .venv/bin/python benchmarks/transfer.py table --out bench/transfer
@@ -80,32 +80,39 @@ def _cmd(arm: str, pair: str, args, out: Path) -> list[str]:
 def run(args) -> int:
     out = Path(args.out).resolve()
     for pair in args.pairs:
-        for arm in ARMS:
-            work = out / "runs" / pair / arm
-            if (work / "done.json").exists():
-                if arm != "src" and "tuned_functions" not in _summary(work).get("network", {"tuned_functions": 0}):
-                    with _Lock():
-                        _retime(work, PAIRS[pair][1], args.target)
-                continue
-            if arm == "x64":  # continues x's work dir (a copy): its transferred programs are in the database
-                if work.exists():
-                    shutil.rmtree(work)
-                shutil.copytree(out / "runs" / pair / "x", work, ignore=shutil.ignore_patterns("done.json", "run.log",
-                                                                                             ".costlab_tune.lock"))
-            work.mkdir(parents=True, exist_ok=True)
-            print(f"[{time.strftime('%H:%M:%S')}] {pair} {arm}", flush=True)
-            with _Lock(), open(work / "run.log", "a") as log:
-                cmd = _cmd(arm, pair, args, out)  # extracts the network's tasks: under the lock too
-                t0 = time.time()
-                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work).returncode
-            if rc:
-                print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
-                break  # the arms after it depend on it
-            from costlab.common.host import host_info
-
-            (work / "done.json").write_text(json.dumps(dict(wall_s=time.time() - t0, host=host_info(), cmd=cmd[2:],
-                                                            at=time.strftime("%Y-%m-%d %H:%M:%S"))))
+        _run_pair(pair, args, out)
+        runs = out / "runs" / pair
+        if all((runs / arm / "done.json").exists() for arm in ARMS) and not all(
+                "rounds_ms" in _summary(runs / arm).get("network", {}) for arm in ARMS[1:]):
+            with _Lock():
+                _retime(runs, PAIRS[pair][1], args.target)
     return table(args)
+
+
+def _run_pair(pair: str, args, out: Path) -> None:
+    """The pair's arms in order, each skipped once done; an arm that fails stops the pair."""
+    for arm in ARMS:
+        work = out / "runs" / pair / arm
+        if (work / "done.json").exists():
+            continue
+        if arm == "x64":  # continues x's work dir (a copy): its transferred programs are in the database
+            if work.exists():
+                shutil.rmtree(work)
+            shutil.copytree(out / "runs" / pair / "x", work, ignore=shutil.ignore_patterns("done.json", "run.log",
+                                                                                         ".costlab_tune.lock"))
+        work.mkdir(parents=True, exist_ok=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {pair} {arm}", flush=True)
+        with _Lock(), open(work / "run.log", "a") as log:
+            cmd = _cmd(arm, pair, args, out)  # extracts the network's tasks: under the lock too
+            t0 = time.time()
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work).returncode
+        if rc:
+            print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
+            break  # the arms after it depend on it
+        from costlab.common.host import host_info
+
+        (work / "done.json").write_text(json.dumps(dict(wall_s=time.time() - t0, host=host_info(), cmd=cmd[2:],
+                                                        at=time.strftime("%Y-%m-%d %H:%M:%S"))))
 
 
 def _summary(work: Path) -> dict:
@@ -117,27 +124,47 @@ def _summary(work: Path) -> dict:
     return out
 
 
-def _retime(work: Path, network: str, target: str) -> None:
-    """Time a finished arm's network end to end again, with each task's fastest program of its database
-    (costlab tune's own choice when every task's program passed its output check), into network.json. For
-    arms timed before `costlab tune --network` applied the programs of fused tasks (its summary has no
-    ``tuned_functions``): those timings are of builds where every fused task ran untuned."""
+def _retime(runs: Path, network: str, target: str, rounds: int = 5) -> None:
+    """Time the target network end to end again for every finished arm of a pair, with each task's fastest
+    program of the arm's database (costlab tune's own choice when every task's program passed its output
+    check), into each arm's network.json: the builds timed in turn, ``rounds`` times, and the median kept,
+    so that arms whose programs are about as fast are compared under the same conditions (one timing per
+    arm, taken minutes apart at the end of each run, differs by up to 15 % between runs of one build).
+    Arms timed before `costlab tune --network` applied the programs of fused tasks need it too: those
+    timings are of builds where every fused task ran untuned."""
+    import os
+    import statistics
     from types import SimpleNamespace
 
+    import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.export.network import end_to_end
+    from costlab.export.network import build, time_network
     from costlab.export.tasks import measuring_target, target_cores, workload_tasks
 
     tgt = measuring_target(target)
+    os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     opts = SimpleNamespace(workloads=[], network=network, batch=1, seq_len=int(SEQ), task_filter=[])
     _tasks, (mod, inputs) = workload_tasks(opts, tgt)
-    db = ms.database.JSONDatabase(work_dir=str(work))
-    res = end_to_end(mod, inputs, tgt, db, target_cores(tgt))
-    res["retimed"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    (work / "network.json").write_text(json.dumps(res, indent=1))
-    print(f"  retimed {work.name}: tuned {res['tuned_ms']} ms, untuned {res['untuned_ms']} ms, "
-          f"{res['tuned_functions']} of {res['functions']} functions tuned", flush=True)
+    arms = [arm for arm in ARMS[1:] if (runs / arm / "done.json").exists()]
+    built = {"untuned": build(mod, tgt)}
+    for arm in arms:
+        built[arm] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(runs / arm)))
+    times: dict = {k: [] for k in built}
+    for _ in range(rounds):
+        for k, (exe, _m) in built.items():
+            times[k].append(time_network(exe, inputs, tvm.cpu(0)) * 1e3)
+    untuned = statistics.median(times["untuned"])
+    for arm in arms:
+        hit, n = built[arm][1]
+        res = dict(tuned_ms=round(statistics.median(times[arm]), 4), untuned_ms=round(untuned, 4),
+                   speedup=round(untuned / statistics.median(times[arm]), 3), threads=target_cores(tgt),
+                   tuned_functions=hit, functions=n, rounds_ms=[round(t, 4) for t in times[arm]],
+                   untuned_rounds_ms=[round(t, 4) for t in times["untuned"]],
+                   retimed=time.strftime("%Y-%m-%d %H:%M:%S"))
+        (runs / arm / "network.json").write_text(json.dumps(res, indent=1))
+        print(f"  {runs.name} {arm}: tuned {res['tuned_ms']} ms (rounds {res['rounds_ms']}), untuned "
+              f"{res['untuned_ms']} ms, {hit} of {n} functions tuned", flush=True)
 
 
 def _weighted(summary: dict) -> tuple[float, dict] | None:
