@@ -524,6 +524,7 @@ def archive(args) -> int:
     src, dst = Path(args.out), Path(args.to)
     keep = ("benchmark.json", "openblas.json", "table.md", "costlab_tune.json", "progress.jsonl",
             "search_rounds.jsonl", "remeasured.json", "a0.json", "done.json", "exploit_state.json", "transfer.json",
+            "network.json",
             "table.json")
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
