@@ -95,9 +95,9 @@ def _run_pair(pair: str, args, out: Path) -> None:
         work = out / "runs" / pair / arm
         if (work / "done.json").exists():
             continue
+        if work.exists():  # an arm cut short starts again: its seconds are those of one uninterrupted run
+            shutil.rmtree(work)
         if arm == "x64":  # continues x's work dir (a copy): its transferred programs are in the database
-            if work.exists():
-                shutil.rmtree(work)
             shutil.copytree(out / "runs" / pair / "x", work, ignore=shutil.ignore_patterns("done.json", "run.log",
                                                                                          ".costlab_tune.lock"))
         work.mkdir(parents=True, exist_ok=True)
