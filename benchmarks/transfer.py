@@ -16,7 +16,8 @@ full), and the ratio of speedups, (untuned / x) / (untuned / full); and the tria
 until its weighted sum of task latencies (sum of weight x best over the tasks x has a program for, from its
 progress.jsonl) is no longer above x's (and x64's), against x's own seconds. Once a pair's arms are done,
 `run` times the target network again for x, x64 and full together, the builds in turn five times, median
-kept (each arm's network.json; the table reads it before costlab_tune.json's own timing). Runs hold /tmp/costlab-cpu.lock while they build and measure.
+kept (each arm's network.json; the table reads it before costlab_tune.json's own timing). Runs hold
+/tmp/costlab-cpu.lock while they build and measure.
 
     .venv/bin/python benchmarks/transfer.py run --out bench/transfer --model x86-cpu
     .venv/bin/python benchmarks/transfer.py table --out bench/transfer

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import math
 
+from costlab.datasets.records import record_latency
+
 RTOL, ATOL = 1e-3, 2e-3
-
-
-def _latency(rec) -> float:
-    from costlab.datasets.records import record_latency
-
-    return record_latency(rec.run_secs)
 
 
 def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list:
@@ -84,7 +80,7 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
 
     if not database.has_workload(mod):
         return dict(status="none", best_us=None, checked=[], record=None)
-    recs = [r for r in database.get_top_k(database.commit_workload(mod), top) if math.isfinite(_latency(r))]
+    recs = [r for r in database.get_top_k(database.commit_workload(mod), top) if math.isfinite(record_latency(r.run_secs))]
     if not recs:
         return dict(status="none", best_us=None, checked=[], record=None)
     scheduled = [replay(mod, rec.trace, seed + 1).mod for rec in recs]
@@ -95,7 +91,7 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
         verdicts = [f"failed: the check's worker ended ({type(exc).__name__})"] * len(scheduled)
     finally:
         pool.shutdown()
-    checked = [dict(tuned_us=round(_latency(r) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
+    checked = [dict(tuned_us=round(record_latency(r.run_secs) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
     for i, v in enumerate(verdicts):
         if v == "ok":
             return dict(status="ok" if i == 0 else "replaced", best_us=checked[i]["tuned_us"],

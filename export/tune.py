@@ -33,6 +33,7 @@ from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
+from costlab.datasets.records import record_latency
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import lock_work_dir
@@ -415,8 +416,6 @@ def _best_latency(database, mod) -> float | None:
     top = database.get_top_k(database.commit_workload(mod), 1)
     if not top:
         return None
-    from costlab.datasets.records import record_latency
-
     latency = record_latency(top[0].run_secs)
     return latency if latency < math.inf else None
 
