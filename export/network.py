@@ -3,8 +3,10 @@
 Both builds start from the module exactly as the tasks were extracted from it (``datasets.extract.
 network_module``: legalized and fused already), so every fused function is, structurally, the task that was
 tuned for it: preparing it a second time would annotate the fused functions again (an ``op_pattern``
-attribute they did not have when extracted) and no tuning record would match them. The tuned build applies
-the tuning database (``MetaScheduleApplyDatabase``); both then schedule the functions that have no record
+attribute they did not have when extracted) and no tuning record would match them. Only what extraction
+left as Relax operators is lowered first (library dispatch, which turns scans such as GPT-2's cumsum into
+TIR, and legalization). The tuned build applies the tuning database (``MetaScheduleApplyDatabase``); both
+then schedule the functions that have no record
 with DLight's CPU rules (``s_tir.dlight.cpu``: GEMV and reductions; the rest stays as TVM lowers it), and
 run Relax's CPU lowering and finalizing passes. MetaSchedule's own ``compile_relax`` leaves untuned
 functions unscheduled on a CPU, which would flatter any tuning.
@@ -60,6 +62,7 @@ def build(mod, target, database=None):
     when one is given, DLight's CPU rules on every function still unscheduled."""
     import tvm
     from tvm import relax
+    from tvm.relax import pipeline as relax_pipeline
     from tvm.relax.transform import MetaScheduleApplyDatabase
     from tvm.s_tir import dlight as dl
     from tvm.s_tir.meta_schedule.database import MemoryDatabase
@@ -69,6 +72,10 @@ def build(mod, target, database=None):
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(m, _ctx):
+        # operators extraction left as Relax calls (scans and sorts such as cumsum are dispatched, not
+        # legalized) become TIR functions; the fused ones stay as extracted: no annotating or fusing again
+        m = tvm.transform.Sequential([*relax_pipeline.library_dispatch_passes(target),
+                                      relax.transform.LegalizeOps()])(m)
         if database is not None:
             matched[:] = tuned_functions(m, database)  # counted on the very module the database is applied to
             m = MetaScheduleApplyDatabase()(m)

@@ -238,6 +238,28 @@ def test_target_default_is_the_host(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_network_with_an_operator_no_task_covers_builds_end_to_end(tmp_path, capsys, monkeypatch):
+    """A network whose Relax module keeps an operator that is dispatched, not legalized, when it is built
+    (cumsum: a scan, as in GPT-2's position ids) still compiles and is timed after tuning."""
+    (tmp_path / "scannet.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.l = torch.nn.Linear(16, 16)\n"
+        "    def forward(self, x):\n"
+        "        return self.l(x) + torch.cumsum(x, dim=-1)\n"
+        "def f():\n"
+        "    return M(), (torch.randn(2, 16),)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("scannet", None)
+    assert main(["tune", "--network", "scannet:f", "--trials", "2", "--per-iter", "2", "--work-dir",
+                 str(tmp_path / "w"), "--no-progress", "--json"]) == 0
+    net = json.loads(capsys.readouterr().out)["network"]
+    assert net["tuned_ms"] > 0 and net["tuned_functions"] >= 1
+
+
 def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     """`--network` compiles the whole network with the tuning database and beside the untuned build, and
     times both (what the end-to-end comparison of every network run rests on)."""
