@@ -130,16 +130,19 @@ def torch_fn_model(spec: str):
 
 def network_module(model, inputs, target):
     """The Relax module of a PyTorch model, prepared as MetaSchedule's tuning pipeline prepares it
-    (weights bound as constants, operators decomposed for inference)."""
+    (weights bound as constants, operators decomposed for inference), with the frontend's types repaired
+    where they depart from PyTorch's (``datasets.relax_fixes``)."""
     import torch
     import tvm
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
+    from costlab.datasets.relax_fixes import repair_frontend_types
+
     model = _FirstOutput(model.eval())
     with torch.no_grad():
         exported = torch.export.export(model, tuple(inputs))
-    mod = from_exported_program(exported, keep_params_as_input=False)
+    mod = repair_frontend_types(from_exported_program(exported, keep_params_as_input=False))
     with target:
         mod = tvm.transform.Sequential([
             relax.transform.DecomposeOpsForInference(),

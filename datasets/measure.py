@@ -30,7 +30,7 @@ from itertools import zip_longest
 
 import numpy as np
 
-from costlab.common.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets import records as rec
 from costlab.datasets.ms_database import compact_json, costs_and_error
@@ -494,7 +494,7 @@ def measure(data, opts: MeasureOptions) -> str:
                             batch.append((replay_candidate(mod, schedule), schedule, prog))
                         except Exception as exc:  # a trace that does not apply to this workload
                             short.append(f"task {task.index} {task.name}: program {prog:016x} does not replay "
-                                         f"({str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__})")
+                                         f"({last_line(exc)})")
                     del queue[:size]
                     if not batch:
                         done += size

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from costlab.common.errors import last_line
+
 UNKNOWN_CLASS = "unknown"
 
 
@@ -260,5 +262,5 @@ def describe_json(shash: str, b64: str) -> tuple[WorkloadInfo, str | None]:
     except ImportError as exc:
         reason = f"TVM not available ({exc})"
     except Exception as exc:  # a workload TVM cannot decode: keep the record, describe it by its hash
-        reason = f"workload does not decode: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}"
+        reason = f"workload does not decode: {last_line(exc)}"
     return WorkloadInfo(f"ms-{shash[:12]}", UNKNOWN_CLASS, 0.0), reason

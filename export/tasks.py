@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costlab.common.errors import UsageError
+from costlab.common.errors import UsageError, last_line
 
 
 def measuring_target(spec, local: bool = True):
@@ -22,7 +22,7 @@ def measuring_target(spec, local: bool = True):
     try:
         target = tvm.target.Target(runnable_target(spec, local=local))
     except Exception as exc:  # noqa: BLE001  TVM reports a bad target in several ways
-        raise UsageError(f"bad target {spec!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}") from None
+        raise UsageError(f"bad target {spec!r}: {last_line(exc)}") from None
     if str(target.kind.name) != "llvm":
         raise UsageError(f"bad target {spec!r}: costlab measures CPU (llvm) targets; a {target.kind.name} "
                          "target is not supported yet")

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from costlab.common.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.files import write_atomically
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
@@ -369,7 +369,11 @@ def tune(opts: TuneOptions) -> dict:
     if network is not None:
         from costlab.export.network import end_to_end
 
-        summary["network"] = end_to_end(network[0], network[1], target, _checked_database(database, tasks, chosen, checked), cores)
+        try:
+            summary["network"] = end_to_end(network[0], network[1], target,
+                                            _checked_database(database, tasks, chosen, checked), cores)
+        except Exception as exc:  # noqa: BLE001  the tuning it follows is complete: its summary is still written
+            summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")
     write_atomically(work / "costlab_tune.json", json.dumps(summary, indent=2, default=str).encode())
     try:
         from costlab.export.progress import plot_history

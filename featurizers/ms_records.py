@@ -10,6 +10,8 @@ from collections import OrderedDict
 import numpy as np
 import orjson
 
+from costlab.common.errors import last_line
+
 
 class ReplayError(Exception):
     """A record's trace does not apply to its workload (or the workload does not decode)."""
@@ -45,7 +47,7 @@ def task_module(task):
         try:
             return Workload.from_json([task.workload_hash or "0", task.workload]).mod
         except Exception as exc:
-            raise ReplayError(f"task {task.index}: workload does not decode ({_last_line(exc)})") from None
+            raise ReplayError(f"task {task.index}: workload does not decode ({last_line(exc)})") from None
 
     return _MODULES.get_or((task.workload_hash, task.workload[:64], len(task.workload)), make)
 
@@ -73,7 +75,7 @@ def replay(mod, trace):
         sch = Schedule(mod)
         Trace.apply_json_to_schedule(trace, sch)
     except Exception as exc:
-        raise ReplayError(f"trace does not replay ({_last_line(exc)})") from None
+        raise ReplayError(f"trace does not replay ({last_line(exc)})") from None
     return sch
 
 
@@ -114,9 +116,6 @@ def tvm_target(target: dict):
     return tvm.target.Target(dict(target))
 
 
-def _last_line(exc) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def record_batch(ds, platform: str, rows):

@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 
+from costlab.common.errors import last_line
 from costlab.featurizers.base import Featurizer, register
 from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, spec_for, target_dict
 
@@ -231,7 +232,7 @@ class PaCM(Featurizer):
                 try:
                     stmt.append(extractor.extract_from(ctx, [c])[0].numpy().astype(np.float32))
                 except Exception as exc:  # noqa: BLE001
-                    stmt.append(f"per-store features failed ({_last_line(exc)})")
+                    stmt.append(f"per-store features failed ({last_line(exc)})")
         out = []
         for s, st in zip(schedules, stmt):
             if isinstance(st, str):
@@ -304,9 +305,6 @@ class PaCM(Featurizer):
                 "valid": np.array([err is None for _, _, _, err in feats], bool)}
 
 
-def _last_line(exc) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def _main(mod):

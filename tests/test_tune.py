@@ -260,6 +260,36 @@ def test_network_with_an_operator_no_task_covers_builds_end_to_end(tmp_path, cap
     assert net["tuned_ms"] > 0 and net["tuned_functions"] >= 1
 
 
+def test_a_network_that_fails_end_to_end_keeps_its_tuning_and_says_why_in_one_line(tmp_path, capsys, monkeypatch):
+    """When the tuned network cannot be built or run end to end, the tuning before it is not lost: the
+    summary is written with the error in it, the command says what failed in one line (not a traceback of
+    C++ frames) and exits non-zero. The failure is injected into the network build, the one step after
+    tuning that a network's operators can break (GPT-2's cumsum once did)."""
+    import costlab.export.network as network
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("Traceback (most recent call last):\n  0: tvm::codegen::Build\n"
+                           "InternalError: Check failed: op is not lowered: relax.cumsum")
+
+    (tmp_path / "failnet.py").write_text(
+        "import torch\n"
+        "def f():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(16, 8)), (torch.randn(2, 16),)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(network, "build", fails)
+    sys.modules.pop("failnet", None)
+    work = tmp_path / "w"
+    assert main(["tune", "--network", "failnet:f", "--trials", "2", "--per-iter", "2", "--work-dir", str(work),
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "relax.cumsum" in lines[0] and "Traceback" not in err
+    summary = json.loads((work / "costlab_tune.json").read_text())
+    assert summary["network"] == {"error": "RuntimeError: InternalError: Check failed: op is not lowered: relax.cumsum"}
+    assert sum(t["trials"] for t in summary["tasks"]) == 2 and any(t["best_us"] for t in summary["tasks"])
+
+
 def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     """`--network` compiles the whole network with the tuning database and beside the untuned build, and
     times both (what the end-to-end comparison of every network run rests on)."""

@@ -124,9 +124,13 @@ def _tune(args) -> int:
               + "; ".join(skipped[:3]) + (" ..." if len(skipped) > 3 else ""), file=sys.stderr)
     if summary.get("stopped"):
         print(f"stopped: {summary['stopped']}", file=sys.stderr)
+    failed = (summary.get("network") or {}).get("error")
+    if failed:  # tuning is complete and recorded; only the end-to-end comparison is missing
+        print(f"error: the tuned network did not build or run end to end ({failed}); the database and "
+              f"{args.work_dir}/costlab_tune.json are complete", file=sys.stderr)
     if args.json:
         print(json.dumps(summary, default=str))
-        return 0
+        return 1 if failed else 0
     for t in summary["tasks"]:
         best = f"{t['best_us']:.2f} us" if t["best_us"] is not None else "no valid program"
         check = t.get("check", {})
@@ -137,9 +141,9 @@ def _tune(args) -> int:
     if summary.get("first_batch_s") is not None:
         print(f"first measured batch {summary['first_batch_s']:.1f} s after the command started", file=sys.stderr)
 
-    if "network" in summary:
+    if "network" in summary and not failed:
         n = summary["network"]
         print(f"network end to end: tuned {n['tuned_ms']:.3f} ms, untuned {n['untuned_ms']:.3f} ms "
               f"({n['speedup']}x)")
     print(f"work dir: {args.work_dir} ({summary['wall_s']:.0f} s)", file=sys.stderr)
-    return 0
+    return 1 if failed else 0

@@ -32,3 +32,10 @@ class DatasetFormatError(InputError):
 
 class UsageError(CostlabError):
     """A command asked for something that cannot be done as asked (a missing cache, a bad option value)."""
+
+
+def last_line(exc: BaseException) -> str:
+    """What an exception says, on one line: the last non-empty line of its message (TVM's errors put the
+    frames of a C++ traceback first and what went wrong last), or its type's name when it says nothing."""
+    text = str(exc).strip()
+    return text.splitlines()[-1].strip() if text else type(exc).__name__

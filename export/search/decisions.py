@@ -21,6 +21,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+from costlab.common.errors import last_line
+
 SAMPLING = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 MAX_TILINGS = 200_000  # tilings of one loop enumerated at most (a loop with more keeps its own)
 
@@ -185,4 +187,4 @@ def apply(mod, trace, changes: dict, postprocs, seed: int = 1):
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001  TVM's error when a decision does not apply (a compute-at loop gone)
-        raise ValueError(str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__) from None
+        raise ValueError(last_line(exc)) from None

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import math
 
+from costlab.common.errors import last_line
+
 
 class TransferError(ValueError):
     """A source schedule that does not apply to the new task; the message says why."""
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:200]
 
 
 def source_trace(mod, trace_json):
@@ -37,7 +34,7 @@ def source_trace(mod, trace_json):
     try:
         Trace.apply_json_to_schedule(trace_json, sch)
     except Exception as exc:  # noqa: BLE001  a record that does not replay on its own workload
-        raise TransferError(f"the source record does not replay on its workload ({_last_line(exc)})") from None
+        raise TransferError(f"the source record does not replay on its workload ({last_line(exc)[:200]})") from None
     return sch.trace.simplified(remove_postproc=True)
 
 
@@ -121,7 +118,7 @@ def _replay(mod, trace, seed: int, tiles=None):
         if tiles is not None and adapt.used != len(tiles):
             raise TransferError("the schedule lost some of the source's tilings")
         return sch, adapt.adapted, drop
-    raise TransferError(f"the schedule does not apply ({_last_line(last)})")
+    raise TransferError(f"the schedule does not apply ({last_line(last)[:200]})")
 
 
 def _inline_others(sch, mod, match) -> None:
@@ -159,7 +156,7 @@ def transfer_schedule(src_mod, trace_json, mod, match, target, postprocs, seed: 
         try:
             schedule_using_anchor_trace(first, renamed(trace, match.names, drop=("SamplePerfectTile",)), target)
         except Exception as exc:  # noqa: BLE001  the anchor trace does not apply to this task
-            raise TransferError(f"the anchor schedule does not apply ({_last_line(exc)})") from None
+            raise TransferError(f"the anchor schedule does not apply ({last_line(exc)[:200]})") from None
         sch, adapted, fallback = _replay(mod, first.trace.simplified(remove_postproc=True), seed,
                                          tiles=tile_decisions(trace))
     sch.enter_postproc()

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costlab.common.errors import InputError, UsageError
+from costlab.common.errors import InputError, UsageError, last_line
 from costlab.export.tasks import measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import lock_work_dir, read_state, write_state
 
@@ -84,7 +84,7 @@ def _decode(sources, report) -> list[_Source]:
         try:
             mod = mods.get(st.shash) or decode_workload(st.shash, st.workload)
         except Exception as exc:  # noqa: BLE001  a workload this TVM cannot decode
-            report.problem(f"{st.source}: workload {st.name} does not decode ({str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else type(exc).__name__})")
+            report.problem(f"{st.source}: workload {st.name} does not decode ({last_line(exc)[:120]})")
             continue
         mods[st.shash] = mod
         try:

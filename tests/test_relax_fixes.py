@@ -1,0 +1,59 @@
+"""A network whose PyTorch types TVM's frontend gets wrong (a scan of a bool tensor, bools compared) is
+extracted, compiled and run end to end with PyTorch's results: GPT-2's causal mask is such a network."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from costlab.datasets.extract import network_module
+from costlab.datasets.relax_fixes import repair_frontend_types
+from costlab.datasets.targets import host_target
+
+
+class _Mask(torch.nn.Module):
+    def forward(self, x):
+        seq = (x[..., 0] > 0).cumsum(-1)  # PyTorch: int64 counts; the frontend kept bool
+        same = seq[:, :, None] == seq[:, None, :]
+        agree = (x[..., :1] > 0) == (x[..., 1:2] > 0)  # two bool tensors compared
+        return x * same.float().sum(-1, keepdim=True) + agree.float()
+
+
+def _types(mod) -> list[tuple[str, str]]:
+    """(operator, result dtype) of every call of ``main`` that is a scan or a comparison."""
+    out = []
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            name = getattr(getattr(b.value, "op", None), "name", "")
+            if name in ("relax.cumsum", "relax.equal"):
+                out.append((name, str(b.value.ty.dtype), [str(a.ty.dtype) for a in b.value.args]))
+    return out
+
+
+def test_a_bool_scan_gets_pytorchs_int64_and_bools_compare_as_integers():
+    from tvm.relax.frontend.torch import from_exported_program
+
+    x = torch.tensor([[[1.0, 1.0], [-1, 2], [0.5, -1], [-2, -2], [3, 1], [1, -4]]])
+    with torch.no_grad():
+        mod = from_exported_program(torch.export.export(_Mask().eval(), (x,)), keep_params_as_input=False)
+    before, after = _types(mod), _types(repair_frontend_types(mod))
+    assert ("relax.cumsum", "bool", ["bool"]) in before  # the frontend's type, which TVM cannot compile
+    assert ("relax.cumsum", "int64", ["bool"]) in after
+    assert not any(name == "relax.equal" and args == ["bool", "bool"] for name, _, args in after)
+    assert _types(mod) == before  # the caller's module is left as it was
+
+
+def test_the_network_compiles_and_computes_what_pytorch_does():
+    import tvm
+    from tvm import relax
+
+    from costlab.export.network import build
+
+    x = torch.tensor([[[1.0, 1.0], [-1, 2], [0.5, -1], [-2, -2], [3, 1], [1, -4]]])
+    target = tvm.target.Target(host_target())
+    mod = network_module(_Mask(), (x,), target)
+    executable, _ = build(mod, target)
+    vm = relax.VirtualMachine(executable, tvm.cpu(0))
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))
+    got = (out[0] if isinstance(out, (list, tuple)) or type(out).__name__ == "Array" else out).numpy()
+    np.testing.assert_allclose(got, _Mask()(x).numpy(), rtol=1e-6)
