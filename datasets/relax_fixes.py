@@ -45,7 +45,8 @@ def repair_frontend_types(mod):
             return call
 
     mod = mod.clone()
+    repair = _Repair(mod)
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            mod[gvar] = _Repair(mod).visit_expr(func)
+            mod[gvar] = repair.visit_expr(func)
     return mod

@@ -237,24 +237,31 @@ def test_target_default_is_the_host(tmp_path, capsys):
     assert int(summary["target"]["num-cores"]) == host_target()["num-cores"]
 
 
+def _torch_net(tmp_path, monkeypatch, name: str, source: str) -> str:
+    """``--network`` spec of a PyTorch network written as module ``name`` (``source`` defines ``f()``
+    returning the model and its inputs), importable from the test's directory, which is made the current one."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(name, None)
+    return f"{name}:f"
+
+
 @pytest.mark.slow
 def test_network_with_an_operator_no_task_covers_builds_end_to_end(tmp_path, capsys, monkeypatch):
     """A network whose Relax module keeps an operator that is dispatched, not legalized, when it is built
     (cumsum: a scan, as in GPT-2's position ids) still compiles and is timed after tuning."""
-    (tmp_path / "scannet.py").write_text(
-        "import torch\n"
-        "class M(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.l = torch.nn.Linear(16, 16)\n"
-        "    def forward(self, x):\n"
-        "        return self.l(x) + torch.cumsum(x, dim=-1)\n"
-        "def f():\n"
-        "    return M(), (torch.randn(2, 16),)\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("scannet", None)
-    assert main(["tune", "--network", "scannet:f", "--trials", "2", "--per-iter", "2", "--work-dir",
+    spec = _torch_net(tmp_path, monkeypatch, "scannet",
+                      "import torch\n"
+                      "class M(torch.nn.Module):\n"
+                      "    def __init__(self):\n"
+                      "        super().__init__()\n"
+                      "        self.l = torch.nn.Linear(16, 16)\n"
+                      "    def forward(self, x):\n"
+                      "        return self.l(x) + torch.cumsum(x, dim=-1)\n"
+                      "def f():\n"
+                      "    return M(), (torch.randn(2, 16),)\n")
+    assert main(["tune", "--network", spec, "--trials", "2", "--per-iter", "2", "--work-dir",
                  str(tmp_path / "w"), "--no-progress", "--json"]) == 0
     net = json.loads(capsys.readouterr().out)["network"]
     assert net["tuned_ms"] > 0 and net["tuned_functions"] >= 1
@@ -271,16 +278,13 @@ def test_a_network_that_fails_end_to_end_keeps_its_tuning_and_says_why_in_one_li
         raise RuntimeError("Traceback (most recent call last):\n  0: tvm::codegen::Build\n"
                            "InternalError: Check failed: op is not lowered: relax.cumsum")
 
-    (tmp_path / "failnet.py").write_text(
-        "import torch\n"
-        "def f():\n"
-        "    return torch.nn.Sequential(torch.nn.Linear(16, 8)), (torch.randn(2, 16),)\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = _torch_net(tmp_path, monkeypatch, "failnet",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 8)), (torch.randn(2, 16),)\n")
     monkeypatch.setattr(network, "build", fails)
-    sys.modules.pop("failnet", None)
     work = tmp_path / "w"
-    assert main(["tune", "--network", "failnet:f", "--trials", "2", "--per-iter", "2", "--work-dir", str(work),
+    assert main(["tune", "--network", spec, "--trials", "2", "--per-iter", "2", "--work-dir", str(work),
                  "--no-progress"]) == 1
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
@@ -293,15 +297,12 @@ def test_a_network_that_fails_end_to_end_keeps_its_tuning_and_says_why_in_one_li
 def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     """`--network` compiles the whole network with the tuning database and beside the untuned build, and
     times both (what the end-to-end comparison of every network run rests on)."""
-    (tmp_path / "tinynet.py").write_text(
-        "import torch\n"
-        "def f():\n"
-        "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), "
-        "(torch.randn(2, 16),)\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("tinynet", None)
-    assert main(["tune", "--network", "tinynet:f", "--trials", "4", "--per-iter", "2", "--work-dir",
+    spec = _torch_net(tmp_path, monkeypatch, "tinynet",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), "
+                      "(torch.randn(2, 16),)\n")
+    assert main(["tune", "--network", spec, "--trials", "4", "--per-iter", "2", "--work-dir",
                  str(tmp_path / "w"), "--no-progress", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     net = summary["network"]
