@@ -204,25 +204,26 @@ class PaCM(Featurizer):
             self._specs[key] = spec_for(platform, target, self.config.get("spec"))
         return self._specs[key]
 
-    def _context(self, key, mod, target_dict):
+    def _context(self, key, mod, target_dict, threads: int | None = None):
         if key not in self._contexts:
             from tvm.s_tir import meta_schedule as ms
 
             from costlab.featurizers.ms_records import feature_context
 
-            ctx = feature_context(mod, target_dict, int(self.config["num_threads"]))
+            ctx = feature_context(mod, target_dict, threads or int(self.config["num_threads"]))
             args = ms.arg_info.ArgInfo.from_prim_func(_main(mod))
             self._contexts[key] = (ctx, args, ms.feature_extractor.PerStoreFeature())
             if len(self._contexts) > 64:
                 self._contexts.pop(next(iter(self._contexts)))
         return self._contexts[key]
 
-    def _features(self, key, mod, target_dict, schedules, spec, gpu):
+    def _features(self, key, mod, target_dict, schedules, spec, gpu, threads: int | None = None):
         """(stmt rows, pattern tokens, program features, error or None) per schedule; a schedule TVM's extractor
-        or the TIR walk cannot handle gets an error instead of failing the batch."""
+        or the TIR walk cannot handle gets an error instead of failing the batch. ``threads``: TVM's
+        extraction threads (default: the config's)."""
         from tvm.s_tir import meta_schedule as ms
 
-        ctx, args, extractor = self._context(key, mod, target_dict)
+        ctx, args, extractor = self._context(key, mod, target_dict, threads)
         cands = [ms.MeasureCandidate(s, args) for s in schedules]
         try:
             stmt = [f.numpy().astype(np.float32) for f in extractor.extract_from(ctx, cands)] if cands else []
@@ -289,22 +290,44 @@ class PaCM(Featurizer):
                 self.errors.append((int(r), reason))
 
     def featurize_candidates(self, mod, target, schedules) -> dict:
+        """Features of a tuning run's live candidates. TVM's per-store extraction (most of the cost) runs on
+        ``live_threads(target)`` threads: during a run's search nothing else runs, and the features of a
+        program do not depend on how many threads extracted them."""
         from costlab.featurizers.ms_records import is_gpu
 
         tdict = target_dict(target)
         spec = self._spec(target=tdict)
         import tvm_ffi
 
-        key = ("live", int(tvm_ffi.structural_hash(mod)), repr(sorted(tdict.items(), key=str)))
-        feats = self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict))
-        empty_s, empty_p = np.zeros((0, STMT_FEATURES), np.float32), np.zeros((0, PATTERN_FEATURES), np.float32)
-        program = [np.zeros(PROGRAM_FEATURES, np.float32) if err else gf for _, _, gf, err in feats]
-        return {"stmt": [empty_s if err else sf for sf, _, _, err in feats],
-                "pattern": [empty_p if err else pf for _, pf, _, err in feats],
-                "program": np.array(program, np.float32).reshape(-1, PROGRAM_FEATURES),
-                "valid": np.array([err is None for _, _, _, err in feats], bool)}
+        threads = live_threads(tdict, int(self.config["num_threads"]))
+        key = ("live", int(tvm_ffi.structural_hash(mod)), repr(sorted(tdict.items(), key=str)), threads)
+        return candidate_arrays(self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict), threads))
 
 
+def candidate_arrays(feats: list) -> dict:
+    """``PaCM._features``' per-program tuples as the featurizer's arrays (an unreadable program: empty, invalid)."""
+    empty_s, empty_p = np.zeros((0, STMT_FEATURES), np.float32), np.zeros((0, PATTERN_FEATURES), np.float32)
+    program = [np.zeros(PROGRAM_FEATURES, np.float32) if err else gf for _, _, gf, err in feats]
+    return {"stmt": [empty_s if err else sf for sf, _, _, err in feats],
+            "pattern": [empty_p if err else pf for _, pf, _, err in feats],
+            "program": np.array(program, np.float32).reshape(-1, PROGRAM_FEATURES),
+            "valid": np.array([err is None for _, _, _, err in feats], bool)}
+
+
+def live_threads(target: dict, least: int = 1) -> int:
+    """Threads to extract a tuning run's candidate features with: the cores the run tunes for (the target's
+    ``num-cores``; a GPU or core-less target: this machine's), no more than this process may use, and at
+    least ``least`` (the featurizer's configured threads)."""
+    import os
+
+    try:
+        have = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        have = os.cpu_count() or 1
+    from costlab.featurizers.ms_records import is_gpu
+
+    cores = 0 if is_gpu(target) else int(target.get("num-cores", 0) or 0)
+    return max(1, int(least), min(cores or have, have))
 
 
 def _main(mod):

@@ -159,6 +159,37 @@ def test_gpu_lowering_without_a_gpu():
     assert not np.array_equal(out["pattern"][0], out["pattern"][1])
 
 
+def test_live_candidates_are_extracted_on_the_runs_cores_with_the_same_features():
+    """During a tuning run's search nothing else runs: the candidates' per-store extraction uses the target's
+    cores (here 2, capped at this process's CPUs), and the features are those of the one-thread extraction
+    the model was trained with."""
+    import os
+
+    from costlab.featurizers.pacm import candidate_arrays, live_threads
+
+    cpus = len(os.sched_getaffinity(0))
+    assert live_threads({"kind": "llvm", "num-cores": 2}) == min(2, cpus)
+    assert live_threads({"kind": "llvm", "num-cores": 64}) == cpus
+    assert live_threads({"kind": "llvm"}) == cpus and live_threads(cases.CUDA) == cpus
+    assert live_threads({"kind": "llvm", "num-cores": 1}, least=4) == 4  # the configured threads, at least
+
+    mod = cases.conv2d()
+    schs = [cases.cpu_conv(mod), cases.cpu_conv(mod, inline_pad=False), cases.naive(mod)]
+    pacm = create("pacm")
+    target = tvm.target.Target(cases.LLVM)
+    live = pacm.featurize_candidates(mod, target, schs)
+    (ctx, _, _), = [v for k, v in pacm._contexts.items() if k[0] == "live"]
+    assert int(ctx.num_threads) == min(2, cpus)
+    one = candidate_arrays(pacm._features(("one",), mod, dict(cases.LLVM), schs, pacm._spec(target=dict(cases.LLVM)),
+                                          False, 1))
+    assert int(pacm._contexts[("one",)][0].num_threads) == 1
+    assert live["valid"].all()
+    for key in ("stmt", "pattern"):
+        for a, b in zip(live[key], one[key]):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(live["program"], one["program"])
+
+
 @pytest.mark.slow
 def test_measured_records(measured):
     from costlab.datasets import open_dataset
