@@ -24,6 +24,7 @@ that nothing else costlab starts under that lock measures at the same time.
     .venv/bin/python benchmarks/tuning.py run --out bench/tuning --model MODEL_DIR
     .venv/bin/python benchmarks/tuning.py table --out bench/tuning
     .venv/bin/python benchmarks/tuning.py remeasure --out bench/tuning      # every run's bests again, then the table
+    .venv/bin/python benchmarks/tuning.py retime --out bench/tuning         # per workload, all runs' bests in turn
     .venv/bin/python benchmarks/tuning.py openblas --out bench/tuning       # the matmul through numpy's OpenBLAS
     .venv/bin/python benchmarks/tuning.py archive --out bench/tuning --to benchmarks/results/tuning-HOST
 """
@@ -187,6 +188,34 @@ def _mean(secs) -> float:
     return sum(vals) / len(vals)
 
 
+def _best_programs(work: Path, top: int) -> list:
+    """``(record, trace JSON)`` of a run's ``top`` fastest distinct programs by their tuning measurement."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.ms_workload import plain_json
+
+    db = ms.database.JSONDatabase(work_dir=str(work))
+    ranked = sorted((r for r in db.get_all_tuning_records() if r.run_secs), key=lambda r: _mean(r.run_secs))
+    best, seen = [], set()
+    for r in ranked:
+        trace = json.dumps(plain_json(r.trace.as_json()))
+        if trace not in seen:
+            seen.add(trace)
+            best.append((r, trace))
+        if len(best) == top:
+            break
+    return best
+
+
+def _program_rows(best: list, results: list) -> list[dict]:
+    programs = []
+    for (r, _), (costs, error, msg) in zip(best, results):
+        costs = sorted(costs)
+        programs.append(dict(tuning_us=_mean(r.run_secs) * 1e6, costs_us=[c * 1e6 for c in costs], error=msg,
+                             median_us=costs[len(costs) // 2] * 1e6 if costs and not msg else None))
+    return programs
+
+
 def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> None:
     """The run's best programs by their tuning measurement (the ``top`` fastest distinct ones: a single
     tuning measurement can be a lucky one), built and run again by one runner; the run's final latency is
@@ -201,16 +230,7 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
     from costlab.datasets.targets import runnable_target
 
     target = tvm.target.Target(runnable_target(target_text))
-    db = ms.database.JSONDatabase(work_dir=str(work))
-    ranked = sorted((r for r in db.get_all_tuning_records() if r.run_secs), key=lambda r: _mean(r.run_secs))
-    best, seen = [], set()
-    for r in ranked:
-        trace = json.dumps(plain_json(r.trace.as_json()))
-        if trace not in seen:
-            seen.add(trace)
-            best.append((r, trace))
-        if len(best) == top:
-            break
+    best = _best_programs(work, top)
     if not best:
         return
     cands = [replay_candidate(r.workload.mod, trace) for r, trace in best]
@@ -220,11 +240,7 @@ def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> 
         results = build_and_run(make_builder(), runner, target, cands)
     finally:
         close_runner(runner)
-    programs = []
-    for (r, _), (costs, error, msg) in zip(best, results):
-        costs = sorted(costs)
-        programs.append(dict(tuning_us=_mean(r.run_secs) * 1e6, costs_us=[c * 1e6 for c in costs], error=msg,
-                             median_us=costs[len(costs) // 2] * 1e6 if costs and not msg else None))
+    programs = _program_rows(best, results)
     medians = [p["median_us"] for p in programs if p["median_us"]]
     (work / "remeasured.json").write_text(json.dumps(dict(
         best_us=min(medians) if medians else None, programs=programs, tuning_us=programs[0]["tuning_us"],
@@ -240,6 +256,54 @@ def remeasure(args) -> int:
         with _Lock():
             _remeasure(work, args.target)
         print(f"{work}: {json.loads((work / 'remeasured.json').read_text())['best_us']:.2f} µs", flush=True)
+    return table(args)
+
+
+def _retime(works: list[Path], target_text: str, rounds: int, repeat: int = 3, top: int = 3) -> None:
+    """The ``top`` best programs of every run of one workload, built once and run in turn, ``rounds`` times
+    over: programs compared with each other meet the machine's drift alike (separate re-measurements of one
+    program, minutes apart, differ by up to 10 % here). Each run's final latency is the lowest median of its
+    programs, into its retimed.json, with the runs retimed together."""
+    import tvm
+
+    from costlab.common.host import host_info
+    from costlab.datasets.measure import (MeasureOptions, build_and_run, close_runner, make_builder, make_runner,
+                                          replay_candidate)
+    from costlab.datasets.targets import runnable_target
+
+    target = tvm.target.Target(runnable_target(target_text))
+    picks = [(work, _best_programs(work, top)) for work in works]
+    cands = [replay_candidate(r.workload.mod, trace) for _, best in picks for r, trace in best]
+    runner = make_runner(MeasureOptions(target=target_text, number=3, repeat=repeat), target)
+    builder = make_builder(workers=os.cpu_count(), pooled=True)
+    try:
+        results = build_and_run(builder, runner, target, cands, rounds=rounds)
+    finally:
+        close_runner(runner)
+        builder.close()
+    at, together = time.strftime("%Y-%m-%d %H:%M:%S"), [str(w.relative_to(w.parents[3])) for w in works]
+    for work, best in picks:
+        programs = _program_rows(best, results[:len(best)])
+        results = results[len(best):]
+        medians = [p["median_us"] for p in programs if p["median_us"]]
+        (work / "retimed.json").write_text(json.dumps(dict(
+            best_us=min(medians) if medians else None, programs=programs, rounds=rounds, repeat=repeat,
+            together=together, host=host_info(), at=at)))
+
+
+def retime(args) -> int:
+    """Per workload, every finished run's best programs measured together in turn (``_retime``), then the table:
+    its finals are the retimed ones for each workload whose runs were all retimed together."""
+    out = Path(args.out)
+    by_workload: dict = {}
+    for summary in sorted(out.glob("runs/*/*/s*/costlab_tune.json")):
+        by_workload.setdefault(summary.parent.parent.name, []).append(summary.parent)
+    for wl, works in sorted(by_workload.items()):
+        if args.workloads and wl not in args.workloads:
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] {wl}: {len(works)} runs, {args.rounds} rounds", flush=True)
+        with _Lock():
+            _retime(works, args.target, args.rounds)
     return table(args)
 
 
@@ -367,12 +431,20 @@ def collect(out: Path) -> dict:
                     prog = _progress(seed_dir)
                     curve = _curve(seed_dir)
                     re = json.loads((seed_dir / "remeasured.json").read_text()) if (seed_dir / "remeasured.json").exists() else {}
+                    rt = seed_dir / "retimed.json"
+                    row["retimed"] = json.loads(rt.read_text()) if rt.exists() else None
                     row.update(wall_s=prog[-1]["elapsed_s"] if prog else summary["wall_s"], progress=prog,
                                first_batch_s=summary.get("first_batch_s"),
                                final_us=re.get("best_us"), tuning_final_us=_best_after(curve, len(curve)),
                                curve=curve, at64_us=_best_after(curve, 64), rounds=_rounds(seed_dir),
                                trials=sum(t["trials"] for t in summary["tasks"]), cost_model=summary.get("cost_model"))
                 data.setdefault(wl_dir.name, {}).setdefault(arm_dir.name, []).append(row)
+    for arms in data.values():  # one workload's runs all retimed together: their finals are the retimed ones
+        rows = [r for arm, rs in arms.items() if arm != "a0" for r in rs]
+        stamps = {(r["retimed"] or {}).get("at") for r in rows}
+        if len(stamps) == 1 and None not in stamps:
+            for r in rows:
+                r["final_us"], r["final_from"] = r["retimed"]["best_us"], "retimed"
     return data
 
 
@@ -436,6 +508,11 @@ def table(args) -> int:
                 r_["wl"] += 1
                 r_["full"] += bool(full) and all(_reach(r["curve"], r["progress"], full) for r in rows)
     lines.append("")
+    retimed = sorted(wl for wl, arms in data.items()
+                     if any(r.get("final_from") == "retimed" for rs in arms.values() for r in rs))
+    if retimed:
+        lines.append(f"finals retimed together, every run's best programs in turn (`retime`): {', '.join(retimed)}; "
+                     "the others re-measured one run at a time")
     for arm, r_ in ratios.items():
         lines.append(f"geomean over workloads, {arm} vs a: speed-up after 64 trials {_fmt(_geo(r_['at64']), '.2f')}x; "
                      f"final a/{arm} {_fmt(_geo(r_['final']), '.2f')}x; to reach a's final: "
@@ -523,7 +600,7 @@ def archive(args) -> int:
     reads an archived run as a source)."""
     src, dst = Path(args.out), Path(args.to)
     keep = ("benchmark.json", "openblas.json", "table.md", "costlab_tune.json", "progress.jsonl",
-            "search_rounds.jsonl", "remeasured.json", "a0.json", "done.json", "exploit_state.json", "transfer.json",
+            "search_rounds.jsonl", "remeasured.json", "retimed.json", "a0.json", "done.json", "exploit_state.json", "transfer.json",
             "network.json",
             "table.json")
     for path in sorted(src.rglob("*")):
@@ -597,6 +674,13 @@ def main(argv=None) -> int:
     m.add_argument("--out", required=True)
     m.add_argument("--target", default="host")
     m.set_defaults(func=remeasure)
+    q = sub.add_parser("retime", help="per workload, every finished run's best programs measured together in "
+                                      "turn, several rounds; then the table with those finals")
+    q.add_argument("--out", required=True)
+    q.add_argument("--target", default="host")
+    q.add_argument("--rounds", type=int, default=5)
+    q.add_argument("--workloads", nargs="*", default=[], help="only these workloads (default: all)")
+    q.set_defaults(func=retime)
     k = sub.add_parser("archive", help="copy what the table needs, tuning records gzipped, to commit it")
     k.add_argument("--out", required=True)
     k.add_argument("--to", required=True)

@@ -327,8 +327,12 @@ def make_builder(timeout: float = 30.0, workers: int | None = None, pooled: bool
     return ms.builder.LocalBuilder(timeout_sec=timeout, f_build=build_without_intrinsic_registry, max_workers=workers)
 
 
-def build_and_run(builder, runner, target, candidates) -> list[tuple[list[float], int, str | None]]:
-    """``(raw costs, error code, error message)`` per candidate; failures get MetaSchedule's ``[1e10]``."""
+def build_and_run(builder, runner, target, candidates, rounds: int = 1) -> list[tuple[list[float], int, str | None]]:
+    """``(raw costs, error code, error message)`` per candidate; failures get MetaSchedule's ``[1e10]``.
+
+    ``rounds`` > 1: each candidate is built once and run ``rounds`` times, the candidates in turn (all of
+    them once, then all again), its costs of every round in one list; so programs compared with each other
+    meet the machine's drift alike. A failure in any round fails the candidate."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
@@ -346,12 +350,19 @@ def build_and_run(builder, runner, target, candidates) -> list[tuple[list[float]
         else:
             out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(b.error_msg))
     try:
-        for i, fut in zip(where, runner.run(inputs) if inputs else []):
-            res = fut.result()
-            if res.error_msg is not None or res.run_secs is None:
-                out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(res.error_msg))
-            else:
-                costs, error = costs_and_error([float(plain_json(x)) for x in res.run_secs])
+        runs: dict = {i: [] for i in where}
+        for _ in range(max(1, int(rounds)) if inputs else 0):
+            for i, fut in zip(where, runner.run(inputs)):
+                res = fut.result()
+                if out[i] is not None:
+                    continue  # failed in an earlier round
+                if res.error_msg is not None or res.run_secs is None:
+                    out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(res.error_msg))
+                else:
+                    runs[i].extend(float(plain_json(x)) for x in res.run_secs)
+        for i in where:
+            if out[i] is None:
+                costs, error = costs_and_error(runs[i])
                 out[i] = (costs, error, None)
     finally:
         for i in where:

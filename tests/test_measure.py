@@ -193,6 +193,43 @@ def test_local_runner_runs_kernels_on_the_targets_cores(cores):
         close_runner(runner)
 
 
+def test_rounds_build_once_and_run_the_candidates_in_turn():
+    """``build_and_run(..., rounds=3)``: two programs built once, then run all of them three times over (real
+    builds and runs), each program's costs of the three rounds in one list."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.datasets.measure import build_and_run, close_runner, make_builder, make_runner
+    from costlab.datasets.targets import normalize_target
+    from costlab.datasets.tune_context import tune_context
+
+    target = tvm.target.Target(normalize_target(TARGET))
+    ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,8,8,8")[1]), target, num_threads=2)
+    args = ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"])
+    cands = [ms.MeasureCandidate(sch, args) for sch in ctx.generate_design_space()[:1] * 2]
+
+    class Spy:  # the real runner, its batches counted
+        def __init__(self, inner):
+            self.inner, self.batches = inner, []
+
+        def run(self, inputs):
+            self.batches.append(len(inputs))
+            return self.inner.run(inputs)
+
+    builder, runner = make_builder(workers=1, pooled=True), make_runner(_opts(repeat=2), target)
+    spy = Spy(runner)
+    try:
+        out = build_and_run(builder, spy, target, cands, rounds=3)
+        assert builder._uses == 1 and spy.batches == [2, 2, 2]
+        assert [(len(costs), error, msg) for costs, error, msg in out] == [(6, rec.ERROR_NONE, None)] * 2
+        assert all(0 < c < 1 for costs, _, _ in out for c in costs)
+        assert len(build_and_run(builder, spy, target, cands[:1])[0][0]) == 2 and spy.batches[-1] == 1
+    finally:
+        close_runner(runner)
+        builder.close()
+
+
 def test_rename_platform_moves_records_and_caches(measured, tmp_path, capsys):
     import shutil
 
