@@ -72,7 +72,7 @@ def _arm_args(arm: str, model: str | None) -> list[str]:
         if not model:
             raise SystemExit(f"arm {arm} needs --model (a model pre-trained on other tasks of this target)")
         strategy = {"b": "model-led", "c": "model-led", "d": "draft-verify", "f": "draft-filter"}[arm]
-        return ["--model", model, "--strategy", strategy] + (["--adapt", "momentum"] if arm == "c" else [])
+        return ["--model", model, "--strategy", strategy, "--adapt", "momentum" if arm == "c" else "none"]
     raise ValueError(arm)
 
 

@@ -40,7 +40,7 @@ from costlab.export.workdir import lock_work_dir
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
-ADAPT = ("none", "finetune", "momentum")
+ADAPT = ("auto", "none", "finetune", "momentum")
 
 
 @dataclass
@@ -56,7 +56,7 @@ class TuneOptions:
     max_seconds: float | None = None  # wall-time budget of the whole run (this invocation); None: trials only
     model: str | None = None  # None: MetaSchedule's XGBoost model
     strategy: str | None = None  # default: draft-verify with a model, evolutionary without
-    adapt: str = "none"
+    adapt: str = "auto"  # momentum with a learned model, none otherwise (resolved_adapt)
     head: str | None = None
     strict: bool = False
     seed: int = 0
@@ -122,7 +122,7 @@ class TuneOptions:
             raise UsageError(f"--strategy {strategy} needs a --model to verify with (a model dir, psa or random)")
         if self.adapt not in ADAPT:
             raise UsageError(f"--adapt must be one of {', '.join(ADAPT)}, not {self.adapt!r}")
-        if self.adapt != "none" and not self.model:
+        if self.adapt not in ("auto", "none") and not self.model:
             raise UsageError("--adapt needs a --model to adapt")
         if self.ms_defaults and self.rpc_key:
             raise UsageError("--ms-defaults runs MetaSchedule's local builder and runner; it cannot use --rpc-key")
@@ -273,6 +273,7 @@ def tune(opts: TuneOptions) -> dict:
                 raise InputError(work / name, "is a directory; the run writes a file of that name")
         if opts.rpc_key:
             _check_tracker(opts)
+        opts.adapt = resolved_adapt(opts, work)
         run_options = _check_same_run(work, opts, target)
         tasks, network = workload_tasks(opts, target)
         clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
@@ -444,6 +445,31 @@ def _same_target(value):
         return plain_json(tvm.target.Target(runnable_target(value)).export())
     except Exception:  # noqa: BLE001  a target this machine cannot resolve compares as written
         return value
+
+
+def resolved_adapt(opts: TuneOptions, work: Path) -> str:
+    """``--adapt auto``: what the work dir's run adapts with when it continues one; else ``momentum`` for a
+    learned net (the tuning benchmark's arm c, momentum adaptation, reached MetaSchedule's final in every seed
+    on 4 of 6 workloads against 1 of 6 frozen: docs/search.md), ``none`` for PSA, random or a baseline."""
+    if opts.adapt != "auto":
+        return opts.adapt
+    try:
+        old = json.loads((work / "costlab_run.json").read_text()).get("adapt")
+        if old in ADAPT[1:]:
+            return old
+    except (OSError, ValueError, AttributeError):
+        pass
+    if not opts.model or opts.model in ("psa", "random"):
+        return "none"
+    from costlab.costmodels import kinds
+    from costlab.costmodels.artifact import read_config
+    from costlab.costmodels.predictors import resolve
+
+    try:
+        kind = read_config(resolve(opts.model), trust_unhashed=True).get("kind")
+    except Exception:  # noqa: BLE001  not a readable model: loading it says why, with the file
+        return "none"
+    return "momentum" if kind in kinds.learned() else "none"
 
 
 def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:

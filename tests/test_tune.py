@@ -88,8 +88,31 @@ def test_draft_verify_evolves_measured_programs_of_a_convolution(run, tmp_path, 
     work = tmp_path / "w"
     assert main(["tune", "--workload", "C2D:1,8,8,16,16,3,1,1", "--target", "llvm -num-cores=2", "--trials", "12",
                  "--model", str(run / "model"), "--work-dir", str(work), "--json", *SMALL_SEARCH]) == 0
-    assert json.loads(capsys.readouterr().out)["tasks"][0]["trials"] == 12
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tasks"][0]["trials"] == 12
     assert len((work / "search_rounds.jsonl").read_text().splitlines()) == 3
+    # no --adapt: a learned model adapts online by default (momentum), and the run records it
+    assert json.loads((work / "costlab_run.json").read_text())["adapt"] == "momentum"
+    assert summary["adaptation"]["updates"] >= 2
+
+
+def test_adapt_auto_is_momentum_for_a_learned_model_none_otherwise_and_a_resumed_runs_own(run, tmp_path):  # noqa: F811
+    from costlab.export.tune import TuneOptions, resolved_adapt
+
+    def adapt(work, **kw):
+        return resolved_adapt(TuneOptions(work_dir=str(work), workloads=["GMM:1,8,8,8"], **kw), work)
+
+    fresh = tmp_path / "fresh"
+    assert adapt(fresh, model=str(run / "model")) == "momentum"
+    assert adapt(fresh, model=str(run)) == "momentum"  # a training run's directory
+    assert adapt(fresh, model="psa") == adapt(fresh, model="random") == adapt(fresh) == "none"
+    assert adapt(fresh, model=str(tmp_path / "missing")) == "none"  # loading it then says what is wrong
+    assert adapt(fresh, model=str(run / "model"), adapt="finetune") == "finetune"
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "costlab_run.json").write_text(json.dumps({"adapt": "none"}))  # a run started before the default
+    assert adapt(old, model=str(run / "model")) == "none"
+    assert adapt(old, model=str(run / "model"), adapt="momentum") == "momentum"
 
 
 def test_draft_filter_strategy(run, tmp_path, capsys):  # noqa: F811

@@ -48,8 +48,9 @@ def register(sub) -> None:
                    "MetaSchedule's evolutionary search with a cost model that drafts with PSA and verifies the "
                    "best fraction of every call; evolutionary: MetaSchedule's search with the model (default "
                    "without --model) as its cost model (docs/search.md compares them)")
-    q.add_argument("--adapt", choices=["none", "finetune", "momentum"], default="none",
-                   help="online adaptation of the model to the run's measurements (momentum: MoA's Siamese rule)")
+    q.add_argument("--adapt", choices=["auto", "none", "finetune", "momentum"], default="auto",
+                   help="online adaptation of the model to the run's measurements (momentum: MoA's Siamese rule; "
+                        "auto, the default: momentum for a learned model, none for psa, random or a baseline)")
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
     q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")
     q.add_argument("--seed", type=int, default=0)
