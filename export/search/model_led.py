@@ -13,7 +13,8 @@ Each round:
 Rounds are sized to what is known: ``first_rounds`` (8, 16, 32 by default) before the run's
 ``num_trials_per_iter``, so that the first measurements, and online adaptation, come early. The search of
 a round is sized with it: the population is ``16 * round size`` (at least 64, at most ``population_size``),
-since the learned model's featurizer, 2-7 ms a program here, is most of a round's search time.
+since the learned model's featurizer, 1-4 ms a program here on the run's two cores, is most of a round's search
+time.
 
 Nothing is banned for having been scored: MetaSchedule's FFI marks every program ``EvolveWithCostModel``
 returns as measured, so its state is started afresh every round, and what was really measured is kept
