@@ -55,7 +55,7 @@ class TuneOptions:
     trials: int = 200  # per workload; a network's budget in all
     max_seconds: float | None = None  # wall-time budget of the whole run (this invocation); None: trials only
     model: str | None = None  # None: MetaSchedule's XGBoost model
-    strategy: str | None = None  # default: draft-verify with a model, evolutionary without
+    strategy: str | None = None  # default: model-led with a model, evolutionary without
     adapt: str = "auto"  # momentum with a learned model, none otherwise (resolved_adapt)
     head: str | None = None
     strict: bool = False
