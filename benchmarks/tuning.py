@@ -207,44 +207,56 @@ def _best_programs(work: Path, top: int) -> list:
     return best
 
 
-def _program_rows(best: list, results: list) -> list[dict]:
-    programs = []
-    for (r, _), (costs, error, msg) in zip(best, results):
-        costs = sorted(costs)
-        programs.append(dict(tuning_us=_mean(r.run_secs) * 1e6, costs_us=[c * 1e6 for c in costs], error=msg,
-                             median_us=costs[len(costs) // 2] * 1e6 if costs and not msg else None))
-    return programs
+def _measure_bests(works: list[Path], target_text: str, rounds: int, repeat: int, top: int = 3) -> list:
+    """``(work, programs)`` per run: its ``top`` best programs (``_best_programs``) measured again by one runner,
+    the programs of all ``works`` built once and run in turn, ``rounds`` times over (``build_and_run``).
+    Each program's row has its tuning measurement, its costs and their median."""
+    import tvm
+
+    from costlab.datasets.measure import (MeasureOptions, build_and_run, close_runner, make_builder, make_runner,
+                                          replay_candidate)
+    from costlab.datasets.targets import runnable_target
+
+    target = tvm.target.Target(runnable_target(target_text))
+    picks = [(work, _best_programs(work, top)) for work in works]
+    cands = [replay_candidate(r.workload.mod, trace) for _, best in picks for r, trace in best]
+    if not cands:
+        return [(work, []) for work in works]
+    runner = make_runner(MeasureOptions(target=target_text, number=3, repeat=repeat), target)
+    builder = make_builder(workers=os.cpu_count(), pooled=True)
+    try:
+        results = iter(build_and_run(builder, runner, target, cands, rounds=rounds))
+    finally:
+        close_runner(runner)
+        builder.close()
+    out = []
+    for work, best in picks:
+        programs = []
+        for (r, _), (costs, error, msg) in zip(best, results):
+            costs = sorted(costs)
+            programs.append(dict(tuning_us=_mean(r.run_secs) * 1e6, costs_us=[c * 1e6 for c in costs], error=msg,
+                                 median_us=costs[len(costs) // 2] * 1e6 if costs and not msg else None))
+        out.append((work, programs))
+    return out
+
+
+def _write_final(path: Path, programs: list[dict], at: str | None = None, **extra) -> None:
+    """A run's final latency (the lowest median of its programs) with the programs, written atomically."""
+    from costlab.common.files import write_atomically
+    from costlab.common.host import host_info
+
+    medians = [p["median_us"] for p in programs if p["median_us"]]
+    write_atomically(path, json.dumps(dict(best_us=min(medians) if medians else None, programs=programs, **extra,
+                                           host=host_info(), at=at or time.strftime("%Y-%m-%d %H:%M:%S"))).encode())
 
 
 def _remeasure(work: Path, target_text: str, repeat: int = 10, top: int = 3) -> None:
     """The run's best programs by their tuning measurement (the ``top`` fastest distinct ones: a single
     tuning measurement can be a lucky one), built and run again by one runner; the run's final latency is
     the lowest of their medians."""
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
-    from costlab.common.host import host_info
-    from costlab.datasets.measure import (MeasureOptions, build_and_run, close_runner, make_builder, make_runner,
-                                          replay_candidate)
-    from costlab.datasets.ms_workload import plain_json
-    from costlab.datasets.targets import runnable_target
-
-    target = tvm.target.Target(runnable_target(target_text))
-    best = _best_programs(work, top)
-    if not best:
-        return
-    cands = [replay_candidate(r.workload.mod, trace) for r, trace in best]
-    opts = MeasureOptions(target=target_text, number=3, repeat=repeat)
-    runner = make_runner(opts, target)
-    try:
-        results = build_and_run(make_builder(), runner, target, cands)
-    finally:
-        close_runner(runner)
-    programs = _program_rows(best, results)
-    medians = [p["median_us"] for p in programs if p["median_us"]]
-    (work / "remeasured.json").write_text(json.dumps(dict(
-        best_us=min(medians) if medians else None, programs=programs, tuning_us=programs[0]["tuning_us"],
-        repeat=repeat, host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"))))
+    ((_, programs),) = _measure_bests([work], target_text, rounds=1, repeat=repeat, top=top)
+    if programs:
+        _write_final(work / "remeasured.json", programs, tuning_us=programs[0]["tuning_us"], repeat=repeat)
 
 
 def remeasure(args) -> int:
@@ -264,37 +276,19 @@ def _retime(works: list[Path], target_text: str, rounds: int, repeat: int = 3, t
     over: programs compared with each other meet the machine's drift alike (separate re-measurements of one
     program, minutes apart, differ by up to 10 % here). Each run's final latency is the lowest median of its
     programs, into its retimed.json, with the runs retimed together."""
-    import tvm
-
-    from costlab.common.host import host_info
-    from costlab.datasets.measure import (MeasureOptions, build_and_run, close_runner, make_builder, make_runner,
-                                          replay_candidate)
-    from costlab.datasets.targets import runnable_target
-
-    target = tvm.target.Target(runnable_target(target_text))
-    picks = [(work, _best_programs(work, top)) for work in works]
-    cands = [replay_candidate(r.workload.mod, trace) for _, best in picks for r, trace in best]
-    runner = make_runner(MeasureOptions(target=target_text, number=3, repeat=repeat), target)
-    builder = make_builder(workers=os.cpu_count(), pooled=True)
-    try:
-        results = build_and_run(builder, runner, target, cands, rounds=rounds)
-    finally:
-        close_runner(runner)
-        builder.close()
     at, together = time.strftime("%Y-%m-%d %H:%M:%S"), [str(w.relative_to(w.parents[3])) for w in works]
-    for work, best in picks:
-        programs = _program_rows(best, results[:len(best)])
-        results = results[len(best):]
-        medians = [p["median_us"] for p in programs if p["median_us"]]
-        (work / "retimed.json").write_text(json.dumps(dict(
-            best_us=min(medians) if medians else None, programs=programs, rounds=rounds, repeat=repeat,
-            together=together, host=host_info(), at=at)))
+    for work, programs in _measure_bests(works, target_text, rounds, repeat, top):
+        _write_final(work / "retimed.json", programs, rounds=rounds, repeat=repeat, together=together, at=at)
 
 
 def retime(args) -> int:
     """Per workload, every finished run's best programs measured together in turn (``_retime``), then the table:
     its finals are the retimed ones for each workload whose runs were all retimed together."""
     out = Path(args.out)
+    if not (out / "runs").is_dir():
+        raise SystemExit(f"error: {out} holds no benchmark runs (no {out / 'runs'}): give the --out of `run`")
+    if args.rounds < 1:
+        raise SystemExit(f"error: --rounds must be at least 1, not {args.rounds}")
     by_workload: dict = {}
     for summary in sorted(out.glob("runs/*/*/s*/costlab_tune.json")):
         by_workload.setdefault(summary.parent.parent.name, []).append(summary.parent)
@@ -600,9 +594,8 @@ def archive(args) -> int:
     reads an archived run as a source)."""
     src, dst = Path(args.out), Path(args.to)
     keep = ("benchmark.json", "openblas.json", "table.md", "costlab_tune.json", "progress.jsonl",
-            "search_rounds.jsonl", "remeasured.json", "retimed.json", "a0.json", "done.json", "exploit_state.json", "transfer.json",
-            "network.json",
-            "table.json")
+            "search_rounds.jsonl", "remeasured.json", "retimed.json", "a0.json", "done.json", "exploit_state.json",
+            "transfer.json", "network.json", "table.json")
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
         if path.name in keep:

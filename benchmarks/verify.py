@@ -5,8 +5,8 @@ side by side on the same population of each workload, in one process.
 For each workload of ``benchmarks/tuning.py`` a population of fresh programs is sampled from its design
 space (MetaSchedule's ``SampleInitPopulation``, as the model-led search's draft samples them); both ways
 featurize it (each after one warm-up batch, per-task set-up included once), the features are checked
-equal (program by program), and the script prints ms per program and the ratio. The model's net (``predict``) is timed too:
-it is the rest of the verify stage.
+equal (program by program), and the script prints ms per program and the ratio. The model's net
+(``predict``) is timed too: it is the rest of the verify stage.
 
     flock /tmp/costlab-cpu.lock .venv/bin/python benchmarks/verify.py --model x86-cpu
     .venv/bin/python benchmarks/verify.py --workloads gmm c2d --population 128
@@ -57,6 +57,7 @@ def time_workload(predictor, task, target, size: int, seed: int) -> dict:
     """Seconds per program of the featurizer on one thread and on the run's cores, and of the net."""
     import tvm_ffi
 
+    from costlab.featurizers.ms_records import is_gpu
     from costlab.featurizers.pacm import candidate_arrays, live_threads
     from costlab.featurizers.psa import target_dict
 
@@ -64,15 +65,10 @@ def time_workload(predictor, task, target, size: int, seed: int) -> dict:
     tdict = target_dict(target)
     schedules = population(task, target, size, seed)
     warm, rest = schedules[:8], schedules[8:]
-    spec = f._spec(target=tdict)
-    from costlab.featurizers.ms_records import is_gpu
-
-    gpu = is_gpu(tdict)
+    spec, gpu, key = f._spec(target=tdict), is_gpu(tdict), ("bench-1", int(tvm_ffi.structural_hash(task.mod)))
 
     def one_thread(batch):  # what featurize_candidates did before: the config's one extraction thread
-        key = ("bench-1", int(tvm_ffi.structural_hash(task.mod)))
-        feats = f._features(key, task.mod, tdict, batch, spec, gpu, 1)
-        return candidate_arrays(feats)
+        return candidate_arrays(f._features(key, task.mod, tdict, batch, spec, gpu, 1))
 
     one_thread(warm)
     f.featurize_candidates(task.mod, target, warm)

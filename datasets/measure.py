@@ -351,11 +351,12 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1) -> list[
             out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(b.error_msg))
     try:
         runs: dict = {i: [] for i in where}
-        for _ in range(max(1, int(rounds)) if inputs else 0):
-            for i, fut in zip(where, runner.run(inputs)):
-                res = fut.result()
-                if out[i] is not None:
-                    continue  # failed in an earlier round
+        for _ in range(max(1, int(rounds))):
+            live = [k for k, i in enumerate(where) if out[i] is None]  # a program that failed is not run again
+            if not live:
+                break
+            for k, fut in zip(live, runner.run([inputs[k] for k in live])):
+                i, res = where[k], fut.result()
                 if res.error_msg is not None or res.run_secs is None:
                     out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(res.error_msg))
                 else:
