@@ -37,7 +37,7 @@ from costlab.datasets.ms_database import compact_json, costs_and_error
 from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
 from costlab.datasets.remote import LOST, is_lost
 from costlab.datasets.store import DatasetWriter, open_dataset
-from costlab.datasets.targets import platform_id_for, runnable_target
+from costlab.datasets.targets import local_gpu, platform_id_for, runnable_target
 
 
 @dataclass
@@ -435,7 +435,8 @@ def measure(data, opts: MeasureOptions) -> str:
     target_json = plain_json(target.export())
     pid = opts.platform or platform_id_for(target_json)
 
-    host = None if opts.rpc_key else host_info()  # kernels of an RPC run run on the remote device
+    # kernels of an RPC run run on the remote device; a CUDA target's on this machine's GPU, recorded with it
+    host = None if opts.rpc_key else host_info(gpu=local_gpu() if target.kind.name == "cuda" else None)
     with open_dataset(data) as ds:
         if host is not None:
             check_host(ds, pid, host)

@@ -82,6 +82,8 @@ def runnable_target(target, local: bool = True) -> dict:
     warns and falls back to generic code), and ``num-cores`` (which MetaSchedule requires) is this machine's
     when kernels run here, and must be given when they run elsewhere. Raises ValueError."""
     value = normalize_target(target)
+    if value.get("kind") == "cuda":
+        return cuda_target(value, local)
     if value.get("kind") != "llvm":
         return value
     mcpu = value.get("mcpu")
@@ -98,6 +100,51 @@ def runnable_target(target, local: bool = True) -> dict:
             raise ValueError("a target run on another machine needs its num-cores (e.g. -num-cores=4)")
         value["num-cores"] = host_cores()
     return value
+
+
+# What MetaSchedule's CUDA rules need of a target beside its arch (``AutoBind`` refuses a target without
+# max_threads_per_block), and what every NVIDIA GPU since sm_30 allows: 1024 threads and 48 KiB of static
+# shared memory per block, warps of 32.
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 48 * 1024, "thread_warp_size": 32}
+
+
+def cuda_target(value: dict, local: bool = True) -> dict:
+    """A CUDA target completed for compiling and running: ``arch`` (``sm_90``) and the per-block limits the
+    target does not give are this machine's GPU's when its kernels run here (``local``; ``--target cuda`` is
+    this GPU), else ``arch`` must be given and the limits are ``CUDA_LIMITS``. Raises ValueError where kernels
+    should run here and TVM sees no GPU."""
+    value = dict(value)
+    gpu = local_gpu() if local else None
+    if local and gpu is None:
+        raise ValueError("TVM sees no CUDA GPU on this machine, so kernels of a cuda target cannot run here: "
+                         "measure or tune on the machine with the GPU, or through its RPC tracker (--rpc-key)")
+    if not value.get("arch"):
+        if gpu is None:
+            raise ValueError("a cuda target needs its arch (e.g. -arch=sm_90) where TVM sees no GPU"
+                             + ("" if local else " (kernels run on another machine)"))
+        value["arch"] = gpu["arch"]
+    for key, default in CUDA_LIMITS.items():
+        if not value.get(key):
+            value[key] = int((gpu or {}).get(key) or default)
+    return value
+
+
+def local_gpu(index: int = 0) -> dict | None:
+    """This machine's CUDA GPU ``index`` as TVM sees it (``name``, ``arch``, ``sms``, per-block limits), or
+    None when TVM sees none (no GPU, no driver, or a TVM built without CUDA)."""
+    try:
+        import tvm
+
+        dev = tvm.cuda(index)
+        if not dev.exist:
+            return None
+        major, minor = str(dev.compute_version).split(".")
+        return {"name": str(dev.device_name), "arch": f"sm_{major}{minor}", "sms": int(dev.multi_processor_count),
+                "max_threads_per_block": int(dev.max_threads_per_block),
+                "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
+                "thread_warp_size": int(dev.warp_size)}
+    except Exception:  # noqa: BLE001  TVM's CUDA runtime absent or unusable here: no GPU for costlab
+        return None
 
 
 def host_cpu_name() -> str:

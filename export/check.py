@@ -1,8 +1,8 @@
 """Tuned programs checked before they are reported: each task's best measured programs run on random inputs
-beside a reference build of the same task (the unscheduled module, TVM's default lowering), and their
-outputs are compared (``np.allclose``, MetaSchedule's ``validate_database`` tolerances). The fastest program
-that matches is the task's result; a program whose output differs, or that fails to build or run, is
-reported and never chosen.
+beside a reference build of the same task (the unscheduled module, TVM's default lowering; for a GPU target
+it runs on the host CPU), and their outputs are compared (``np.allclose``, MetaSchedule's
+``validate_database`` tolerances). The fastest program that matches is the task's result; a program whose
+output differs, or that fails to build or run, is reported and never chosen.
 
 The scheduled module is built as it is, its weight-layout rewrite blocks included (so it takes the original
 layout, as the reference does), and both run in a worker process, so a kernel that crashes ends the worker,
@@ -28,6 +28,9 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
 
     target = tvm.target.Target(target_json)
     dev = tvm.cpu(0) if str(target.kind.name) == "llvm" else tvm.device(str(target.kind.name), 0)
+    # A GPU reference runs on the host CPU: the unscheduled module binds no threads, which a GPU build refuses.
+    ref_target, ref_dev = (target, dev) if str(target.kind.name) == "llvm" else (tvm.target.Target({"kind": "llvm"}),
+                                                                                  tvm.cpu(0))
     rng = np.random.default_rng(seed)
     infos = TensorInfo.from_prim_func(reference["main"])
     inputs = []
@@ -40,14 +43,14 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
         else:
             inputs.append(rng.integers(0, 8, shape).astype(dtype))
 
-    def run(mod) -> list:
+    def run(mod, target=target, dev=dev) -> list:
         lib = tvm.compile(mod, target=target)
         args = [tvm.runtime.tensor(x.copy(), device=dev) for x in inputs]
         lib[lib.entry_name](*args) if hasattr(lib, "entry_name") else lib["main"](*args)
         dev.sync()
         return [a.numpy() for a in args]
 
-    expected = run(reference)
+    expected = run(reference, ref_target, ref_dev)
     out = []
     for mod in candidates:
         try:

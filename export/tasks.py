@@ -12,9 +12,10 @@ from costlab.common.errors import UsageError, last_line
 
 def measuring_target(spec, local: bool = True):
     """The checked ``Target`` that ``costlab tune`` / ``transfer`` build and measure for: ``spec`` as the
-    command line gives it (``host``, a JSON dict, the ``llvm -mcpu=...`` form), a CPU (llvm) target with at
-    least one core; ``local``: the host's own CPU may be named (not for a remote device). One
-    ``UsageError`` line otherwise."""
+    command line gives it (``host``, ``cuda``, a JSON dict, the ``llvm -mcpu=...`` form): a CPU (llvm) target
+    with at least one core, or an NVIDIA GPU (cuda) target completed by ``datasets.targets.cuda_target``;
+    ``local``: the host's own CPU or GPU may be named (not for a remote device). One ``UsageError`` line
+    otherwise."""
     import tvm
 
     from costlab.datasets.targets import runnable_target
@@ -23,9 +24,9 @@ def measuring_target(spec, local: bool = True):
         target = tvm.target.Target(runnable_target(spec, local=local))
     except Exception as exc:  # noqa: BLE001  TVM reports a bad target in several ways
         raise UsageError(f"bad target {spec!r}: {last_line(exc)}") from None
-    if str(target.kind.name) != "llvm":
-        raise UsageError(f"bad target {spec!r}: costlab measures CPU (llvm) targets; a {target.kind.name} "
-                         "target is not supported yet")
+    if str(target.kind.name) not in ("llvm", "cuda"):
+        raise UsageError(f"bad target {spec!r}: costlab measures CPU (llvm) and NVIDIA GPU (cuda) targets; a "
+                         f"{target.kind.name} target is not supported yet")
     cores = target.attrs.get("num-cores")
     if cores is not None and int(cores) < 1:
         raise UsageError(f"bad target {spec!r}: num-cores must be at least 1, not {int(cores)}")
@@ -33,7 +34,8 @@ def measuring_target(spec, local: bool = True):
 
 
 def target_cores(target) -> int:
-    """The threads a program runs on for ``target``: its ``num-cores``, else this machine's cores."""
+    """The threads a program runs on for ``target``: its ``num-cores``, else this machine's cores (a GPU
+    target's: the threads the search and the featurizer use on the host)."""
     import os
 
     return int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1

@@ -182,4 +182,4 @@ def test_runnable_target_checks_the_cpu_and_completes_the_cores():
         runnable_target("llvm -mcpu=nosuchcpu -num-cores=2")
     with pytest.raises(ValueError, match="needs its num-cores"):
         runnable_target("llvm -mcpu=znver4", local=False)
-    assert runnable_target({"kind": "cuda", "arch": "sm_90"}) == {"kind": "cuda", "arch": "sm_90"}
+    assert runnable_target({"kind": "cuda", "arch": "sm_90"}, local=False)["arch"] == "sm_90"  # tests/test_gpu.py

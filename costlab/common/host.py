@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-IDENTITY = ("cpu_model", "vendor", "family", "model", "stepping", "flags", "caches", "threads")
+IDENTITY = ("cpu_model", "vendor", "family", "model", "stepping", "flags", "caches", "threads", "gpu")
 CPUINFO = "/proc/cpuinfo"
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
 
@@ -73,9 +73,10 @@ def size_bytes(text: str) -> int | None:
     return int(m.group(1)) * {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}[m.group(2).upper()]
 
 
-def host_info() -> dict:
+def host_info(gpu: dict | None = None) -> dict:
     """This machine: ``cpu_model``, ``vendor``, ``family`` / ``model`` / ``stepping``, ``flags`` (sorted ISA
-    flags), ``caches`` (per level, per core), ``threads`` (cores this process may use), ``machine``."""
+    flags), ``caches`` (per level, per core), ``threads`` (cores this process may use), ``machine``; and
+    ``gpu`` (``datasets.targets.local_gpu``: name, arch, SMs, limits) when the kernels measured run on one."""
     kv = read_cpuinfo()
     try:
         threads = len(os.sched_getaffinity(0))
@@ -86,7 +87,7 @@ def host_info() -> dict:
         vendor=kv.get("vendor_id", ""), family=kv.get("cpu family", ""), model=kv.get("model", ""),
         stepping=kv.get("stepping", ""), flags=sorted(set((kv.get("flags") or kv.get("features") or "").split())),
         caches={c.name: c.size for c in read_caches() if c.level and c.size}, threads=threads,
-        machine=_platform.machine(),
+        machine=_platform.machine(), **({"gpu": dict(gpu)} if gpu else {}),
     )
 
 
@@ -99,7 +100,9 @@ def describe_host(h: dict) -> str:
     """One line: ``AMD EPYC (family 25 model 17), 2 threads, L1d 32K L2 1024K L3 32768K, avx512f``."""
     caches = " ".join(f"{k} {v}" for k, v in sorted((h.get("caches") or {}).items()) if not k.endswith("i"))
     isa = ", ".join(f for f in ("avx512f", "avx2", "avx", "sse2", "asimd") if f in (h.get("flags") or []))
-    return (f"{h.get('cpu_model', 'unknown')} (family {h.get('family', '?')} model {h.get('model', '?')}), "
+    gpu = h.get("gpu") or {}
+    return ((f"{gpu.get('name', 'GPU')} ({gpu.get('arch', '?')}, {gpu.get('sms', '?')} SMs) on " if gpu else "")
+            + f"{h.get('cpu_model', 'unknown')} (family {h.get('family', '?')} model {h.get('model', '?')}), "
             f"{h.get('threads', '?')} threads, {caches or 'caches unknown'}, {isa.split(',')[0] if isa else 'no SIMD flags'}")
 
 

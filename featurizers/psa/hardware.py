@@ -145,6 +145,10 @@ GPU_TABLE: dict[str, GPUSpec] = {
                     32),
     "h100": GPUSpec("h100", "sm_90", 132, 66900.0, 3350.0, 50 * MIB, 65536, 255, 228 * KIB, 48 * KIB, 2048, 1024,
                     32),
+    "h100-pcie": GPUSpec("h100-pcie", "sm_90", 114, 51200.0, 2000.0, 50 * MIB, 65536, 255, 228 * KIB, 48 * KIB, 2048,
+                         1024, 32),
+    "h200": GPUSpec("h200", "sm_90", 132, 66900.0, 4800.0, 60 * MIB, 65536, 255, 228 * KIB, 48 * KIB, 2048, 1024,
+                    32),
 }
 _GPU_ALIASES = {
     "tesla-k80": "k80", "tesla-v100": "v100", "tesla-t4": "t4", "2080ti": "rtx2080ti", "rtx-2080-ti": "rtx2080ti",
@@ -157,14 +161,18 @@ _GPU_BY_ARCH = {"sm_37": "k80", "sm_70": "v100", "sm_75": "t4", "sm_80": "a100",
 
 
 def gpu_spec(name: str) -> GPUSpec:
-    """The table's spec of a GPU by name (``t4``, ``a100``, ``Tesla-T4``, ...)."""
-    key = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    key = _GPU_ALIASES.get(key, key)
-    if key not in GPU_TABLE:
-        key = key.replace("-", "")
-    if key not in GPU_TABLE:
-        raise ValueError(f"unknown GPU {name!r} (known: {', '.join(sorted(GPU_TABLE))}); give a spec JSON instead")
-    return dataclasses.replace(GPU_TABLE[key])
+    """The table's spec of a GPU by name: ``t4``, ``a100``, ``Tesla-T4``, or the name the driver reports
+    (``NVIDIA H100 80GB HBM3``: the vendor and line words dropped, then the longest leading words the table
+    knows, so memory sizes and types after the model do not matter)."""
+    words = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-").split("-")
+    while len(words) > 1 and words[0] in ("nvidia", "geforce", "tesla", "quadro"):
+        words = words[1:]
+    for n in range(len(words), 0, -1):
+        for key in ("-".join(words[:n]), "".join(words[:n])):
+            key = _GPU_ALIASES.get(key, key)
+            if key in GPU_TABLE:
+                return dataclasses.replace(GPU_TABLE[key])
+    raise ValueError(f"unknown GPU {name!r} (known: {', '.join(sorted(GPU_TABLE))}); give a spec JSON instead")
 
 
 # -- CPU detection ---------------------------------------------------------------------------------------
@@ -279,10 +287,11 @@ def mcpu_simd_bits(mcpu: str) -> int | None:
     return None
 
 
-def spec_for_target(target, override=None) -> HardwareSpec:
+def spec_for_target(target, override=None, gpu_name: str = "") -> HardwareSpec:
     """The spec PSA should assume for a TVM target (a JSON dict, or the string form).
 
-    CUDA: from ``GPU_TABLE`` by the target's ``model`` or ``tag`` name, else by ``arch``. LLVM: the local CPU,
+    CUDA: from ``GPU_TABLE`` by the target's ``model`` or ``tag`` name, else by ``gpu_name`` (or this machine's
+    GPU when it is of the target's arch), else by ``arch``. LLVM: the local CPU,
     with ``num-cores`` and the SIMD width the code is compiled for taken from the target: ``mattr`` /
     ``mcpu`` when it names them, 128 bits when it names neither (LLVM's generic x86-64 / aarch64 code), the
     detected width for ``-mcpu=native``. A dataset measured elsewhere should store its own spec.
@@ -294,8 +303,7 @@ def spec_for_target(target, override=None) -> HardwareSpec:
     kind = str(t.get("kind", "llvm"))
     if kind in ("cuda", "nvptx"):
         spec = None
-        for key in ("model", "tag"):
-            name = str(t.get(key) or "")
+        for name in (str(t.get("model") or ""), str(t.get("tag") or ""), gpu_name or _local_gpu_name(t)):
             if name and name != "unknown":
                 try:
                     spec = gpu_spec(name.split("/")[-1])
@@ -344,11 +352,21 @@ def spec_for_target(target, override=None) -> HardwareSpec:
     return spec
 
 
+def _local_gpu_name(target: dict) -> str:
+    """The name of this machine's GPU when it is of the target's arch (a target of this GPU), else ''."""
+    from costlab.datasets.targets import local_gpu
+
+    gpu = local_gpu()
+    return gpu["name"] if gpu and gpu["arch"] == str(target.get("arch") or "") else ""
+
+
 def spec_for_platform(platform) -> HardwareSpec:
-    """The spec of a dataset platform: the one stored with it, else derived from its target."""
+    """The spec of a dataset platform: the one stored with it, else derived from its target (and for a GPU,
+    the GPU its host record names: ``costlab dataset measure`` records it)."""
     if getattr(platform, "spec", None):
         return HardwareSpec.from_json(platform.spec)
-    return spec_for_target(platform.target)
+    gpu = (getattr(platform, "host", None) or {}).get("gpu") or {}
+    return spec_for_target(platform.target, gpu_name=str(gpu.get("name") or ""))
 
 
 def spec_for(platform=None, target=None, override=None) -> HardwareSpec:

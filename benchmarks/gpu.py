@@ -1,0 +1,144 @@
+"""costlab on an NVIDIA GPU: what `scripts/gpu_demo.sh` measured, featurized, trained and tuned, summarised.
+
+    python benchmarks/gpu.py features --data gpu.h5 [--json F]
+        PaCM's and PSA's features of the GPU records: every number finite, the pattern tokens' memory levels
+        (local / shared / L2 / global) and thread context; PSA's and random's ranking of the records (per task
+        top-1 / top-5, pairwise); the GPU in PSA's hardware table.
+    python benchmarks/gpu.py tuning --run NAME=WORK_DIR [--run ...] [--json F]
+        tuning runs side by side: trials, best latency, wall seconds, seconds to the first measured batch, and
+        when each reached the first run's final.
+
+Needs a GPU only for what it reads: the files can be summarised anywhere (docs/gpu.md has the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def _finite(values) -> tuple[int, int]:
+    """(numbers, non-finite numbers) of an array or a list of arrays."""
+    arrays = values if isinstance(values, list) else [values]
+    total = bad = 0
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            total += a.size
+            bad += int(a.size - np.isfinite(a).sum())
+    return total, bad
+
+
+def features(args) -> dict:
+    from costlab.datasets import open_dataset
+    from costlab.featurizers import create
+    from costlab.featurizers.cache import build_cache, open_cache
+    from costlab.featurizers.pacm import LEVEL_COLUMNS, PATTERN_NAMES
+    from costlab.featurizers.psa.hardware import gpu_spec, spec_for_platform
+    from costlab.train.evaluate import evaluate
+
+    with open_dataset(args.data) as ds:
+        platform = args.platform or ds.record_platforms()[0]
+        plat = ds.platforms[platform]
+        spec = spec_for_platform(plat)
+        gpu = (plat.host or {}).get("gpu") or {}
+    out: dict = dict(data=str(args.data), platform=platform, target=plat.target, gpu=gpu, psa_spec=spec.name)
+    if gpu.get("name"):
+        try:
+            out["gpu_table"] = gpu_spec(gpu["name"]).name
+        except ValueError as exc:
+            out["gpu_table"] = f"missing: {exc}"
+    for name in ("pacm", "psa"):
+        build_cache(args.data, name, platform, progress=False)
+    with open_dataset(args.data) as ds:
+        pacm = open_cache(ds, create("pacm"), platform).get()
+        psa = open_cache(ds, create("psa"), platform).get()
+        table = ds.records(platform)
+        ok = np.asarray(table.error) == 0
+    valid = np.asarray(pacm["valid"], bool)
+    checks = {}
+    for source, feats in (("pacm", pacm), ("psa", {"score": psa["score"]})):
+        for key, value in feats.items():
+            total, bad = _finite(value)
+            if total:
+                checks[f"{source}.{key}"] = dict(numbers=total, non_finite=bad)
+    # PSA's estimate is infinite, by design, for a launch the GPU cannot run (too many threads, registers or
+    # shared memory per block): its score is 0; how many of those the GPU refused too
+    impossible = ~np.isfinite(np.asarray(psa["estimate"], np.float64))
+    out["psa_impossible"] = dict(records=int(impossible.sum()), failed_on_gpu=int((impossible & ~ok).sum()),
+                                 failed_on_gpu_in_all=int((~ok).sum()))
+    tokens = [t for t, v in zip(pacm["pattern"], valid) if v and len(t)]
+    levels = {}
+    if tokens:
+        allt = np.concatenate(tokens)
+        cols = [PATTERN_NAMES.index(c) for c in LEVEL_COLUMNS]
+        names = ("local", "shared", "-", "L2", "global")
+        which = np.asarray(allt[:, cols]).argmax(axis=1)
+        levels = {names[i]: int((which == i).sum()) for i in range(len(names)) if names[i] != "-"}
+        threads = allt[:, PATTERN_NAMES.index("log_threads")]
+        out["tokens"] = dict(total=int(len(allt)), per_program=round(len(allt) / len(tokens), 1),
+                             with_thread_context=int((threads > 0).sum()),
+                             median_threads=float(np.median(2 ** threads[threads > 0] - 1)) if (threads > 0).any() else 0)
+    out.update(records=int(len(valid)), measured_ok=int(ok.sum()), featurized=int(valid.sum()), levels=levels,
+               finite=checks, all_finite=all(c["non_finite"] == 0 for c in checks.values()))
+    out["ranking"] = {}
+    for model in ("psa", "random"):
+        r = evaluate(model, args.data, split=None, platform=platform)
+        out["ranking"][model] = {k: r[k] for k in ("top1", "top5", "pairwise", "ndcg")}
+        out["ranking"][model]["per_task"] = r.get("per_task")
+    print(json.dumps(out, indent=2, default=str))
+    return out
+
+
+def _run(work: Path) -> tuple[dict, list]:
+    summary = json.loads((work / "costlab_tune.json").read_text())
+    hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines() if x.strip()]
+    return summary, hist
+
+
+def tuning(args) -> dict:
+    runs = {}
+    for item in args.run:
+        name, _, path = item.partition("=")
+        runs[name] = _run(Path(path))
+    first = next(iter(runs))
+    target = runs[first][1][-1]["best_us"] if runs[first][1] else None
+    rows = []
+    print(f"{'run':28} {'trials':>6} {'best us':>9} {'checked':>8} {'wall s':>7} {'1st batch s':>11}  reached {first}'s final")
+    for name, (s, hist) in runs.items():
+        t = s["tasks"][0]
+        reach = next((h for h in hist if target and h.get("best_us") and h["best_us"] <= target), None)
+        row = dict(run=name, task=t["name"], trials=t["trials"], best_us=t["best_us"],
+                   check=(t.get("check") or {}).get("status"), wall_s=s["wall_s"], first_batch_s=s.get("first_batch_s"),
+                   reached=dict(trials=reach["trials"], elapsed_s=reach["elapsed_s"]) if reach else None,
+                   cost_model=s.get("cost_model"), curve=[(h["trials"], h["elapsed_s"], h["best_us"]) for h in hist])
+        rows.append(row)
+        when = f"{reach['trials']} trials, {reach['elapsed_s']:.0f} s" if reach else "no"
+        print(f"{name:28} {row['trials']:6d} {row['best_us'] or float('nan'):9.2f} {row['check'] or '-':>8} "
+              f"{row['wall_s']:7.1f} {row['first_batch_s'] or 0:11.1f}  {when}")
+    return dict(target_us=target, runs=rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("features")
+    f.add_argument("--data", type=Path, required=True)
+    f.add_argument("--platform")
+    f.add_argument("--json", type=Path)
+    t = sub.add_parser("tuning")
+    t.add_argument("--run", action="append", required=True, metavar="NAME=WORK_DIR")
+    t.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    out = features(args) if args.cmd == "features" else tuning(args)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# costlab end to end on this machine's NVIDIA GPU (after scripts/gpu_setup.sh; docs/gpu.md has the figures):
+# extract a few tasks for a `cuda` target, measure candidates with MetaSchedule's runner on the GPU, check
+# PaCM's and PSA's features of them (benchmarks/gpu.py features), train a PaCM model on the GPU through
+# Lightning and evaluate it on held-out tasks beside PSA and random, export it, and tune a workload no model has
+# seen with it, with PSA alone and with MetaSchedule's default, side by side (benchmarks/gpu.py tuning).
+#
+#   scripts/gpu_demo.sh OUT [STEP...]     steps: data features train tune (default: all, in that order)
+#
+# Each step logs to OUT/STEP.log and goes on from what the earlier ones left; a step that fails is reported
+# and the next ones still run where they can. Re-running continues where it stopped.
+set -uo pipefail
+OUT=${1:-gpu_out}
+shift || true
+STEPS=${*:-data features train tune}
+COSTLAB=${COSTLAB:-costlab}
+PY=${PY:-python3}
+TARGET=${TARGET:-cuda}                       # this machine's GPU (arch and limits as TVM sees them)
+PER_TASK=${PER_TASK:-48}
+EPOCHS=${EPOCHS:-50}
+TRIALS=${TRIALS:-64}
+TUNE_WORKLOAD=${TUNE_WORKLOAD:-C2D:1,56,56,64,64,3,1,1}
+WORKLOADS=${WORKLOADS:-GMM:1,128,128,128 GMM:1,512,512,512 GMM:1,128,1024,256 C2D:1,28,28,128,128,3,1,1 C2D:1,14,14,256,256,3,1,1 DEP:1,56,56,64,3,1,1}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+DATA="$OUT/gpu.h5"
+mkdir -p "$OUT"
+FAILED=()
+
+step() {  # step NAME COMMAND...: run, time and log it
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s)
+  echo "== $name: $*" | tee -a "$OUT/steps.log" >&2
+  "$@" >> "$OUT/$name.log" 2>&1
+  rc=$?
+  printf "   %s: exit %d in %d s\n" "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$OUT/steps.log" >&2
+  [ $rc -eq 0 ] || { FAILED+=("$name"); tail -5 "$OUT/$name.log" >&2; }
+  return $rc
+}
+
+platform() { $COSTLAB dataset info "$DATA" --json | $PY -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])'; }
+
+for s in $STEPS; do
+  case $s in
+    data)
+      args=()
+      for w in $WORKLOADS; do args+=(--workload "$w"); done
+      step extract $COSTLAB dataset extract "$DATA" --target "$TARGET" "${args[@]}"
+      step measure $COSTLAB dataset measure "$DATA" --target "$TARGET" --per-task "$PER_TASK" --no-progress
+      step info $COSTLAB dataset info "$DATA"
+      ;;
+    features)
+      step features $PY "$HERE/benchmarks/gpu.py" features --data "$DATA" --json "$OUT/features.json"
+      ;;
+    train)
+      P=$(platform)
+      step split $COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.34 --name gpu
+      step train $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" \
+        --epochs "$EPOCHS" --no-progress
+      for M in "$OUT/run" psa random; do
+        step "evaluate-$(basename "$M")" $COSTLAB evaluate --model "$M" --data "$DATA" --split gpu --platform "$P" --json
+      done
+      step export $COSTLAB export "$OUT/run" -o "$OUT/model" --force
+      ;;
+    tune)
+      SEARCH=(--target "$TARGET" --trials "$TRIALS" --workload "$TUNE_WORKLOAD" --no-progress --json)
+      step tune-model $COSTLAB tune --model "$OUT/model" --work-dir "$OUT/tune_model" "${SEARCH[@]}"
+      step tune-psa $COSTLAB tune --model psa --work-dir "$OUT/tune_psa" "${SEARCH[@]}"
+      step tune-default $COSTLAB tune --work-dir "$OUT/tune_default" "${SEARCH[@]}"
+      step tuning $PY "$HERE/benchmarks/gpu.py" tuning --run "MetaSchedule default=$OUT/tune_default" \
+        --run "costlab, trained PaCM=$OUT/tune_model" --run "costlab, PSA alone=$OUT/tune_psa" --json "$OUT/tuning.json"
+      cat "$OUT/tuning.log" >&2
+      ;;
+    *) echo "gpu_demo: unknown step $s (data features train tune)" >&2; exit 1 ;;
+  esac
+done
+[ ${#FAILED[@]} -eq 0 ] || { echo "gpu_demo: failed steps: ${FAILED[*]}" >&2; exit 1; }
+echo "gpu_demo: done in $OUT" >&2
