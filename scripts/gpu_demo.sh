@@ -13,6 +13,7 @@ set -uo pipefail
 OUT=${1:-gpu_out}
 shift || true
 STEPS=${*:-data features train tune}
+TUNE_ARMS=${TUNE_ARMS:-default model psa}   # MetaSchedule's default, the trained model, PSA alone
 COSTLAB=${COSTLAB:-costlab}
 PY=${PY:-python3}
 TARGET=${TARGET:-cuda}                       # this machine's GPU (arch and limits as TVM sees them)
@@ -22,8 +23,12 @@ TRIALS=${TRIALS:-64}
 TUNE_WORKLOAD=${TUNE_WORKLOAD:-C2D:1,56,56,64,64,3,1,1}
 WORKLOADS=${WORKLOADS:-GMM:1,128,128,128 GMM:1,512,512,512 GMM:1,128,1024,256 C2D:1,28,28,128,128,3,1,1 C2D:1,14,14,256,256,3,1,1 DEP:1,56,56,64,3,1,1}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-DATA="$OUT/gpu.h5"
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+DATA="$OUT/gpu.h5"
+# Run outside the checkout: its folder costlab/ would hide the installed package from Python (and from TVM's
+# worker processes, which start in the current directory).
+cd "$OUT"
 FAILED=()
 
 step() {  # step NAME COMMAND...: run, time and log it
@@ -64,11 +69,23 @@ for s in $STEPS; do
       ;;
     tune)
       SEARCH=(--target "$TARGET" --trials "$TRIALS" --workload "$TUNE_WORKLOAD" --no-progress --json)
-      step tune-model $COSTLAB tune --model "$OUT/model" --work-dir "$OUT/tune_model" "${SEARCH[@]}"
-      step tune-psa $COSTLAB tune --model psa --work-dir "$OUT/tune_psa" "${SEARCH[@]}"
-      step tune-default $COSTLAB tune --work-dir "$OUT/tune_default" "${SEARCH[@]}"
-      step tuning $PY "$HERE/benchmarks/gpu.py" tuning --run "MetaSchedule default=$OUT/tune_default" \
-        --run "costlab, trained PaCM=$OUT/tune_model" --run "costlab, PSA alone=$OUT/tune_psa" --json "$OUT/tuning.json"
+      [ -z "${MAX_SECONDS:-}" ] || SEARCH+=(--max-seconds "$MAX_SECONDS")   # each run's wall-time budget
+      RUNS=()
+      for arm in $TUNE_ARMS; do
+        case $arm in
+          model) step tune-model $COSTLAB tune --model "$OUT/model" --work-dir "$OUT/tune_model" "${SEARCH[@]}" ;;
+          psa) step tune-psa $COSTLAB tune --model psa --work-dir "$OUT/tune_psa" "${SEARCH[@]}" ;;
+          default) step tune-default $COSTLAB tune --work-dir "$OUT/tune_default" "${SEARCH[@]}" ;;
+          *) echo "gpu_demo: unknown arm $arm (model psa default)" >&2; exit 1 ;;
+        esac
+      done
+      for arm in default model psa; do
+        case $arm in
+          default) name="MetaSchedule default" ;; model) name="costlab, trained PaCM" ;; psa) name="costlab, PSA alone" ;;
+        esac
+        [ -f "$OUT/tune_$arm/costlab_tune.json" ] && RUNS+=(--run "$name=$OUT/tune_$arm")
+      done
+      step tuning $PY "$HERE/benchmarks/gpu.py" tuning "${RUNS[@]}" --json "$OUT/tuning.json"
       cat "$OUT/tuning.log" >&2
       ;;
     *) echo "gpu_demo: unknown step $s (data features train tune)" >&2; exit 1 ;;

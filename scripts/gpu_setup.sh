@@ -183,7 +183,9 @@ EOF
   . "$site/env.sh"
 }
 
-check() {  # check SITE: costlab's requirements, TVM and the GPU, torch, nvcc
+check() {  # check SITE: costlab's requirements, TVM and the GPU, torch, nvcc (outside the checkout, whose
+  # folder costlab/ would hide the installed package)
+  cd /
   "$PY" - <<'PYEOF'
 import importlib.metadata as md
 import subprocess
