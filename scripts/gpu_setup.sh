@@ -39,7 +39,7 @@ pack() {
   mkdir -p "$dir"
   local tmp
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
+  trap 'rm -rf "$tmp"; trap - RETURN' RETURN
   echo "gpu_setup: downloading ${WHEELS[*]} for CPython $pyver" >&2
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
@@ -131,7 +131,7 @@ PYEOF
   esac
   local tmp
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
+  trap 'rm -rf "$tmp"; trap - RETURN' RETURN
   echo "gpu_setup: all parts here; unpacking" >&2
   cat "$stash/$ARCHIVE".part* > "$tmp/$ARCHIVE"
   mkdir -p "$tmp/exploded" "$tmp/wheels"
