@@ -112,3 +112,29 @@ def test_draft_then_verify_searches_featurizes_and_builds_gpu_schedules(tmp_path
     finally:
         builder.close()
     assert built.error_msg is None, built.error_msg
+
+
+def test_psa_and_pacm_on_programs_an_h100_measured(tmp_path):
+    """On real H100 measurements (tests/fixtures/h100): PaCM's features all finite and at GPU levels, PSA's
+    spec found by the GPU's name, PSA ranking well above random, and no program the GPU ran is one PSA calls
+    impossible (it did so for 18 of them before registers over the cap were taken as spills)."""
+    import sys
+    from pathlib import Path
+
+    data = tmp_path / "h100.h5"
+    shutil.copy(Path(__file__).parent / "fixtures" / "h100" / "cuda_sm90.h5", data)
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    try:
+        import gpu as gpu_benchmark
+    finally:
+        sys.path.pop(0)
+    import argparse
+
+    out = gpu_benchmark.features(argparse.Namespace(data=data, platform=None))
+    assert out["gpu"]["name"] == "NVIDIA H100 80GB HBM3" and out["psa_spec"] == out["gpu_table"] == "h100"
+    assert out["records"] == out["featurized"] == 208 and out["measured_ok"] == 207
+    assert out["all_finite"]
+    assert out["levels"]["local"] > 0 and out["levels"]["shared"] > 0
+    assert out["psa_impossible"]["records"] == out["psa_impossible"]["failed_on_gpu"] == 0
+    psa, rnd = out["ranking"]["psa"], out["ranking"]["random"]
+    assert psa["top1"] > rnd["top1"] + 0.3 and psa["pairwise"] > 0.7 > rnd["pairwise"]
