@@ -95,15 +95,21 @@ def features(args) -> dict:
 
 
 def _run(work: Path) -> tuple[dict, list]:
-    summary = json.loads((work / "costlab_tune.json").read_text())
-    hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines() if x.strip()]
+    """A finished run's summary and progress lines; SystemExit naming the file when one is missing or damaged."""
+    try:
+        summary = json.loads((work / "costlab_tune.json").read_text())
+        hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines() if x.strip()]
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"gpu.py: {work} is not a finished `costlab tune` work dir ({exc})") from None
     return summary, hist
 
 
 def tuning(args) -> dict:
     runs = {}
     for item in args.run:
-        name, _, path = item.partition("=")
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"gpu.py: --run takes NAME=WORK_DIR, not {item!r}")
         runs[name] = _run(Path(path))
     first = next(iter(runs))
     target = runs[first][1][-1]["best_us"] if runs[first][1] else None
@@ -134,7 +140,12 @@ def main(argv=None) -> int:
     t.add_argument("--run", action="append", required=True, metavar="NAME=WORK_DIR")
     t.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    out = features(args) if args.cmd == "features" else tuning(args)
+    from costlab.common.errors import CostlabError
+
+    try:
+        out = features(args) if args.cmd == "features" else tuning(args)
+    except CostlabError as exc:  # a missing or unreadable dataset: costlab's one-line message
+        raise SystemExit(f"gpu.py: {exc}") from None
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, default=str))
     return 0

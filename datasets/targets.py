@@ -119,9 +119,9 @@ def cuda_target(value: dict, local: bool = True) -> dict:
         raise ValueError("TVM sees no CUDA GPU on this machine, so kernels of a cuda target cannot run here: "
                          "measure or tune on the machine with the GPU, or through its RPC tracker (--rpc-key)")
     if not value.get("arch"):
-        if gpu is None:
-            raise ValueError("a cuda target needs its arch (e.g. -arch=sm_90) where TVM sees no GPU"
-                             + ("" if local else " (kernels run on another machine)"))
+        if gpu is None:  # kernels run on another machine
+            raise ValueError("a cuda target needs its arch (e.g. -arch=sm_90) where its kernels run on another "
+                             "machine")
         value["arch"] = gpu["arch"]
     for key, default in CUDA_LIMITS.items():
         if not value.get(key):

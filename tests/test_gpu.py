@@ -114,23 +114,39 @@ def test_draft_then_verify_searches_featurizes_and_builds_gpu_schedules(tmp_path
     assert built.error_msg is None, built.error_msg
 
 
-def test_psa_and_pacm_on_programs_an_h100_measured(tmp_path):
-    """On real H100 measurements (tests/fixtures/h100): PaCM's features all finite and at GPU levels, PSA's
-    spec found by the GPU's name, PSA ranking well above random, and no program the GPU ran is one PSA calls
-    impossible (it did so for 18 of them before registers over the cap were taken as spills)."""
+def _gpu_benchmark():
     import sys
     from pathlib import Path
 
-    data = tmp_path / "h100.h5"
-    shutil.copy(Path(__file__).parent / "fixtures" / "h100" / "cuda_sm90.h5", data)
     sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
     try:
         import gpu as gpu_benchmark
     finally:
         sys.path.pop(0)
-    import argparse
+    return gpu_benchmark
 
-    out = gpu_benchmark.features(argparse.Namespace(data=data, platform=None))
+
+@pytest.mark.parametrize("argv, message", [
+    (["features", "--data", "{tmp}/missing.h5"], "missing.h5: no such file"),
+    (["tuning", "--run", "x"], "--run takes NAME=WORK_DIR, not 'x'"),
+    (["tuning", "--run", "x={tmp}"], "is not a finished `costlab tune` work dir"),
+])
+def test_gpu_benchmark_says_what_is_wrong_in_one_line(tmp_path, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        _gpu_benchmark().main([a.format(tmp=tmp_path) for a in argv])
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_psa_and_pacm_on_programs_an_h100_measured(tmp_path):
+    """On real H100 measurements (tests/fixtures/h100): PaCM's features all finite and at GPU levels, PSA's
+    spec found by the GPU's name, PSA ranking well above random, and no program the GPU ran is one PSA calls
+    impossible (it did so for 18 of them before registers over the cap were taken as spills)."""
+    import argparse
+    from pathlib import Path
+
+    data = tmp_path / "h100.h5"
+    shutil.copy(Path(__file__).parent / "fixtures" / "h100" / "cuda_sm90.h5", data)
+    out = _gpu_benchmark().features(argparse.Namespace(data=data, platform=None))
     assert out["gpu"]["name"] == "NVIDIA H100 80GB HBM3" and out["psa_spec"] == out["gpu_table"] == "h100"
     assert out["records"] == out["featurized"] == 208 and out["measured_ok"] == 207
     assert out["all_finite"]

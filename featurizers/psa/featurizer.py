@@ -27,8 +27,8 @@ from costlab.featurizers.psa.hardware import spec_for, target_dict
 @register
 class PSA(Featurizer):
     name = "psa"
-    # 2: a GPU launch whose estimated registers exceed what one block may hold spills (nvcc caps them under
-    # TVM's __launch_bounds__) instead of being impossible
+    # 2: on GPU, registers beyond what one block may hold spill (nvcc caps them under TVM's __launch_bounds__)
+    # and a shared-memory bound over the block's limit is capped at it, instead of the launch being impossible
     version = 2
     default_config = {"mode": "trace", "spec": None}
 
