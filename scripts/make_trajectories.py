@@ -1,0 +1,251 @@
+"""The trajectory corpus: tuning runs whose every measured record is kept, as data that teaches a model the tail
+of a task's distribution (the near-best programs a search decides between), beside the random samples of
+``corpus/``.
+
+Each task of ``TASKS`` (TVM benchmark workloads at the shapes users tune: dense and matmul at hidden
+512-4096, attention batch matmuls, norms, softmax, convolutions of vision nets; none of them a workload of
+``benchmarks/tuning.py`` or of the network benchmark, see ``EXCLUDED``) is tuned once for ``--trials``
+trials by ``costlab tune``, alternately with MetaSchedule's own search (even positions: evolutionary search +
+XGBoost) and costlab's model-led search with ``x86-cpu`` (odd positions), so the records are not one search's
+blind spots. The seed of a task is its position.
+
+  python scripts/make_trajectories.py run  [--out bench/trajectories] [--limit N] [--trials 200]
+  python scripts/make_trajectories.py status [--out ...]
+  python scripts/make_trajectories.py pack [--out ...] [--to corpus/trajectories]
+
+``run`` is resumable: a task whose work dir holds a finished summary is skipped; an unfinished one is
+continued by ``costlab tune`` itself, which never measures a program of its database again. Every task holds
+``/tmp/costlab-cpu.lock`` while it builds and measures, so a test run or a benchmark that takes the same lock
+pauses the job between tasks. The work dirs of one host CPU live in ``OUT/<platform>/`` with that host's
+description in ``host.json``; a run on another CPU refuses that folder (a platform is one machine) and names
+the folder its own platform would use.
+
+``pack`` imports every finished work dir into one dataset (``costlab dataset import-ms``, failed records kept
+and flagged), records the platform's host, and writes ``costlab dataset pack``'s compressed files to
+``corpus/trajectories/<platform>/`` with ``info.json`` beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COSTLAB = [sys.executable, "-m", "costlab"]
+LOCK = "/tmp/costlab-cpu.lock"
+
+# Workloads of the benchmarks, which no trajectory may hold (shapes included): benchmarks/tuning.py's
+# gmm, c2d and dep, and the dense / attention shapes of BERT hidden 256 at sequence 128 (its bert-* tasks);
+# the network benchmark's networks (BERT-base hidden 768 at sequence 128, a Llama layer at hidden 768,
+# MobileNetV2 at 224) are kept out by never using hidden 768 / 3072 or MobileNetV2's channel counts here.
+EXCLUDED = {"GMM:1,128,128,128", "C2D:1,28,28,128,128,3,1,1", "DEP:1,56,56,64,3,1,1"}
+
+
+def _tasks() -> list[str]:
+    """The task list, in the order it is tuned: kinds interleaved so that any prefix is as varied as the whole.
+    Append only: a position's workload never changes (its work dir and seed are named by it)."""
+    dense = [f"GMM:1,{m},{n},{k}" for m in (16, 32, 64, 128) for n, k in
+             ((512, 512), (1024, 1024), (2048, 512), (512, 2048), (1024, 4096), (4096, 1024), (2048, 2048),
+              (1024, 2816), (2816, 1024), (4096, 512))]
+    attention = [f"GMM:{h},{s},{s2},{d}" for h, s, s2, d in
+                 ((8, 128, 128, 64), (8, 128, 64, 128), (16, 64, 64, 64), (16, 64, 64, 64 * 2), (12, 256, 256, 64),
+                  (12, 256, 64, 256), (32, 32, 32, 128), (32, 32, 128, 32), (4, 512, 512, 64), (4, 512, 64, 512),
+                  (16, 128, 128, 32), (16, 128, 32, 128), (8, 256, 256, 64), (8, 256, 64, 256), (12, 64, 64, 64),
+                  (12, 64, 64, 128), (32, 128, 128, 64), (32, 128, 64, 128), (2, 1024, 1024, 64), (2, 1024, 64, 1024),
+                  (8, 512, 512, 32), (16, 32, 512, 64), (16, 512, 32, 64), (4, 256, 256, 128))]
+    attention += [f"TBG:1,{s},{h},{d}" for s, h, d in ((64, 8, 64), (128, 8, 64), (256, 4, 64), (64, 16, 128),
+                                                       (128, 16, 32), (32, 32, 128),
+                                                       (256, 8, 32), (512, 4, 64), (64, 32, 64), (128, 4, 128))]
+    norms = [f"NRM:{b},{m},{n}" for b, m, n in ((1, 128, 512), (1, 128, 1024), (1, 64, 2048), (4, 64, 512), (1, 256, 4096),
+                                                (8, 32, 1024), (1, 512, 512), (2, 128, 2048),
+                                                (1, 32, 4096), (1, 1024, 256), (16, 16, 512), (1, 2048, 128), (4, 256, 1024),
+                                                (1, 96, 1536), (2, 64, 4096), (32, 8, 256))]
+    softmax = [f"SFM:{m},{n}" for m, n in ((512, 128), (1024, 256), (2048, 64), (768, 512), (4096, 128), (256, 1024),
+                                           (1536, 256), (128, 2048),
+                                           (2048, 128), (512, 512 + 64), (384, 384), (96, 1024), (4096, 64), (1024, 1024),
+                                           (640, 160), (8192, 32))]
+    convs = [f"C2D:1,{h},{h},{ci},{co},{k},{s},{k // 2}" for h, ci, co, k, s in
+             ((56, 64, 64, 3, 1), (28, 128, 128, 3, 2), (14, 256, 256, 3, 1), (7, 512, 512, 3, 1), (56, 64, 128, 1, 1),
+              (28, 128, 512, 1, 1), (14, 256, 1024, 1, 1), (7, 512, 2048, 1, 1), (56, 256, 64, 1, 1),
+              (28, 512, 128, 1, 1), (14, 1024, 256, 1, 1), (7, 2048, 512, 1, 1), (112, 32, 64, 3, 2), (56, 128, 128, 3, 2),
+              (28, 256, 256, 3, 2), (14, 512, 512, 3, 2), (32, 64, 64, 3, 1), (16, 128, 128, 3, 1), (8, 256, 256, 3, 1),
+              (224, 3, 32, 3, 2), (28, 96, 160, 3, 1), (14, 160, 320, 1, 1), (56, 32, 32, 3, 1), (28, 64, 64, 3, 1),
+              (14, 128, 128, 1, 1), (7, 256, 256, 3, 1), (28, 64, 256, 1, 1), (14, 128, 512, 1, 1), (7, 256, 1024, 1, 1),
+              (56, 128, 64, 1, 1), (28, 256, 128, 1, 1), (14, 512, 256, 1, 1), (112, 16, 32, 3, 1), (64, 32, 64, 3, 2),
+              (32, 128, 256, 3, 2), (16, 256, 512, 3, 2), (48, 48, 96, 3, 1), (24, 96, 192, 3, 1), (12, 192, 384, 3, 1),
+              (112, 64, 64, 1, 1), (40, 80, 80, 3, 1), (20, 160, 160, 3, 1))]
+    depthwise = [f"DEP:1,{h},{h},{c},3,{s},1" for h, c, s in
+                 ((112, 64, 1), (56, 128, 1), (28, 256, 1), (14, 512, 1), (7, 1024, 1), (112, 64, 2), (56, 128, 2),
+                  (28, 256, 2), (14, 512, 2), (56, 64, 2), (28, 128, 1), (14, 256, 1), (56, 32, 1), (28, 64, 1),
+                  (14, 128, 1), (7, 256, 1), (112, 16, 1), (56, 48, 2), (28, 80, 1), (14, 320, 1), (7, 640, 1), (28, 40, 2))]
+    other = ["C1D:1,256,64,128,3,1,1", "C1D:1,512,128,128,5,1,2", "C1D:4,128,256,256,3,1,1", "C3D:1,8,28,28,32,32,3,1,1",
+             "C3D:1,4,56,56,16,32,3,1,1", "GRP:1,28,28,128,128,3,1,1,1,4", "GRP:1,14,14,256,256,3,1,1,1,32",
+             "GRP:1,56,56,64,64,3,1,1,1,2", "DIL:1,28,28,64,64,3,1,1,2", "DIL:1,14,14,128,128,3,1,1,4",
+             "T2D:1,16,16,128,64,4,2,1", "T2D:1,32,32,64,32,4,2,1", "CBR:1,56,56,64,64,3,1,1", "CBR:1,14,14,256,256,3,1,1",
+             "CBR:1,28,28,128,128,1,1,0", "CAP:1,16,16,32,32,3,1,1",
+             "C1D:1,128,256,256,3,1,1", "C1D:1,1024,32,64,3,1,1", "C3D:1,16,14,14,64,64,3,1,1", "GRP:1,28,28,256,256,3,1,1,1,8",
+             "GRP:1,7,7,512,512,3,1,1,1,16", "DIL:1,56,56,32,32,3,1,1,2", "T2D:1,8,8,256,128,4,2,1", "CBR:1,28,28,64,128,3,2,1",
+             "CBR:1,7,7,512,1024,1,1,0", "CAP:1,8,8,32,32,3,1,1", "GMM:1,49,512,2048", "GMM:1,196,256,1024",
+             "GMM:1,50,1024,1024", "GMM:1,197,384,384", "GMM:1,77,512,2048", "GMM:1,100,2048,512"]
+    kinds = [dense, attention, convs, norms, depthwise, softmax, other]
+    out: list[str] = []
+    while any(kinds):
+        for kind in kinds:
+            if kind:
+                out.append(kind.pop(0))
+    seen, uniq = set(), []
+    for w in out:
+        if w not in seen and w not in EXCLUDED:
+            seen.add(w)
+            uniq.append(w)
+    return uniq
+
+
+TASKS = _tasks()
+
+
+def arm_of(position: int) -> str:
+    """``ms`` (MetaSchedule's evolutionary search + XGBoost) at even positions, ``model`` (costlab's model-led
+    search) at odd ones."""
+    return "ms" if position % 2 == 0 else "model"
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def work_dir(out: Path, position: int) -> Path:
+    return out / "runs" / f"{position:03d}-{_slug(TASKS[position])}"
+
+
+def finished(work: Path, trials: int) -> bool:
+    """Whether a work dir holds a finished run of at least ``trials`` trials (its summary says so)."""
+    try:
+        summary = json.loads((work / "costlab_tune.json").read_text())
+    except (OSError, ValueError):
+        return False
+    tasks = summary.get("tasks") or []
+    return bool(tasks) and all((t.get("trials") or 0) >= trials or t.get("exhausted") for t in tasks)
+
+
+def platform_dir(base: Path) -> tuple[Path, dict, str]:
+    """This host's folder under ``base`` (``base/<platform>``), its host record and its target's text."""
+    from costlab.common.host import host_info
+    from costlab.datasets.targets import host_target, platform_id_for
+
+    target = host_target()
+    return base / platform_id_for(target), host_info(), json.dumps(target)
+
+
+def check_host(folder: Path, host: dict) -> None:
+    """Refuse a folder measured on another CPU; record this host in a new one."""
+    from costlab.common.host import describe_host, host_difference, same_host
+
+    path = folder / "host.json"
+    if path.exists():
+        known = json.loads(path.read_text())
+        if not same_host(known, host):
+            raise SystemExit(f"{folder} holds trajectories measured on {describe_host(known)}; this host is "
+                             f"{describe_host(host)} ({host_difference(known, host)}): a platform is one machine, "
+                             f"so this host's trajectories go to a folder of their own (--out another base)")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(host, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+class _Lock:
+    """The machine to itself while a task builds and measures (other costlab jobs wait on the same lock)."""
+
+    def __enter__(self):
+        self.f = open(LOCK, "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def tune_command(position: int, work: Path, trials: int, model: str, target: str) -> list[str]:
+    cmd = [*COSTLAB, "tune", "--workload", TASKS[position], "--trials", str(trials), "--seed", str(position),
+           "--target", target, "--work-dir", str(work), "--no-progress", "--no-check"]
+    if arm_of(position) == "model":
+        cmd += ["--model", model, "--strategy", "model-led"]
+    else:
+        cmd += ["--strategy", "evolutionary"]
+    return cmd
+
+
+def run(args) -> int:
+    folder, host, target = platform_dir(Path(args.out))
+    check_host(folder, host)
+    limit = min(args.limit, len(TASKS))
+    for position in range(limit):
+        work = work_dir(folder, position)
+        if finished(work, args.trials):
+            continue
+        work.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        with _Lock():
+            with open(work / "run.log", "a") as log:
+                res = subprocess.run(tune_command(position, work, args.trials, args.model, target),
+                                     stdout=log, stderr=subprocess.STDOUT)
+        state = "done" if res.returncode == 0 and finished(work, args.trials) else f"exit {res.returncode}"
+        print(f"[{time.strftime('%H:%M:%S')}] {position:3d} {TASKS[position]} ({arm_of(position)}): {state}, "
+              f"{time.time() - started:.0f} s", flush=True)
+        if res.returncode < 0 or res.returncode in (130, 143):  # interrupted: stop here, resume later
+            return 1
+    return 0
+
+
+def status(args) -> int:
+    folder, _, _ = platform_dir(Path(args.out))
+    done = [p for p in range(len(TASKS)) if finished(work_dir(folder, p), args.trials)]
+    print(f"{folder}: {len(done)} of {len(TASKS)} tasks finished ({args.trials} trials each)")
+    return 0
+
+
+def pack(args) -> int:
+    folder, _, _ = platform_dir(Path(args.out))
+    host = json.loads((folder / "host.json").read_text())
+    works = [work_dir(folder, p) for p in range(len(TASKS)) if finished(work_dir(folder, p), args.trials)]
+    if not works:
+        raise SystemExit(f"{folder}: no finished task to pack")
+    dest = Path(args.to) / folder.name
+    data = folder / "trajectories.h5"
+    with _Lock():  # no task writes its database while it is read
+        data.unlink(missing_ok=True)
+        subprocess.run([*COSTLAB, "dataset", "import-ms", *map(str, works), "-o", str(data), "--platform", folder.name,
+                        "--host", str(folder / "host.json")], check=True)
+    subprocess.run([*COSTLAB, "dataset", "pack", str(data), "-o", str(dest)], check=True)
+    info = json.loads(subprocess.run([*COSTLAB, "dataset", "info", str(data), "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    info.pop("path", None)
+    info["trajectories"] = {"tasks": [TASKS[int(w.name[:3])] for w in works], "trials": args.trials,
+                            "arms": {w.name: arm_of(int(w.name[:3])) for w in works}, "model": args.model}
+    (dest / "info.json").write_text(json.dumps(info, indent=1, sort_keys=True))
+    print(f"{dest}: {len(works)} tasks packed (host {host.get('cpu_model')})")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("step", choices=["run", "status", "pack"])
+    p.add_argument("--out", default=str(ROOT / "bench" / "trajectories"), help="base folder of the work dirs")
+    p.add_argument("--to", default=str(ROOT / "corpus" / "trajectories"), help="pack: where the packed files go")
+    p.add_argument("--limit", type=int, default=len(TASKS), help="tune the first N tasks of the list")
+    p.add_argument("--trials", type=int, default=200)
+    p.add_argument("--model", default="x86-cpu", help="the model of the model-led arm")
+    args = p.parse_args(argv)
+    return {"run": run, "status": status, "pack": pack}[args.step](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
