@@ -9,6 +9,10 @@ A MetaSchedule work directory holds two JSON-lines files:
   workload file from 0. ``run_secs`` is a list of seconds, ``[1e10]`` when building or running failed,
   or ``null``.
 
+Either file may be gzip-compressed (``database_workload.json.gz``, ``database_tuning_record.json.gz``, as
+``benchmarks/results/`` archives runs): ``database_file`` finds the plain or the compressed one and
+``read_workloads`` / ``read_records`` read both, for ``import_ms`` and transfer-tuning's sources alike.
+
 Every record is kept with its raw ``run_secs``; failed ones are flagged (``ERROR_MS_FAILED`` for the
 failure value, ``ERROR_MS_NO_RESULT`` when there is no result). A task is keyed by (``ms``, shash) and
 stores the base64 IR exactly as in the file; a record's schedule is the trace JSON written compactly, and
@@ -18,15 +22,17 @@ the same program. Reading needs no TVM; TVM (when importable) only names and cla
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from costlab.common.errors import InputError
+from costlab.common.errors import InputError, last_line
 from costlab.common.files import write_atomically
 from costlab.datasets import records as rec
 from costlab.datasets.import_report import ImportReport
@@ -61,6 +67,40 @@ def compact_json(value) -> str:
     return out.decode()
 
 
+def database_file(work_dir, name: str) -> Path | None:
+    """The file ``name`` of a MetaSchedule work dir, plain or gzip-compressed (``name.gz``), or None."""
+    for path in (Path(work_dir) / name, Path(work_dir) / (name + ".gz")):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_lines(path: Path):
+    """``(0-based line number, line bytes)`` of a database file, plain or gzip-compressed (by its ``.gz``
+    suffix). A compressed file that does not decompress is an InputError naming it (the lines before the
+    damage have been read by then; an import that fails keeps nothing of them)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as fh:
+            yield from enumerate(fh)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputError(path, f"is not a readable gzip file ({last_line(exc)})") from None
+
+
+def _content_size(path: Path) -> int:
+    """Bytes of a database file's lines (what the progress bar counts): a gzip file's uncompressed size,
+    from its trailer (modulo 4 GiB, as gzip records it)."""
+    if path.suffix != ".gz":
+        return os.path.getsize(path)
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return os.path.getsize(path)
+
+
 def _work_dir_files(work_dir: Path) -> tuple[Path, Path]:
     work_dir = Path(work_dir)
     if not work_dir.exists():
@@ -68,37 +108,61 @@ def _work_dir_files(work_dir: Path) -> tuple[Path, Path]:
     if not work_dir.is_dir():
         raise InputError(work_dir, f"not a directory: give the MetaSchedule work directory holding "
                                    f"{WORKLOAD_FILE} and {RECORD_FILE}")
-    wl, tr = work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE
-    missing = [p.name for p in (wl, tr) if not p.is_file()]
+    wl, tr = database_file(work_dir, WORKLOAD_FILE), database_file(work_dir, RECORD_FILE)
+    missing = [name for name, p in ((WORKLOAD_FILE, wl), (RECORD_FILE, tr)) if p is None]
     if missing:
         raise InputError(work_dir, f"not a MetaSchedule database: missing {' and '.join(missing)} "
-                                   f"(a work directory of tune_tir / tune_relax holds {WORKLOAD_FILE} and {RECORD_FILE})")
+                                   f"(a work directory of tune_tir / tune_relax holds {WORKLOAD_FILE} and {RECORD_FILE}, "
+                                   "plain or .gz)")
     return wl, tr
 
 
-def _read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, str]]:
-    """Line index (0-based, as record files count) -> (shash, base64), good lines only."""
+def read_workloads(path: Path, report: ImportReport) -> dict[int, tuple[str, str]]:
+    """Line index (0-based, as record files count) -> (shash, base64), good lines only; bad lines are
+    counted in ``report`` as ``FILE:LINE: what``. ``path`` is plain or gzip-compressed."""
     out: dict[int, tuple[str, str]] = {}
-    with open(path, "rb") as fh:
-        for i, line in enumerate(fh):
-            if not line.strip():
-                continue
-            report.lines += 1
-            try:
-                value = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                report.problem(f"{path}:{i + 1}: not JSON ({exc})")
-                continue
-            if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str)
-                    or not isinstance(value[1], str) or not value[0].isdigit()):
-                report.problem(f"{path}:{i + 1}: not a workload ([shash string, base64 IR string])")
-                continue
-            why = base64_problem(value[1])
-            if why:  # stored, it would make every record of the workload unreadable later
-                report.problem(f"{path}:{i + 1}: workload IR is not valid base64 ({why})")
-                continue
-            out[i] = (value[0], value[1])
+    for i, line in read_lines(path):
+        if not line.strip():
+            continue
+        report.lines += 1
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            report.problem(f"{path}:{i + 1}: not JSON ({exc})")
+            continue
+        if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str)
+                or not isinstance(value[1], str) or not value[0].isdigit()):
+            report.problem(f"{path}:{i + 1}: not a workload ([shash string, base64 IR string])")
+            continue
+        why = base64_problem(value[1])
+        if why:  # stored, it would make every record of the workload unreadable later
+            report.problem(f"{path}:{i + 1}: workload IR is not valid base64 ({why})")
+            continue
+        out[i] = (value[0], value[1])
     return out
+
+
+_read_workloads = read_workloads  # the name repair_work_dir and older callers use
+
+
+def read_records(path: Path, report: ImportReport):
+    """The tuning records of a records file (plain or gzip-compressed), shape-checked without TVM: per
+    line ``(0-based line number, line length in bytes, parsed)`` where ``parsed`` is ``parse_record``'s
+    tuple, or None for a blank or bad line (a bad one counted in ``report`` as ``FILE:LINE: what``)."""
+    for i, line in read_lines(path):
+        if not line.strip():
+            yield i, len(line), None
+            continue
+        report.lines += 1
+        try:
+            parsed = parse_record(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            report.problem(f"{path}:{i + 1}: not JSON ({exc})")
+            parsed = None
+        except ValueError as exc:
+            report.problem(f"{path}:{i + 1}: {exc}")
+            parsed = None
+        yield i, len(line), parsed
 
 
 def base64_problem(text: str) -> str | None:
@@ -166,78 +230,69 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
     if progress:
         from tqdm import tqdm
 
-        total = sum(os.path.getsize(tr) for _, tr in pairs)
+        total = sum(_content_size(tr) for _, tr in pairs)
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="import-ms", leave=False, delay=1.0)
     with DatasetWriter(out) as writer:
         network_tasks: dict[int, float] = {}
         for wl_path, tr_path in pairs:
             report.files += 2
-            workloads = _read_workloads(wl_path, report)
+            workloads = read_workloads(wl_path, report)
             mtime = tr_path.stat().st_mtime
             batches: dict[str, rec.RecordBatch] = {}
             task_of: dict[int, int] = {}
             last_target, last_pid, pending, read = None, None, 0, 0
-            with open(tr_path, "rb") as fh:
-                for i, line in enumerate(fh):
-                    read += len(line)
-                    if pending >= CHUNK:  # bounded memory: hand full chunks to the writer as they fill
-                        for pid_, batch in batches.items():
-                            writer.add_records(pid_, batch)
-                        batches, pending = {}, 0
-                        if bar is not None:
-                            bar.update(read)
-                            read = 0
-                    if not line.strip():
-                        continue
-                    report.lines += 1
-                    where = f"{tr_path}:{i + 1}"
-                    try:
-                        idx, trace, run_secs, target, args_info = parse_record(orjson.loads(line))
-                    except orjson.JSONDecodeError as exc:
-                        report.problem(f"{where}: not JSON ({exc})")
-                        continue
-                    except ValueError as exc:
-                        report.problem(f"{where}: {exc}")
-                        continue
-                    if idx not in workloads:
-                        report.problem(f"{where}: workload index {idx} is not a good line of {wl_path.name}")
-                        continue
-                    if platform:
-                        pid = platform
-                    elif target is not None:
-                        if target != last_target:  # records of one database mostly share one target
-                            last_target, last_pid = target, platform_id_for(target)
-                        pid = last_pid
-                    else:
-                        report.problem(f"{where}: record without a target (pass --platform to name one)")
-                        continue
-                    if pid not in writer.platforms:
-                        writer.add_platform(pid, target or {})
-                    elif not writer.platforms[pid].target and target:
-                        writer.add_platform(pid, target)
-                    shash, b64 = workloads[idx]
-                    if idx not in task_of:
-                        if shash not in task_info:
-                            info, why = describe_json(shash, b64)
-                            task_info[shash] = info
-                            if why:
-                                decode_problems.add(why)
-                        info = task_info[shash]
-                        extra = {"args_info": args_info} if args_info is not None else {}
-                        t = writer.add_task(shash, "ms", b64, name=info.name, kernel_class=info.kernel_class,
-                                            flops=info.flops, extra=extra)
-                        if args_info is not None and "args_info" not in writer.tasks[t].extra:
-                            writer.tasks[t].extra["args_info"] = args_info
-                        task_of[idx] = t
-                    t = task_of[idx]
-                    network_tasks[t] = 1.0
-                    schedule = compact_json(trace)
-                    costs, error = costs_and_error(run_secs)
-                    batch = batches.get(pid)
-                    if batch is None:  # (setdefault would build a batch for every record)
-                        batch = batches[pid] = rec.RecordBatch()
-                    batch.append(t, schedule, costs, error, mtime, rec.program_id("ms", shash, schedule))
-                    pending += 1
+            for i, size, parsed in read_records(tr_path, report):
+                read += size
+                if pending >= CHUNK:  # bounded memory: hand full chunks to the writer as they fill
+                    for pid_, batch in batches.items():
+                        writer.add_records(pid_, batch)
+                    batches, pending = {}, 0
+                    if bar is not None:
+                        bar.update(read)
+                        read = 0
+                if parsed is None:
+                    continue
+                where = f"{tr_path}:{i + 1}"
+                idx, trace, run_secs, target, args_info = parsed
+                if idx not in workloads:
+                    report.problem(f"{where}: workload index {idx} is not a good line of {wl_path.name}")
+                    continue
+                if platform:
+                    pid = platform
+                elif target is not None:
+                    if target != last_target:  # records of one database mostly share one target
+                        last_target, last_pid = target, platform_id_for(target)
+                    pid = last_pid
+                else:
+                    report.problem(f"{where}: record without a target (pass --platform to name one)")
+                    continue
+                if pid not in writer.platforms:
+                    writer.add_platform(pid, target or {})
+                elif not writer.platforms[pid].target and target:
+                    writer.add_platform(pid, target)
+                shash, b64 = workloads[idx]
+                if idx not in task_of:
+                    if shash not in task_info:
+                        info, why = describe_json(shash, b64)
+                        task_info[shash] = info
+                        if why:
+                            decode_problems.add(why)
+                    info = task_info[shash]
+                    extra = {"args_info": args_info} if args_info is not None else {}
+                    t = writer.add_task(shash, "ms", b64, name=info.name, kernel_class=info.kernel_class,
+                                        flops=info.flops, extra=extra)
+                    if args_info is not None and "args_info" not in writer.tasks[t].extra:
+                        writer.tasks[t].extra["args_info"] = args_info
+                    task_of[idx] = t
+                t = task_of[idx]
+                network_tasks[t] = 1.0
+                schedule = compact_json(trace)
+                costs, error = costs_and_error(run_secs)
+                batch = batches.get(pid)
+                if batch is None:  # (setdefault would build a batch for every record)
+                    batch = batches[pid] = rec.RecordBatch()
+                batch.append(t, schedule, costs, error, mtime, rec.program_id("ms", shash, schedule))
+                pending += 1
             for pid, batch in batches.items():
                 writer.add_records(pid, batch)
             if bar is not None:
@@ -354,7 +409,63 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
     return text
 
 
-def repair_work_dir(work_dir) -> list[str]:
+BAD_LINES_FILE = "database_tuning_record.bad-lines.jsonl"
+
+
+class DatabaseScan:
+    """What ``repair_work_dir`` would do to a work dir's database, found by reading only: ``problems`` (one
+    ``FILE:LINE: what`` per line to move aside), ``records`` (the record lines that stay), ``target`` (the
+    first of those records' target JSON, or None), and the lines themselves for the repair to write."""
+
+    def __init__(self, work_dir):
+        work_dir = Path(work_dir)
+        self.wl_path, self.tr_path = work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE
+        self.problems: list[str] = []
+        self.target = None
+        wl_lines = self.wl_path.read_bytes().splitlines(keepends=True) if self.wl_path.is_file() else []
+        good = read_workloads(self.wl_path, ImportReport()) if self.wl_path.is_file() else {}
+        bad_wl = [i for i, line in enumerate(wl_lines) if line.strip() and i not in good]
+        for i in bad_wl:
+            if i != len(wl_lines) - 1:
+                raise InputError(self.wl_path, f"line {i + 1} is not a workload, and records after it refer to "
+                                               "workloads by line number, so it cannot be skipped: tune in another "
+                                               "--work-dir, or import what is readable with `costlab dataset "
+                                               "import-ms`")
+        self.moved: list[bytes] = []
+        self.cut_workload = bool(bad_wl)
+        if bad_wl:
+            self.problems.append(f"{self.wl_path}:{bad_wl[0] + 1}: not a workload (cut short?)")
+            self.moved.append(wl_lines[-1].rstrip(b"\n") + b"\n")
+            wl_lines = wl_lines[:-1]
+        self.wl_lines = wl_lines
+        self.keep: list[bytes] = []
+        tr_lines = self.tr_path.read_bytes().splitlines(keepends=True) if self.tr_path.is_file() else []
+        self.tr_count = len([x for x in tr_lines if x.strip()])
+        for i, line in enumerate(tr_lines):
+            if not line.strip():
+                continue
+            try:
+                parsed = parse_record(orjson.loads(line))
+                idx = parsed[0]
+                if idx not in good:
+                    raise ValueError(f"refers to workload line {idx + 1}, which is "
+                                     f"{'bad' if idx < len(wl_lines) + 1 else 'missing'}")
+                if not line.endswith(b"\n"):
+                    raise ValueError("cut short (no end of line)")
+            except (orjson.JSONDecodeError, ValueError) as exc:
+                self.problems.append(f"{self.tr_path}:{i + 1}: {str(exc).splitlines()[0][:120]}")
+                self.moved.append(line.rstrip(b"\n") + b"\n")
+                continue
+            if self.target is None:
+                self.target = parsed[3]
+            self.keep.append(line)
+
+    @property
+    def records(self) -> int:
+        return len(self.keep)
+
+
+def repair_work_dir(work_dir, scan: DatabaseScan | None = None) -> list[str]:
     """Make a MetaSchedule work dir's database readable by MetaSchedule again before a run continues it.
 
     A line cut short (what a kill during a write leaves) or malformed makes ``JSONDatabase`` fail with a
@@ -362,45 +473,21 @@ def repair_work_dir(work_dir) -> list[str]:
     to ``database_tuning_record.bad-lines.jsonl`` beside the database (nothing is lost) and the database is
     rewritten without them; a bad last workload line (cut short) is moved the same way. A bad workload line
     before others cannot be removed (records refer to workloads by line number): that is an error naming
-    it. Returns one ``FILE:LINE: what`` per line moved out; nothing is written when every line is good."""
+    it. Returns one ``FILE:LINE: what`` per line moved out; nothing is written when every line is good.
+    ``scan``: the ``DatabaseScan`` of the work dir, when the caller has read it already."""
     work_dir = Path(work_dir)
-    wl_path, tr_path = work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE
-    problems: list[str] = []
-    wl_lines = wl_path.read_bytes().splitlines(keepends=True) if wl_path.is_file() else []
-    report = ImportReport()
-    good = _read_workloads(wl_path, report) if wl_path.is_file() else {}
-    bad_wl = [i for i, line in enumerate(wl_lines) if line.strip() and i not in good]
-    for i in bad_wl:
-        if i != len(wl_lines) - 1:
-            raise InputError(wl_path, f"line {i + 1} is not a workload, and records after it refer to workloads by "
-                                      "line number, so it cannot be skipped: tune in another --work-dir, or "
-                                      "import what is readable with `costlab dataset import-ms`")
-    moved: list[bytes] = []
-    if bad_wl:
-        problems.append(f"{wl_path}:{bad_wl[0] + 1}: not a workload (cut short?)")
-        moved.append(wl_lines[-1].rstrip(b"\n") + b"\n")
-        wl_lines = wl_lines[:-1]
-    keep: list[bytes] = []
-    tr_lines = tr_path.read_bytes().splitlines(keepends=True) if tr_path.is_file() else []
-    for i, line in enumerate(tr_lines):
-        if not line.strip():
-            continue
-        try:
-            idx = parse_record(orjson.loads(line))[0]
-            if idx not in good:
-                raise ValueError(f"refers to workload line {idx + 1}, which is {'bad' if idx < len(wl_lines) + 1 else 'missing'}")
-            if not line.endswith(b"\n"):
-                raise ValueError("cut short (no end of line)")
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            problems.append(f"{tr_path}:{i + 1}: {str(exc).splitlines()[0][:120]}")
-            moved.append(line.rstrip(b"\n") + b"\n")
-            continue
-        keep.append(line)
-    if moved:
-        with open(work_dir / "database_tuning_record.bad-lines.jsonl", "ab") as fh:
-            fh.writelines(moved)
-        if bad_wl:
-            write_atomically(wl_path, wl_lines)
-        if len(keep) != len([x for x in tr_lines if x.strip()]):
-            write_atomically(tr_path, keep)
-    return problems
+    scan = scan if scan is not None else DatabaseScan(work_dir)
+    if scan.moved:
+        with open(work_dir / BAD_LINES_FILE, "ab") as fh:
+            fh.writelines(scan.moved)
+        if scan.cut_workload:
+            write_atomically(scan.wl_path, scan.wl_lines)
+        if len(scan.keep) != scan.tr_count:
+            write_atomically(scan.tr_path, scan.keep)
+    return scan.problems
+
+
+def moved_aside_note(work_dir, problems: list[str]) -> str:
+    """The one line that says how many lines of a database were moved aside, and where to."""
+    return (f"moved {len(problems)} bad line(s) of the database aside, to {Path(work_dir) / BAD_LINES_FILE}: "
+            + "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else ""))

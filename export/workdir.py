@@ -1,5 +1,5 @@
-"""A tuning work dir is owned by one process at a time: `costlab tune` and `costlab exploit` take the same
-lock (an exclusive ``flock`` on ``.costlab_tune.lock``, held by the open file and released with the process
+"""A tuning work dir is owned by one process at a time: `costlab tune`, `costlab exploit` and `costlab
+transfer` take the same lock (an exclusive ``flock`` on ``.costlab_tune.lock``, held by the open file and released with the process
 however it ends). The JSON state files that let a command resume in its work dir (``exploit_state.json``,
 ``transfer.json``) are read and written by ``read_state`` / ``write_state``."""
 
@@ -14,17 +14,29 @@ from costlab.common.files import write_atomically
 LOCK_FILE = ".costlab_tune.lock"
 
 
-def lock_work_dir(work: Path):
-    """The work dir's lock, or a UsageError when another run holds it."""
+def lock_work_dir(work: Path, command: str = "tune"):
+    """The work dir's lock, or a UsageError when another run holds it, naming the command that holds it.
+    The holder writes its command's name into the lock file (only the holder writes: the lock is taken
+    first), which a refused command reads to say what is running."""
     import fcntl
 
-    fh = open(Path(work) / LOCK_FILE, "a")
+    fh = open(Path(work) / LOCK_FILE, "a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        try:
+            fh.seek(0)
+            holder = fh.read(64).strip()
+        except (OSError, ValueError):
+            holder = ""
         fh.close()
-        raise UsageError(f"{work}: another costlab tune is running in this work dir; wait for it to end, or tune "
-                         "in another --work-dir") from None
+        holder = holder if holder.isidentifier() else "command"
+        raise UsageError(f"{work}: another costlab {holder} is running in this work dir; wait for it to end, or "
+                         "use another --work-dir") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(command)
+    fh.flush()
     return fh
 
 

@@ -28,6 +28,26 @@ def positive_int(option: str):
     return parse
 
 
+def int_in(option: str, low: int, high: int, why: str = ""):
+    """An integer from ``low`` to ``high``; the refusal states that range (``why``: what it is for, e.g.
+    "a t-test needs two measurements"), so message and check always agree."""
+
+    def parse(text: str) -> int:
+        from costlab.common.errors import UsageError  # imported when used: --help stays fast
+
+        reason = f" ({why})" if why else ""
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageError(f"{option} must be an integer from {low:,} to {high:,}{reason}, not {text!r}") from None
+        if not low <= value <= high:
+            raise UsageError(f"{option} must be an integer from {low:,} to {high:,}{reason}, not {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
 def fraction(option: str):
     """A number strictly between 0 and 1 (NaN refused: it compares false with both bounds)."""
 

@@ -55,6 +55,7 @@ def register(sub) -> None:
                    help="momentum transfer with EMA factor M (default 0.99)")
     q.add_argument("--every", type=positive_int("--every"), default=2, help="epochs per momentum round (default 2)")
     q.add_argument("--out", type=directory("--out"), required=True, metavar="RUN_DIR")
+    q.add_argument("--overwrite", action="store_true", help="replace the model an existing RUN_DIR holds")
     _common(q)
     q.set_defaults(func=_finetune)
 
@@ -95,10 +96,22 @@ def _train(args) -> int:
     return _run(cfg, args)
 
 
+def _refuse_existing_model(out: Path, overwrite: bool) -> None:
+    """A fine-tuning run never replaces a model it was not told to: ``--out`` holding one (a run dir's
+    ``model/``, or a model dir or archive itself) is refused unless ``--overwrite``."""
+    from costlab.costmodels.artifact import is_artifact
+
+    held = next((p for p in (out / "model", out) if is_artifact(p)), None)
+    if held is not None and not overwrite:
+        raise UsageError(f"--out {out}: holds a model already ({held}); give another --out, or --overwrite to "
+                         "replace it")
+
+
 def _finetune(args) -> int:
     from costlab.train.config import load_config
     from costlab.train.fit import source_meta
 
+    _refuse_existing_model(Path(args.out), args.overwrite)
     lightning = args.momentum is not None or args.epochs is not None or args.overrides
     if (args.recipe or ("lightning" if lightning else "safe")) != "lightning":
         if lightning:
@@ -118,14 +131,76 @@ def _finetune(args) -> int:
     return _run(cfg, args)
 
 
+def _model_config(model) -> dict:
+    """The config a model records (its training split, platforms and targets), read without loading its
+    weights; {} for psa, random and anything whose config does not read (evaluate then says why)."""
+    from costlab.costmodels.predictors import BUILTIN, resolve
+
+    if str(model) in BUILTIN:
+        return {}
+    try:
+        path = resolve(model)
+        if path.suffix == ".ckpt":
+            from costlab.train.predict import load_checkpoint
+
+            return dict(load_checkpoint(path).config or {})
+        from costlab.costmodels.artifact import read_config
+
+        return read_config(path, trust_unhashed=True)
+    except Exception:  # noqa: BLE001  evaluate loads it again and reports what is wrong in one line
+        return {}
+
+
+def _train_part_split(data, split, config: dict) -> None:
+    """``--part train`` scores the records a split trains on: a dataset without that split has none to
+    pick, and is refused (scoring every record would pass test records off as training ones)."""
+    from costlab.datasets import open_dataset
+
+    with open_dataset(data) as ds:
+        names = ds.split_names()
+    chosen = config.get("split") if split == "auto" else split
+    if chosen is None or (split == "auto" and chosen not in names):
+        why = ("--split none scores all records" if split is None else
+               f"{data} has no split {chosen!r} (the model's training split)" if chosen else
+               "the model records no training split")
+        raise UsageError(f"--part train needs a split to take the training part of, and {why}; give --split NAME "
+                         f"(the dataset's: {', '.join(names) or 'none; costlab dataset split makes one'}) or --part all")
+
+
+def _platform_note(config: dict, data, platform: str) -> str | None:
+    """A note when the evaluated platform is another CPU or GPU (``mcpu`` / ``arch``) of the same target kind
+    than every platform the model trained on: its scores are a transfer to another machine."""
+    from costlab.datasets import open_dataset
+
+    targets = {p: t for p, t in (config.get("targets") or {}).items() if isinstance(t, dict)}
+    if not targets or platform in targets:
+        return None
+    with open_dataset(data) as ds:
+        here = ds.platforms[platform].target if platform in ds.platforms else {}
+    kind = here.get("kind")
+    machine = lambda t: t.get("mcpu") or t.get("arch")  # noqa: E731
+    same_kind = {p: machine(t) for p, t in targets.items() if t.get("kind") == kind}
+    if not kind or not same_kind or machine(here) in same_kind.values():
+        return None  # another target kind is warned about by evaluate; the same machine needs no note
+    trained = ", ".join(f"{p} ({m or 'generic'})" for p, m in sorted(same_kind.items()))
+    return (f"costlab: note: the model was trained on {trained}; platform {platform!r} of {data} is another machine "
+            f"({machine(here) or 'generic'}): its scores rank programs for a machine the model has not seen")
+
+
 def _evaluate(args) -> int:
     from costlab.common import jsontext
     from costlab.train.evaluate import evaluate
     from costlab.train.report import write_report
 
     split = None if args.split == "none" else args.split
+    config = _model_config(args.model)
+    if args.part == "train":
+        _train_part_split(args.data, split, config)
     result = evaluate(args.model, args.data, split=split, part=args.part, platform=args.platform,
                       baselines=bool(args.report))
+    note = _platform_note(config, args.data, result["platform"])
+    if note:
+        print(note, file=sys.stderr)
     if args.report:
         print(f"report: {write_report(result, args.report)}", file=sys.stderr)
     plain = {k: v for k, v in result.items() if not k.startswith("_")}

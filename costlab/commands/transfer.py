@@ -6,7 +6,7 @@ import json
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
-from costlab.commands.options import positive_int
+from costlab.commands.options import int_in, positive_int
 from costlab.commands.signals import signals_end_cleanly
 
 
@@ -36,7 +36,7 @@ def register(sub) -> None:
                    help="fastest programs taken from each matching source task")
     q.add_argument("--max-candidates", type=positive_int("--max-candidates"), default=128,
                    help="programs replayed per task at most")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 2), default=0)
     q.add_argument("--work-dir", required=True, metavar="DIR")
     q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     q.add_argument("--no-progress", action="store_true")
@@ -53,6 +53,10 @@ def _transfer(args) -> int:
                            max_candidates=args.max_candidates, seed=args.seed, progress=not args.no_progress)
     with signals_end_cleanly():
         summary = transfer(opts, should_stop=lambda: stop_requested() is not None)
+    if summary.get("skipped_lines"):
+        from costlab.datasets.ms_database import moved_aside_note
+
+        print(moved_aside_note(args.work_dir, summary["skipped_lines"]), file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
         return 0

@@ -89,12 +89,16 @@ def register(sub) -> None:
 
 
 def _counts(text: str) -> tuple:
+    """``--first-rounds``: one or more candidate counts, comma-separated, each from 1 to MAX_TRIALS (an empty
+    item, as in ``8,,16`` or ``,``, is refused, not skipped)."""
     from costlab.common.errors import UsageError
+    from costlab.export.tune import MAX_TRIALS
 
-    try:
-        return tuple(int(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"--first-rounds takes comma-separated candidate counts, e.g. 8,16,32, not {text!r}") from None
+    items = [x.strip() for x in str(text).split(",")]
+    if not all(x.isascii() and x.isdigit() and 1 <= int(x) <= MAX_TRIALS for x in items):
+        raise UsageError(f"--first-rounds takes comma-separated candidate counts from 1 to {MAX_TRIALS:,}, e.g. "
+                         f"8,16,32, not {text!r}")
+    return tuple(int(x) for x in items)
 
 
 def _tune(args) -> int:
@@ -117,6 +121,10 @@ def _tune(args) -> int:
                        rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, exploit=args.exploit,
                        transfer_from=args.transfer_from, transfer_top=args.transfer_top, progress=not args.no_progress,
                        check_output=not args.no_check, started_at=started_at)
+    if args.transfer_from:  # sources that hold nothing to start from: refused before the work dir is made
+        from costlab.export.transfer.run import usable_sources
+
+        usable_sources(args.transfer_from, exclude=[args.work_dir])
     with signals_end_cleanly():
         summary = tune(opts)
     skipped = summary.get("skipped_lines") or []

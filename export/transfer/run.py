@@ -15,7 +15,9 @@ Per task of the workload (``--workload`` or ``--network``, the tasks ``costlab t
 
 ``transfer.json`` beside the database says, per task, what matched, what was replayed, what failed and
 why, and what was measured from which source record; it is rewritten after each task, and a re-run skips
-the tasks it marks done.
+the tasks it marks done. Sources that hold nothing to start from (no file that reads as a dataset or
+database, or no successfully measured program that decodes) are refused before the work dir is made or a
+task is marked done (``usable_sources``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from costlab.export.tasks import measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import lock_work_dir, read_state, write_state
 
 STATE_FILE = "transfer.json"
+MAX_SEED = 2**31 - 1  # seeds of MetaSchedule's random state are 0 to 2^31 - 2
 
 
 @dataclass
@@ -65,6 +68,8 @@ class TransferOptions:
                 raise InputError(Path(source), "no such dataset or work dir (--from)")
         if not 1 <= self.top <= 1024 or not 1 <= self.per_source <= 1024 or not 1 <= self.max_candidates <= 100_000:
             raise UsageError("--top and --per-source must be 1-1024, --max-candidates 1-100,000")
+        if not 0 <= self.seed < MAX_SEED:
+            raise UsageError(f"--seed must be in [0, 2^31 - 1), not {self.seed}")
 
 
 class _Source:
@@ -92,6 +97,24 @@ def _decode(sources, report) -> list[_Source]:
         except Exception as exc:  # noqa: BLE001
             report.problem(f"{st.source}: workload {st.name} has no analysable blocks ({type(exc).__name__})")
     return out
+
+
+def usable_sources(paths, per_source: int = 4, exclude=()) -> tuple[list[_Source], object]:
+    """The decoded source tasks of ``paths`` and the report of what was skipped (``read_sources``), or an
+    InputError when there is nothing to start from: no line read as a workload and record, no successfully
+    measured program, or no workload that decodes. Called before anything is written (the work dir, its
+    database, ``transfer.json``), so that a wrong ``--from`` leaves nothing behind and marks no task done."""
+    from costlab.export.transfer.sources import read_sources
+
+    raw, report = read_sources(paths, per_source, exclude=exclude)
+    sources = _decode(raw, report)
+    if not sources:
+        where = ", ".join(str(p) for p in paths)
+        if report.problems:
+            raise InputError(where, f"nothing to transfer from: {report.bad} bad line(s) or workload(s), the first "
+                                    f"{report.problems[0]} (--from)")
+        raise InputError(where, "nothing to transfer from: no successfully measured program (--from)")
+    return sources, report
 
 
 def _closeness(a: list, b: list) -> float:
@@ -147,9 +170,10 @@ def candidates_for(mod, target, postprocs, sources: list[_Source], measured: set
 
 
 def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptions, state_path: Path,
-                   should_stop=None) -> dict:
+                   should_stop=None, sources=None) -> dict:
     """Transfer into ``database`` for ``tasks`` (``export.tasks.Task``s); returns the summary (also in
-    ``state_path``)."""
+    ``state_path``). ``sources``: ``usable_sources``' answer when the caller has it; read here otherwise (an
+    InputError, before any task is marked done, when they hold nothing to start from)."""
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.costmodels.predictors import head_of
@@ -157,7 +181,6 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     from costlab.datasets.records import record_latency
     from costlab.datasets.tune_context import tune_context
     from costlab.export.search.common import measure_candidates, measured_hashes, model_order
-    from costlab.export.transfer.sources import read_sources
     from costlab.train.predict import load_predictor
 
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
@@ -165,8 +188,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     todo = [t for t in tasks if not state["tasks"].get(_key(database, t.mod), {}).get("done")]
     if not todo:
         return state
-    raw, report = read_sources(opts.sources, opts.per_source, exclude=[state_path.parent])
-    sources = _decode(raw, report)
+    sources, report = sources or usable_sources(opts.sources, opts.per_source, exclude=[state_path.parent])
     state["source_tasks"], state["source_problems"] = len(sources), report.problems
     predictor = load_predictor(opts.model or "psa")
     head = head_of(predictor, None)
@@ -234,19 +256,23 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     work = Path(opts.work_dir)
     if work.exists() and not work.is_dir():
         raise InputError(work, "exists and is not a directory (--work-dir)")
+    sources = usable_sources(opts.sources, opts.per_source, exclude=[work])  # before anything is written
     work.mkdir(parents=True, exist_ok=True)
-    lock = lock_work_dir(work)
+    lock = lock_work_dir(work, "transfer")
     builder = runner = None
     try:
         tasks, _network = workload_tasks(opts, target)
-        repair_work_dir(work)
+        repaired = repair_work_dir(work)
         database = ms.database.JSONDatabase(work_dir=str(work))
         cores = target_cores(target)
         builder = make_builder(opts.builder_timeout, workers=cores, pooled=True)
         runner = make_runner(MeasureOptions(target=target.export(), number=opts.number, repeat=opts.repeat), target)
         t0 = time.time()
-        state = transfer_tasks(tasks, target, database, builder, runner, opts, work / STATE_FILE, should_stop)
+        state = transfer_tasks(tasks, target, database, builder, runner, opts, work / STATE_FILE, should_stop,
+                               sources=sources)
         state["wall_s"] = round(time.time() - t0, 2)
+        if repaired:
+            state["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
         return state
     finally:
         if hasattr(builder, "close"):

@@ -2,20 +2,19 @@
 
 A source is a costlab dataset (``.h5``; its MetaSchedule-dialect tasks, every platform), a MetaSchedule
 work dir (``database_workload.json`` + ``database_tuning_record.json``, as ``costlab tune`` and
-``tune_tir`` write them, or gzipped as ``benchmarks/`` archives them), or a folder holding such work dirs
-at any depth. Each source task contributes its ``per_task`` fastest successfully measured programs, best
+``tune_tir`` write them, or gzipped as ``benchmarks/`` archives them: read by ``datasets.ms_database``'s
+reader, the one ``costlab dataset import-ms`` uses), or a folder holding such work dirs at any depth. Each source task contributes its ``per_task`` fastest successfully measured programs, best
 first. Bad lines and records are skipped and counted (``report``), never the end of a transfer.
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError
-from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
+from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, database_file
 from costlab.datasets.import_report import ImportReport
 
 
@@ -28,52 +27,18 @@ class SourceTask:
     programs: list = field(default_factory=list)  # (trace JSON, mean latency in seconds), fastest first
 
 
-def _lines(path: Path):
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        yield from enumerate(fh)
-
-
-def _file(work: Path, name: str) -> Path | None:
-    for p in (work / name, work / (name + ".gz")):
-        if p.is_file():
-            return p
-    return None
-
-
 def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
-    import orjson
-
-    from costlab.datasets.ms_database import base64_problem, costs_and_error, parse_record
+    from costlab.datasets.ms_database import costs_and_error, read_records, read_workloads
     from costlab.datasets.records import ERROR_NONE
 
-    wl_path, rec_path = _file(work, WORKLOAD_FILE), _file(work, RECORD_FILE)
+    wl_path, rec_path = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
     report.files += 1
-    workloads: dict[int, tuple[str, str]] = {}
-    for i, line in _lines(wl_path):
-        if not line.strip():
-            continue
-        try:
-            value = orjson.loads(line)
-            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
-                raise ValueError("not a workload ([shash string, base64 IR string])")
-            why = base64_problem(value[1])
-            if why:
-                raise ValueError(f"workload IR is not valid base64 ({why})")
-        except ValueError as exc:  # orjson's decode error is a ValueError too
-            report.problem(f"{wl_path}:{i + 1}: {exc}")
-            continue
-        workloads[i] = (value[0], value[1])
+    workloads = read_workloads(wl_path, report)
     best: dict[int, list] = {}
-    for i, line in _lines(rec_path):
-        if not line.strip():
+    for i, _size, parsed in read_records(rec_path, report):
+        if parsed is None:
             continue
-        report.lines += 1
-        try:
-            idx, trace, run_secs, _target, _args = parse_record(orjson.loads(line))
-        except ValueError as exc:
-            report.problem(f"{rec_path}:{i + 1}: {exc}")
-            continue
+        idx, trace, run_secs, _target, _args = parsed
         if idx not in workloads:
             report.problem(f"{rec_path}:{i + 1}: workload index {idx} is not in {wl_path.name}")
             continue
@@ -125,7 +90,7 @@ def _dataset(path: Path, per_task: int, report: ImportReport) -> list[SourceTask
 
 def _work_dirs_under(folder: Path) -> list[Path]:
     found = {p.parent for p in folder.rglob(WORKLOAD_FILE + "*")
-             if p.name in (WORKLOAD_FILE, WORKLOAD_FILE + ".gz") and _file(p.parent, RECORD_FILE)}
+             if p.name in (WORKLOAD_FILE, WORKLOAD_FILE + ".gz") and database_file(p.parent, RECORD_FILE)}
     return sorted(found)
 
 
@@ -145,7 +110,7 @@ def read_sources(paths, per_task: int = 4, exclude=()) -> tuple[list[SourceTask]
                 raise InputError(path, "is neither a costlab dataset (.h5) nor a MetaSchedule work dir (--from)")
             out += _dataset(path, per_task, report)
             continue
-        dirs = [path] if _file(path, WORKLOAD_FILE) and _file(path, RECORD_FILE) else _work_dirs_under(path)
+        dirs = [path] if database_file(path, WORKLOAD_FILE) and database_file(path, RECORD_FILE) else _work_dirs_under(path)
         dirs = [d for d in dirs if d.resolve() not in skip]
         if not dirs and path.resolve() not in skip:
             raise InputError(path, f"holds no MetaSchedule database ({WORKLOAD_FILE} and {RECORD_FILE}, "
