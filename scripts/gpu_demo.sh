@@ -7,6 +7,8 @@
 #
 #   scripts/gpu_demo.sh OUT [STEP...]     steps: data features train tune (default: all, in that order)
 #
+# Before anything is written it checks the steps' names, that TVM (with $PY) sees a CUDA GPU (unless the steps are
+# only `features`, which needs none) and that $COSTLAB runs; the first that fails is said in one line (exit 1).
 # Each step logs to OUT/STEP.log and goes on from what the earlier ones left; a step that fails is reported
 # and the next ones still run where they can. Re-running continues where it stopped.
 set -uo pipefail
@@ -16,6 +18,31 @@ STEPS=${*:-data features train tune}
 TUNE_ARMS=${TUNE_ARMS:-default model psa}   # MetaSchedule's default, the trained model, PSA alone
 COSTLAB=${COSTLAB:-costlab}
 PY=${PY:-python3}
+NEED_GPU=""
+for s in $STEPS; do
+  case $s in
+    features) ;;
+    data|train|tune) NEED_GPU=1 ;;
+    *) echo "gpu_demo: unknown step $s (data features train tune)" >&2; exit 1 ;;
+  esac
+done
+for arm in $TUNE_ARMS; do
+  case $arm in model|psa|default) ;; *) echo "gpu_demo: unknown arm $arm in TUNE_ARMS (model psa default)" >&2; exit 1 ;; esac
+done
+# checked outside the checkout, whose folder costlab/ would hide the installed package
+if [ -n "$NEED_GPU" ]; then
+  why=$(cd / && $PY -c '
+import sys
+try:
+    import tvm
+except Exception as exc:
+    sys.exit(f"TVM does not import with {sys.executable} ({type(exc).__name__}: {exc})")
+if not tvm.cuda(0).exist:
+    sys.exit("TVM sees no CUDA GPU (tvm.cuda(0).exist is False)")
+' 2>&1 | tail -1) || { echo "gpu_demo: $why: nothing run (scripts/gpu_setup.sh install, then source its env.sh; docs/gpu.md)" >&2; exit 1; }
+fi
+(cd / && $COSTLAB --help) > /dev/null 2>&1 ||
+  { echo "gpu_demo: $COSTLAB does not run (scripts/gpu_setup.sh install, then source its env.sh): nothing run" >&2; exit 1; }
 TARGET=${TARGET:-cuda}                       # this machine's GPU (arch and limits as TVM sees them)
 PER_TASK=${PER_TASK:-48}
 EPOCHS=${EPOCHS:-50}

@@ -7,14 +7,17 @@
 # pack: downloads the wheels of what costlab needs beyond a CUDA PyTorch image (TVM built with CUDA, its FFI,
 #   orjson, tornado, xgboost), unpacks them and packs them into one xz archive (a third smaller than the wheels
 #   themselves: TVM's wheel is 100 MB), cut into parts of at most N MiB (default 30) for transfers of limited
-#   size, with a manifest of their sizes and SHA-256 sums.
+#   size, with a manifest of their sizes and SHA-256 sums and the whole archive's SHA-256.
 # install: collects the parts it finds in DIR into STASH (default /tmp/costlab-gpu-parts), so that they can come
 #   over several transfers: run it once per transfer; while parts are missing it names them and exits 3. With all
-#   parts checked, it rebuilds the wheels, installs them and costlab into SITE (default /tmp/costlab-site) with pip
+#   parts checked (each, then the archive they join into), it rebuilds the wheels, installs them and costlab into SITE (default /tmp/costlab-site) with pip
 #   (no index, no dependencies: the machine's own PyTorch, h5py, Lightning and transformers are used), writes
 #   SITE/env.sh (PYTHONPATH, PATH, the directories of the CUDA libraries TVM's runtime needs), and checks that
 #   costlab's requirements import (their versions beside the pins), that TVM sees the GPU (tvm.cuda(0).exist),
-#   its compute capability, and nvcc. Exit 0: installed and checked; 1: an error, said in one line.
+#   its compute capability, and nvcc. Exit 0: installed and checked; 1: an error, said in one line; 2: an option
+#   without its value.
+# Nothing in the checkout is written or removed: costlab is built from a copy of its sources in a temporary folder.
+# Temporary folders are removed however the script ends.
 set -euo pipefail
 
 WHEELS=(apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post0 orjson==3.13.0 tornado==6.6.1 xgboost-cpu==3.2.0)
@@ -24,22 +27,37 @@ PY=${PYTHON:-python3}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 
 die() { echo "gpu_setup: $*" >&2; exit 1; }
+value() {  # value OPTION ARGS...: OPTION must have a value (the next argument), else one line and exit 2
+  if [ $# -lt 2 ] || [ -z "$2" ] || [[ $2 == --* ]]; then
+    echo "gpu_setup: $1 needs a value" >&2
+    exit 2
+  fi
+}
+TMPS=()
+tmpdir() {  # tmpdir VAR: a new temporary folder in VAR, removed when the script exits
+  local d
+  d=$(mktemp -d)
+  TMPS+=("$d")
+  printf -v "$1" %s "$d"
+}
+trap 'rm -rf ${TMPS[@]+"${TMPS[@]}"}' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 pack() {
   local dir=$1 part_mb=30 pyver=3.12
   shift
   while [ $# -gt 0 ]; do
     case $1 in
-      --part-mb) part_mb=$2; shift 2 ;;
-      --python) pyver=$2; shift 2 ;;
+      --part-mb) value "$@"; part_mb=$2; shift 2 ;;
+      --python) value "$@"; pyver=$2; shift 2 ;;
       *) die "pack: unknown option $1" ;;
     esac
   done
   [[ $part_mb =~ ^[0-9]+$ && $part_mb -ge 1 ]] || die "--part-mb must be a whole number of MiB, not $part_mb"
   mkdir -p "$dir"
   local tmp
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"; trap - RETURN' RETURN
+  tmpdir tmp
   echo "gpu_setup: downloading ${WHEELS[*]} for CPython $pyver" >&2
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
@@ -74,8 +92,8 @@ install() {
   shift
   while [ $# -gt 0 ]; do
     case $1 in
-      --site) site=$2; shift 2 ;;
-      --stash) stash=$2; shift 2 ;;
+      --site) value "$@"; site=$2; shift 2 ;;
+      --stash) value "$@"; stash=$2; shift 2 ;;
       *) die "install: unknown option $1" ;;
     esac
   done
@@ -91,9 +109,13 @@ install() {
     install_wheels "$stash" "$site"
   fi
   echo "gpu_setup: installing costlab from $REPO into $site" >&2
+  # built from a copy of its sources (setuptools writes build/ and costlab.egg-info beside them, and would install
+  # whatever a stale build/ of the checkout holds)
+  local src
+  tmpdir src
+  copy_sources "$REPO" "$src"
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
-    --target "$site" "$REPO"
-  rm -rf "$REPO/build"  # pip's build folder in the checkout
+    --target "$site" "$src"
   write_env "$site"
   check "$site"
   echo "gpu_setup: done; source $site/env.sh" >&2
@@ -130,12 +152,32 @@ PYEOF
     *) echo "gpu_setup: $state" >&2; exit 3 ;;
   esac
   local tmp
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"; trap - RETURN' RETURN
+  tmpdir tmp
   echo "gpu_setup: all parts here; unpacking" >&2
   cat "$stash/$ARCHIVE".part* > "$tmp/$ARCHIVE"
+  # the whole archive's SHA-256 (pack records it beside the parts'): parts that each match the manifest can
+  # still make another archive (a manifest edited, or of another pack)
+  local sum
+  sum=$("$PY" - "$stash/$MANIFEST" "$tmp/$ARCHIVE" <<'PYEOF'
+import hashlib, json, sys
+
+want = json.loads(open(sys.argv[1]).read()).get("sha256")
+h = hashlib.sha256()
+with open(sys.argv[2], "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+        h.update(block)
+print("absent" if not want else "ok" if h.hexdigest() == want else "differs")
+PYEOF
+)
+  case $sum in
+    ok) ;;
+    absent) echo "gpu_setup: $MANIFEST has no SHA-256 of the whole archive (made by an older pack): not checked" >&2 ;;
+    *) die "the joined parts are not the archive $MANIFEST names (its SHA-256 differs, though each part matches): nothing installed; pack again and empty $stash" ;;
+  esac
   mkdir -p "$tmp/exploded" "$tmp/wheels"
-  xz -dc -T0 "$tmp/$ARCHIVE" | tar -C "$tmp/exploded" -xf -
+  if ! xz -dc -T0 "$tmp/$ARCHIVE" 2> "$tmp/unpack.err" | tar -C "$tmp/exploded" -xf - 2>> "$tmp/unpack.err"; then
+    die "the archive does not unpack ($(head -1 "$tmp/unpack.err")): nothing installed; pack again and empty $stash"
+  fi
   rm -f "$tmp/$ARCHIVE"
   # the wheels again (stored, not compressed: pip only unpacks them), installed by pip as any wheel
   "$PY" - "$tmp/exploded" "$tmp/wheels" <<'PYEOF'
@@ -153,6 +195,26 @@ PYEOF
   echo "gpu_setup: installing $(ls "$tmp/wheels" | tr '\n' ' ')into $site" >&2
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$tmp"/wheels/*.whl
   cp "$stash/$MANIFEST" "$site/.costlab-wheels.json"
+}
+
+copy_sources() {  # copy_sources REPO DST: what building costlab reads (setup.cfg's package folders and files)
+  "$PY" - "$1" "$2" <<'PYEOF'
+import configparser, shutil, sys
+from pathlib import Path
+
+repo, dst = Path(sys.argv[1]), Path(sys.argv[2])
+cfg = configparser.ConfigParser()
+cfg.read(repo / "setup.cfg")
+package_dir = cfg.get("options", "package_dir", fallback="")
+folders = {line.split("=", 1)[1].strip() for line in package_dir.splitlines() if "=" in line}
+if not folders:
+    sys.exit(f"gpu_setup: {repo / 'setup.cfg'} names no package folders (options.package_dir): is {repo} costlab's checkout?")
+for name in ("pyproject.toml", "setup.cfg", "setup.py", "README.md", "LICENSE"):
+    if (repo / name).is_file():
+        shutil.copy2(repo / name, dst / name)
+for folder in sorted(folders):
+    shutil.copytree(repo / folder, dst / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+PYEOF
 }
 
 write_env() {  # write_env SITE: SITE/env.sh, sourced here too

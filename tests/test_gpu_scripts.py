@@ -1,0 +1,205 @@
+"""scripts/gpu_setup.sh and scripts/gpu_demo.sh, run with bash in temporary folders: no GPU (CUDA_VISIBLE_DEVICES
+is emptied), no network, nothing installed outside the test's folders. `pack`'s download is a stand-in Python
+that makes a small wheel where pip would download them; everything else is the scripts' own."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SETUP = REPO / "scripts" / "gpu_setup.sh"
+DEMO = REPO / "scripts" / "gpu_demo.sh"
+ARCHIVE = "costlab-wheels.tar.xz"
+MANIFEST = "costlab-wheels.json"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("xz") is None,
+                                reason="needs bash and xz")
+
+# `python -m pip download ... -d DIR`: one wheel of 1.5 MiB of random bytes (two parts of 1 MiB), else Python
+FAKE_PYTHON = """#!/usr/bin/env bash
+if [ "$1 $2 $3" = "-m pip download" ]; then
+  d=""
+  while [ $# -gt 0 ]; do [ "$1" = -d ] && d=$2; shift; done
+  exec {py} - "$d" <<'PYEOF'
+import os, sys, zipfile
+from pathlib import Path
+
+d = Path(sys.argv[1])
+d.mkdir(parents=True, exist_ok=True)
+with zipfile.ZipFile(d / "fakepkg-1.0-py3-none-any.whl", "w") as z:
+    z.writestr("fakepkg/__init__.py", "VALUE = 42\\n")
+    z.writestr("fakepkg/blob.bin", os.urandom(3 << 19))
+    z.writestr("fakepkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\\nName: fakepkg\\nVersion: 1.0\\n")
+    z.writestr("fakepkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+    z.writestr("fakepkg-1.0.dist-info/RECORD", "")
+PYEOF
+fi
+exec {py} "$@"
+"""
+
+
+def _env(tmp_path, **extra):
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir(exist_ok=True)
+    env = dict(os.environ, TMPDIR=str(tmpdir), CUDA_VISIBLE_DEVICES="", PIP_NO_INDEX="1")
+    env.pop("PYTHONPATH", None)
+    env.update(extra)
+    return env
+
+
+def _run(script, args, env, cwd):
+    return subprocess.run(["bash", str(script), *map(str, args)], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _lines(text):
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _fake_checkout(tmp_path):
+    """A checkout of a tiny `costlab` with the script in it, and a build/ of its own (with a stale module)."""
+    repo = tmp_path / "checkout"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy2(SETUP, repo / "scripts" / SETUP.name)
+    (repo / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n'
+                                         'build-backend = "setuptools.build_meta"\n')
+    (repo / "setup.cfg").write_text("[metadata]\nname = costlab\nversion = 0.0.1\n\n"
+                                    "[options]\npackage_dir =\n    costlab = costlab\npackages = costlab\n")
+    (repo / "costlab").mkdir()
+    (repo / "costlab" / "__init__.py").write_text("")
+    (repo / "build" / "lib" / "costlab").mkdir(parents=True)
+    (repo / "build" / "lib" / "costlab" / "stale.py").write_text("STALE = True\n")
+    (repo / "build" / "notes.txt").write_text("mine\n")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """A fake checkout and the parts and manifest its gpu_setup.sh pack made of one small wheel."""
+    tmp_path = tmp_path_factory.mktemp("packed")
+    repo = _fake_checkout(tmp_path)
+    fake_python = tmp_path / "python"
+    fake_python.write_text(FAKE_PYTHON.format(py=sys.executable))
+    fake_python.chmod(0o755)
+    env = _env(tmp_path, PYTHON=str(fake_python))
+    done = _run(repo / "scripts" / SETUP.name, ["pack", tmp_path / "parts", "--part-mb", "1"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not list((tmp_path / "tmpdir").iterdir())
+    manifest = json.loads((tmp_path / "parts" / MANIFEST).read_text())
+    assert len(manifest["parts"]) == 2 and manifest["wheels"] == ["fakepkg-1.0-py3-none-any.whl"]
+    return repo, tmp_path / "parts"
+
+
+def _install(tmp_path, repo, parts, manifest):
+    """gpu_setup.sh install of a copy of the parts with the given manifest into tmp_path/site."""
+    dir_ = tmp_path / "in"
+    shutil.copytree(parts, dir_)
+    (dir_ / MANIFEST).write_text(json.dumps(manifest))
+    env = _env(tmp_path, PYTHON=sys.executable)
+    args = ["install", dir_, "--site", tmp_path / "site", "--stash", tmp_path / "stash"]
+    return _run(repo / "scripts" / SETUP.name, args, env, tmp_path), dir_
+
+
+def _corrupt(dir_, manifest):
+    """Flip a byte in the first part, and give the manifest that part's new size and sum (but not the archive's)."""
+    part = dir_ / manifest["parts"][0]["name"]
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    manifest["parts"][0].update(size=len(data), sha256=hashlib.sha256(bytes(data)).hexdigest())
+
+
+@pytest.mark.parametrize("args, option", [
+    (["install", "DIR", "--site"], "--site"),
+    (["install", "DIR", "--stash"], "--stash"),
+    (["install", "DIR", "--site", "--stash", "S"], "--site"),
+    (["install", "DIR", "--site", ""], "--site"),
+    (["pack", "DIR", "--part-mb"], "--part-mb"),
+    (["pack", "DIR", "--python"], "--python"),
+    (["pack", "DIR", "--part-mb", "30", "--python"], "--python"),
+])
+def test_an_option_without_its_value_is_said_in_one_line(tmp_path, args, option):
+    args = [str(tmp_path / "d") if a == "DIR" else a for a in args]
+    done = _run(SETUP, args, _env(tmp_path, PYTHON=sys.executable), tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert _lines(done.stderr) == [f"gpu_setup: {option} needs a value"]
+    assert not (tmp_path / "d").exists()
+    assert not list((tmp_path / "tmpdir").iterdir())
+
+
+def test_install_refuses_parts_that_match_the_manifest_but_not_the_archive(tmp_path, packed):
+    repo, parts = packed
+    manifest = json.loads((parts / MANIFEST).read_text())
+    dir_ = tmp_path / "bad"
+    shutil.copytree(parts, dir_)
+    _corrupt(dir_, manifest)
+    done, _ = _install(tmp_path, repo, dir_, manifest)
+    assert done.returncode == 1, done.stderr
+    (line,) = [ln for ln in _lines(done.stderr) if "unpacking" not in ln]
+    assert line.startswith("gpu_setup: ") and "SHA-256 differs" in line
+    assert not list((tmp_path / "tmpdir").iterdir())  # the joined archive's folder is gone
+    assert not (tmp_path / "site" / "fakepkg").exists()
+
+
+def test_an_old_manifest_without_the_archives_sum_is_said_and_a_corrupt_archive_refused(tmp_path, packed):
+    repo, parts = packed
+    manifest = json.loads((parts / MANIFEST).read_text())
+    del manifest["sha256"]
+    dir_ = tmp_path / "bad"
+    shutil.copytree(parts, dir_)
+    _corrupt(dir_, manifest)
+    done, _ = _install(tmp_path, repo, dir_, manifest)
+    assert done.returncode == 1, done.stderr
+    lines = [ln for ln in _lines(done.stderr) if "unpacking" not in ln]
+    assert len(lines) == 2 and "no SHA-256 of the whole archive" in lines[0], done.stderr
+    assert lines[1].startswith("gpu_setup: the archive does not unpack")
+    assert not list((tmp_path / "tmpdir").iterdir())
+    assert not (tmp_path / "site" / "fakepkg").exists()
+
+
+def test_install_leaves_the_checkouts_build_folder_alone(tmp_path, packed):
+    """An old manifest (no archive sum) with good parts goes on: the wheel and costlab are installed (then the
+    check stops at the missing GPU), costlab built outside the checkout, whose build/ is left as it was."""
+    repo, parts = packed
+    manifest = json.loads((parts / MANIFEST).read_text())
+    del manifest["sha256"]
+    before = sorted(p.relative_to(repo) for p in repo.rglob("*"))
+    done, _ = _install(tmp_path, repo, parts, manifest)
+    assert (repo / "build" / "notes.txt").read_text() == "mine\n", done.stderr
+    assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before  # nothing written in the checkout
+    assert (tmp_path / "site" / "fakepkg" / "__init__.py").read_text() == "VALUE = 42\n", done.stderr
+    assert (tmp_path / "site" / "costlab" / "__init__.py").exists(), done.stderr
+    assert not (tmp_path / "site" / "costlab" / "stale.py").exists()  # not from the checkout's build/
+    assert done.returncode == 1 and "TVM sees no CUDA GPU" in done.stderr, done.stderr
+    assert "no SHA-256 of the whole archive" in done.stderr
+    assert not list((tmp_path / "tmpdir").iterdir())
+
+
+@pytest.mark.parametrize("steps", [[], ["data"], ["features", "tune"]])
+def test_the_demo_stops_at_its_first_check_without_a_gpu(tmp_path, steps):
+    ran = tmp_path / "costlab-ran"
+    costlab = tmp_path / "costlab"
+    costlab.write_text(f"#!/bin/sh\necho \"$@\" >> {ran}\nexit 1\n")
+    costlab.chmod(0o755)
+    env = _env(tmp_path, PY=sys.executable, COSTLAB=str(costlab))
+    done = _run(DEMO, [tmp_path / "out", *steps], env, tmp_path)
+    assert done.returncode != 0
+    assert _lines(done.stderr) == [
+        "gpu_demo: TVM sees no CUDA GPU (tvm.cuda(0).exist is False): nothing run (scripts/gpu_setup.sh install, "
+        "then source its env.sh; docs/gpu.md)"], done.stderr
+    assert not (tmp_path / "out").exists() and not ran.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["costlab", "tmpdir"]
+
+
+def test_the_demo_refuses_an_unknown_step_before_anything(tmp_path):
+    env = _env(tmp_path, PY=sys.executable, COSTLAB=str(tmp_path / "no-costlab"))
+    done = _run(DEMO, [tmp_path / "out", "data", "bogus"], env, tmp_path)
+    assert done.returncode == 1
+    assert _lines(done.stderr) == ["gpu_demo: unknown step bogus (data features train tune)"]
+    assert not (tmp_path / "out").exists()
