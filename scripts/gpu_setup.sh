@@ -10,8 +10,9 @@
 #   size, with a manifest of their sizes and SHA-256 sums and the whole archive's SHA-256.
 # install: collects the parts it finds in DIR into STASH (default /tmp/costlab-gpu-parts), so that they can come
 #   over several transfers: run it once per transfer; while parts are missing it names them and exits 3. With all
-#   parts checked (each, then the archive they join into), it rebuilds the wheels, installs them and costlab into SITE (default /tmp/costlab-site) with pip
-#   (no index, no dependencies: the machine's own PyTorch, h5py, Lightning and transformers are used), writes
+#   parts checked (each, then the archive they join into), it rebuilds the wheels, installs them and costlab into
+#   SITE (default /tmp/costlab-site) with pip (no index, no dependencies: the machine's own PyTorch, h5py,
+#   Lightning and transformers are used), writes
 #   SITE/env.sh (PYTHONPATH, PATH, the directories of the CUDA libraries TVM's runtime needs), and checks that
 #   costlab's requirements import (their versions beside the pins), that TVM sees the GPU (tvm.cuda(0).exist),
 #   its compute capability, and nvcc. Exit 0: installed and checked; 1: an error, said in one line; 2: an option
