@@ -65,7 +65,7 @@ def time_workload(predictor, task, target, size: int, seed: int) -> dict:
     tdict = target_dict(target)
     schedules = population(task, target, size, seed)
     warm, rest = schedules[:8], schedules[8:]
-    spec, gpu, key = f._spec(target=tdict), is_gpu(tdict), ("bench-1", int(tvm_ffi.structural_hash(task.mod)))
+    spec, gpu, key = f.spec_for(target=tdict), is_gpu(tdict), ("bench-1", int(tvm_ffi.structural_hash(task.mod)))
 
     def one_thread(batch):  # what featurize_candidates did before: the config's one extraction thread
         return candidate_arrays(f._features(key, task.mod, tdict, batch, spec, gpu, 1))

@@ -94,6 +94,11 @@ class Featurizer(ABC):
         text = json.dumps(self.config, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def platform_fingerprint(self, ds, platform: str) -> str:
+        """What a cache of one dataset platform was made under: the config, and for a featurizer whose features
+        depend on the platform's hardware, the spec it resolved (a cache made under another spec is rebuilt)."""
+        return self.fingerprint
+
     def to_json(self) -> dict:
         return {"name": self.name, "version": self.version, "config": self.config}
 

@@ -2,7 +2,8 @@
 
 Rows are computed in record order and the cache remembers how many are done (``n_done``), so building
 resumes where it stopped and picks up records appended later. A cache made under another config (its
-``fingerprint`` differs) is dropped and rebuilt. Each output array is a dataset whose first axis is the
+``fingerprint`` differs: another config, or for a hardware-dependent featurizer another resolved hardware spec)
+is dropped and rebuilt. Each output array is a dataset whose first axis is the
 record; a ragged output (a list of per-record arrays) is a group of ``values`` + ``offsets``. The optional
 ``valid`` output marks records the featurizer could not handle (e.g. a trace that fails to replay).
 
@@ -67,7 +68,7 @@ def open_cache(ds, featurizer: Featurizer, platform: str) -> FeatureCache | None
     if name not in ds.h5:
         return None
     g = ds.h5[name]
-    if g.attrs.get("fingerprint") != featurizer.fingerprint:
+    if g.attrs.get("fingerprint") != featurizer.platform_fingerprint(ds, platform):
         return None
     return FeatureCache(g)
 
@@ -154,6 +155,7 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
         total = ds.num_records(platform)
         cache = open_cache(ds, featurizer, platform)
         start = cache.n_done if cache else 0
+        fingerprint = featurizer.platform_fingerprint(ds, platform)
     stats = dict(featurizer=featurizer.key, platform=platform, total=total, cached_before=start, computed=0,
                  invalid=0, seconds=0.0)
     if start >= total:
@@ -167,13 +169,13 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
     while row < total:
         with DatasetWriter(path) as w, open_dataset(path) as ds:
             name = group_name(featurizer, platform)
-            if name in w.h5 and w.h5[name].attrs.get("fingerprint") != featurizer.fingerprint:
+            if name in w.h5 and w.h5[name].attrs.get("fingerprint") != fingerprint:
                 del w.h5[name]
             g = w.h5.require_group(name)
             if "n_done" not in g.attrs:
                 g.attrs["n_done"] = 0
                 g.attrs["config"] = json.dumps(featurizer.config, sort_keys=True, default=str)
-                g.attrs["fingerprint"] = featurizer.fingerprint
+                g.attrs["fingerprint"] = fingerprint
             start_tx = row
             t_commit = time.perf_counter()
             # at least one chunk per transaction; commit (rename the copy over the file) every commit_seconds

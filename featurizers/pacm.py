@@ -38,7 +38,8 @@ import numpy as np
 
 from costlab.common.errors import last_line
 from costlab.featurizers.base import Featurizer, register
-from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, spec_for, target_dict
+from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, target_dict
+from costlab.featurizers.psa.hardware import PlatformSpecs
 
 LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, -, L2, global
 PATTERN_NAMES = (
@@ -184,7 +185,7 @@ def _level(access, reuse_bytes: float, caps, spec, gpu: bool) -> int:
 
 
 @register
-class PaCM(Featurizer):
+class PaCM(PlatformSpecs, Featurizer):
     name = "pacm"
     # 2: the tokens' column 19 is the access's own footprint (1 repeated the reuse distance); 3: ``program``
     version = 3
@@ -193,16 +194,8 @@ class PaCM(Featurizer):
     def __init__(self, config=None):
         super().__init__(config)
         self._contexts: dict = {}
-        self._specs: dict = {}
         self.stats = {"ok": 0, "invalid": 0}
         self.errors: list = []  # (record row, reason) of records that could not be featurized
-
-    def _spec(self, platform=None, target=None):
-        """PSA's hardware spec of a platform or target (with this config's ``spec``), cached per platform."""
-        key = platform.id if platform is not None else repr(target)
-        if key not in self._specs:
-            self._specs[key] = spec_for(platform, target, self.config.get("spec"))
-        return self._specs[key]
 
     def _context(self, key, mod, target_dict, threads: int | None = None):
         if key not in self._contexts:
@@ -250,7 +243,7 @@ class PaCM(Featurizer):
         from costlab.featurizers.ms_records import ReplayError, record_batch, replay, task_module
 
         rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
-        spec = self._spec(plat)
+        spec = self.spec_for(plat)
         stmt = [np.zeros((0, STMT_FEATURES), np.float32)] * rows.size
         pattern = [np.zeros((0, PATTERN_FEATURES), np.float32)] * rows.size
         program = np.zeros((rows.size, PROGRAM_FEATURES), np.float32)
@@ -296,7 +289,7 @@ class PaCM(Featurizer):
         from costlab.featurizers.ms_records import is_gpu
 
         tdict = target_dict(target)
-        spec = self._spec(target=tdict)
+        spec = self.spec_for(target=tdict)
         import tvm_ffi
 
         threads = live_threads(tdict, int(self.config["num_threads"]))

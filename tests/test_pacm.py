@@ -13,7 +13,7 @@ import _sched_cases as cases  # noqa: E402
 from costlab.featurizers import create  # noqa: E402
 from costlab.featurizers.pacm import (  # noqa: E402
     PATTERN_FEATURES, PATTERN_NAMES, PROGRAM_FEATURES, PROGRAM_NAMES, STMT_FEATURES, pattern_tokens)
-from costlab.featurizers.psa import program_of, spec_for_target  # noqa: E402
+from costlab.featurizers.psa import program_of, spec_for_platform, spec_for_target  # noqa: E402
 
 LEVEL = slice(0, 5)
 
@@ -88,6 +88,7 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
     pacm = create("pacm")
     with open_dataset(tmp_path / "d.h5") as ds:
         out = pacm.featurize_records(ds, "p", np.arange(4))
+        spec = spec_for_platform(ds.platforms["p"])  # the dataset's CPU (its -mcpu's), not this machine's
     assert out["valid"].tolist() == [True, True, True, False]
     assert pacm.stats == {"ok": 3, "invalid": 1} and "does not replay" in pacm.errors[0][1]
     for i in range(3):
@@ -104,7 +105,6 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
     from costlab.featurizers.ms_records import feature_context, replay
     from costlab.featurizers.psa import estimate
 
-    spec = spec_for_target(cases.LLVM)
     for i in range(3):
         prog = program_of(replay(mod, schedules[i]).mod)
         assert est[i] == pytest.approx(np.log2(1 + estimate(prog, spec) * 1e9), rel=1e-5)
@@ -180,7 +180,7 @@ def test_live_candidates_are_extracted_on_the_runs_cores_with_the_same_features(
     live = pacm.featurize_candidates(mod, target, schs)
     (ctx, _, _), = [v for k, v in pacm._contexts.items() if k[0] == "live"]
     assert int(ctx.num_threads) == min(2, cpus)
-    one = candidate_arrays(pacm._features(("one",), mod, dict(cases.LLVM), schs, pacm._spec(target=dict(cases.LLVM)),
+    one = candidate_arrays(pacm._features(("one",), mod, dict(cases.LLVM), schs, pacm.spec_for(target=dict(cases.LLVM)),
                                           False, 1))
     assert int(pacm._contexts[("one",)][0].num_threads) == 1
     assert live["valid"].all()

@@ -21,6 +21,19 @@ from typing import NamedTuple
 IDENTITY = ("cpu_model", "vendor", "family", "model", "stepping", "flags", "caches", "threads", "gpu")
 CPUINFO = "/proc/cpuinfo"
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
+CPUFREQ = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
+# A folder standing in for this machine's files (``cpuinfo``, ``cache/indexN/...``, ``cpuinfo_max_freq``): with
+# it set, costlab reads another CPU's description, so the suite can be run as if on that CPU
+FAKE_HOST_ENV = "COSTLAB_HOST_FILES"
+
+
+def host_paths() -> tuple[str, str, str]:
+    """Where this machine's CPU description is read: ``/proc/cpuinfo``, cpu0's cache folder in sysfs and its
+    maximum clock; or the files of the folder ``$COSTLAB_HOST_FILES`` names."""
+    root = os.environ.get(FAKE_HOST_ENV)
+    if root:
+        return str(Path(root) / "cpuinfo"), str(Path(root) / "cache"), str(Path(root) / "cpuinfo_max_freq")
+    return CPUINFO, CACHE_DIR, CPUFREQ
 
 
 def _read(path) -> str:
@@ -30,11 +43,11 @@ def _read(path) -> str:
         return ""
 
 
-def read_cpuinfo(path=CPUINFO) -> dict:
+def read_cpuinfo(path=None) -> dict:
     """The first processor block of ``/proc/cpuinfo`` as a dict: keys lower-cased (``model name``,
     ``vendor_id``, ``cpu mhz``, ``flags``), values stripped; empty when the file cannot be read."""
     kv = {}
-    for line in _read(path).split("\n\n")[0].splitlines():
+    for line in _read(path or host_paths()[0]).split("\n\n")[0].splitlines():
         key, sep, value = line.partition(":")
         if sep:
             kv[key.strip().lower()] = value.strip()
@@ -56,10 +69,10 @@ class Cache(NamedTuple):
         return f"L{self.level}{'i' if self.type == 'Instruction' else 'd' if self.type == 'Data' else ''}"
 
 
-def read_caches(cache_dir=CACHE_DIR) -> list[Cache]:
+def read_caches(cache_dir=None) -> list[Cache]:
     """The caches in ``cache_dir`` (cpu0's by default), in the order of their ``index*`` folders; empty when
     there is no such folder."""
-    base = Path(cache_dir)
+    base = Path(cache_dir or host_paths()[1])
     return [Cache(*(_read(idx / f).strip() for f in ("level", "type", "size", "coherency_line_size")))
             for idx in (sorted(base.glob("index*")) if base.is_dir() else [])]
 
@@ -73,9 +86,22 @@ def size_bytes(text: str) -> int | None:
     return int(m.group(1)) * {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}[m.group(2).upper()]
 
 
+def cpu_mhz(cpuinfo: dict, cpufreq_path=None) -> float | None:
+    """The clock in MHz: the maximum cpufreq reports, else ``/proc/cpuinfo``'s ``cpu MHz``; None when neither
+    says."""
+    khz = _read(cpufreq_path or host_paths()[2]).strip()
+    if khz.isdigit():
+        return int(khz) / 1000.0
+    try:
+        return float(cpuinfo["cpu mhz"])
+    except (KeyError, ValueError):
+        return None
+
+
 def host_info(gpu: dict | None = None) -> dict:
     """This machine: ``cpu_model``, ``vendor``, ``family`` / ``model`` / ``stepping``, ``flags`` (sorted ISA
-    flags), ``caches`` (per level, per core), ``threads`` (cores this process may use), ``machine``; and
+    flags), ``caches`` (per level, per core), ``threads`` (cores this process may use), ``mhz`` (the clock, not
+    part of the machine's identity: it moves with the governor), ``machine``; and
     ``gpu`` (``datasets.targets.local_gpu``: name, arch, SMs, limits) when the kernels measured run on one."""
     kv = read_cpuinfo()
     try:
@@ -87,7 +113,7 @@ def host_info(gpu: dict | None = None) -> dict:
         vendor=kv.get("vendor_id", ""), family=kv.get("cpu family", ""), model=kv.get("model", ""),
         stepping=kv.get("stepping", ""), flags=sorted(set((kv.get("flags") or kv.get("features") or "").split())),
         caches={c.name: c.size for c in read_caches() if c.level and c.size}, threads=threads,
-        machine=_platform.machine(), **({"gpu": dict(gpu)} if gpu else {}),
+        **({"mhz": round(mhz)} if (mhz := cpu_mhz(kv)) else {}), machine=_platform.machine(), **({"gpu": dict(gpu)} if gpu else {}),
     )
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from costlab.featurizers.base import Featurizer, register
-from costlab.featurizers.psa.hardware import spec_for, target_dict
+from costlab.featurizers.psa.hardware import PlatformSpecs, target_dict
 
 
 @register
-class PSA(Featurizer):
+class PSA(PlatformSpecs, Featurizer):
     name = "psa"
     # 2: on GPU, registers beyond what one block may hold spill (nvcc caps them under TVM's __launch_bounds__)
     # and a shared-memory bound over the block's limit is capped at it, instead of the launch being impossible
@@ -37,16 +37,7 @@ class PSA(Featurizer):
         if self.config["mode"] not in ("trace", "tir"):
             raise ValueError(f"featurizer psa: mode must be 'trace' or 'tir', not {self.config['mode']!r}")
         self._tasks: dict = {}
-        self._specs: dict = {}
         self.stats = {"simulated": 0, "walked": 0, "fallback": 0, "invalid": 0}
-
-    # -- spec -----------------------------------------------------------------------------------------------
-    def spec_for(self, platform=None, target=None):
-        """``hardware.spec_for`` of a platform or target with this config's ``spec``, cached per platform."""
-        key = platform.id if platform is not None else repr(target)
-        if key not in self._specs:
-            self._specs[key] = spec_for(platform, target, self.config.get("spec"))
-        return self._specs[key]
 
     # -- one program ----------------------------------------------------------------------------------------
     def _task_model(self, task, gpu: bool):

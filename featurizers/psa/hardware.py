@@ -14,13 +14,14 @@ Pure Python: no TVM needed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from costlab.common.host import CACHE_DIR, CPUINFO, read_caches, read_cpuinfo, size_bytes
+from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -195,8 +196,7 @@ def _cpu_count(cpu_list: str) -> int:
     return max(1, n)
 
 
-def detect_cpu(override=None, cpuinfo_path=CPUINFO, cache_dir=CACHE_DIR,
-               cpufreq_path="/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") -> CPUSpec:
+def detect_cpu(override=None, cpuinfo_path=None, cache_dir=None, cpufreq_path=None) -> CPUSpec:
     """The local CPU, as far as Linux tells; fields it does not tell keep ``CPUSpec``'s defaults.
 
     ``cpuinfo_path`` and ``cache_dir`` are read by ``costlab.common.host`` (the parser ``host_info`` uses too):
@@ -212,14 +212,9 @@ def detect_cpu(override=None, cpuinfo_path=CPUINFO, cache_dir=CACHE_DIR,
         changes["cores"] = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         changes["cores"] = os.cpu_count() or spec.cores
-    max_khz = _read(cpufreq_path)
-    if max_khz and max_khz.strip().isdigit():
-        changes["freq_ghz"] = int(max_khz) / 1e6
-    elif kv.get("cpu mhz"):
-        try:
-            changes["freq_ghz"] = float(kv["cpu mhz"]) / 1000.0
-        except ValueError:
-            pass
+    mhz = cpu_mhz(kv, cpufreq_path)
+    if mhz:
+        changes["freq_ghz"] = mhz / 1000.0
     flags = set((kv.get("flags") or kv.get("features") or "").split())
     if flags:
         if "avx512f" in flags:
@@ -287,15 +282,104 @@ def mcpu_simd_bits(mcpu: str) -> int | None:
     return None
 
 
-def spec_for_target(target, override=None, gpu_name: str = "") -> HardwareSpec:
+# Known LLVM CPU names (``-mcpu``): per-core L1d and L2, the shared last-level cache, a nominal clock and the FMA
+# pipes of the server parts of that core, for a platform whose records came without a host record (an imported
+# MetaSchedule database). The figures are the data sheets' (base clock of the common server SKU); what matters
+# is that they are the same on every machine that featurizes the data.
+CPU_TABLE = {
+    "znver5": dict(l1_bytes=48 * KIB, l2_bytes=1 * MIB, llc_bytes=32 * MIB, freq_ghz=2.6, fma_units=2),
+    "znver4": dict(l1_bytes=32 * KIB, l2_bytes=1 * MIB, llc_bytes=32 * MIB, freq_ghz=2.45, fma_units=2),
+    "znver3": dict(l1_bytes=32 * KIB, l2_bytes=512 * KIB, llc_bytes=32 * MIB, freq_ghz=2.45, fma_units=2),
+    "znver2": dict(l1_bytes=32 * KIB, l2_bytes=512 * KIB, llc_bytes=16 * MIB, freq_ghz=2.35, fma_units=2),
+    "emeraldrapids": dict(l1_bytes=48 * KIB, l2_bytes=2 * MIB, llc_bytes=260 * MIB, freq_ghz=2.1, fma_units=2),
+    "sapphirerapids": dict(l1_bytes=48 * KIB, l2_bytes=2 * MIB, llc_bytes=105 * MIB, freq_ghz=2.0, fma_units=2),
+    "graniterapids": dict(l1_bytes=48 * KIB, l2_bytes=2 * MIB, llc_bytes=480 * MIB, freq_ghz=2.0, fma_units=2),
+    "icelake-server": dict(l1_bytes=48 * KIB, l2_bytes=1280 * KIB, llc_bytes=48 * MIB, freq_ghz=2.3, fma_units=2),
+    "cascadelake": dict(l1_bytes=32 * KIB, l2_bytes=1 * MIB, llc_bytes=38 * MIB, freq_ghz=2.5, fma_units=2),
+    "skylake-avx512": dict(l1_bytes=32 * KIB, l2_bytes=1 * MIB, llc_bytes=38 * MIB, freq_ghz=2.5, fma_units=2),
+    "alderlake": dict(l1_bytes=48 * KIB, l2_bytes=1280 * KIB, llc_bytes=30 * MIB, freq_ghz=3.0, fma_units=2),
+    "skylake": dict(l1_bytes=32 * KIB, l2_bytes=256 * KIB, llc_bytes=8 * MIB, freq_ghz=3.4, fma_units=2),
+    "broadwell": dict(l1_bytes=32 * KIB, l2_bytes=256 * KIB, llc_bytes=30 * MIB, freq_ghz=2.3, fma_units=2),
+    "haswell": dict(l1_bytes=32 * KIB, l2_bytes=256 * KIB, llc_bytes=30 * MIB, freq_ghz=2.3, fma_units=2),
+}
+CPU_TABLE["core-avx2"] = CPU_TABLE["haswell"]
+CPU_TABLE["skx"] = CPU_TABLE["skylake-avx512"]
+
+
+def spec_from_host(host: dict | None, target) -> CPUSpec:
+    """The CPU a dataset's records were measured on, from its host record (``costlab.common.host``: caches,
+    ISA flags, threads, clock when recorded), else from ``CPU_TABLE`` by the target's ``-mcpu``, else
+    ``CPUSpec``'s generic figures; never from the machine computing it. The ``name`` says which it was."""
+    from costlab.datasets.targets import normalize_target
+
+    t = normalize_target(target)
+    mcpu = str(t.get("mcpu") or "")
+    host = host or {}
+    known = CPU_TABLE.get(mcpu)
+    changes: dict = dict(known or {})
+    caches = {k: size_bytes(v) for k, v in (host.get("caches") or {}).items()}
+    if host and caches:
+        name = f"{host.get('cpu_model') or 'unknown CPU'} (host record)"
+        for level, field in (("L1d", "l1_bytes"), ("L2", "l2_bytes"), ("L3", "llc_bytes")):
+            if caches.get(level):
+                changes[field] = caches[level]
+        if "L3" not in caches and caches.get("L2"):
+            changes["llc_bytes"] = caches["L2"]
+        if host.get("mhz"):
+            changes["freq_ghz"] = float(host["mhz"]) / 1000.0
+        if host.get("threads"):
+            changes["cores"] = int(host["threads"])
+        flags = set(host.get("flags") or [])
+        if flags:
+            changes["fma_units"] = 2 if ({"fma", "asimd"} & flags) else 1
+    elif known:
+        name = f"{mcpu} (table of -mcpu names)"
+    else:
+        name = f"generic CPU (no host record, -mcpu {mcpu or 'none'} not in the table)"
+    cores = int(changes.get("cores", CPUSpec.cores))
+    changes["dram_gbs"] = float(min(10.0 * cores, 200.0))
+    return CPUSpec(name=name).updated(changes, "host record")
+
+
+def _target_changes(t: dict) -> dict:
+    """What an LLVM target fixes of a CPU spec whatever the machine: ``num-cores`` and the SIMD width the code
+    is compiled for (``mattr`` / ``mcpu`` when it names them, 128 bits when it names neither: LLVM's generic
+    x86-64 / aarch64 code; the machine's own for ``-mcpu=native``)."""
+    changes: dict = {}
+    if t.get("num-cores"):
+        changes["cores"] = int(t["num-cores"])
+        changes["dram_gbs"] = float(min(10.0 * int(t["num-cores"]), 200.0))
+    text = " ".join([str(t.get("mcpu") or ""), str(t.get("mtriple") or ""), " ".join(t.get("mattr") or [])])
+    simd = None
+    if "+avx512f" in text:
+        simd = 512
+    elif "+avx2" in text or "+avx" in text:
+        simd = 256
+    elif t.get("mcpu"):
+        simd = mcpu_simd_bits(str(t["mcpu"]))
+    if str(t.get("mcpu") or "") == "native":
+        simd = None  # the local CPU's own width, as detected
+    elif simd is None:
+        # No -mcpu / -mattr: LLVM compiles for the generic triple (x86-64: SSE2, aarch64: NEON), so the
+        # code uses 128-bit vectors whatever the machine has.
+        simd = 128
+    if simd is not None:
+        changes["simd_bits"] = simd
+        changes["vector_registers"] = 32 if simd == 512 or re.search(r"aarch64|arm", text) else 16
+        # two vector loads per cycle from L1, one vector line per cycle from L2
+        changes["l1_bw"] = simd / 4.0
+        changes["l2_bw"] = simd / 8.0
+    return changes
+
+
+def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None = None) -> HardwareSpec:
     """The spec PSA should assume for a TVM target (a JSON dict, or the string form).
 
     CUDA: from ``GPU_TABLE`` by the target's ``model`` or ``tag`` name, else by ``gpu_name`` (or this machine's
-    GPU when it is of the target's arch), else by ``arch``. LLVM: the local CPU,
-    with ``num-cores`` and the SIMD width the code is compiled for taken from the target: ``mattr`` /
-    ``mcpu`` when it names them, 128 bits when it names neither (LLVM's generic x86-64 / aarch64 code), the
-    detected width for ``-mcpu=native``. A dataset measured elsewhere should store its own spec.
-    ``override`` replaces fields at the end.
+    GPU when it is of the target's arch), else by ``arch``. LLVM: with ``host`` (a dataset's host record, ``{}``
+    for a dataset without one) the CPU that record or the target's ``-mcpu`` names (``spec_from_host``);
+    without, this machine's CPU (``detect_cpu``: the machine tuning now); then ``num-cores`` and the SIMD width
+    the code is compiled for from the target (``_target_changes``). ``override`` replaces fields at the end.
     """
     from costlab.datasets.targets import normalize_target
 
@@ -319,32 +403,8 @@ def spec_for_target(target, override=None, gpu_name: str = "") -> HardwareSpec:
         if t.get("max_threads_per_block"):
             spec = dataclasses.replace(spec, max_threads_per_block=int(t["max_threads_per_block"]))
     elif kind == "llvm" or kind == "c":
-        spec = detect_cpu()
-        changes: dict = {}
-        if t.get("num-cores"):
-            changes["cores"] = int(t["num-cores"])
-            changes["dram_gbs"] = float(min(10.0 * int(t["num-cores"]), 200.0))
-        text = " ".join([str(t.get("mcpu") or ""), str(t.get("mtriple") or ""), " ".join(t.get("mattr") or [])])
-        simd = None
-        if "+avx512f" in text:
-            simd = 512
-        elif "+avx2" in text or "+avx" in text:
-            simd = 256
-        elif t.get("mcpu"):
-            simd = mcpu_simd_bits(str(t["mcpu"]))
-        if str(t.get("mcpu") or "") == "native":
-            simd = None  # the local CPU's own width, as detected
-        elif simd is None:
-            # No -mcpu / -mattr: LLVM compiles for the generic triple (x86-64: SSE2, aarch64: NEON), so the
-            # code uses 128-bit vectors whatever the machine has.
-            simd = 128
-        if simd is not None:
-            changes["simd_bits"] = simd
-            changes["vector_registers"] = 32 if simd == 512 or re.search(r"aarch64|arm", text) else 16
-            # two vector loads per cycle from L1, one vector line per cycle from L2
-            changes["l1_bw"] = simd / 4.0
-            changes["l2_bw"] = simd / 8.0
-        spec = spec.updated(changes, "target")
+        spec = detect_cpu() if host is None else spec_from_host(host, t)
+        spec = spec.updated(_target_changes(t), "target")
     else:
         raise ValueError(f"no hardware spec for target kind {kind!r} (PSA knows llvm and cuda)")
     if override is not None:
@@ -361,12 +421,14 @@ def _local_gpu_name(target: dict) -> str:
 
 
 def spec_for_platform(platform) -> HardwareSpec:
-    """The spec of a dataset platform: the one stored with it, else derived from its target (and for a GPU,
-    the GPU its host record names: ``costlab dataset measure`` records it)."""
+    """The spec of a dataset platform: the one stored with it, else its host record's CPU or GPU (``costlab
+    dataset measure`` records it), else the target's ``-mcpu`` in ``CPU_TABLE``; never the machine that
+    computes it, so a dataset's features are the same wherever they are computed."""
     if getattr(platform, "spec", None):
         return HardwareSpec.from_json(platform.spec)
-    gpu = (getattr(platform, "host", None) or {}).get("gpu") or {}
-    return spec_for_target(platform.target, gpu_name=str(gpu.get("name") or ""))
+    host = getattr(platform, "host", None) or {}
+    gpu = host.get("gpu") or {}
+    return spec_for_target(platform.target, gpu_name=str(gpu.get("name") or ""), host=host)
 
 
 def spec_for(platform=None, target=None, override=None) -> HardwareSpec:
@@ -377,6 +439,23 @@ def spec_for(platform=None, target=None, override=None) -> HardwareSpec:
     if override:
         spec = HardwareSpec.from_json(override) if "kind" in override else spec.updated(override)
     return spec
+
+
+class PlatformSpecs:
+    """What a featurizer whose features depend on the hardware (PSA, PaCM) shares: the spec of a dataset platform
+    or a live target, with the featurizer config's ``spec`` applied, resolved once per platform; and a cache
+    fingerprint that names that spec, so a cache made under one spec is never read under another."""
+
+    def spec_for(self, platform=None, target=None) -> HardwareSpec:
+        specs = self.__dict__.setdefault("_specs", {})
+        key = platform.id if platform is not None else repr(target)
+        if key not in specs:
+            specs[key] = spec_for(platform, target, self.config.get("spec"))
+        return specs[key]
+
+    def platform_fingerprint(self, ds, platform: str) -> str:
+        text = json.dumps(self.spec_for(ds.platforms[platform]).to_json(), sort_keys=True)
+        return f"{self.fingerprint}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def target_dict(target) -> dict:
@@ -425,4 +504,4 @@ def _load_obj(obj, where: str = "hardware spec"):
 
 
 __all__ = ["HardwareSpec", "CPUSpec", "GPUSpec", "GPU_TABLE", "gpu_spec", "detect_cpu", "spec_for", "spec_for_target",
-           "spec_for_platform", "target_dict"]
+           "spec_for_platform", "spec_from_host", "CPU_TABLE", "PlatformSpecs", "target_dict"]

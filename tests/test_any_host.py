@@ -1,0 +1,93 @@
+"""The same data gives the same features on any machine: a dataset platform's hardware spec comes from its host
+record or its ``-mcpu``, never from the CPU computing the features; the CPU description can be faked
+(``COSTLAB_HOST_FILES``, here a Zen 4's files) so that the suite runs as if on another x86 host; a feature
+cache made under one spec is not read under another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costlab.cli import main
+from costlab.common.host import FAKE_HOST_ENV, host_info
+from costlab.datasets import DatasetWriter, open_dataset
+from costlab.featurizers.base import create
+from costlab.featurizers.cache import build_cache, open_cache
+from costlab.featurizers.psa.hardware import CPU_TABLE, detect_cpu, spec_for_platform, spec_from_host
+
+ZEN4 = Path(__file__).parent / "fixtures" / "hosts" / "zen4"
+ZEN5_DB = Path(__file__).parent / "fixtures" / "zen5_small"
+PLATFORM = "llvm-znver5-2c"
+
+
+@pytest.fixture(scope="module")
+def zen5(tmp_path_factory) -> Path:
+    data = tmp_path_factory.mktemp("anyhost") / "zen5.h5"
+    assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(data)]) == 0
+    return data
+
+
+def test_fake_host_files_are_read_in_place_of_this_machines(monkeypatch):
+    monkeypatch.setenv(FAKE_HOST_ENV, str(ZEN4))
+    h = host_info()
+    assert (h["family"], h["model"], h["caches"]["L1d"], h["mhz"]) == ("25", "17", "32K", 2750)
+    spec = detect_cpu()
+    assert (spec.l1_bytes, spec.l2_bytes, spec.llc_bytes, spec.freq_ghz) == (32 * 1024, 1 << 20, 32 << 20, 2.749998)
+
+
+def test_a_platform_without_host_record_takes_its_mcpus_spec_whatever_the_local_cpu(zen5, monkeypatch):
+    """The Zen 5 records came from a MetaSchedule database (no host record): their spec is znver5's from the
+    table, on this machine and on a faked Zen 4 alike (its L1 of 32 KB is what changed the features before)."""
+    with open_dataset(zen5) as ds:
+        plat = ds.platforms[PLATFORM]
+        assert not plat.host
+        here = spec_for_platform(plat)
+        monkeypatch.setenv(FAKE_HOST_ENV, str(ZEN4))
+        faked = spec_for_platform(plat)
+    assert here == faked and here.l1_bytes == CPU_TABLE["znver5"]["l1_bytes"] == 48 * 1024
+    assert here.name == "znver5 (table of -mcpu names)" and here.cores == 2 and here.simd_bits == 512
+
+
+def test_a_host_record_decides_the_spec():
+    zen4 = {"cpu_model": "AMD EPYC 9454P", "family": "25", "model": "17", "flags": ["avx512f", "fma"],
+            "caches": {"L1d": "32K", "L1i": "32K", "L2": "1024K", "L3": "32768K"}, "threads": 2, "mhz": 2750}
+    target = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+    spec = spec_from_host(zen4, target)
+    assert (spec.l1_bytes, spec.l2_bytes, spec.llc_bytes, spec.freq_ghz, spec.cores) == (32768, 1 << 20, 32 << 20, 2.75, 2)
+    old = {k: v for k, v in zen4.items() if k != "mhz"}  # records made before the clock was recorded
+    assert spec_from_host(old, target).freq_ghz == CPU_TABLE["znver4"]["freq_ghz"]
+    unknown = spec_from_host({}, {"kind": "llvm", "mcpu": "no-such-cpu"})
+    assert unknown.name.startswith("generic CPU") and unknown.l1_bytes == 32 * 1024
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["psa", "pacm"])
+def test_features_of_a_dataset_are_the_same_on_another_host(zen5, monkeypatch, name):
+    rows = np.arange(48)
+    with open_dataset(zen5) as ds:
+        here = create(name).featurize_records(ds, PLATFORM, rows)
+        monkeypatch.setenv(FAKE_HOST_ENV, str(ZEN4))
+        faked = create(name).featurize_records(ds, PLATFORM, rows)
+    assert here.keys() == faked.keys()
+    for key in here:
+        a, b = here[key], faked[key]
+        if isinstance(a, list):
+            assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)), key
+        else:
+            assert np.array_equal(a, b), key
+
+
+def test_a_cache_made_under_one_spec_is_not_read_under_another(zen5, tmp_path):
+    data = tmp_path / "z.h5"
+    data.write_bytes(zen5.read_bytes())
+    build_cache(data, "psa", PLATFORM, progress=False)
+    with open_dataset(data) as ds:
+        assert open_cache(ds, create("psa"), PLATFORM) is not None
+        target = ds.platforms[PLATFORM].target
+    with DatasetWriter(data) as w:  # the platform's CPU as the user states it (another L1)
+        w.add_platform(PLATFORM, target, spec=dict(spec_from_host({}, target).to_json(), l1_bytes=32 * 1024))
+    with open_dataset(data) as ds:
+        assert open_cache(ds, create("psa"), PLATFORM) is None
+    assert build_cache(data, "psa", PLATFORM, progress=False)["cached_before"] == 0
