@@ -206,3 +206,51 @@ def test_command_line_import_and_export(tmp_path, tune_db, capsys):
     (tune_db / WORKLOAD_FILE).unlink()
     assert main(["dataset", "import-ms", str(tune_db), "-o", str(out)]) == 2
     assert f"missing {WORKLOAD_FILE}" in capsys.readouterr().err
+
+
+def _gzipped(src: Path, dst: Path, names=(WORKLOAD_FILE, RECORD_FILE)) -> Path:
+    import gzip
+
+    dst.mkdir(parents=True)
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        if name in names:
+            (dst / (name + ".gz")).write_bytes(gzip.compress((src / name).read_bytes()))
+        else:
+            shutil.copy(src / name, dst / name)
+    return dst
+
+
+def test_import_reads_gzip_databases_as_benchmarks_archive_them(tmp_path, tune_db, capsys):
+    """database_workload.json.gz / database_tuning_record.json.gz (either or both) import to the same records
+    as the plain files; transfer-tuning reads them through the same reader and gets the same programs."""
+    from costlab.cli import main
+    from costlab.export.transfer.sources import read_sources
+
+    plain = tmp_path / "plain.h5"
+    import_ms([tune_db], plain, progress=False)
+    with open_dataset(plain) as ds:
+        (pid,) = ds.record_platforms()
+        want = sorted(ds.records(pid).program_id.tolist())
+    for i, names in enumerate([(WORKLOAD_FILE, RECORD_FILE), (RECORD_FILE,)]):
+        gz = _gzipped(tune_db, tmp_path / f"gz{i}", names)
+        out = tmp_path / f"gz{i}.h5"
+        assert main(["dataset", "import-ms", str(gz), "-o", str(out)]) == 0
+        assert f"{pid}: 16 records added" in capsys.readouterr().err
+        with open_dataset(out) as ds:
+            assert sorted(ds.records(pid).program_id.tolist()) == want
+        got, report = read_sources([gz], 4)
+        exp, _ = read_sources([tune_db], 4)
+        assert report.bad == 0 and [(t.shash, t.programs) for t in got] == [(t.shash, t.programs) for t in exp]
+
+
+def test_a_damaged_gzip_database_is_one_line(tmp_path, tune_db, capsys):
+    from costlab.cli import main
+
+    gz = _gzipped(tune_db, tmp_path / "gz")
+    data = (gz / (RECORD_FILE + ".gz")).read_bytes()
+    (gz / (RECORD_FILE + ".gz")).write_bytes(data[: len(data) // 2])  # cut short
+    assert main(["dataset", "import-ms", str(gz), "-o", str(tmp_path / "d.h5")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{RECORD_FILE}.gz: is not a readable gzip file" in err
+    assert not (tmp_path / "d.h5").exists()

@@ -155,3 +155,39 @@ def test_tune_transfer_from_starts_its_search_from_the_sources(tmp_path, capsys)
     (row,) = summary["transfer"].values()
     assert row["measured"] == 2 and summary["tasks"][0]["trials"] == 2 and _records(work) == 2
     assert summary["tasks"][0]["check"]["status"] in ("ok", "replaced")  # the transferred program computes right
+
+
+@pytest.mark.parametrize("command", ["transfer", "tune"])
+def test_sources_of_garbage_are_refused_before_anything_is_written(tmp_path, capsys, command):
+    """A --from / --transfer-from folder whose database files hold no readable line: one line, exit 2, no
+    work dir (no empty database, no costlab_run.json, no transfer.json marking the task done)."""
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "database_workload.json").write_text("not a workload\n")
+    (garbage / "database_tuning_record.json").write_text("[0, nonsense\n")
+    work = tmp_path / "w"
+    argv = (["transfer", "--from", str(garbage), "--workload", CONV] if command == "transfer" else
+            ["tune", "--transfer-from", str(garbage), "--workload", CONV, "--trials", "2"])
+    assert main([*argv, "--work-dir", str(work), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{garbage}: nothing to transfer from: 2 bad line(s)" in err, err
+    assert not work.exists()
+
+
+def test_transfer_tasks_refuse_sources_with_nothing_to_start_from(tmp_path):
+    """tune's --transfer-from path (transfer_tasks into its database) raises instead of marking tasks done."""
+    from types import SimpleNamespace
+
+    from costlab.common.errors import InputError
+    from costlab.export.transfer.run import TransferOptions, transfer_tasks
+
+    empty = tmp_path / "src"
+    empty.mkdir()
+    (empty / "database_workload.json").write_text("")
+    (empty / "database_tuning_record.json").write_text("")
+    state = tmp_path / "w" / "transfer.json"
+    with pytest.raises(InputError, match="nothing to transfer from: no successfully measured program"):
+        transfer_tasks([SimpleNamespace(mod=_workload(CONV), name="conv")], None, None, None, None,
+                       TransferOptions(str(tmp_path / "w"), sources=[empty]), state)
+    assert not state.exists()

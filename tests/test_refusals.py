@@ -1,0 +1,97 @@
+"""Refusals in one line, before anything is written or replaced: option ranges of exploit, transfer and tune
+that used to reach a traceback or be taken silently, fine-tuning into a directory that holds a model,
+evaluating the training part of a dataset without a split; and the note when a model is evaluated on another
+machine than it trained on."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import FIXTURES
+from costlab.cli import main
+
+SMALL = FIXTURES / "ms_small.h5"
+MS_DB = FIXTURES / "ms_tune_db"
+PLATFORM = "llvm-x86_64-2c"
+TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
+
+
+def _one_error(err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["exploit", "--seed", "-1"], "--seed must be an integer from 0 to 2,147,483,646"),
+    (["exploit", "--repeat", "1"], "--repeat must be an integer from 2 to 100 (a t-test needs two measurements)"),
+    (["exploit", "--repeat", "0"], "--repeat must be an integer from 2 to 100 (a t-test needs two measurements)"),
+    (["transfer", "--from", str(MS_DB), "--workload", "GMM:1,8,8,8", "--seed", "-1"],
+     "--seed must be an integer from 0 to 2,147,483,646"),
+    (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", "8,,16"], "--first-rounds takes comma-separated"),
+    (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", ","], "--first-rounds takes comma-separated"),
+    (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", "99999999999999999999"], "from 1 to 1,000,000"),
+])
+def test_option_out_of_range_is_one_line_and_writes_nothing(tmp_path, capsys, argv, words):
+    work = tmp_path / "w"
+    assert main([*argv, "--work-dir", str(work)]) == 2
+    line = _one_error(capsys.readouterr().err)
+    assert words in line, line
+    assert not work.exists()
+
+
+def test_first_rounds_counts_are_parsed():
+    from costlab.commands.tune import _counts
+
+    assert _counts("8,16,32") == (8, 16, 32) and _counts(" 4 , 8") == (4, 8)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The measured MetaSchedule fixture (no split) with TLP features, and a tiny TLP model trained on it."""
+    base = tmp_path_factory.mktemp("trained")
+    shutil.copy(SMALL, base / "d.h5")
+    assert main(["featurize", str(base / "d.h5"), "--featurizer", "tlp", "--no-progress"]) == 0
+    assert main(["train", "--data", str(base / "d.h5"), "--out", str(base / "run"), "--epochs", "1",
+                 "--no-progress", *TINY]) == 0
+    return base
+
+
+def test_finetune_does_not_replace_a_model_unless_told(trained, tmp_path, capsys):
+    out = tmp_path / "ft"
+    shutil.copytree(trained / "run", out)
+    before = (out / "model" / "model.safetensors").read_bytes()
+    args = ["finetune", "--from", str(trained / "run"), "--data", str(trained / "d.h5"), "--platform", PLATFORM,
+            "--out", str(out)]
+    assert main(args) == 2
+    line = _one_error(capsys.readouterr().err)
+    assert "holds a model already" in line and "--overwrite" in line
+    assert (out / "model" / "model.safetensors").read_bytes() == before
+    assert main([*args, "--overwrite"]) == 0  # told to: it is replaced
+    assert (out / "summary.json").is_file()
+
+
+def test_evaluate_train_part_needs_a_split(trained, capsys):
+    for extra in ([], ["--split", "none"]):
+        assert main(["evaluate", "--model", str(trained / "run"), "--data", str(trained / "d.h5"),
+                     "--part", "train", *extra]) == 2
+        line = _one_error(capsys.readouterr().err)
+        assert "--part train needs a split" in line, line
+    assert main(["evaluate", "--model", str(trained / "run"), "--data", str(trained / "d.h5"), "--part", "all"]) == 0
+
+
+def test_evaluate_on_another_cpu_gives_a_note(trained, tmp_path, capsys):
+    data = tmp_path / "other.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["dataset", "rename-platform", str(data), PLATFORM, "llvm-znver4-2c", "--target",
+                 "llvm -mcpu=znver4 -num-cores=2"]) == 0
+    assert main(["featurize", str(data), "--featurizer", "tlp", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(trained / "run"), "--data", str(data)]) == 0
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if "another machine" in ln]
+    assert len(notes) == 1 and notes[0].startswith("costlab: note:") and "znver4" in notes[0], notes
+    assert main(["evaluate", "--model", str(trained / "run"), "--data", str(trained / "d.h5")]) == 0
+    assert "another machine" not in capsys.readouterr().err  # the platform it trained on: nothing to say
