@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
 LOCK = "/tmp/costlab-cpu.lock"
+DONE = "trajectory.done"
+YIELD_S = 5  # after each task the lock is left free this long, so a waiting test run or benchmark gets it
 
 # Workloads of the benchmarks, which no trajectory may hold (shapes included): benchmarks/tuning.py's
 # gmm, c2d and dep, and the dense / attention shapes of BERT hidden 256 at sequence 128 (its bert-* tasks);
@@ -124,13 +126,16 @@ def work_dir(out: Path, position: int) -> Path:
 
 
 def finished(work: Path, trials: int) -> bool:
-    """Whether a work dir holds a finished run of at least ``trials`` trials (its summary says so)."""
+    """Whether a work dir holds a finished run: ``costlab tune`` ended well (``DONE``, written after it; a design
+    space smaller than the trials ends sooner) or its summary counts at least ``trials`` trials."""
+    if (work / DONE).exists():
+        return True
     try:
         summary = json.loads((work / "costlab_tune.json").read_text())
     except (OSError, ValueError):
         return False
     tasks = summary.get("tasks") or []
-    return bool(tasks) and all((t.get("trials") or 0) >= trials or t.get("exhausted") for t in tasks)
+    return bool(tasks) and all((t.get("trials") or 0) >= trials for t in tasks)
 
 
 def platform_dir(base: Path) -> tuple[Path, dict, str]:
@@ -197,11 +202,14 @@ def run(args) -> int:
             with open(work / "run.log", "a") as log:
                 res = subprocess.run(tune_command(position, work, args.trials, args.model, target),
                                      stdout=log, stderr=subprocess.STDOUT)
-        state = "done" if res.returncode == 0 and finished(work, args.trials) else f"exit {res.returncode}"
+        if res.returncode == 0 and (work / "costlab_tune.json").exists():
+            (work / DONE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+        state = "done" if finished(work, args.trials) else f"exit {res.returncode}"
         print(f"[{time.strftime('%H:%M:%S')}] {position:3d} {TASKS[position]} ({arm_of(position)}): {state}, "
               f"{time.time() - started:.0f} s", flush=True)
         if res.returncode < 0 or res.returncode in (130, 143):  # interrupted: stop here, resume later
             return 1
+        time.sleep(YIELD_S)
     return 0
 
 
