@@ -59,18 +59,23 @@ def _train(data, out, model, split, platforms, epochs, extra=(), **updates):
 def _row(name, result, train_summary=None):
     rps = (train_summary or {}).get("train_records_per_s")
     return dict(model=name, top1=result["top1"], top5=result["top5"], pairwise=result["pairwise"],
-                ndcg=result["ndcg"], train_records_per_s=rps)
+                ndcg=result["ndcg"], pairwise_q25=result["pairwise_q25"], pairwise_q10=result["pairwise_q10"],
+                top1_q25=result["top1_q25"], top1_q10=result["top1_q10"], train_records_per_s=rps)
 
 
 def _print_table(rows, title, baseline="xgb"):
     base = next((r for r in rows if r["model"] == baseline), None)
     print(f"\n## {title}\n")
-    print("| model | top-1 | top-5 | pairwise | NDCG | top-1 − baseline | train records/s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | top-1 | top-5 | pairwise | NDCG | pairwise, best ¼ | pairwise, best ⅒ | top-1, best ¼ | top-1, best ⅒ "
+          "| top-1 − baseline | train records/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         diff = f"{r['top1'] - base['top1']:+.4f}" if base else "—"
         rps = f"{r['train_records_per_s']:.0f}" if r.get("train_records_per_s") else "—"
-        print(f"| {r['model']} | {r['top1']:.4f} | {r['top5']:.4f} | {r['pairwise']:.4f} | {r['ndcg']:.4f} | {diff} | {rps} |")
+        tail = " | ".join(f"{r[k]:.4f}" if r.get(k) is not None else "—"
+                          for k in ("pairwise_q25", "pairwise_q10", "top1_q25", "top1_q10"))
+        print(f"| {r['model']} | {r['top1']:.4f} | {r['top5']:.4f} | {r['pairwise']:.4f} | {r['ndcg']:.4f} | {tail} "
+              f"| {diff} | {rps} |")
     sys.stdout.flush()
 
 
@@ -79,7 +84,8 @@ def _mean_rows(runs: list[list[dict]]) -> list[dict]:
     out = []
     for same in zip(*runs):
         row = dict(model=same[0]["model"], splits=len(same))
-        for key in ("top1", "top5", "pairwise", "ndcg", "train_records_per_s"):
+        for key in ("top1", "top5", "pairwise", "ndcg", "pairwise_q25", "pairwise_q10", "top1_q25", "top1_q10",
+                    "train_records_per_s"):
             vals = [r[key] for r in same if r.get(key) is not None]
             row[key] = sum(vals) / len(vals) if vals else None
         out.append(row)

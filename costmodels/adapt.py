@@ -12,7 +12,8 @@ ranks that part better). Two modes:
   it by EMA (``momentum``). The pre-trained knowledge decays slowly instead of being overwritten.
 
 Each update is reported (``rounds``): the net's pairwise ranking accuracy of the batch just measured before
-the update (it chose that batch: an honest estimate on programs it had not seen) and after it.
+the update (it chose that batch: an honest estimate on programs it had not seen) and after it, over the whole
+batch and within its best quarter (``before_q25``, ``after_q25``: the programs the search decides between).
 
 Nothing about the features changes online: the featurizer's config (vocabulary, sequence length, any
 normalisation) is the pre-trained model's and is never refitted on the run's records, so the pre-trained
@@ -26,7 +27,7 @@ import time
 
 import numpy as np
 
-from costlab.costmodels.metrics import pairwise_accuracy
+from costlab.costmodels.metrics import pairwise_accuracy, tail_metrics
 from costlab.costmodels.momentum import MomentumTransfer
 from costlab.costmodels.recipe import Recipe, fit_lists, ranking_list, recipe, scores_of, take
 from costlab.costmodels.tensors import concat_features
@@ -89,9 +90,16 @@ class OnlineAdapter:
 
     def batch_pairwise(self, features: dict, latency) -> float:
         """The net's pairwise ranking accuracy of one measured batch (NaN when it holds no ordered pair)."""
+        return self.batch_metrics(features, latency)["pairwise"]
+
+    def batch_metrics(self, features: dict, latency) -> dict:
+        """The net's pairwise ranking accuracy of one measured batch, over all of it and within its best quarter
+        (``pairwise_q25``: the programs the search decides between); NaN where there is no ordered pair."""
         latency = np.asarray(latency, np.float64)
+        task = np.zeros(len(latency), np.int64)
         pred = scores_of(self.predictor.net, self.predictor.kind, features, self.head)
-        return float(pairwise_accuracy(np.zeros(len(latency), np.int64), pred, latency))
+        return dict(pairwise=float(pairwise_accuracy(task, pred, latency)),
+                    pairwise_q25=tail_metrics(task, pred, latency)["pairwise_q25"])
 
     def update(self, batch: tuple | None = None) -> bool:
         """One round's update; returns whether the net changed. ``batch`` (features, latencies) is the round's
@@ -100,7 +108,8 @@ class OnlineAdapter:
         row = dict(update=self.stats["updates"], records=self.stats["records"])
         if batch is not None:
             row["batch"] = len(batch[1])
-            row["before"] = self.batch_pairwise(*batch)
+            m = self.batch_metrics(*batch)
+            row["before"], row["before_q25"] = m["pairwise"], m["pairwise_q25"]
         lists, val_lists = self._lists()
         trained = False
         if lists:
@@ -124,7 +133,8 @@ class OnlineAdapter:
             row.update(steps=info.get("steps", 0), kept_pretrained=info.get("kept_pretrained"),
                        val_before=info.get("val_before"), val_after=info.get("val_after"))
         if batch is not None:
-            row["after"] = self.batch_pairwise(*batch)
+            m = self.batch_metrics(*batch)
+            row["after"], row["after_q25"] = m["pairwise"], m["pairwise_q25"]
         row["trained"] = trained
         self.rounds.append({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
         return trained

@@ -1,5 +1,7 @@
 """Ranking metrics of a cost model, computed per task and combined: TenSet's weighted top-k score,
-pairwise ranking accuracy and NDCG.
+pairwise ranking accuracy and NDCG; and the tail metrics tuning depends on: pairwise accuracy and top-1 within
+each task's best quarter and best tenth of programs (by measured latency), and the top-k score of the model's
+k picks (k = 1, 8, 32) over all of a task's programs.
 
 Inputs are plain arrays over records: ``task`` (group id), ``pred`` (higher = predicted faster) and
 ``latency`` (measured seconds, ``inf`` for failed programs).
@@ -18,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 MIN_RECORDS = 2
+TAILS = {"q25": 0.25, "q10": 0.10}  # a task's best quarter and best tenth of valid programs
+PICKS = (1, 8, 32)  # the model's k picks whose best is scored against the task's best
 
 
 def _groups(task: np.ndarray):
@@ -129,9 +133,40 @@ def network_scores(task, pred, latency, networks: dict[str, list[tuple[int, floa
     return out
 
 
+def best_part(task, latency, fraction: float) -> np.ndarray:
+    """Indices of the records in each task's best ``fraction`` of valid programs by measured latency (at least
+    ``MIN_RECORDS`` of them, so that there is something to rank; a task with fewer valid programs is left out)."""
+    latency = np.asarray(latency, np.float64)
+    keep = []
+    for _, rows in _groups(task):
+        valid = rows[np.isfinite(latency[rows])]
+        n = max(MIN_RECORDS, int(np.ceil(fraction * valid.size)))
+        if valid.size >= MIN_RECORDS:
+            keep.append(valid[np.argsort(latency[valid], kind="stable")[:n]])
+    return np.sort(np.concatenate(keep)) if keep else np.zeros(0, np.int64)
+
+
+def tail_metrics(task, pred, latency) -> dict:
+    """Pairwise accuracy and top-1 (mean over tasks) within each task's best quarter and best tenth
+    (``pairwise_q25``, ``top1_q25``, ``pairwise_q10``, ``top1_q10``), and the mean over tasks of the top-k score
+    of the model's k picks among all programs (``pick1``, ``pick8``, ``pick32``). NaN where no task has enough."""
+    task, pred, latency = np.asarray(task), np.asarray(pred, np.float64), np.asarray(latency, np.float64)
+    out = {}
+    for name, fraction in TAILS.items():
+        rows = best_part(task, latency, fraction)
+        top1 = topk_scores(task[rows], pred[rows], latency[rows], 1)
+        out[f"pairwise_{name}"] = float(pairwise_accuracy(task[rows], pred[rows], latency[rows]))
+        out[f"top1_{name}"] = float(np.mean(list(top1.values()))) if top1 else float("nan")
+    for k in PICKS:
+        per = topk_scores(task, pred, latency, k)
+        out[f"pick{k}"] = float(np.mean(list(per.values()))) if per else float("nan")
+    return out
+
+
 def summary(task, pred, latency, score, networks=None, ks=(1, 5)) -> dict:
     """All metrics in one dict: ``top1``/``top5`` (mean over held-out networks when given, otherwise the
-    unweighted mean over tasks), ``pairwise``, ``ndcg``, and the per-network / per-task breakdowns."""
+    unweighted mean over tasks), ``pairwise``, ``ndcg``, the tail metrics (``tail_metrics``), and the
+    per-network / per-task breakdowns."""
     out: dict = {}
     per_task = {k: topk_scores(task, pred, latency, k) for k in ks}
     nets = network_scores(task, pred, latency, networks or {}, ks)
@@ -142,6 +177,7 @@ def summary(task, pred, latency, score, networks=None, ks=(1, 5)) -> dict:
             out[f"top{k}"] = float(np.mean(list(per_task[k].values()))) if per_task[k] else float("nan")
     out["pairwise"] = pairwise_accuracy(task, pred, latency)
     out["ndcg"] = ndcg(task, pred, score)
+    out.update(tail_metrics(task, pred, latency))
     out["networks"] = nets
     out["tasks"] = {str(t): {f"top{k}": per_task[k][t] for k in ks} for t in per_task[ks[0]]}
     return out

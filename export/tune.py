@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
+from costlab.common.host import describe_host, host_difference, host_info, same_host
 from costlab.common.files import write_atomically
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
@@ -303,6 +304,7 @@ def tune(opts: TuneOptions) -> dict:
                                                  task_name=tasks[i].name, rand_state=rand, num_threads=cores,
                                                  logger=logger).clone())
                 progress.focus(group)
+                clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
                 ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
                               max_trials_global=remaining, max_trials_per_task=remaining,
                               num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
@@ -347,6 +349,9 @@ def tune(opts: TuneOptions) -> dict:
                          "again to continue")
     if stop_requested() is not None:  # interrupted: the database is complete; no checks, no summary
         return summary
+    earlier = _finished_summary(work, tasks, _done_per_task(database, tasks))
+    if earlier is not None and clock.first_batch_at is None and exploited is None and transferred is None:
+        return earlier  # a finished run re-run: nothing was measured, its summary stands as it was written
     checked = opts.check_output and not opts.rpc_key  # a remote device's programs are not run here
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
     for t, n in zip(tasks, _done_per_task(database, tasks)):
@@ -472,14 +477,27 @@ def resolved_adapt(opts: TuneOptions, work: Path) -> str:
     return "momentum" if kind in kinds.learned() else "none"
 
 
+def _finished_summary(work: Path, tasks: list, done: list) -> dict | None:
+    """The summary of the run this work dir already finished, when its per-task trials are the database's now;
+    None when there is none (or it no longer describes the database)."""
+    try:
+        old = json.loads((work / "costlab_tune.json").read_text())
+        same = [(r["name"], r["trials"]) for r in old["tasks"]] == [(t.name, n) for t, n in zip(tasks, done)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return old if same else None
+
+
 def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
-    """A work dir continues the run that made it: the same tasks, target and search; another run there would
-    mix two searches in one database. Returns the options to record once the run has started."""
+    """A work dir continues the run that made it: the same tasks, target and search, on the same machine (its
+    host is recorded); another run there would mix two searches, or two machines' timings, in one database.
+    Returns the options to record once the run has started."""
     path = work / "costlab_run.json"
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
             "ms_defaults", "per_iter", "population", "verify_fraction")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
     mine["target"] = plain_json(target.export())
+    here = host_info()
     if path.exists() or path.is_symlink():
         try:
             old = json.loads(path.read_text())
@@ -491,8 +509,14 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
                                    "in another --work-dir, or remove it if you know the run's options")
         if "target" in old:
             old["target"] = _same_target(old["target"])
+        there = old.pop("host", None)  # runs made before the host was recorded have none
+        if there and not same_host(there, here):
+            raise UsageError(f"{work} holds a run measured on {describe_host(there)}; this machine is "
+                             f"{describe_host(here)} ({host_difference(there, here)}): continuing it would mix two "
+                             f"machines' timings in one database; tune in another --work-dir (--transfer-from {work} "
+                             "starts from its programs)")
         if old != mine:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine[k]!r}" for k in keys if old.get(k) != mine[k])
             raise UsageError(f"{work} holds a tuning run with other options ({diff}); continue it with the same "
                              "options, or tune in another --work-dir")
-    return mine
+    return dict(mine, host=here)

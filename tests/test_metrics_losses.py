@@ -97,3 +97,32 @@ def test_task_ranks_scale_within_each_task_and_share_ties():
     assert ranks[7] == 0.0  # a task of one record has nothing to rank
     # only the order within a task counts: any increasing map of the scores gives the same ranks
     np.testing.assert_allclose(metrics.task_ranks(task, np.exp(pred) * 3 + 1), ranks)
+
+
+def test_tail_metrics_hand_example():
+    """Task 0 (8 programs): the model ranks its two best programs the wrong way round. Task 1 (20 valid programs
+    and a failed one): perfect order among the valid ones, but its top pick is the failed program. Task 2 has one
+    valid program and a failed one: nothing to rank in its tail, left out there; its picks count (a failed
+    pick is charged the task's worst valid latency)."""
+    from costlab.costmodels.metrics import best_part, summary, tail_metrics
+
+    lat0 = np.arange(1.0, 9.0)
+    pred0 = np.array([2.0, 3.0, 1.0, 0.0, -1.0, -2.0, -3.0, -4.0])
+    lat1 = np.append(np.arange(1.0, 21.0), np.inf)
+    pred1 = np.append(-np.arange(1.0, 21.0), 100.0)
+    task = np.concatenate([np.zeros(8), np.ones(21), [2, 2]]).astype(np.int64)
+    lat = np.concatenate([lat0, lat1, [3.0, np.inf]])
+    pred = np.concatenate([pred0, pred1, [0.0, 1.0]])
+    # best quarter: 2 of task 0's 8 (at least 2), 5 of task 1's 20 valid; best tenth: 2 and 2
+    assert best_part(task, lat, 0.25).tolist() == [0, 1, 8, 9, 10, 11, 12]
+    assert best_part(task, lat, 0.10).tolist() == [0, 1, 8, 9]
+    m = tail_metrics(task, pred, lat)
+    assert m["pairwise_q25"] == pytest.approx(10 / 11)  # task 0's one pair wrong, task 1's ten right
+    assert m["top1_q25"] == pytest.approx((0.5 + 1.0) / 2)
+    assert m["pairwise_q10"] == pytest.approx(0.5) and m["top1_q10"] == pytest.approx(0.75)
+    # the model's first pick: task 0's second best (1/2), task 1's failed program (charged its worst, 1/20),
+    # task 2's failed one (charged its only valid latency, 1)
+    assert m["pick1"] == pytest.approx((0.5 + 0.05 + 1.0) / 3)
+    assert m["pick8"] == pytest.approx(1.0) and m["pick32"] == pytest.approx(1.0)
+    full = summary(task, pred, lat, np.where(np.isfinite(lat), 1.0 / lat, 0.0))
+    assert all(full[k] == pytest.approx(v) for k, v in m.items())

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -337,3 +338,52 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     assert any(t["name"].startswith("fused_") for t in summary["tasks"])
     assert net["tuned_functions"] == sum(1 for t in summary["tasks"] if t.get("check", {}).get("status") in ("ok", "replaced"))
     assert net["tuned_functions"] >= 1
+
+
+def test_a_networks_trial_budget_holds_when_its_last_round_would_pass_it(tmp_path, capsys, monkeypatch):
+    """--trials N measures at most N over all of a network's tasks: MetaSchedule's task scheduler checks its
+    budget only before a round, so with rounds of 4 and a budget of 6 its second round would end at 8; the
+    round is cut to the 2 trials left."""
+    spec = _torch_net(tmp_path, monkeypatch, "budgetnet",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), "
+                      "(torch.randn(2, 16),)\n")
+    work = tmp_path / "w"
+    assert main(["tune", "--network", spec, "--trials", "6", "--per-iter", "4", "--work-dir", str(work),
+                 "--no-progress", "--no-check", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert sum(t["trials"] for t in summary["tasks"]) == 6
+    assert len((work / "database_tuning_record.json").read_text().splitlines()) == 6
+
+
+def test_a_finished_run_re_run_keeps_its_summary(tmp_path, capsys):
+    """The same command on a finished work dir measures nothing and leaves costlab_tune.json as the run wrote
+    it: its first batch's seconds, wall seconds and per-task checks (with --no-check added too)."""
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--trials", "4", "--work-dir", str(work), *SMALL_SEARCH]
+    assert main(argv) == 0
+    first = (work / "costlab_tune.json").read_text()
+    assert "first_batch_s" in json.loads(first) and "check" in json.loads(first)["tasks"][0]
+    assert main(argv) == 0
+    assert main(argv + ["--no-check"]) == 0
+    assert (work / "costlab_tune.json").read_text() == first
+    assert len(_records(work)) == 4
+
+
+def test_a_work_dir_of_another_machine_is_not_continued(tmp_path, capsys, monkeypatch):
+    """A work dir records the host that measured it; continuing it on another CPU (a Zen 4's description faked)
+    would mix two machines' timings in one database: refused in one line, nothing measured or written."""
+    from costlab.common.host import FAKE_HOST_ENV
+
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--trials", "2", "--work-dir", str(work), "--no-check", *SMALL_SEARCH]
+    assert main(argv) == 0
+    assert json.loads((work / "costlab_run.json").read_text())["host"]["cpu_model"]
+    before = {p.name: p.read_bytes() for p in work.iterdir() if p.is_file()}
+    capsys.readouterr()
+    monkeypatch.setenv(FAKE_HOST_ENV, str(Path(__file__).parent / "fixtures" / "hosts" / "zen4"))
+    assert main(argv[:4] + ["4"] + argv[5:]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a run measured on" in err[0] and "another --work-dir" in err[0]
+    assert {p.name: p.read_bytes() for p in work.iterdir() if p.is_file() and p.name in before} == before

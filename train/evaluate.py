@@ -112,6 +112,8 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         result.update(model=str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model"),
                       data=str(data), platform=platform, split=split, part=part, records=int(len(rows)),
                       tasks=result["tasks"], head=head)
+        if hasattr(pred_obj.featurizer, "spec_for"):  # features that depend on the platform's hardware: whose
+            result["hardware_spec"] = pred_obj.featurizer.spec_for(ds.platforms[platform]).name
         result["_arrays"] = dict(task=task, pred=pred, latency=latency, score=score, networks=networks)
         if baselines:
             result["_arrays"]["baselines"] = _baseline_scores(ds, platform, rows, seed)

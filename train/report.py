@@ -67,6 +67,13 @@ def topk_curves(result: dict, ks=None) -> dict[str, list[float]]:
             for name, draws in preds.items()}
 
 
+TAIL_KEYS = ("pairwise_q25", "top1_q25", "pairwise_q10", "top1_q10", "pick1", "pick8", "pick32")
+TAIL_NOTES = {"pairwise_q25": " (within each task's best quarter)", "top1_q25": " (within each task's best quarter)",
+              "pairwise_q10": " (within each task's best tenth)", "top1_q10": " (within each task's best tenth)",
+              "pick1": " (best of the model's 1 pick / task's best)", "pick8": " (best of its 8 picks)",
+              "pick32": " (best of its 32 picks)"}
+
+
 def write_report(result: dict, out) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -80,8 +87,9 @@ def write_report(result: dict, out) -> Path:
              f"Dataset `{result['data']}`, platform `{result['platform']}`, split `{result['split']}` "
              f"({result['part']}), {result['records']} records, {len(result['tasks'])} tasks.", "",
              "| metric | value |", "| --- | --- |"]
-    for k in ("top1", "top5", "pairwise", "ndcg"):
-        lines.append(f"| {k} | {result[k]:.4f} |")
+    for k in ("top1", "top5", "pairwise", "ndcg", *TAIL_KEYS):
+        if k in result:
+            lines.append(f"| {k}{TAIL_NOTES.get(k, '')} | {result[k]:.4f} |")
     curves = topk_curves(result)  # k = 1..20: the plot's, whose first and fifth the table prints
     if len(curves) > 1:
         lines += ["", "## Beside the baselines (same records, mean top-k over tasks)", "",

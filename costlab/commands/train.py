@@ -210,6 +210,11 @@ def _evaluate(args) -> int:
         print(f"{plain['model']} on {plain['platform']} ({plain['records']} records, split {plain['split']}): "
               f"top1 {plain['top1']:.4f}  top5 {plain['top5']:.4f}  pairwise {plain['pairwise']:.4f}  "
               f"ndcg {plain['ndcg']:.4f}")
+        print(f"  best quarter: pairwise {plain['pairwise_q25']:.4f}  top1 {plain['top1_q25']:.4f};  best tenth: "
+              f"pairwise {plain['pairwise_q10']:.4f}  top1 {plain['top1_q10']:.4f};  model's picks: top-1 "
+              f"{plain['pick1']:.4f}  top-8 {plain['pick8']:.4f}  top-32 {plain['pick32']:.4f}")
+        if plain.get("hardware_spec"):
+            print(f"  features computed with the hardware spec of {plain['hardware_spec']}")
         for n, v in sorted(plain["networks"].items()):
             print(f"  {n}: top1 {v['top1']:.4f}  top5 {v['top5']:.4f}")
     return 0

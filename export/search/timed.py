@@ -5,6 +5,12 @@ builder built (``TimedBuilder``) and the runner ran (the rest, until the batch's
 callbacks); ``TuneProgress`` writes them into each batch's line of ``progress.jsonl``. ``TimedSearch`` ends
 a task's search once the run's deadline has passed: MetaSchedule's task scheduler then finishes with every
 measured batch in the database.
+
+The clock also holds the budgets every batch is cut to (``RoundClock.affordable``): the trials the run has left
+(``trials_left``, shared by all tasks of a network: MetaSchedule's task scheduler checks its global budget only
+before a round, so its last round would run past it), and, once a batch has been measured, the deadline: a
+batch is cut to the programs that the last batch's build and run seconds per program say can be measured
+before it, and none starts when not one fits.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ class RoundClock:
         self.first_batch_at: float | None = None
         self.stopped_by_deadline = False
         self.lost: str | None = None  # why the remote device was given up (``datasets.remote``)
+        self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
+        self.per_program_s: float | None = None  # the last batch's build and run seconds per program
+        self._batch_n = 0
 
     def lose(self, reason: str) -> None:
         """The runner's device stopped answering: no new round starts."""
@@ -56,6 +65,22 @@ class RoundClock:
             return True
         return False
 
+    def affordable(self, n: int) -> int:
+        """How many of a batch of ``n`` candidates may be measured: no more than the trials left, and no more than
+        fit before the deadline at the last batch's seconds per program; counted against the trials left."""
+        if self.trials_left is not None:
+            n = min(n, self.trials_left)
+        if self.deadline is not None and self.per_program_s:
+            fit = int((self.deadline - time.time()) / self.per_program_s)
+            if fit < n:
+                n = max(0, fit)
+                if n == 0:
+                    self.stopped_by_deadline = True
+        if self.trials_left is not None:
+            self.trials_left -= n
+        self._batch_n = n
+        return n
+
     def built(self, t0: float) -> None:
         """A build that began at ``t0`` (``time.perf_counter``) has just ended; the run starts now."""
         self._built_at = time.perf_counter()
@@ -67,6 +92,8 @@ class RoundClock:
         run_s = now - self._built_at if self._built_at is not None else None
         row = dict(search_s=round(self.search_s, 4), build_s=round(self.build_s, 4),
                    run_s=round(run_s, 4) if run_s is not None else None)
+        if run_s is not None and self._batch_n:
+            self.per_program_s = (self.build_s + run_s) / self._batch_n
         if self.first_batch_at is None:
             self.first_batch_at = time.time()
         self.search_s = self.build_s = 0.0
@@ -96,7 +123,10 @@ class TimedSearch(PySearchStrategy):
         t0 = time.perf_counter()
         out = self.inner.generate_measure_candidates()
         self.clock.search_s += time.perf_counter() - t0
-        return out
+        if out is None:
+            return None
+        n = self.clock.affordable(len(out))
+        return list(out)[:n] if n > 0 else None
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
