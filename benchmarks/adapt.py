@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import sys
 import time
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from costlab.common.host import describe_host, host_info
+from costlab.costmodels.predictors import weights_sha256
 from costlab.costmodels import metrics
 from costlab.costmodels.recipe import RECIPES, fit_lists, scores_of, task_lists
 from costlab.costmodels.tensors import take_rows
@@ -161,7 +163,8 @@ def main(argv=None) -> int:
     host = host_info()
     state.setdefault("host", describe_host(host))
     state.setdefault("cells", {})
-    state.update(model=a.model, data=str(a.data), recipes={r: RECIPES[r].to_dict() for r in recipes})
+    state.update(model=a.model, model_sha256=weights_sha256(a.model), data=str(a.data),
+                 recipes={r: RECIPES[r].to_dict() for r in recipes})
 
     pred0 = load_predictor(a.model)
     psa = load_predictor("psa")
@@ -176,6 +179,9 @@ def main(argv=None) -> int:
         n_records = len(table)
     t_ids, counts = np.unique(task, return_counts=True)
     tasks = t_ids[counts >= 2]
+    # what identifies the data whatever file holds it: the records' tasks, latencies and schedules, hashed
+    digest = hashlib.sha256(task.tobytes() + np.nan_to_num(latency, posinf=-1.0).tobytes()).hexdigest()
+    state.update(platform=platform, records=int(n_records), data_records_sha256=digest)
     print(f"{a.data} {platform}: {n_records} records, {len(tasks)} tasks; host {state['host']}", file=sys.stderr)
     for s in range(a.splits):
         perm = np.random.default_rng(s).permutation(tasks)

@@ -40,6 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tuning import COSTLAB, _Lock, _progress, _tasks_of  # noqa: E402
 
+from costlab.costmodels.predictors import weights_sha256  # noqa: E402
+
 SEQ = "64"
 PAIRS = {
     # shapes only: two sizes of one architecture
@@ -113,6 +115,7 @@ def _run_pair(pair: str, args, out: Path) -> None:
         from costlab.common.host import host_info
 
         (work / "done.json").write_text(json.dumps(dict(wall_s=time.time() - t0, host=host_info(), cmd=cmd[2:],
+                                                        model=args.model, model_sha256=weights_sha256(args.model),
                                                         at=time.strftime("%Y-%m-%d %H:%M:%S"))))
 
 

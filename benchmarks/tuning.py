@@ -301,28 +301,16 @@ def retime(args) -> int:
     return table(args)
 
 
-def _model_hash(model: str | None) -> str | None:
-    """The hash of the model's weights as its config records it (shipped names resolved)."""
-    if not model or model in ("psa", "random"):
-        return None
-    from costlab.costmodels.predictors import resolve
-
-    try:
-        config = json.loads((Path(resolve(model)) / "config.json").read_text())
-    except Exception:  # noqa: BLE001  an archive or a run dir: the table says so
-        return None
-    return config.get("weights_sha256")
-
-
 def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "benchmark.json"
     from costlab.common.host import host_info
+    from costlab.costmodels.predictors import weights_sha256
     from costlab.datasets.targets import runnable_target
 
     info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model,
-                model_sha256=_model_hash(args.model))
+                model_sha256=weights_sha256(args.model))
     if meta.exists():
         old = json.loads(meta.read_text())
         if old["host"] != info["host"] or old["trials"] != info["trials"]:

@@ -14,6 +14,8 @@ every worker.
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -132,6 +134,17 @@ def resolve(model) -> Path:
         if found is not None:
             return found
     return path
+
+
+def weights_sha256(model) -> str | None:
+    """The hash of a model's weights as its config records it (shipped names and run dirs resolved): what a
+    benchmark records beside its figures. None for psa, random, an archive or a model without one."""
+    if not model or str(model) in ("psa", "random"):
+        return None
+    try:
+        return json.loads((resolve(model) / "config.json").read_text()).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
