@@ -30,14 +30,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
-from costlab.common.host import describe_host, host_difference, host_info, same_host
+from costlab.common.host import host_info
 from costlab.common.files import write_atomically
 from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
 from costlab.datasets.records import record_latency
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
-from costlab.export.workdir import lock_work_dir
+from costlab.export.workdir import check_same_host, lock_work_dir
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
@@ -497,7 +497,6 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
             "ms_defaults", "per_iter", "population", "verify_fraction")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
     mine["target"] = plain_json(target.export())
-    here = host_info()
     if path.exists() or path.is_symlink():
         try:
             old = json.loads(path.read_text())
@@ -509,14 +508,10 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
                                    "in another --work-dir, or remove it if you know the run's options")
         if "target" in old:
             old["target"] = _same_target(old["target"])
-        there = old.pop("host", None)  # runs made before the host was recorded have none
-        if there and not same_host(there, here):
-            raise UsageError(f"{work} holds a run measured on {describe_host(there)}; this machine is "
-                             f"{describe_host(here)} ({host_difference(there, here)}): continuing it would mix two "
-                             f"machines' timings in one database; tune in another --work-dir (--transfer-from {work} "
-                             "starts from its programs)")
+        check_same_host(work, "continuing it")
+        old.pop("host", None)
         if old != mine:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine[k]!r}" for k in keys if old.get(k) != mine[k])
             raise UsageError(f"{work} holds a tuning run with other options ({diff}); continue it with the same "
                              "options, or tune in another --work-dir")
-    return dict(mine, host=here)
+    return dict(mine, host=host_info())

@@ -12,6 +12,25 @@ from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
 
 LOCK_FILE = ".costlab_tune.lock"
+RUN_FILE = "costlab_run.json"  # the options of the tuning run a work dir holds, and the host that measured it
+
+
+def check_same_host(work: Path, command: str) -> None:
+    """A work dir's records are one machine's timings: a UsageError, in one line, when its ``costlab_run.json``
+    records another host than this one (a command here would mix two machines' records in one database and
+    compare them). A work dir without a recorded host (made before hosts were recorded) passes."""
+    from costlab.common.host import describe_host, host_difference, host_info, same_host
+
+    try:
+        there = json.loads((Path(work) / RUN_FILE).read_text()).get("host")
+    except (OSError, ValueError, AttributeError):
+        return
+    here = host_info()
+    if isinstance(there, dict) and not same_host(there, here):
+        raise UsageError(f"{work} holds a run measured on {describe_host(there)}; this machine is "
+                         f"{describe_host(here)} ({host_difference(there, here)}): {command} here would mix two "
+                         f"machines' timings in one database; use another --work-dir (--transfer-from {work} starts "
+                         "from its programs)")
 
 
 def lock_work_dir(work: Path, command: str = "tune"):

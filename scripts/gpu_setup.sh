@@ -149,7 +149,10 @@ PYEOF
 )
   case $state in
     complete) ;;
-    bad*) rm -f "$stash/${state#bad }"; die "damaged in transfer (size or SHA-256 differs), removed: ${state#bad }" ;;
+    bad*)  # each damaged part removed by its own path (their names are space-separated, none has a space)
+      local name
+      for name in ${state#bad }; do rm -f "$stash/$name"; done
+      die "damaged in transfer (size or SHA-256 differs), removed: ${state#bad }" ;;
     *) echo "gpu_setup: $state" >&2; exit 3 ;;
   esac
   local tmp

@@ -203,3 +203,20 @@ def test_the_demo_refuses_an_unknown_step_before_anything(tmp_path):
     assert done.returncode == 1
     assert _lines(done.stderr) == ["gpu_demo: unknown step bogus (data features train tune)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_every_part_damaged_in_transfer_is_removed_from_the_stash(tmp_path, packed):
+    """Two parts whose bytes differ from the manifest's sums: both are named and both removed, so the next
+    transfer brings them again (their names went to rm as one path before)."""
+    repo, parts = packed
+    manifest = json.loads((parts / MANIFEST).read_text())
+    dir_ = tmp_path / "bad"
+    shutil.copytree(parts, dir_)
+    for p in manifest["parts"]:
+        f = dir_ / p["name"]
+        f.write_bytes(f.read_bytes()[:-1] + b"\0")
+    done, _ = _install(tmp_path, repo, dir_, manifest)
+    assert done.returncode == 1, done.stderr
+    (line,) = _lines(done.stderr)
+    assert "damaged in transfer" in line and all(p["name"] in line for p in manifest["parts"])
+    assert not any((tmp_path / "stash" / p["name"]).exists() for p in manifest["parts"])

@@ -373,7 +373,8 @@ def test_a_finished_run_re_run_keeps_its_summary(tmp_path, capsys):
 
 def test_a_work_dir_of_another_machine_is_not_continued(tmp_path, capsys, monkeypatch):
     """A work dir records the host that measured it; continuing it on another CPU (a Zen 4's description faked)
-    would mix two machines' timings in one database: refused in one line, nothing measured or written."""
+    would mix two machines' timings in one database: tune, exploit and transfer into it are refused in one line,
+    nothing measured or written."""
     from costlab.common.host import FAKE_HOST_ENV
 
     work = tmp_path / "w"
@@ -386,4 +387,9 @@ def test_a_work_dir_of_another_machine_is_not_continued(tmp_path, capsys, monkey
     assert main(argv[:4] + ["4"] + argv[5:]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds a run measured on" in err[0] and "another --work-dir" in err[0]
+    assert main(["exploit", "--work-dir", str(work), "--trials", "2", "--no-progress"]) == 2
+    assert main(["transfer", "--from", str(work), "--workload", "GMM:1,8,8,8", "--work-dir", str(work),
+                 "--no-progress"]) == 2
+    errs = capsys.readouterr().err.strip().splitlines()
+    assert len(errs) == 2 and all("holds a run measured on" in e for e in errs), errs
     assert {p.name: p.read_bytes() for p in work.iterdir() if p.is_file() and p.name in before} == before

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.export.tasks import measuring_target, target_cores, workload_tasks
-from costlab.export.workdir import lock_work_dir, read_state, write_state
+from costlab.export.workdir import check_same_host, lock_work_dir, read_state, write_state
 
 STATE_FILE = "transfer.json"
 MAX_SEED = 2**31 - 1  # seeds of MetaSchedule's random state are 0 to 2^31 - 2
@@ -256,6 +256,7 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     work = Path(opts.work_dir)
     if work.exists() and not work.is_dir():
         raise InputError(work, "exists and is not a directory (--work-dir)")
+    check_same_host(work, "transferring into it")
     sources = usable_sources(opts.sources, opts.per_source, exclude=[work])  # before anything is written
     work.mkdir(parents=True, exist_ok=True)
     lock = lock_work_dir(work, "transfer")
