@@ -32,13 +32,16 @@ that nothing else costlab starts under that lock measures at the same time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import gzip
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -188,14 +191,31 @@ def _mean(secs) -> float:
     return sum(vals) / len(vals)
 
 
+@contextlib.contextmanager
+def _plain_database(work: Path):
+    """The folder of a run's database as MetaSchedule reads it: the work dir, or for a run archived with its
+    database gzipped (``archive``), a temporary folder with the two files unpacked."""
+    names = ("database_workload.json", "database_tuning_record.json")
+    if all((work / n).exists() for n in names) or not all((work / f"{n}.gz").exists() for n in names):
+        yield work
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in names:
+            with gzip.open(work / f"{n}.gz", "rb") as src, open(Path(tmp) / n, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        yield Path(tmp)
+
+
 def _best_programs(work: Path, top: int) -> list:
     """``(record, trace JSON)`` of a run's ``top`` fastest distinct programs by their tuning measurement."""
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.ms_workload import plain_json
 
-    db = ms.database.JSONDatabase(work_dir=str(work))
-    ranked = sorted((r for r in db.get_all_tuning_records() if r.run_secs), key=lambda r: _mean(r.run_secs))
+    with _plain_database(work) as where:
+        db = ms.database.JSONDatabase(work_dir=str(where))
+        records = db.get_all_tuning_records()
+    ranked = sorted((r for r in records if r.run_secs), key=lambda r: _mean(r.run_secs))
     best, seen = [], set()
     for r in ranked:
         trace = json.dumps(plain_json(r.trace.as_json()))
