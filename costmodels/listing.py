@@ -10,7 +10,7 @@ splits (MetaSchedule's default cost model: the figure to beat). Every config is 
 from __future__ import annotations
 
 from costlab.costmodels.artifact import read_config
-from costlab.costmodels.shipped import shipped_names, shipped_path
+from costlab.costmodels.shipped import aliases, shipped_names, shipped_path
 
 COLUMNS = ("NAME", "KIND", "TARGET", "TRAINED ON", "HELD-OUT TOP-1", "XGBOOST TOP-1")
 
@@ -19,10 +19,11 @@ def shipped_models() -> list[dict]:
     """The raw record of each shipped model: name, path, kind, platforms, targets, and what its config says of
     the corpus it trained on, the training data and the held-out figures (None where it says nothing)."""
     rows = []
+    alias = aliases()
     for name in shipped_names():
         path = shipped_path(name)
         c = read_config(path)
-        rows.append(dict(name=name, path=str(path), kind=c["kind"], platforms=c["platforms"],
+        rows.append(dict(name=name, alias_of=alias.get(name), path=str(path), kind=c["kind"], platforms=c["platforms"],
                          targets=c.get("targets"), corpus=c.get("corpus"), data=c.get("data"),
                          held_out=c.get("held_out")))
     return rows
@@ -66,13 +67,16 @@ def models_table(rows: list[dict]) -> str:
     """The rows as an aligned table, with a line saying what the held-out figures are."""
     if not rows:
         return "no shipped models"
-    cells = [COLUMNS] + [(r["name"], r["kind"],
+    cells = [COLUMNS] + [(r["name"] + (f" = {r['alias_of']}" if r.get("alias_of") else ""), r["kind"],
                           ", ".join(target_text((r.get("targets") or {}).get(p)) for p in r["platforms"]) or "-",
                           trained_on(r), held_out_top1(r, r["kind"]), held_out_top1(r, "xgb")) for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells]
     lines.append("")
     for r in rows:
+        if r.get("alias_of"):
+            lines.append(f"{r['name']} is {r['alias_of']} now; every version stays loadable by its versioned name")
+            continue
         held = r.get("held_out") or {}
         if held.get("mean"):
             splits = held.get("splits") or []

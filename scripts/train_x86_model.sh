@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Trains the shipped x86-cpu model from the committed corpus (corpus/, scripts/make_corpus.sh): unpacks it,
 # trains PaCM on every task (10% of the tasks held out for validation pick the checkpoint) with the settings
-# docs/training.md reports, and exports the model into costmodels/models/x86-cpu.
+# docs/training.md reports, and exports the model into costmodels/models/x86-cpu-$VERSION (a new version never
+# replaces an older one's folder; costmodels/models/aliases.json says which version the plain name x86-cpu is).
 #
-# Usage: scripts/train_x86_model.sh [WORK_DIR] [all|annotate]   (default build/x86-cpu, all; EPOCHS=60)
+# Usage: VERSION=v2 scripts/train_x86_model.sh [WORK_DIR] [all|annotate]   (default build/x86-cpu, all; EPOCHS=60)
 #   annotate: only (re)write what config.json says of the corpus and of HELD_OUT, the weights untouched
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${1:-$ROOT/build/x86-cpu}"
 STEP="${2:-all}"
+VERSION="${VERSION:?set VERSION (v1, v2, ...): the model goes to costmodels/models/x86-cpu-VERSION}"
+DEST="$ROOT/costmodels/models/x86-cpu-$VERSION"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
 if [ "$STEP" = all ]; then
   mkdir -p "$WORK"
@@ -17,18 +20,18 @@ if [ "$STEP" = all ]; then
   fi
   "$COSTLAB" train --model pacm --data "$WORK/corpus.h5" --out "$WORK/run" --epochs "${EPOCHS:-60}" \
     --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress
-  rm -rf "$ROOT/costmodels/models/x86-cpu"
-  "$COSTLAB" export "$WORK/run" -o "$ROOT/costmodels/models/x86-cpu" --force
+  rm -rf "$DEST"
+  "$COSTLAB" export "$WORK/run" -o "$DEST" --force
 fi
 # what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
 # HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits (its --json), those
 # figures: each model's mean over the splits and its top-1 per split
-"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" <<'PY'
+"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" "$DEST" <<'PY'
 import json, sys
 from pathlib import Path
-root, held_out = Path(sys.argv[1]), sys.argv[2]
+root, held_out, dest = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 info = json.loads((root / "corpus" / "info.json").read_text())
-path = root / "costmodels" / "models" / "x86-cpu" / "config.json"
+path = dest / "config.json"
 config = json.loads(path.read_text())
 pid = config["platforms"][0]
 host = (config.get("hosts") or {}).get(pid) or {}

@@ -126,3 +126,25 @@ def test_tail_metrics_hand_example():
     assert m["pick8"] == pytest.approx(1.0) and m["pick32"] == pytest.approx(1.0)
     full = summary(task, pred, lat, np.where(np.isfinite(lat), 1.0 / lat, 0.0))
     assert all(full[k] == pytest.approx(v) for k, v in m.items())
+
+
+def test_tail_lists_are_drawn_from_each_tasks_best_programs():
+    """``data_options.tail_lists``: per task and epoch, that many more lists, each of the task's best quarter
+    of programs by score (unlabelled ones never in them); evaluation batches get none."""
+    from costlab.train.data import ListSampler
+
+    task = np.repeat(np.arange(3), 20)
+    score = np.tile(np.linspace(0.05, 1.0, 20), 3)
+    score[19] = np.nan  # task 0's best-scored slot unlabelled: not in its tail
+    plain = ListSampler(task, np.arange(60), list_size=8, lists_per_batch=1, shuffle=True, seed=0)
+    tail = ListSampler(task, np.arange(60), list_size=8, lists_per_batch=1, shuffle=True, seed=0, score=score,
+                       tail_lists=2, tail_fraction=0.25)
+    extra = [b[0] for b in tail if len(b[0]) == 5]  # the whole lists are 8, 8 and 4 long
+    assert len(list(tail)) == len(list(plain)) + 6 and len(extra) == 6
+    for rows in extra:
+        t = task[rows[0]]
+        best = {r for r in range(20 * t, 20 * t + 20) if np.isfinite(score[r])}
+        top = sorted(best, key=lambda r: -score[r])[:5]
+        assert (task[rows] == t).all() and set(rows.tolist()) == set(top)
+    evaluation = ListSampler(task, np.arange(60), 8, 1, shuffle=False, seed=0, score=score, tail_lists=2)
+    assert len(list(evaluation)) == len(list(plain))

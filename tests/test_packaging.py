@@ -27,11 +27,12 @@ def test_wheel_installs_only_costlab(tmp_path):
         for init in (REPO / folder).rglob("__init__.py"):
             rel = init.relative_to(REPO / folder)
             assert f"costlab/{folder}/{rel.as_posix()}" in names, f"{folder}/{rel.parent} is not in the wheel"
-    from costlab.costmodels.shipped import shipped_names
+    from costlab.costmodels.shipped import versioned_names
 
-    for name in shipped_names():  # the shipped models travel in the wheel
+    for name in versioned_names():  # the shipped models travel in the wheel, with the aliases of their names
         assert {f"costlab/costmodels/models/{name}/config.json",
                 f"costlab/costmodels/models/{name}/model.safetensors"} <= set(names)
+    assert "costlab/costmodels/models/aliases.json" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "costlab = costlab.cli:main" in entry
 

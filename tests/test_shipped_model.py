@@ -1,4 +1,4 @@
-"""The shipped x86-cpu model (costmodels/models/x86-cpu, made by scripts/train_x86_model.sh from corpus/):
+"""The shipped x86-cpu model (costmodels/models/x86-cpu-v1 under the alias x86-cpu, made by scripts/train_x86_model.sh from corpus/):
 listed by `costlab models` with the corpus it trained on, loaded by name without Lightning, scoring live
 candidates, and ranking measured programs it never saw (another machine, the generic x86-64 target) above
 chance."""
@@ -69,3 +69,20 @@ def test_ranks_programs_it_never_saw_above_chance():
     curves = topk_curves(result, ks=(1, 5))
     assert result["pairwise"] > 0.5, result["pairwise"]
     assert curves["model"][0] > curves["random"][0] + 0.1, curves
+
+
+def test_versioned_names_and_the_alias_load_the_same_weights(capsys):
+    """x86-cpu is an alias of a versioned model (costmodels/models/aliases.json); both names load, with the
+    same weights, and `costlab models` says which the alias stands for."""
+    from costlab.costmodels.predictors import weights_sha256
+    from costlab.costmodels.shipped import aliases, shipped_path, versioned_names
+
+    version = aliases()["x86-cpu"]
+    assert version in versioned_names() and version.startswith("x86-cpu-v")
+    assert shipped_path("x86-cpu") == shipped_path(version)
+    assert weights_sha256("x86-cpu") == weights_sha256(version) is not None
+    assert main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["x86-cpu"]["alias_of"] == version and rows[version]["alias_of"] is None
+    assert main(["models"]) == 0
+    assert f"x86-cpu is {version} now" in capsys.readouterr().out

@@ -12,7 +12,8 @@ command line as ``--set section.key=value``.
     lr_schedule: constant       # or cosine (decays to 1% of lr over max_epochs)
     weight_decay: 1.0e-6
     net: {d_model: 256}         # net options (see costmodels/*_net.py)
-    data_options: {list_size: 32, lists_per_batch: 16, val_fraction: 0.1, keep_fraction: {}}
+    data_options: {list_size: 32, lists_per_batch: 16, val_fraction: 0.1, keep_fraction: {},
+                   tail_lists: 0, tail_fraction: 0.25}   # tail_lists: per task and epoch, lists of its best programs
     trainer: {max_epochs: 50, gradient_clip_val: 0.5, accelerator: auto, devices: auto, strategy: auto}
     momentum: null              # MoA fine-tuning: EMA factor (0.99) of the momentum copy
     momentum_every: 1           # epochs per momentum round
@@ -44,7 +45,7 @@ DEFAULTS = {
     "weight_decay": 1e-6,
     "net": {},
     "data_options": {"list_size": 32, "lists_per_batch": 16, "val_fraction": 0.1, "keep_fraction": {},
-                     "num_workers": 0},
+                     "num_workers": 0, "tail_lists": 0, "tail_fraction": 0.25},
     "trainer": {"max_epochs": 50, "gradient_clip_val": 0.5, "accelerator": "auto", "devices": "auto",
                 "strategy": "auto", "num_nodes": 1, "log_every_n_steps": 10},
     "momentum": None,
@@ -167,6 +168,8 @@ CHECKS = {
     "data_options.lists_per_batch": (int, _positive, "a positive integer"),
     "data_options.val_fraction": (float, lambda x: 0 <= x < 1, "a number from 0 to 1 (1 excluded)"),
     "data_options.num_workers": (int, _non_negative, "an integer >= 0"),
+    "data_options.tail_lists": (int, _non_negative, "an integer >= 0"),
+    "data_options.tail_fraction": (float, lambda x: 0 < x <= 1, "a number above 0, at most 1"),
 }
 NULLABLE = {"momentum", "trainer.gradient_clip_val"}
 SECTIONS = ("net", "data_options", "trainer")

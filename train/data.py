@@ -34,6 +34,10 @@ class DataConfig:
     split: str | None = None
     list_size: int = 32
     lists_per_batch: int = 16
+    # lists that teach the tail: per task and epoch, this many more lists drawn from its best ``tail_fraction``
+    # of programs (by the target platform's score), where a search decides between near-best programs
+    tail_lists: int = 0
+    tail_fraction: float = 0.25
     val_fraction: float = 0.1
     keep_fraction: dict = field(default_factory=dict)  # {platform: fraction of labels kept}
     seed: int = 0
@@ -48,11 +52,22 @@ class ListSampler(torch.utils.data.Sampler):
     seed; Lightning calls ``set_epoch``. It shards itself under DDP (the Trainer is told not to wrap it)."""
 
     def __init__(self, task: np.ndarray, rows: np.ndarray, list_size: int, lists_per_batch: int,
-                 shuffle: bool, seed: int):
+                 shuffle: bool, seed: int, score: np.ndarray | None = None, tail_lists: int = 0,
+                 tail_fraction: float = 0.25):
         t = task[rows]
         order = np.argsort(t, kind="stable")
         bounds = np.flatnonzero(np.diff(t[order])) + 1
         self.groups = [rows[g] for g in np.split(order, bounds) if g.size]
+        # each task's best programs by score (NaN: unlabelled, never in a tail list), for the tail lists
+        self.tails = []
+        if tail_lists > 0 and shuffle and score is not None:
+            for g in self.groups:
+                s = np.nan_to_num(score[g], nan=-np.inf)
+                n = max(2, int(np.ceil(tail_fraction * np.isfinite(s).sum())))
+                best = g[np.argsort(-s, kind="stable")[:n]]
+                if np.isfinite(s).sum() >= 4 and best.size >= 2:
+                    self.tails.append(best)
+        self.tail_lists = tail_lists
         self.list_size, self.lists_per_batch = list_size, lists_per_batch
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self._planned: tuple = (None, [])
@@ -75,6 +90,9 @@ class ListSampler(torch.utils.data.Sampler):
                 part = g[a : a + self.list_size]
                 if len(part) >= 2 or not self.shuffle:  # a list of one record teaches no ranking
                     lists.append(part)
+        for best in self.tails:
+            for _ in range(self.tail_lists):
+                lists.append(rng.permutation(best)[: self.list_size])
         if self.shuffle:
             lists = [lists[i] for i in rng.permutation(len(lists))]
         n = self.lists_per_batch
@@ -228,7 +246,8 @@ class CostDataModule(L.LightningDataModule):
     # -- loaders -----------------------------------------------------------------------------------
     def _loader(self, rows, shuffle: bool):
         cfg = self.config
-        sampler = ListSampler(self.labels.task, rows, cfg.list_size, cfg.lists_per_batch, shuffle, cfg.seed)
+        sampler = ListSampler(self.labels.task, rows, cfg.list_size, cfg.lists_per_batch, shuffle, cfg.seed,
+                              score=self.labels.score[:, 0], tail_lists=cfg.tail_lists, tail_fraction=cfg.tail_fraction)
         return torch.utils.data.DataLoader(BatchReader(self), sampler=sampler, batch_size=None,
                                            num_workers=cfg.num_workers)
 
