@@ -38,8 +38,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tuning import COSTLAB, _Lock, _progress, _tasks_of  # noqa: E402
+from tuning import COSTLAB, _progress, _tasks_of  # noqa: E402
 
+from costlab.common.cpu_lock import cpu_lock  # noqa: E402
 from costlab.costmodels.predictors import weights_sha256  # noqa: E402
 
 SEQ = "64"
@@ -87,7 +88,7 @@ def run(args) -> int:
         runs = out / "runs" / pair
         if all((runs / arm / "done.json").exists() for arm in ARMS) and not all(
                 "rounds_ms" in _summary(runs / arm).get("network", {}) for arm in ARMS[1:]):
-            with _Lock():
+            with cpu_lock():
                 _retime(runs, PAIRS[pair][1], args.target)
     return table(args)
 
@@ -105,7 +106,7 @@ def _run_pair(pair: str, args, out: Path) -> None:
                                                                                          ".costlab_tune.lock"))
         work.mkdir(parents=True, exist_ok=True)
         print(f"[{time.strftime('%H:%M:%S')}] {pair} {arm}", flush=True)
-        with _Lock(), open(work / "run.log", "a") as log:
+        with cpu_lock(), open(work / "run.log", "a") as log:
             cmd = _cmd(arm, pair, args, out)  # extracts the network's tasks: under the lock too
             t0 = time.time()
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work).returncode

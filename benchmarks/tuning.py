@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import gzip
 import json
 import math
@@ -45,9 +44,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from costlab.common.cpu_lock import cpu_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
-LOCK = "/tmp/costlab-cpu.lock"
 
 # Workloads none of which (shapes included) is in the pre-training corpus (scripts/make_corpus.sh)
 WORKLOADS = {
@@ -93,19 +93,6 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-class _Lock:
-    """The machine to itself while a run builds and measures (other costlab jobs wait on the same lock)."""
-
-    def __enter__(self):
-        self.f = open(LOCK, "w")
-        fcntl.flock(self.f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
-
-
 def _finished(work: Path, trials: int) -> bool:
     path = work / "costlab_tune.json"
     if not path.exists():
@@ -120,7 +107,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
     done = (work / "a0.json").exists() if arm == "a0" else _finished(work, _trials(arm, args))
     if done:
         if not (db_dir / "remeasured.json").exists():
-            with _Lock():
+            with cpu_lock():
                 _remeasure(db_dir, args.target)
         return
     if arm == "a0":
@@ -131,7 +118,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
                "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress"]
     work.mkdir(parents=True, exist_ok=True)
     print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}", flush=True)
-    with _Lock():
+    with cpu_lock():
         with open(work / "run.log", "a") as log:
             res = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)
         if res.returncode != 0:
@@ -285,7 +272,7 @@ def remeasure(args) -> int:
     out = Path(args.out)
     found = [*out.glob("runs/*/*/s*/remeasured.json"), *out.glob("runs/a0/*/s*/ms/remeasured.json")]
     for work in sorted(p.parent for p in found):
-        with _Lock():
+        with cpu_lock():
             _remeasure(work, args.target)
         print(f"{work}: {json.loads((work / 'remeasured.json').read_text())['best_us']:.2f} µs", flush=True)
     return table(args)
@@ -316,7 +303,7 @@ def retime(args) -> int:
         if args.workloads and wl not in args.workloads:
             continue
         print(f"[{time.strftime('%H:%M:%S')}] {wl}: {len(works)} runs, {args.rounds} rounds", flush=True)
-        with _Lock():
+        with cpu_lock():
             _retime(works, args.target, args.rounds)
     return table(args)
 
@@ -651,7 +638,7 @@ for _ in range(20):
 us = sorted(best)[len(best) // 2] * 1e6
 print(json.dumps(dict(kernel=kernel, us=us, gflops=2 * 128 ** 3 / us / 1e3, threads=int(os.environ['OPENBLAS_NUM_THREADS']))))
 """
-    with _Lock():
+    with cpu_lock():
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -28,16 +28,16 @@ and flagged), records the platform's host, and writes ``costlab dataset pack``'s
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from costlab.common.cpu_lock import cpu_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
-LOCK = "/tmp/costlab-cpu.lock"
 DONE = "trajectory.done"
 YIELD_S = 5  # after each task the lock is left free this long, so a waiting test run or benchmark gets it
 
@@ -165,19 +165,6 @@ def check_host(folder: Path, host: dict) -> None:
     tmp.replace(path)
 
 
-class _Lock:
-    """The machine to itself while a task builds and measures (other costlab jobs wait on the same lock)."""
-
-    def __enter__(self):
-        self.f = open(LOCK, "w")
-        fcntl.flock(self.f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
-
-
 def tune_command(position: int, work: Path, trials: int, model: str, target: str) -> list[str]:
     cmd = [*COSTLAB, "tune", "--workload", TASKS[position], "--trials", str(trials), "--seed", str(position),
            "--target", target, "--work-dir", str(work), "--no-progress", "--no-check"]
@@ -198,7 +185,7 @@ def run(args) -> int:
             continue
         work.mkdir(parents=True, exist_ok=True)
         started = time.time()
-        with _Lock():
+        with cpu_lock():
             with open(work / "run.log", "a") as log:
                 res = subprocess.run(tune_command(position, work, args.trials, args.model, target),
                                      stdout=log, stderr=subprocess.STDOUT)
@@ -228,7 +215,7 @@ def pack(args) -> int:
         raise SystemExit(f"{folder}: no finished task to pack")
     dest = Path(args.to) / folder.name
     data = folder / "trajectories.h5"
-    with _Lock():  # no task writes its database while it is read
+    with cpu_lock():  # no task writes its database while it is read
         data.unlink(missing_ok=True)
         subprocess.run([*COSTLAB, "dataset", "import-ms", *map(str, works), "-o", str(data), "--platform", folder.name,
                         "--host", str(folder / "host.json")], check=True)

@@ -1,0 +1,26 @@
+"""The machine to one measuring job at a time.
+
+Timings are noisy when anything else builds or measures, so every long job of costlab's that measures (the
+benchmarks, the corpus and trajectory jobs) holds an exclusive ``flock`` on one file while it builds and
+measures, and a test run or another job that takes the same lock waits for it. ``scripts/make_corpus.sh``
+takes the same file with ``flock(1)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+
+CPU_LOCK = "/tmp/costlab-cpu.lock"
+
+
+@contextlib.contextmanager
+def cpu_lock(path: str = CPU_LOCK) -> Iterator[None]:
+    """Hold the machine's measuring lock for the ``with`` block (waits while another job holds it)."""
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
