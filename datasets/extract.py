@@ -19,6 +19,8 @@ and fusion); it is recorded with a platform when measuring, not here.
 
 from __future__ import annotations
 
+import numpy as np
+
 import importlib
 import os
 import sys
@@ -126,6 +128,16 @@ def torch_fn_model(spec: str):
         raise ValueError(f"{spec} must return (model, example_inputs), got {type(result).__name__}")
     model, inputs = result
     return model, tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+
+
+def reference_output(model, inputs) -> np.ndarray:
+    """What the PyTorch model itself computes on ``inputs`` (its first output, as the Relax module returns it):
+    what a tuned build of the network is checked against."""
+    import torch
+
+    with torch.no_grad():
+        out = _FirstOutput(model.eval())(*inputs)
+    return out.detach().cpu().numpy()
 
 
 def network_module(model, inputs, target):

@@ -86,8 +86,30 @@ def build(mod, target, database=None):
         return relax.build(mod, target=target, relax_pipeline=pipeline), tuple(matched)
 
 
-def end_to_end(mod, inputs, target, database, cores: int) -> dict:
-    """Median latency of the network compiled with ``database`` and without any tuning (``BASELINE``)."""
+def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> dict:
+    """The compiled network's output on ``inputs`` against PyTorch's (``reference``): ``status`` ok when every
+    element is within ``rtol`` of it (plus an absolute 1e-4 of the output's largest magnitude, for elements
+    near zero), else differs, with the largest difference."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, device)
+    args = [tvm.runtime.tensor(np.asarray(x.detach().numpy() if hasattr(x, "detach") else x), device) for x in inputs]
+    out = vm["main"](*args)
+    while not hasattr(out, "numpy") and len(out):  # a tuple of outputs: the first, as PyTorch's first
+        out = out[0]
+    got, ref = np.asarray(out.numpy(), np.float64), np.asarray(reference, np.float64)
+    if got.shape != ref.shape:
+        return dict(status="differs", reason=f"shape {list(got.shape)} against PyTorch's {list(ref.shape)}")
+    atol = 1e-4 * max(1.0, float(np.abs(ref).max(initial=0.0)))
+    diff = np.abs(got - ref)
+    ok = bool(np.all(diff <= atol + rtol * np.abs(ref)))
+    return dict(status="ok" if ok else "differs", max_abs_diff=float(diff.max(initial=0.0)), rtol=rtol, atol=atol)
+
+
+def end_to_end(mod, inputs, target, database, cores: int, reference=None) -> dict:
+    """Median latency of the network compiled with ``database`` and without any tuning (``BASELINE``); with
+    ``reference`` (PyTorch's output), the tuned build's output checked against it (``output_check``)."""
     import tvm
 
     os.environ["TVM_NUM_THREADS"] = str(cores)  # this process runs the network: the target's threads
@@ -95,6 +117,9 @@ def end_to_end(mod, inputs, target, database, cores: int) -> dict:
     tuned, (hit, n) = build(mod, target, database)
     t_tuned = time_network(tuned, inputs, device)
     t_untuned = time_network(build(mod, target)[0], inputs, device)
-    return dict(tuned_ms=round(t_tuned * 1e3, 4), untuned_ms=round(t_untuned * 1e3, 4),
-                speedup=round(t_untuned / t_tuned, 3) if t_tuned > 0 else None, threads=cores, untuned=BASELINE,
-                tuned_functions=hit, functions=n)
+    out = dict(tuned_ms=round(t_tuned * 1e3, 4), untuned_ms=round(t_untuned * 1e3, 4),
+               speedup=round(t_untuned / t_tuned, 3) if t_tuned > 0 else None, threads=cores, untuned=BASELINE,
+               tuned_functions=hit, functions=n)
+    if reference is not None:
+        out["output_check"] = check_output(tuned, inputs, device, reference)
+    return out

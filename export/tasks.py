@@ -49,8 +49,10 @@ class Task:
 
 
 def workload_tasks(opts, target) -> tuple[list[Task], object]:
-    """The tasks to tune, and the network's Relax module and inputs (None for workloads)."""
-    from costlab.datasets.extract import network_module, te_workload_task, torch_fn_model, workload_json_mod
+    """The tasks to tune, and the network's Relax module, inputs and PyTorch's own output on them (None for
+    workloads)."""
+    from costlab.datasets.extract import (network_module, reference_output, te_workload_task, torch_fn_model,
+                                          workload_json_mod)
 
     if opts.workloads:
         out, seen = [], {}
@@ -74,6 +76,7 @@ def workload_tasks(opts, target) -> tuple[list[Task], object]:
         else:
             model, inputs, _ = hf_models.build(opts.network, opts.batch, opts.seq_len)
         mod = network_module(model, inputs, target)
+        reference = reference_output(model, inputs)
     except ValueError as exc:
         raise UsageError(f"--network {opts.network}: {exc}") from None
     except Exception as exc:  # noqa: BLE001  a model that does not trace or convert (bad inputs, unsupported ops)
@@ -89,4 +92,4 @@ def workload_tasks(opts, target) -> tuple[list[Task], object]:
             raise UsageError(f"--task {' '.join(opts.task_filter)} matches none of the network's tasks: "
                              + ", ".join(sorted(t.name for t in tasks)))
         return picked, None  # a part of the network: no end-to-end comparison
-    return tasks, (mod, inputs)
+    return tasks, (mod, inputs, reference)

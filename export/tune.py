@@ -57,6 +57,7 @@ class TuneOptions:
     max_seconds: float | None = None  # wall-time budget of the whole run (this invocation); None: trials only
     model: str | None = None  # None: MetaSchedule's XGBoost model
     strategy: str | None = None  # default: model-led with a model, evolutionary without
+    task_scheduler: str | None = None  # export/schedulers: default gain for a network, gradient for workloads
     adapt: str = "auto"  # momentum with a learned model, none otherwise (resolved_adapt)
     head: str | None = None
     strict: bool = False
@@ -128,6 +129,12 @@ class TuneOptions:
         if self.ms_defaults and self.rpc_key:
             raise UsageError("--ms-defaults runs MetaSchedule's local builder and runner; it cannot use --rpc-key")
         self.strategy = strategy
+        from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS
+
+        self.task_scheduler = self.task_scheduler or (DEFAULT_FOR_NETWORK if self.network else DEFAULT_FOR_WORKLOADS)
+        if self.task_scheduler not in TASK_SCHEDULERS:
+            raise UsageError(f"--task-scheduler must be one of {', '.join(TASK_SCHEDULERS)}, "
+                             f"not {self.task_scheduler!r}")
 
 
 def _done_per_task(database, tasks: list[Task]) -> list[int]:
@@ -252,6 +259,7 @@ def tune(opts: TuneOptions) -> dict:
     from costlab.datasets.tune_context import tune_context
     from costlab.export.callbacks import run_callbacks
     from costlab.export.progress import TuneProgress
+    from costlab.export.schedulers import make_task_scheduler
     from costlab.export.search.common import RoundLog
     from costlab.export.search.timed import RoundClock, TimedBuilder, stop_requested
 
@@ -310,7 +318,8 @@ def tune(opts: TuneOptions) -> dict:
                               num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
                               runner=runner, database=database,
                               cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
-                              measure_callbacks=run_callbacks(progress.callback()), task_scheduler="gradient")
+                              measure_callbacks=run_callbacks(progress.callback()),
+                              task_scheduler=make_task_scheduler(opts.task_scheduler))
         finally:
             progress.close()
         if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
@@ -377,7 +386,8 @@ def tune(opts: TuneOptions) -> dict:
 
         try:
             summary["network"] = end_to_end(network[0], network[1], target,
-                                            _checked_database(database, tasks, chosen, checked), cores)
+                                            _checked_database(database, tasks, chosen, checked), cores,
+                                            reference=network[2] if checked else None)
         except Exception as exc:  # noqa: BLE001  the tuning it follows is complete: its summary is still written
             summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")
     write_atomically(work / "costlab_tune.json", json.dumps(summary, indent=2, default=str).encode())
@@ -494,7 +504,7 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     Returns the options to record once the run has started."""
     path = work / "costlab_run.json"
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
-            "ms_defaults", "per_iter", "population", "verify_fraction")
+            "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
     mine["target"] = plain_json(target.export())
     if path.exists() or path.is_symlink():
@@ -508,6 +518,7 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
                                    "in another --work-dir, or remove it if you know the run's options")
         if "target" in old:
             old["target"] = _same_target(old["target"])
+        old.setdefault("task_scheduler", "gradient")  # runs recorded before the option was MetaSchedule's gradient
         check_same_host(work, "continuing it")
         old.pop("host", None)
         if old != mine:

@@ -393,3 +393,27 @@ def test_a_work_dir_of_another_machine_is_not_continued(tmp_path, capsys, monkey
     errs = capsys.readouterr().err.strip().splitlines()
     assert len(errs) == 2 and all("holds a run measured on" in e for e in errs), errs
     assert {p.name: p.read_bytes() for p in work.iterdir() if p.is_file() and p.name in before} == before
+
+
+def test_a_tuned_networks_output_is_checked_against_pytorchs(tmp_path, capsys, monkeypatch):
+    """The tuned build's output on the example inputs is compared with the PyTorch module's: equal within
+    float tolerance, it is reported as checked; when it differs (here PyTorch's reference is made to differ,
+    as a wrong program would make the build's), the command says so in one line, exits 1 and the summary keeps
+    the check."""
+    import costlab.datasets.extract as extract
+
+    spec = _torch_net(tmp_path, monkeypatch, "checknet",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()), (torch.randn(2, 16),)\n")
+    argv = ["tune", "--network", spec, "--trials", "2", "--per-iter", "2", "--no-progress"]
+    assert main(argv + ["--work-dir", str(tmp_path / "ok"), "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)["network"]["output_check"]
+    assert check["status"] == "ok" and check["max_abs_diff"] <= check["atol"] + check["rtol"]
+    real = extract.reference_output
+    monkeypatch.setattr(extract, "reference_output", lambda m, x: real(m, x) + 0.5)
+    work = tmp_path / "bad"
+    assert main(argv + ["--work-dir", str(work)]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "differs from PyTorch's" in err[0] and "0.5" in err[0]
+    assert json.loads((work / "costlab_tune.json").read_text())["network"]["output_check"]["status"] == "differs"

@@ -48,6 +48,11 @@ def register(sub) -> None:
                    "MetaSchedule's evolutionary search with a cost model that drafts with PSA and verifies the "
                    "best fraction of every call; evolutionary: MetaSchedule's search with the model (default "
                    "without --model) as its cost model (docs/search.md compares them)")
+    q.add_argument("--task-scheduler", choices=["gain", "gradient", "round-robin"],
+                   help="which of a network's tasks gets the next round: gain (default for a network): after every "
+                   "task's first round, the task expected to save the most end-to-end time per second of tuning "
+                   "(weight x best latency x predicted improvement / seconds per round); gradient, round-robin: "
+                   "MetaSchedule's own (docs/search.md)")
     q.add_argument("--adapt", choices=["auto", "none", "finetune", "momentum"], default="auto",
                    help="online adaptation of the model to the run's measurements (momentum: MoA's Siamese rule; "
                         "auto, the default: momentum for a learned model, none for psa, random or a baseline)")
@@ -120,7 +125,7 @@ def _tune(args) -> int:
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
                        rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, exploit=args.exploit,
                        transfer_from=args.transfer_from, transfer_top=args.transfer_top, progress=not args.no_progress,
-                       check_output=not args.no_check, started_at=started_at)
+                       check_output=not args.no_check, started_at=started_at, task_scheduler=args.task_scheduler)
     if args.transfer_from:  # sources that hold nothing to start from: refused before the work dir is made
         from costlab.export.transfer.run import usable_sources
 
@@ -137,6 +142,14 @@ def _tune(args) -> int:
     if failed:  # tuning is complete and recorded; only the end-to-end comparison is missing
         print(f"error: the tuned network did not build or run end to end ({failed}); the database and "
               f"{args.work_dir}/costlab_tune.json are complete", file=sys.stderr)
+    check = (summary.get("network") or {}).get("output_check") or {}
+    if check.get("status") == "differs":  # timed, but not a tuned network: its output is wrong
+        why = check.get("reason") or f"largest difference {check['max_abs_diff']:.3g}"
+        print(f"error: the tuned network's output differs from PyTorch's on the same inputs ({why}); it is not "
+              f"reported as tuned; the database and {args.work_dir}/costlab_tune.json are complete", file=sys.stderr)
+        failed = failed or "output differs"
+        if not args.json:
+            return 1
     if args.json:
         print(json.dumps(summary, default=str))
         return 1 if failed else 0
@@ -152,7 +165,8 @@ def _tune(args) -> int:
 
     if "network" in summary and not failed:
         n = summary["network"]
+        checked = " (output checked against PyTorch's)" if (n.get("output_check") or {}).get("status") == "ok" else ""
         print(f"network end to end: tuned {n['tuned_ms']:.3f} ms, untuned {n['untuned_ms']:.3f} ms "
-              f"({n['speedup']}x)")
+              f"({n['speedup']}x){checked}")
     print(f"work dir: {args.work_dir} ({summary['wall_s']:.0f} s)", file=sys.stderr)
     return 1 if failed else 0
