@@ -183,8 +183,11 @@ def _plain_database(work: Path):
     """The folder of a run's database as MetaSchedule reads it: the work dir, or for a run archived with its
     database gzipped (``archive``), a temporary folder with the two files unpacked."""
     names = ("database_workload.json", "database_tuning_record.json")
-    if all((work / n).exists() for n in names) or not all((work / f"{n}.gz").exists() for n in names):
+    if all((work / n).exists() for n in names):
         yield work
+        return
+    if not all((work / f"{n}.gz").exists() for n in names):
+        yield None  # no database kept (an archive may leave it out): nothing to read, nothing created
         return
     with tempfile.TemporaryDirectory() as tmp:
         for n in names:
@@ -200,8 +203,9 @@ def _best_programs(work: Path, top: int) -> list:
     from costlab.datasets.ms_workload import plain_json
 
     with _plain_database(work) as where:
-        db = ms.database.JSONDatabase(work_dir=str(where))
-        records = db.get_all_tuning_records()
+        if where is None:
+            return []
+        records = ms.database.JSONDatabase(work_dir=str(where)).get_all_tuning_records()
     ranked = sorted((r for r in records if r.run_secs), key=lambda r: _mean(r.run_secs))
     best, seen = [], set()
     for r in ranked:
@@ -285,7 +289,8 @@ def _retime(works: list[Path], target_text: str, rounds: int, repeat: int = 3, t
     programs, into its retimed.json, with the runs retimed together."""
     at, together = time.strftime("%Y-%m-%d %H:%M:%S"), [str(w.relative_to(w.parents[3])) for w in works]
     for work, programs in _measure_bests(works, target_text, rounds, repeat, top):
-        _write_final(work / "retimed.json", programs, rounds=rounds, repeat=repeat, together=together, at=at)
+        if programs:  # a run whose database was not kept has nothing retimed
+            _write_final(work / "retimed.json", programs, rounds=rounds, repeat=repeat, together=together, at=at)
 
 
 def retime(args) -> int:
