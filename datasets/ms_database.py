@@ -212,13 +212,25 @@ def costs_and_error(run_secs) -> tuple[list[float], int]:
     return costs, rec.ERROR_NONE
 
 
+def _check_host(writer, pid: str, host: dict | None) -> None:
+    """Refuse records of one machine for a platform the dataset holds as another machine's."""
+    from costlab.common.host import describe_host, host_difference, same_host
+
+    known = writer.platforms[pid].host if pid in writer.platforms else None
+    if host and known and not same_host(known, host):
+        raise InputError(writer.path, f"platform {pid!r} holds records measured on {describe_host(known)}; these "
+                                      f"were measured on {describe_host(host)} ({host_difference(known, host)}): "
+                                      "import them as another --platform")
+
+
 def import_ms(work_dirs, out, platform: str | None = None, network: str | None = None,
-              progress: bool = True) -> ImportReport:
+              progress: bool = True, host: dict | None = None) -> ImportReport:
     """Import MetaSchedule databases (one per work directory) into the dataset ``out`` (created if missing).
 
     ``platform`` names the platform of all records; by default it is derived from each record's target
     (``targets.platform_id_for``). ``network`` records all tasks read as one network, each with weight 1.
-    Bad lines are skipped and counted in the report; a work directory without both files is an error
+    ``host`` is the machine that measured the records (``costlab.common.host``), recorded with their platform
+    (a platform already recorded as another machine's is refused). Bad lines are skipped and counted in the report; a work directory without both files is an error
     raised before anything is written. Re-importing adds nothing twice (records dedupe by program id).
     """
     dirs = [Path(d) for d in work_dirs]
@@ -232,6 +244,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
 
         total = sum(_content_size(tr) for _, tr in pairs)
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="import-ms", leave=False, delay=1.0)
+    hosted: set = set()
     with DatasetWriter(out) as writer:
         network_tasks: dict[int, float] = {}
         for wl_path, tr_path in pairs:
@@ -267,9 +280,13 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                     report.problem(f"{where}: record without a target (pass --platform to name one)")
                     continue
                 if pid not in writer.platforms:
-                    writer.add_platform(pid, target or {})
+                    writer.add_platform(pid, target or {}, host=host)
                 elif not writer.platforms[pid].target and target:
                     writer.add_platform(pid, target)
+                if host and pid not in hosted:  # once per platform: the records' machine is the platform's
+                    _check_host(writer, pid, host)
+                    writer.add_platform(pid, writer.platforms[pid].target, host=host)
+                    hosted.add(pid)
                 shash, b64 = workloads[idx]
                 if idx not in task_of:
                     if shash not in task_info:

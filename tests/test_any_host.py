@@ -91,3 +91,32 @@ def test_a_cache_made_under_one_spec_is_not_read_under_another(zen5, tmp_path):
     with open_dataset(data) as ds:
         assert open_cache(ds, create("psa"), PLATFORM) is None
     assert build_cache(data, "psa", PLATFORM, progress=False)["cached_before"] == 0
+
+
+def test_import_ms_records_the_host_that_measured_the_records(tmp_path, capsys):
+    """`import-ms --host FILE` records the measuring machine with the platform, so its features are that
+    machine's (its L1 of 32 KB here, not the -mcpu table's 48 KB); records of another machine for the same
+    platform are refused in one line, nothing added."""
+    zen4 = {"cpu_model": "AMD EPYC 9454P", "family": "25", "model": "17", "flags": ["avx512f", "fma"],
+            "caches": {"L1d": "32K", "L2": "1024K", "L3": "32768K"}, "threads": 2, "mhz": 2750}
+    (tmp_path / "run.json").write_text(__import__("json").dumps({"host": zen4, "trials": 8}))
+    data = tmp_path / "d.h5"
+    assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(data), "--host", str(tmp_path / "run.json")]) == 0
+    with open_dataset(data) as ds:
+        plat = ds.platforms[PLATFORM]
+        assert plat.host["cpu_model"] == "AMD EPYC 9454P"
+        spec = spec_for_platform(plat)
+        n = ds.num_records(PLATFORM)
+    assert spec.l1_bytes == 32 * 1024 and spec.freq_ghz == 2.75 and spec.name.endswith("(host record)")
+    other = dict(zen4, cpu_model="Other CPU", caches={"L1d": "48K", "L2": "1024K", "L3": "32768K"})
+    (tmp_path / "other.json").write_text(__import__("json").dumps(other))
+    capsys.readouterr()
+    assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(data), "--host", str(tmp_path / "other.json")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "import them as another --platform" in err[0]
+    with open_dataset(data) as ds:
+        assert ds.num_records(PLATFORM) == n and ds.platforms[PLATFORM].host["cpu_model"] == "AMD EPYC 9454P"
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(tmp_path / "e.h5"), "--host",
+                 str(tmp_path / "bad.json")]) != 0
+    assert "is not a host record" in capsys.readouterr().err

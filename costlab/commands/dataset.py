@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -33,6 +34,10 @@ def register(sub) -> None:
     q.add_argument("--network", metavar="NAME",
                    help="also record the imported tasks as one network called NAME, each task with weight 1 "
                    "(evaluate then reports the weighted top-k of NAME)")
+    q.add_argument("--host", metavar="FILE", type=Path,
+                   help="the machine that measured the records, recorded with their platform (its caches and clock "
+                   "then give the platform's features): a JSON host record as costlab writes one, or a work dir's "
+                   "costlab_run.json (its host)")
     q.set_defaults(func=_import_ms)
 
     q = ds.add_parser("import-ansor", help="import Ansor / TenSet JSON-lines logs",
@@ -176,7 +181,26 @@ def _finish_import(report) -> int:
 def _import_ms(args) -> int:
     from costlab.datasets.ms_database import import_ms
 
-    return _finish_import(import_ms(args.work_dirs, args.output, platform=args.platform, network=args.network))
+    host = _host_record(args.host) if args.host else None
+    return _finish_import(import_ms(args.work_dirs, args.output, platform=args.platform, network=args.network,
+                                    host=host))
+
+
+def _host_record(path: Path) -> dict:
+    """The host record of ``--host``: a JSON object with ``cpu_model`` and ``caches``, or one holding such an
+    object under ``host`` (a tuning work dir's costlab_run.json)."""
+    from costlab.common.errors import InputError
+
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(path, f"is not a readable JSON host record ({type(exc).__name__})") from None
+    if isinstance(value, dict) and isinstance(value.get("host"), dict):
+        value = value["host"]
+    if not (isinstance(value, dict) and value.get("cpu_model") and isinstance(value.get("caches"), dict)):
+        raise InputError(path, "is not a host record (a JSON object with cpu_model and caches, as costlab records "
+                               "a machine)")
+    return value
 
 
 def _import_ansor(args) -> int:
