@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator
 
 CPU_LOCK = "/tmp/costlab-cpu.lock"
+LOCK_ENV = "COSTLAB_CPU_LOCK"  # another lock file (a test of a job, run while the machine's lock is held)
 
 
 @contextlib.contextmanager
-def cpu_lock(path: str = CPU_LOCK) -> Iterator[None]:
+def cpu_lock(path: str | None = None) -> Iterator[None]:
     """Hold the machine's measuring lock for the ``with`` block (waits while another job holds it)."""
-    with open(path, "w") as f:
+    with open(path or os.environ.get(LOCK_ENV) or CPU_LOCK, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -1,0 +1,81 @@
+"""The trajectory corpus job (scripts/make_trajectories.py): a task list that holds none of the benchmarks'
+workloads, a run that resumes without measuring a program twice, one folder per host CPU that another CPU's run
+refuses, and the committed pack that unpacks with its host."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+from costlab.cli import main
+from costlab.common.host import FAKE_HOST_ENV
+from costlab.datasets import open_dataset
+
+sys.path.insert(0, str(REPO / "scripts"))
+import make_trajectories as mt  # noqa: E402
+
+ZEN4 = Path(__file__).parent / "fixtures" / "hosts" / "zen4"
+
+
+def test_the_task_list_is_long_enough_and_holds_no_benchmark_workload():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from tuning import WORKLOADS
+
+    assert len(mt.TASKS) >= 200 and len(set(mt.TASKS)) == len(mt.TASKS)
+    bench = {args[1] for args in WORKLOADS.values() if args[0] == "--workload"}
+    assert bench and not bench & set(mt.TASKS)
+    assert {mt.arm_of(i) for i in range(4)} == {"ms", "model"}  # both searches, alternately
+
+
+@pytest.mark.slow
+def test_a_run_resumes_without_measuring_a_program_twice(tmp_path, monkeypatch):
+    monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8", "GMM:1,8,16,8"])
+    monkeypatch.setattr(mt, "YIELD_S", 0)
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))  # the suite may run under the machine's
+    out = tmp_path / "traj"
+    assert mt.main(["run", "--out", str(out), "--trials", "3"]) == 0
+    folder = next(out.iterdir())
+    assert json.loads((folder / "host.json").read_text())["cpu_model"]
+    works = [mt.work_dir(folder, p) for p in range(2)]
+    assert all(mt.finished(w, 3) for w in works)
+    first = [(w / "database_tuning_record.json").read_text() for w in works]
+    assert mt.main(["run", "--out", str(out), "--trials", "3"]) == 0  # finished: nothing measured again
+    assert [(w / "database_tuning_record.json").read_text() for w in works] == first
+    for w in works:  # a larger budget continues the same work dir: its programs are not measured again
+        (w / mt.DONE).unlink()
+    assert mt.main(["run", "--out", str(out), "--trials", "6"]) == 0
+    for w, before in zip(works, first):
+        lines = (w / "database_tuning_record.json").read_text().splitlines()
+        assert lines[: len(before.splitlines())] == before.splitlines()
+        traces = [json.dumps(json.loads(line)[1][0]) for line in lines]
+        assert len(traces) == len(set(traces)) and len(lines) > len(before.splitlines())
+
+
+def test_another_cpu_is_refused_its_folder(tmp_path, monkeypatch, capsys):
+    """The folder of a platform is one machine's: a run on another CPU (a Zen 4 faked) stops at once, naming
+    both machines, with nothing measured."""
+    folder, host, _ = mt.platform_dir(tmp_path)
+    mt.check_host(folder, host)
+    monkeypatch.setenv(FAKE_HOST_ENV, str(ZEN4))
+    monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8"])
+    with pytest.raises(SystemExit, match="measured on .* this host is .*family 25 model 17"):
+        mt.main(["run", "--out", str(tmp_path), "--trials", "2"])
+    assert not (folder / "runs").exists()
+
+
+def test_the_committed_trajectories_unpack_with_their_host(tmp_path):
+    packs = sorted((REPO / "corpus" / "trajectories").glob("*/info.json"))
+    assert packs, "corpus/trajectories/ holds no pack"
+    for info_path in packs:
+        info = json.loads(info_path.read_text())
+        data = tmp_path / f"{info_path.parent.name}.h5"
+        assert main(["dataset", "unpack", str(info_path.parent), "-o", str(data)]) == 0
+        with open_dataset(data) as ds:
+            pid = info_path.parent.name
+            assert ds.num_records(pid) == info["records"][pid] and ds.platforms[pid].host["cpu_model"]
+            assert len(ds.tasks) == info["tasks"] == len(info["trajectories"]["tasks"])
