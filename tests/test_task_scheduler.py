@@ -1,0 +1,192 @@
+"""The task scheduler by predicted gain (export/schedulers/gain.py): its decision function driven with a fake
+predictor of known gains on plain task records, the default predictor's rules, and one real network run of
+`costlab tune --network --task-scheduler gain`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from costlab.export.schedulers import TASK_SCHEDULERS, make_task_scheduler
+from costlab.export.schedulers.gain import ProgressGainPredictor, TaskState, choose, priority
+
+
+class FakeGains:
+    """Known gains: task i's next round improves it by ``base[i] / rounds`` (rounds it has had so far)."""
+
+    def __init__(self, base: dict):
+        self.base = base
+        self.calls = []
+
+    def gain(self, task_id: int, history: TaskState) -> float:
+        self.calls.append(task_id)
+        return self.base[task_id] / max(history.rounds, 1)
+
+
+def _run(states: list, predictor, rounds: int, seconds: list, bests: list) -> list:
+    """Drive ``choose`` as the TVM object does: each pick gets a round of the task's known seconds and best."""
+    order = []
+    for _ in range(rounds):
+        i = choose(states, predictor)
+        if i < 0:
+            break
+        order.append(i)
+        states[i].bests.append(bests[i])
+        states[i].round_seconds.append(seconds[i])
+        states[i].trials += 2
+    return order
+
+
+def test_every_task_gets_a_first_round_then_rounds_follow_predicted_gain():
+    """Weights, latencies and seconds per round are known, and so are the gains (base / rounds); task 3 is
+    finished (its design space exhausted) and has the largest gain and weight of all: it is never chosen.
+    By hand, priority = weight x best x gain / seconds:
+      after the first rounds: #0 2*1ms*.4/1s = 8e-4, #1 1*4ms*.3/2s = 6e-4, #2 1*1ms*.25/.5s = 5e-4
+      #0 (8e-4, then 4e-4), #1 (6e-4, then 3e-4), #2 (5e-4, then 2.5e-4), #0 (4e-4, then 2.67e-4),
+      #1 (3e-4, then 2e-4), #0 (2.67e-4 > #2's 2.5e-4; then 2e-4), #2 (2.5e-4)."""
+    weights, seconds, bests = [2.0, 1.0, 1.0, 10.0], [1.0, 2.0, 0.5, 1.0], [1e-3, 4e-3, 1e-3, 1e-2]
+    states = [TaskState(weight=w) for w in weights]
+    states[3].finished = True
+    # the gains say task 2 first; first rounds still go in task order
+    predictor = FakeGains({0: 0.4, 1: 0.3, 2: 0.25, 3: 0.9})
+    order = _run(states, predictor, 10, seconds, bests)
+    assert order == [0, 1, 2, 0, 1, 2, 0, 1, 0, 2]
+    assert 3 not in predictor.calls  # a finished task is not even asked about
+
+
+def test_each_choice_is_the_largest_weight_latency_gain_per_second():
+    """A longer run with improving latencies: every pick after the first rounds is the live task of largest
+    weight x best x gain / seconds per round, as computed here from the fake gains; tasks that finish midway
+    are skipped from then on, and when all are finished there is nothing to choose (-1)."""
+    weights = [1.0, 3.0, 0.5, 2.0, 1.0]
+    seconds = [1.0, 4.0, 0.2, 2.0, 1.5]
+    predictor = FakeGains({0: 0.5, 1: 0.2, 2: 0.6, 3: 0.3, 4: 0.05})
+    states = [TaskState(weight=w) for w in weights]
+    latency = [2e-3, 5e-3, 1e-3, 3e-3, 8e-3]
+    picks = []
+    for step in range(40):
+        if step == 15:
+            states[2].finished = True  # its per-task budget is spent
+        if step == 25:
+            states[1].finished = True
+        fresh = [i for i, s in enumerate(states) if s.rounds == 0 and not s.finished]
+        alive = [i for i, s in enumerate(states) if not s.finished]
+        expected_scores = {i: weights[i] * states[i].best * (predictor.base[i] / max(states[i].rounds, 1))
+                           / (sum(states[i].round_seconds[-3:]) / len(states[i].round_seconds[-3:]))
+                           for i in alive if states[i].rounds}
+        i = choose(states, predictor)
+        if fresh:
+            assert i == fresh[0]
+        else:
+            best = max(expected_scores.values())
+            assert math.isclose(expected_scores[i], best, rel_tol=1e-12), (step, i, expected_scores)
+        assert not states[i].finished
+        picks.append(i)
+        latency[i] *= 1 - predictor.base[i] / max(states[i].rounds, 1) / 2  # it improves as predicted, halved
+        states[i].bests.append(min(latency[i], states[i].best))
+        states[i].round_seconds.append(seconds[i])
+    assert picks[:5] == [0, 1, 2, 3, 4]
+    assert 2 not in picks[15:] and 1 not in picks[25:]
+    assert len(set(picks[5:])) > 1  # gains fall with rounds: the rounds spread over the tasks
+    for s in states:
+        s.finished = True
+    assert choose(states, predictor) == -1
+
+
+def test_tasks_without_a_valid_program_come_after_those_with_one():
+    states = [TaskState(bests=[math.inf], round_seconds=[1.0]), TaskState(bests=[1e-3], round_seconds=[1.0]),
+              TaskState(bests=[math.inf, math.inf], round_seconds=[1.0, 1.0])]
+    assert choose(states, FakeGains({0: 0.5, 1: 0.01, 2: 0.5})) == 1
+    states[1].finished = True
+    assert choose(states, FakeGains({0: 0.5, 1: 0.01, 2: 0.5})) == 0  # the fewest rounds of the two
+
+
+def test_the_default_predictor_follows_progress_and_the_models_view():
+    p = ProgressGainPredictor()
+    one = TaskState(bests=[1e-3], round_seconds=[1.0])
+    assert p.gain(0, one) == pytest.approx(p.prior)  # one round: no evidence, the prior
+    improving = TaskState(bests=[1e-3, 0.6e-3, 0.4e-3])  # 40 %, then 33 %: above the prior of 25 %
+    stalled = TaskState(bests=[1e-3, 1e-3, 1e-3, 1e-3, 1e-3])
+    assert p.gain(0, improving) > p.gain(0, one) > p.gain(0, stalled) > 0
+    # the newest round counts most: the same improvements, recent or long ago
+    recent = TaskState(bests=[1e-3, 1e-3, 1e-3, 0.5e-3])
+    old = TaskState(bests=[1e-3, 0.5e-3, 0.5e-3, 0.5e-3])
+    assert p.gain(0, recent) > p.gain(0, old)
+    # the model's share of candidates above the best moves the estimate, in [0, prior]
+    hopeful = TaskState(bests=stalled.bests, model_share=1.0)
+    hopeless = TaskState(bests=stalled.bests, model_share=0.0)
+    assert p.gain(0, hopeful) > p.gain(0, stalled) > p.gain(0, hopeless)
+    assert 0 <= p.gain(0, TaskState(bests=[1.0, 1e-9])) <= p.cap < 1
+    assert priority(TaskState(weight=2, bests=[1e-3], round_seconds=[0.5, 1.5]), 0.1) == pytest.approx(2e-3 * 0.1 / 1.0)
+
+
+def test_the_scheduler_by_name():
+    from tvm.s_tir.meta_schedule.task_scheduler import TaskScheduler
+
+    assert TASK_SCHEDULERS == ("gain", "gradient", "round-robin")
+    assert isinstance(make_task_scheduler("gain"), TaskScheduler)  # what tune_tasks takes as an object
+    assert make_task_scheduler("gradient") == "gradient"
+    with pytest.raises(ValueError):
+        make_task_scheduler("fastest")
+
+
+
+def test_the_task_scheduler_is_an_option_a_work_dir_keeps(tmp_path):
+    """Networks default to gain, workloads to gradient; a bad name is one line; the choice is recorded with the
+    run's options, so continuing with another one is refused, and a run recorded before the option existed
+    (MetaSchedule's gradient then) continues with gradient."""
+    from costlab.common.errors import UsageError
+    from costlab.export.tasks import measuring_target
+    from costlab.export.tune import TuneOptions, _check_same_run
+
+    def opts(**kw):
+        o = TuneOptions(work_dir=str(tmp_path), network="net:f", **kw)
+        o.check()
+        return o
+
+    assert opts().task_scheduler == "gain"
+    workloads = TuneOptions(work_dir=str(tmp_path), workloads=["GMM:1,8,8,8"])
+    workloads.check()
+    assert workloads.task_scheduler == "gradient"
+    with pytest.raises(UsageError, match="--task-scheduler must be one of gain, gradient, round-robin"):
+        opts(task_scheduler="fastest")
+    target = measuring_target("host", local=True)
+    run = tmp_path / "costlab_run.json"
+    run.write_text(json.dumps(_check_same_run(tmp_path, opts(), target)))
+    _check_same_run(tmp_path, opts(task_scheduler="gain"), target)
+    with pytest.raises(UsageError, match="task_scheduler: 'gain' -> 'round-robin'"):
+        _check_same_run(tmp_path, opts(task_scheduler="round-robin"), target)
+    old = json.loads(run.read_text())
+    del old["task_scheduler"]
+    run.write_text(json.dumps(old))
+    _check_same_run(tmp_path, opts(task_scheduler="gradient"), target)
+    with pytest.raises(UsageError, match="task_scheduler: 'gradient' -> 'gain'"):
+        _check_same_run(tmp_path, opts(), target)
+
+@pytest.mark.slow
+def test_a_network_tuned_with_the_gain_scheduler(tmp_path, capsys, monkeypatch):
+    """For real, no mocks: a tiny PyTorch network of several tasks tuned by `costlab tune --network
+    --task-scheduler gain`: every task gets its first round, the budget holds exactly, and the scheduler's
+    decisions are in the run's task_scheduler.log."""
+    from costlab.cli import main
+
+    from test_tune import _torch_net
+
+    spec = _torch_net(tmp_path, monkeypatch, "gainnet",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8),"
+                      " torch.nn.Tanh()), (torch.randn(2, 16),)\n")
+    work = tmp_path / "w"
+    assert main(["tune", "--network", spec, "--trials", "8", "--per-iter", "2", "--no-check", "--task-scheduler",
+                 "gain", "--work-dir", str(work), "--no-progress", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    trials = [t["trials"] for t in summary["tasks"]]
+    assert 2 <= len(trials) <= 3, summary["tasks"]  # 8 trials: first rounds of 2, then gain's choices
+    assert all(n >= 1 for n in trials) and sum(trials) == 8
+    assert len((work / "database_tuning_record.json").read_text().splitlines()) == 8
+    assert json.loads((work / "costlab_run.json").read_text())["task_scheduler"] == "gain"
+    picks = (work / "logs" / "task_scheduler.log").read_text().count("gain scheduler picks task")
+    assert picks > len(trials)  # the first rounds, then at least one choice by predicted gain
