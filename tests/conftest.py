@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,3 +17,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"the public logs in {SHARED_DATA} are not beside this checkout")
     return SHARED_DATA
+
+
+# a TLP net small enough to train in seconds, every record in training
+TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """The measured MetaSchedule fixture (``ms_small.h5``, no split) with its TLP features, and a tiny TLP model
+    trained one epoch on it: ``BASE/d.h5`` and the run dir ``BASE/run``. Tests copy what they change."""
+    from costlab.cli import main
+
+    base = tmp_path_factory.mktemp("trained")
+    shutil.copy(FIXTURES / "ms_small.h5", base / "d.h5")
+    assert main(["featurize", str(base / "d.h5"), "--featurizer", "tlp", "--no-progress"]) == 0
+    assert main(["train", "--data", str(base / "d.h5"), "--out", str(base / "run"), "--epochs", "1",
+                 "--no-progress", *TINY]) == 0
+    return base

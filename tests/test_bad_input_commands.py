@@ -14,7 +14,7 @@ import orjson
 import pytest
 import torch
 
-from conftest import FIXTURES
+from conftest import FIXTURES, TINY
 from costlab.cli import main
 from costlab.common import jsontext
 from costlab.datasets import open_dataset, schema
@@ -24,18 +24,6 @@ MS_DB = FIXTURES / "ms_tune_db"
 BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"
 PLATFORM = "llvm-x86_64-2c"
 SHARD = "000000000-000000080.jsonl.gz"  # the one shard of the packed fixture (80 records)
-TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """The measured MetaSchedule fixture with its TLP features, and a tiny TLP model trained one epoch on it."""
-    base = tmp_path_factory.mktemp("trained")
-    shutil.copy(SMALL, base / "d.h5")
-    assert main(["featurize", str(base / "d.h5"), "--featurizer", "tlp", "--no-progress"]) == 0
-    assert main(["train", "--data", str(base / "d.h5"), "--out", str(base / "run"), "--epochs", "1",
-                 "--no-progress", *TINY]) == 0
-    return base
 
 
 @pytest.fixture

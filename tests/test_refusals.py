@@ -9,13 +9,12 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, TINY
 from costlab.cli import main
 
 SMALL = FIXTURES / "ms_small.h5"
 MS_DB = FIXTURES / "ms_tune_db"
 PLATFORM = "llvm-x86_64-2c"
-TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
 
 
 def _one_error(err: str) -> str:
@@ -47,17 +46,6 @@ def test_first_rounds_counts_are_parsed():
     from costlab.commands.tune import _counts
 
     assert _counts("8,16,32") == (8, 16, 32) and _counts(" 4 , 8") == (4, 8)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """The measured MetaSchedule fixture (no split) with TLP features, and a tiny TLP model trained on it."""
-    base = tmp_path_factory.mktemp("trained")
-    shutil.copy(SMALL, base / "d.h5")
-    assert main(["featurize", str(base / "d.h5"), "--featurizer", "tlp", "--no-progress"]) == 0
-    assert main(["train", "--data", str(base / "d.h5"), "--out", str(base / "run"), "--epochs", "1",
-                 "--no-progress", *TINY]) == 0
-    return base
 
 
 def test_finetune_does_not_replace_a_model_unless_told(trained, tmp_path, capsys):
