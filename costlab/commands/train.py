@@ -39,9 +39,9 @@ def register(sub) -> None:
     q = sub.add_parser("finetune", help="fine-tune a trained model to a platform (a new machine's few records)",
                        description="Start from a trained model (run dir, model dir or archive, .ckpt, or a shipped "
                        "model's name as `costlab models` lists them) and adapt it to a platform's records by a "
-                       "recipe that is safe with few of them (default 'safe': low learning rate with warm-up, a "
-                       "penalty toward the pretrained weights, early stopping on a part of each task's programs it "
-                       "never trains on, the pretrained weights kept unless the update ranks that part better; "
+                       "recipe that is safe with few of them (default 'safe': the scoring layers only, a low learning "
+                       "rate with warm-up, early stopping on tasks it never trains on, and an update kept only if it "
+                       "ranks them better and lowers none of pairwise accuracy, top-1 and top-5 there; "
                        "docs/training.md compares the recipes). --recipe lightning trains for --epochs with the "
                        "Lightning trainer as `costlab train` does, with --momentum by the Siamese momentum rule (MoA).")
     q.add_argument("--from", dest="source", required=True, type=Path, metavar="CKPT_OR_MODEL")
