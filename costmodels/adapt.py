@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from costlab.costmodels.metrics import pairwise_accuracy, tail_metrics
+from costlab.costmodels.metrics import TAILS, best_part, pairwise_accuracy
 from costlab.costmodels.momentum import MomentumTransfer
 from costlab.costmodels.recipe import Recipe, fit_lists, ranking_list, recipe, scores_of, take
 from costlab.costmodels.tensors import concat_features
@@ -98,8 +98,9 @@ class OnlineAdapter:
         latency = np.asarray(latency, np.float64)
         task = np.zeros(len(latency), np.int64)
         pred = scores_of(self.predictor.net, self.predictor.kind, features, self.head)
+        best = best_part(task, latency, TAILS["q25"])
         return dict(pairwise=float(pairwise_accuracy(task, pred, latency)),
-                    pairwise_q25=tail_metrics(task, pred, latency)["pairwise_q25"])
+                    pairwise_q25=float(pairwise_accuracy(task[best], pred[best], latency[best])))
 
     def update(self, batch: tuple | None = None) -> bool:
         """One round's update; returns whether the net changed. ``batch`` (features, latencies) is the round's

@@ -72,6 +72,12 @@ def topk_scores(task, pred, latency, k: int) -> dict[int, float]:
     return out
 
 
+def mean_topk(task, pred, latency, k: int) -> float:
+    """The mean over tasks of ``topk_scores``; NaN when no task has enough records."""
+    per = topk_scores(task, pred, latency, k)
+    return float(np.mean(list(per.values()))) if per else float("nan")
+
+
 def weighted_topk(task, pred, latency, weights: dict[int, float], k: int) -> float:
     """TenSet's top-k score of one network: ``Σ_t w_t · L*_t / Σ_t w_t · min_{i≤k} L_{t,π(i)}``.
 
@@ -154,12 +160,10 @@ def tail_metrics(task, pred, latency) -> dict:
     out = {}
     for name, fraction in TAILS.items():
         rows = best_part(task, latency, fraction)
-        top1 = topk_scores(task[rows], pred[rows], latency[rows], 1)
         out[f"pairwise_{name}"] = float(pairwise_accuracy(task[rows], pred[rows], latency[rows]))
-        out[f"top1_{name}"] = float(np.mean(list(top1.values()))) if top1 else float("nan")
+        out[f"top1_{name}"] = mean_topk(task[rows], pred[rows], latency[rows], 1)
     for k in PICKS:
-        per = topk_scores(task, pred, latency, k)
-        out[f"pick{k}"] = float(np.mean(list(per.values()))) if per else float("nan")
+        out[f"pick{k}"] = mean_topk(task, pred, latency, k)
     return out
 
 

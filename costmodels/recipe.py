@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from costlab.costmodels.losses import group_lists, lambdarank_loss
-from costlab.costmodels.metrics import pairwise_accuracy, topk_scores
+from costlab.costmodels.metrics import mean_topk, pairwise_accuracy
 from costlab.costmodels.nets import net_inputs
 from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
 from costlab.datasets.records import scores
@@ -197,11 +197,8 @@ def list_metrics(net, kind: str, lists: list, head: int = 0) -> dict:
         lats.append(np.where(score > 0, 1.0 / np.maximum(score, 1e-30), np.inf))
         tasks.append(np.full(len(score), g))
     task, pred, lat = np.concatenate(tasks), np.concatenate(preds), np.concatenate(lats)
-    out = {"pairwise": float(pairwise_accuracy(task, pred, lat))}
-    for k in (1, 5):
-        per = topk_scores(task, pred, lat, k)
-        out[f"top{k}"] = float(np.mean(list(per.values()))) if per else float("nan")
-    return out
+    return {"pairwise": float(pairwise_accuracy(task, pred, lat)), "top1": mean_topk(task, pred, lat, 1),
+            "top5": mean_topk(task, pred, lat, 5)}
 
 
 def guard_accepts(before: dict, candidate: dict, best: dict, min_gain: float = 0.0) -> bool:
