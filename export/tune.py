@@ -37,7 +37,7 @@ from costlab.datasets.ms_workload import plain_json
 from costlab.datasets.records import record_latency
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
-from costlab.export.workdir import check_same_host, lock_work_dir
+from costlab.export.workdir import RUN_FILE, check_same_host, lock_work_dir
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
@@ -288,7 +288,7 @@ def tune(opts: TuneOptions) -> dict:
         clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
         builder, runner = _measure_stack(opts, target, cores, clock)  # its workers start while the model loads
         cost_model = _cost_model(opts, target, cores)
-        write_atomically(work / "costlab_run.json", json.dumps(run_options, indent=2).encode())  # the run has started
+        write_atomically(work / RUN_FILE, json.dumps(run_options, indent=2).encode())  # the run has started
         repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
         database = ms.database.JSONDatabase(work_dir=str(work))
         if opts.transfer_from:  # the search starts from the transferred programs: they are in the database
@@ -469,7 +469,7 @@ def resolved_adapt(opts: TuneOptions, work: Path) -> str:
     if opts.adapt != "auto":
         return opts.adapt
     try:
-        old = json.loads((work / "costlab_run.json").read_text()).get("adapt")
+        old = json.loads((work / RUN_FILE).read_text()).get("adapt")
         if old in ADAPT[1:]:
             return old
     except (OSError, ValueError, AttributeError):
@@ -502,7 +502,7 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     """A work dir continues the run that made it: the same tasks, target and search, on the same machine (its
     host is recorded); another run there would mix two searches, or two machines' timings, in one database.
     Returns the options to record once the run has started."""
-    path = work / "costlab_run.json"
+    path = work / RUN_FILE
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
             "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
