@@ -56,7 +56,8 @@ class TLPKind(NetKind):
         return None
 
     def inputs(self, batch: dict) -> tuple:
-        return batch["kind"].long(), batch["numeric"].float(), batch["mask"].bool()
+        hardware = batch["hardware"].float() if "hardware" in batch else None
+        return batch["kind"].long(), batch["numeric"].float(), batch["mask"].bool(), hardware
 
 
 @register

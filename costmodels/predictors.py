@@ -52,7 +52,12 @@ def head_of(predictor, platform: str | None) -> int:
 
 
 class NetPredictor:
-    """A learned net (TLP, PaCM, multi-task TLP), scored in batches, on the GPU when there is one."""
+    """A learned net (TLP, PaCM, multi-task TLP), scored in batches, on the GPU when there is one.
+
+    A net with a hardware input (``hardware_dim``) scores programs of the platform it was last told of: a
+    dataset platform (``use_platform``: its stored spec, host record or ``-mcpu``, as ``evaluate`` does) or a
+    live tuning target (``use_target``: the machine tuning now). Features that carry their own ``hardware``
+    rows (training batches) keep them."""
 
     def __init__(self, net: torch.nn.Module, kind: str, featurizer: dict, platforms: list, config: dict | None = None,
                  device: str | None = None):
@@ -60,12 +65,42 @@ class NetPredictor:
         self.featurizer = from_json(featurizer)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.net = net.to(self.device).eval()
+        self.hardware_dim = int(getattr(getattr(net, "config", None), "hardware_dim", 0) or 0)
+        self.hardware: np.ndarray | None = None  # the vector of the platform it scores now
+        self._target_vectors: dict = {}
+
+    def use_platform(self, platform) -> None:
+        """Score records of a dataset platform: its vector from the dataset, never from this machine."""
+        if self.hardware_dim:
+            from costlab.featurizers.hardware_vector import platform_vector
+
+            self.hardware = platform_vector(platform)
+
+    def use_target(self, target) -> None:
+        """Score live candidates of a tuning target: its vector from this machine's CPU (the one measuring)."""
+        if self.hardware_dim:
+            key = str(target)
+            if key not in self._target_vectors:
+                from costlab.featurizers.hardware_vector import target_vector
+
+                self._target_vectors[key] = target_vector(target)
+            self.hardware = self._target_vectors[key]
+
+    def with_hardware(self, features: dict) -> dict:
+        """``features`` with a ``hardware`` row per program when the net reads one and they carry none."""
+        if not self.hardware_dim or "hardware" in features:
+            return features
+        if self.hardware is None:
+            raise ValueError("this model has a hardware input: tell it the platform it scores (use_platform for "
+                             "a dataset's records, use_target for a tuning target's candidates)")
+        return dict(features, hardware=np.broadcast_to(self.hardware, (_count(features), self.hardware_dim)))
 
     @torch.no_grad()
     def predict(self, features: dict, batch_size: int = 1024) -> np.ndarray:
         from costlab.costmodels.nets import net_inputs
         from costlab.costmodels.tensors import to_tensors
 
+        features = self.with_hardware(features)
         n = _count(features)
         outs = []
         for a in range(0, n, batch_size):
@@ -171,6 +206,12 @@ def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
             net = build_net(kind, config["net"])
         except (TypeError, ValueError) as exc:
             raise InputError(art.path, f"net config is not valid for a {kind} net ({exc})") from None
+        if config["net"].get("hardware_dim"):
+            from costlab.featurizers.hardware_vector import check_version
+
+            problem = check_version(config.get("hardware"))
+            if problem:
+                raise InputError(art.path, f"its hardware input does not fit ({problem})")
         return NetPredictor(load_state(net, art.tensors, art.path), kind, featurizer.to_json(), config["platforms"],
                             config)
     if kind in kinds.baselines():

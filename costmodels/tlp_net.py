@@ -5,7 +5,10 @@ self-attention encoder that honours the padding mask → per-token decoder → m
 published net had no normalisation, no positions and let padding rows add to the sum; this one fixes all
 three. ``backbone="bert"`` swaps the attention encoder for a Hugging Face BERT encoder built from a config
 (trained from scratch, nothing downloaded). ``heads > 1`` gives one output per platform (MTL-TLP); with
-``head_layers > 1`` each head has its own last decoder layers over the shared trunk.
+``head_layers > 1`` each head has its own last decoder layers over the shared trunk. ``hardware_dim > 0`` gives
+the net a hardware input (``featurizers/hardware_vector.py``: the platform's caches, cores, clock, SIMD width),
+projected by a small MLP and added to every token's embedding, so that one net ranks programs of several CPUs
+and attention sees the program in the light of the machine.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class TLPNetConfig:
     attention_heads: int = 8
     dropout: float = 0.0
     head_layers: int = 1  # with several heads: decoder layers private to each (1: all but the last shared)
+    hardware_dim: int = 0  # length of the hardware vector it reads (0: none)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,6 +52,7 @@ class TLPNet(nn.Module):
         self.kind_embed = nn.Embedding(config.vocab_size, d, padding_idx=0)
         self.slot_proj = nn.Linear(config.num_slots, d)
         self.pos_embed = nn.Embedding(config.max_len, d)
+        self.hardware_proj = _mlp([config.hardware_dim, d, d]) if config.hardware_dim > 0 else None
         self.norm_in = nn.LayerNorm(d)
         self.encoder_mlp = nn.Sequential(_mlp([d, d, d]), nn.ReLU())
         if config.backbone == "attention":
@@ -76,10 +81,15 @@ class TLPNet(nn.Module):
             self.decoder = nn.Sequential(_mlp(sizes[:shared]), nn.ReLU()) if shared >= 2 else nn.Identity()
             self.head_decoders = nn.ModuleList(_mlp(sizes[shared - 1:] + [1]) for _ in range(config.heads))
 
-    def encode(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def encode(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor,
+               hardware: torch.Tensor | None = None) -> torch.Tensor:
         """Per-token hidden states (N, L, d)."""
         pos = torch.arange(kind.shape[1], device=kind.device)
         x = self.kind_embed(kind) + self.slot_proj(numeric) + self.pos_embed(pos)[None]
+        if self.hardware_proj is not None:
+            if hardware is None:
+                raise ValueError("this net has a hardware input: give each program its platform's hardware vector")
+            x = x + self.hardware_proj(hardware.to(x.dtype))[:, None]
         x = self.encoder_mlp(self.norm_in(x))
         if self.config.backbone == "attention":
             x = self.backbone(x, src_key_padding_mask=~mask)
@@ -89,10 +99,12 @@ class TLPNet(nn.Module):
             x, _ = self.backbone(x)
         return x
 
-    def forward(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Scores (N,) — or (N, heads) with several heads; higher = predicted faster."""
+    def forward(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor,
+                hardware: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores (N,) — or (N, heads) with several heads; higher = predicted faster. ``hardware`` (N,
+        hardware_dim): each program's platform vector, for a net with a hardware input (ignored otherwise)."""
         mask = mask.bool()
-        per_token = self.decoder(self.encode(kind, numeric, mask))
+        per_token = self.decoder(self.encode(kind, numeric, mask, hardware))
         if self.head_decoders is not None:
             per_token = torch.cat([h(per_token) for h in self.head_decoders], dim=-1)  # (N, L, heads)
         out = (per_token * mask[..., None]).sum(1)

@@ -124,6 +124,8 @@ class CostlabCostModel(PyCostModel):
         if key not in self._checked:
             check_model_for_target(self.predictor, target, self.strict, self.source)
             self._checked.add(key)
+        if isinstance(self.predictor, NetPredictor):
+            self.predictor.use_target(target)  # a hardware input reads the machine tuning now
         memo = self._memo.setdefault(_task_key(context), {})
         if len(memo) > self.MEMO_SIZE:
             memo.clear()
@@ -161,6 +163,8 @@ class CostlabCostModel(PyCostModel):
             return
         feats = self.predictor.featurizer.featurize_candidates(context.mod, context.target,
                                                                [c.sch for c in candidates])
+        self.predictor.use_target(context.target)
+        feats = self.predictor.with_hardware(feats)  # the adapter trains on the vector the net scores with
         latency = [_latency(r) for r in results]
         self.adapter.add(_task_key(context), feats, latency)
         if self.adapter.update((feats, latency)):

@@ -11,9 +11,11 @@ command line as ``--set section.key=value``.
     lr: 0.0007
     lr_schedule: constant       # or cosine (decays to 1% of lr over max_epochs)
     weight_decay: 1.0e-6
-    net: {d_model: 256}         # net options (see costmodels/*_net.py)
+    net: {d_model: 256}         # net options (see costmodels/*_net.py); tlp/mtl: hardware_dim: 8 = a hardware input
     data_options: {list_size: 32, lists_per_batch: 16, val_fraction: 0.1, keep_fraction: {},
-                   tail_lists: 0, tail_fraction: 0.25}   # tail_lists: per task and epoch, lists of its best programs
+                   tail_lists: 0, tail_fraction: 0.25,   # tail_lists: per task and epoch, lists of its best programs
+                   row_platforms: [], hardware_jitter: 0.0}  # several CPUs' records as rows, each labelled on its
+                                # own platform; jitter: log2 noise on the hardware vector's caches and clock
     trainer: {max_epochs: 50, gradient_clip_val: 0.5, accelerator: auto, devices: auto, strategy: auto}
     momentum: null              # MoA fine-tuning: EMA factor (0.99) of the momentum copy
     momentum_every: 1           # epochs per momentum round
@@ -170,6 +172,7 @@ CHECKS = {
     "data_options.num_workers": (int, _non_negative, "an integer >= 0"),
     "data_options.tail_lists": (int, _non_negative, "an integer >= 0"),
     "data_options.tail_fraction": (float, lambda x: 0 < x <= 1, "a number above 0, at most 1"),
+    "data_options.hardware_jitter": (float, _non_negative, "a number >= 0 (log2 units)"),
 }
 NULLABLE = {"momentum", "trainer.gradient_clip_val"}
 SECTIONS = ("net", "data_options", "trainer")

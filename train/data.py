@@ -2,7 +2,10 @@
 
 Batches are built as per-task ranking lists: each list holds up to ``list_size`` records of one task, each
 batch ``lists_per_batch`` lists. Features are read lazily from the HDF5 cache, one read per batch; labels
-come from ``labels.build_label_table`` (one column per platform). Splits are the dataset's stored ones:
+come from ``labels.build_label_table`` (one column per platform). With ``row_platforms`` the rows are the
+records of several platforms (several CPUs), each labelled on its own platform, and each list holds one task
+of one platform; with ``hardware`` every row carries its platform's hardware vector
+(``featurizers/hardware_vector.py``), jittered per training list by ``hardware_jitter``. Splits are the dataset's stored ones:
 test = the split's test part, validation = a seeded fraction of the training tasks (or programs, for a
 within-task split), training = the rest.
 """
@@ -20,9 +23,10 @@ import torch
 from costlab.common.errors import UsageError
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
-from costlab.costmodels.tensors import to_tensors
+from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
 from costlab.featurizers.cache import build_cache, features_of, group_name, open_cache
-from costlab.train.labels import build_label_table
+from costlab.featurizers.hardware_vector import JITTERED, platform_vector
+from costlab.train.labels import LabelTable, build_label_table
 
 
 @dataclass
@@ -31,6 +35,13 @@ class DataConfig:
     featurizer: str = "tlp"
     platforms: list = field(default_factory=list)  # label columns; the first is the default target
     base_platform: str | None = None  # whose records (and feature cache) are the rows; default: first
+    # several platforms' records as rows, each labelled on its own platform (one label column; the first of
+    # ``platforms`` must be one of them): one model learns from several CPUs
+    row_platforms: list = field(default_factory=list)
+    hardware: bool = False  # each row carries its platform's hardware vector (set for a net with a hardware input)
+    # spec perturbation: per training list, uniform noise of up to this many log2 units (0.5: sizes x0.71-1.41)
+    # on the vector's cache sizes and clock, so that a changed cache size does not throw the ranking
+    hardware_jitter: float = 0.0
     split: str | None = None
     list_size: int = 32
     lists_per_batch: int = 16
@@ -117,20 +128,29 @@ class ListSampler(torch.utils.data.Sampler):
 
 
 class BatchReader(torch.utils.data.Dataset):
-    """Reads one batch (a tuple of row lists) from the feature cache and the label table."""
+    """Reads one batch (a tuple of row lists) from the feature cache and the label table; with hardware
+    vectors, each list's jittered by one draw (``jitter``: training batches only)."""
 
-    def __init__(self, dm: "CostDataModule"):
-        self.dm = dm
+    def __init__(self, dm: "CostDataModule", jitter: float = 0.0):
+        self.dm, self.jitter = dm, jitter
+        self.rng = np.random.default_rng(dm.config.seed)
 
     def __getitem__(self, lists) -> dict:
         rows = np.concatenate(lists)
         labels = self.dm.labels
+        sizes = [len(x) for x in lists]
         batch = to_tensors(self.dm.read_features(rows))
         batch["score"] = torch.from_numpy(labels.score[rows].astype(np.float32))
         batch["latency"] = torch.from_numpy(labels.latency[rows])
-        batch["list_id"] = torch.from_numpy(np.repeat(np.arange(len(lists)), [len(x) for x in lists]))
-        batch["task"] = torch.from_numpy(labels.task[rows])
+        batch["list_id"] = torch.from_numpy(np.repeat(np.arange(len(lists)), sizes))
+        batch["task"] = torch.from_numpy(self.dm.groups[rows])
         batch["row"] = torch.from_numpy(rows)
+        if self.dm.vectors is not None:
+            hardware = self.dm.vectors[self.dm.row_platform[rows]].copy()
+            if self.jitter > 0:
+                noise = self.rng.uniform(-self.jitter, self.jitter, (len(lists), len(JITTERED))).astype(np.float32)
+                hardware[:, JITTERED] += np.repeat(noise, sizes, axis=0)
+            batch["hardware"] = torch.from_numpy(hardware)
         return batch
 
 
@@ -140,7 +160,9 @@ class CostDataModule(L.LightningDataModule):
         self.config = config
         self._featurizer = featurizer
         self._ds = None
-        self._mem_feats = None
+        self._mem_feats: dict = {}  # row platform -> its features, where no cache fits
+        self._caches: dict = {}
+        self.vectors = None
 
     # -- set-up ------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -149,22 +171,41 @@ class CostDataModule(L.LightningDataModule):
         cfg = self.config
         with open_dataset(cfg.data) as ds:
             if not cfg.platforms:
-                cfg.platforms = ds.record_platforms()[:1]
+                cfg.platforms = list(cfg.row_platforms[:1]) or ds.record_platforms()[:1]
             self.base = cfg.base_platform or cfg.platforms[0]
-            missing = self._featurizer is None and self._cache_missing(ds)
-        if missing:
+            self.rows_of = list(cfg.row_platforms) or [self.base]
+            if cfg.row_platforms:
+                self._check_row_platforms(ds)
+            missing = [p for p in self.rows_of if self._featurizer is None and self._cache_missing(ds, p)]
+        for p in missing:
             # featurize what training needs, cached in the dataset as `costlab featurize` would (resumable)
-            print(f"{cfg.data}: featurizing the records of {self.base!r} with {cfg.featurizer} (cached in the "
+            print(f"{cfg.data}: featurizing the records of {p!r} with {cfg.featurizer} (cached in the "
                   f"dataset for the next run)", file=sys.stderr, flush=True)
-            build_cache(cfg.data, cfg.featurizer, self.base, progress=sys.stderr.isatty())
+            build_cache(cfg.data, cfg.featurizer, p, progress=sys.stderr.isatty())
         ds = open_dataset(cfg.data)
         try:
             self.featurizer = self._resolve_featurizer(ds)
-            self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed)
+            if cfg.row_platforms:
+                parts = [build_label_table(ds, [p], p, cfg.keep_fraction, cfg.seed) for p in self.rows_of]
+                self.labels = LabelTable([cfg.platforms[0]], *(np.concatenate([getattr(t, k) for t in parts])
+                                                               for k in ("task", "program_id", "score", "latency")))
+                self.row_platform = np.repeat(np.arange(len(parts)), [len(t) for t in parts])
+            else:
+                self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed)
+                self.row_platform = np.zeros(len(self.labels), np.int64)
+            self.offsets = np.concatenate([[0], np.cumsum(np.bincount(self.row_platform, minlength=len(self.rows_of)))])
+            # ranking lists and per-task metrics stay within one task of one platform
+            self.groups = self.labels.task * len(self.rows_of) + self.row_platform
+            if cfg.hardware:
+                try:
+                    self.vectors = np.stack([platform_vector(ds.platforms[p]) for p in self.rows_of])
+                except ValueError as exc:
+                    raise UsageError(f"{cfg.data}: {exc}") from None
             self.networks = dict(ds.networks)
             # the schedule dialects the model learns from (a model of Ansor steps cannot score MS traces)
             self.dialects = sorted({ds.tasks[t].dialect for t in np.unique(self.labels.task).tolist()})
-            self.targets = {p: ds.platforms[p].target for p in cfg.platforms if p in ds.platforms}
+            self.targets = {p: ds.platforms[p].target for p in dict.fromkeys(cfg.platforms + self.rows_of)
+                            if p in ds.platforms}
             n = len(self.labels)
             if cfg.split:
                 split = ds.split(cfg.split)
@@ -192,20 +233,30 @@ class CostDataModule(L.LightningDataModule):
         finally:
             ds.close()
 
-    def _stored_featurizer(self, ds):
-        """The configured featurizer with the config its cache on the base platform was built with (fitted
+    def _check_row_platforms(self, ds) -> None:
+        cfg = self.config
+        unknown = [p for p in cfg.row_platforms if p not in ds.record_platforms()]
+        if unknown:
+            raise UsageError(f"{cfg.data}: row_platforms {unknown} have no records (platforms with records: "
+                             f"{', '.join(ds.record_platforms())})")
+        if len(cfg.platforms) != 1 or cfg.platforms[0] not in cfg.row_platforms:
+            raise UsageError(f"row_platforms label each record on its own platform: give one platform, one of "
+                             f"{cfg.row_platforms}, as the model's (platforms: {cfg.platforms})")
+
+    def _stored_featurizer(self, ds, platform: str | None = None):
+        """The configured featurizer with the config its cache on a platform (the base) was built with (fitted
         then), or None when the dataset has no such cache."""
         f = create(self.config.featurizer)
-        group = ds.h5.get(group_name(f, self.base))
+        group = ds.h5.get(group_name(f, platform or self.base))
         if group is None:
             return None
         return from_json({"name": f.name, "version": f.version, "config": json.loads(group.attrs["config"])})
 
-    def _cache_missing(self, ds) -> bool:
-        """No complete cache of the configured featurizer on the base platform."""
-        f = self._stored_featurizer(ds)
-        cache = open_cache(ds, f, self.base) if f is not None else None
-        return cache is None or cache.n_done < ds.num_records(self.base)
+    def _cache_missing(self, ds, platform: str) -> bool:
+        """No complete cache of the configured featurizer on a platform."""
+        f = self._stored_featurizer(ds, platform)
+        cache = open_cache(ds, f, platform) if f is not None else None
+        return cache is None or cache.n_done < ds.num_records(platform)
 
     def _resolve_featurizer(self, ds):
         f = self._featurizer
@@ -218,38 +269,53 @@ class CostDataModule(L.LightningDataModule):
                     f"`costlab featurize {self.config.data} --featurizer {self.config.featurizer} --platform {self.base}`")
         elif isinstance(f, dict):
             f = from_json(f)
-        cache = open_cache(ds, f, self.base)
-        if cache is None or cache.n_done < ds.num_records(self.base):
-            # no cache made with exactly this featurizer config (e.g. fine-tuning a model whose vocabulary
-            # came from another dataset): featurize the records now and keep them in memory
-            rows = np.arange(ds.num_records(self.base))
-            self._mem_feats = features_of(ds, f, self.base, rows)
+        for j, p in enumerate(self.rows_of):
+            cache = open_cache(ds, f, p)
+            if cache is None or cache.n_done < ds.num_records(p):
+                # no cache made with exactly this featurizer config (e.g. fine-tuning a model whose vocabulary
+                # came from another dataset): featurize the records now and keep them in memory
+                self._mem_feats[j] = features_of(ds, f, p, np.arange(ds.num_records(p)))
         return f
 
     def read_features(self, rows: np.ndarray) -> dict:
-        if self._mem_feats is not None:
-            return {k: ([v[i] for i in rows] if isinstance(v, list) else v[rows]) for k, v in self._mem_feats.items()}
+        """Features of rows (indices into the label table), in their order."""
+        plat = self.row_platform[rows]
+        if len(self.rows_of) == 1:
+            return self._platform_features(0, rows)
+        parts, where = [], []
+        for j in np.unique(plat).tolist():
+            sel = np.flatnonzero(plat == j)
+            parts.append(self._platform_features(j, rows[sel] - self.offsets[j]))
+            where.append(sel)
+        return take_rows(concat_features(parts), np.argsort(np.concatenate(where)))
+
+    def _platform_features(self, j: int, rows: np.ndarray) -> dict:
+        """Features of records of the ``j``-th row platform (indices into its record table)."""
+        if j in self._mem_feats:
+            return take_rows(self._mem_feats[j], rows)
         if self._ds is None:
             self._ds = open_dataset(self.config.data)
-            self._cache = open_cache(self._ds, self.featurizer, self.base)
+        if j not in self._caches:
+            self._caches[j] = open_cache(self._ds, self.featurizer, self.rows_of[j])
         order = np.argsort(rows)
-        feats = self._cache.get(rows[order])
+        feats = self._caches[j].get(rows[order])
         inv = np.empty_like(order)
         inv[order] = np.arange(len(order))
-        return {k: ([v[i] for i in inv] if isinstance(v, list) else v[inv]) for k, v in feats.items()}
+        return take_rows(feats, inv)
 
     def teardown(self, stage: str | None = None) -> None:
         if self._ds is not None:
             self._ds.close()
             self._ds = None
+            self._caches = {}
 
     # -- loaders -----------------------------------------------------------------------------------
     def _loader(self, rows, shuffle: bool):
         cfg = self.config
-        sampler = ListSampler(self.labels.task, rows, cfg.list_size, cfg.lists_per_batch, shuffle, cfg.seed,
+        sampler = ListSampler(self.groups, rows, cfg.list_size, cfg.lists_per_batch, shuffle, cfg.seed,
                               score=self.labels.score[:, 0], tail_lists=cfg.tail_lists, tail_fraction=cfg.tail_fraction)
-        return torch.utils.data.DataLoader(BatchReader(self), sampler=sampler, batch_size=None,
-                                           num_workers=cfg.num_workers)
+        reader = BatchReader(self, cfg.hardware_jitter if shuffle else 0.0)
+        return torch.utils.data.DataLoader(reader, sampler=sampler, batch_size=None, num_workers=cfg.num_workers)
 
     def train_dataloader(self):
         return self._loader(self.train_rows, True)

@@ -100,6 +100,8 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         score = scores(task, latency)
         for warning in mismatches(meta, ds, platform, task):
             print(f"costlab: warning: {warning}", file=sys.stderr)
+        if hasattr(pred_obj, "use_platform"):  # a net with a hardware input reads the dataset platform's spec
+            pred_obj.use_platform(ds.platforms[platform])
         out = pred_obj.predict(features_of(ds, pred_obj.featurizer, platform, rows))
         if head is None:
             head = head_of(pred_obj, platform)
@@ -114,6 +116,10 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
                       tasks=result["tasks"], head=head)
         if hasattr(pred_obj.featurizer, "spec_for"):  # features that depend on the platform's hardware: whose
             result["hardware_spec"] = pred_obj.featurizer.spec_for(ds.platforms[platform]).name
+        elif getattr(pred_obj, "hardware_dim", 0):  # a net fed the platform's hardware vector: whose
+            from costlab.featurizers.psa.hardware import spec_for
+
+            result["hardware_spec"] = spec_for(ds.platforms[platform]).name
         result["_arrays"] = dict(task=task, pred=pred, latency=latency, score=score, networks=networks)
         if baselines:
             result["_arrays"]["baselines"] = _baseline_scores(ds, platform, rows, seed)

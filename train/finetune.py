@@ -41,7 +41,8 @@ def finetune(source, data, platform: str, out, spec="safe", split: str | None = 
         table = ds.records(platform)
         task = table.task[rows].astype(np.int64)
         latency = table.latency()[rows]
-        feats = features_of(ds, pred.featurizer, platform, rows)
+        pred.use_platform(ds.platforms[platform])  # a hardware input reads the platform's spec
+        feats = pred.with_hardware(features_of(ds, pred.featurizer, platform, rows))
         dialects = sorted({ds.tasks[int(t)].dialect for t in np.unique(task)})
         target = ds.platforms[platform].target
         digest = ds.split(split).digest if split else None

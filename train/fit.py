@@ -30,6 +30,7 @@ from costlab.train.run_dir import run_dir
 from costlab.costmodels import kinds
 from costlab.costmodels.nets import net_config_for
 from costlab.costmodels.predictors import resolve
+from costlab.featurizers import hardware_vector
 
 
 class _DropAdverts(logging.Filter):
@@ -125,13 +126,17 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
     try:
         dopts = check_fields(DataConfig, dict(cfg["data_options"]), "data_options",
-                             reserved=("data", "featurizer", "platforms", "split", "seed"))
+                             reserved=("data", "featurizer", "platforms", "split", "seed", "hardware"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
+    hardware_dim = (source["net"] if source else cfg["net"]).get("hardware_dim") or 0
+    if hardware_dim not in (0, hardware_vector.DIM):
+        raise UsageError(f"net.hardware_dim must be 0 (no hardware input) or {hardware_vector.DIM} (the hardware "
+                         f"vector: {', '.join(hardware_vector.FIELDS)}), not {hardware_dim!r}")
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=model.featurizer,
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
-                                   **dopts), featurizer=source and source["featurizer"])
+                                   hardware=bool(hardware_dim), **dopts), featurizer=source and source["featurizer"])
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
     if model.multi_head and len(cfg["platforms"]) < 2:
@@ -182,7 +187,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     if best and has_val:
         load_weights(module, best)
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
-    summary = dict(model=kind, platforms=cfg["platforms"], train_records=len(dm.train_rows),
+    summary = dict(model=kind, platforms=cfg["platforms"], row_platforms=dm.rows_of, train_records=len(dm.train_rows),
                    val_records=len(dm.val_rows), test_records=len(dm.test_rows), best_checkpoint=str(best),
                    best_val_top1=float(ckpt.best_model_score) if ckpt.best_model_score is not None else None,
                    last_val=val, records_seen=speed.records,
@@ -193,6 +198,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
     save_artifact(out / "model", module.core.state_dict(),
                   dict(kind=kind, net=net_config, featurizer=dm.featurizer.to_json(), platforms=cfg["platforms"],
                        training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
-                       dataset=str(cfg["data"]), dialects=dm.dialects, targets=dm.targets))
+                       dataset=str(cfg["data"]), dialects=dm.dialects, targets=dm.targets,
+                       **({"hardware": hardware_vector.describe()} if hardware_dim else {})))
     (out / "summary.json").write_text(jsontext.dumps(summary, indent=2))
     return summary

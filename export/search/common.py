@@ -103,6 +103,8 @@ def model_order(predictor, head: int, mod, target, schedules: list):
     import numpy as np
 
     feats = predictor.featurizer.featurize_candidates(mod, target, schedules)
+    if hasattr(predictor, "use_target"):  # a hardware input reads the machine tuning now
+        predictor.use_target(target)
     score = predictor.predict(feats)[:, head].astype(np.float64)
     score[~np.asarray(feats.get("valid", np.ones(len(schedules), bool)), bool)] = -np.inf
     return np.argsort(-score, kind="stable")
