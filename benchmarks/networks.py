@@ -1,0 +1,437 @@
+"""Whole networks tuned: MetaSchedule's Relax tuning as users call it against `costlab tune --network`, with and
+without the model and the schedule library, over networks users tune, budgets of 1,000-2,000 trials and seeds.
+
+Networks (benchmarks/nets.py, `costlab tune --network nets:FUNCTION`): `llama` (a Llama-style decoder layer,
+hidden 768, sequence 128), `bert` (a BERT-base encoder layer, sequence 128), `resnet18` (224x224); and
+`llama-small` (hidden 512, sequence 32) for a smoke run. Arms, each a work dir OUT/runs/NET/sSEED/ARM:
+
+  stock    relax_integration.tune_relax(mod, None, target, work_dir, max_trials_global=TRIALS, seed=SEED) with
+           everything else its default (LocalBuilder, LocalRunner, XGBoost, gradient task scheduler), on the
+           module `costlab tune` extracts its tasks from (legalized, fused)
+  a        `costlab tune --network` without a model (MetaSchedule's search and XGBoost, costlab's builder,
+           runner and task scheduler), --no-library
+  k-nolib  a with --model MODEL (the model-led search; the gain task scheduler, the default for networks)
+  k        k-nolib with the schedule library: --library WORK/library, a copy of --library LIBRARY
+
+The library never holds a task of the benchmark's networks: before each k run, what it can start from is read
+(every library.json and database_workload.json under its copy of --library, and the starter library costlab
+ships) and the run is refused when any workload's structural hash is that of one of the network's tasks
+(other shapes of a kernel class are what a library is for, and allowed); each k run gets its own copy, so
+what one run adds to its library never reaches another run (`run` checks every network against --library
+before it starts anything, too). Every run holds /tmp/costlab-cpu.lock while it builds and measures; an arm
+cut short starts again (its seconds are those of one uninterrupted run), a finished one (done.json) is skipped.
+
+Once a network and seed has arms finished, they are timed together: each arm's final build (each task's
+fastest record of its database, compiled by export/network.build, DLight on what has none) and builds of
+its database as it was at 1/4 and 1/2 of its seconds, with the untuned build, in turn, --rounds times,
+median kept (timed.json). Curves: per arm, sum of weight x task best (from progress.jsonl, or stock's
+task_scheduler.log), untuned task latencies where a task has no program yet, scaled to the final build's
+timing; the checkpoint builds show how well the curve follows real builds. Figures: seconds for k to reach
+stock's final over stock's seconds (target <= 1/10), k to reach a's over a's (<= 1/4), k's final over
+stock's (<= 0.95), summed (ratios: geometric mean) over networks and seeds, a run that never reaches
+counted at its own full seconds (netcurves.figures).
+
+    .venv/bin/python benchmarks/networks.py run --out bench/networks --library LIBRARY --trials 1500 --seeds 0,1
+    .venv/bin/python benchmarks/networks.py run --out bench/networks --networks bert --arms stock --seeds 1 ...
+    .venv/bin/python benchmarks/networks.py table --out bench/networks --to benchmarks/results/networks-HOST
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import netcurves  # noqa: E402
+
+from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+COSTLAB = [sys.executable, "-m", "costlab"]
+NETWORKS = {"llama": "nets:llama_layer", "bert": "nets:bert_layer", "resnet18": "nets:resnet18",
+            "llama-small": "nets:llama_small"}
+ARMS = ("stock", "a", "k-nolib", "k")
+CHECKPOINTS = (0.25, 0.5)
+
+
+def _env() -> dict:
+    """The arms' environment: nets.py importable by `costlab tune --network nets:FUNCTION`."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
+
+
+def _network(net: str, target):
+    """The network's tasks, and (Relax module, inputs, PyTorch's output), as `costlab tune` extracts them."""
+    from types import SimpleNamespace
+
+    from costlab.export.tasks import workload_tasks
+
+    opts = SimpleNamespace(workloads=[], network=NETWORKS[net], batch=1, seq_len=0, task_filter=[])
+    return workload_tasks(opts, target)
+
+
+def library_workloads(library: Path) -> dict[str, set]:
+    """Structural hashes of the workloads a k run can start from, per file: every schedule library under
+    ``library`` (``<platform>/library.json``, entries keyed by MetaSchedule's workload hash), any MetaSchedule
+    database in it (``database_workload.json``, as ``costlab library export`` writes one), and the starter
+    libraries shipped with costlab, which every run consults beside the user's (``$COSTLAB_STARTER_LIBRARY``)."""
+    from costlab.datasets.ms_database import ImportReport, read_workloads
+
+    held: dict = {}
+    for path in sorted(library.rglob("database_workload.json*")):
+        held[str(path)] = {shash for shash, _b64 in read_workloads(path, ImportReport()).values()}
+    try:
+        from costlab.export.library.store import Library, starter_library
+    except ImportError:  # a costlab without the schedule library: only MetaSchedule databases can be read
+        return held
+    for path in sorted([*library.rglob("library.json"), *library.rglob("library.json.gz")]):
+        held[str(path)] = set(Library.load(path).entries)
+    for lib in starter_library():
+        held[f"{lib.path} (starter)"] = set(lib.entries)
+    return held
+
+
+def library_overlap(library: Path, tasks) -> tuple[int, list[str]]:
+    """(workloads the k run can start from, names of ``tasks`` whose structural hash is among them)."""
+    from costlab.datasets.ms_workload import workload_json
+
+    held = set().union(*library_workloads(library).values())
+    return len(held), [t.name for t in tasks if workload_json(t.mod)[0] in held]
+
+
+def _library_flags() -> bool:
+    """Whether this costlab's tune has --library / --no-library (the schedule library)."""
+    text = subprocess.run([*COSTLAB, "tune", "--help"], capture_output=True, text=True).stdout
+    return "--no-library" in text
+
+
+def _cmd(arm: str, net: str, seed: int, work: Path, args, has_library: bool) -> list[str]:
+    if arm == "stock":
+        return [sys.executable, __file__, "_stock", "--work", str(work), "--network", NETWORKS[net],
+                "--trials", str(args.trials), "--seed", str(seed), "--target", args.target]
+    cmd = [*COSTLAB, "tune", "--network", NETWORKS[net], "--target", args.target, "--seed", str(seed),
+           "--trials", str(args.trials), "--work-dir", str(work), "--no-progress"]
+    if arm == "a":
+        return cmd + (["--no-library"] if has_library else [])
+    if not has_library:
+        raise SystemExit(f"arm {arm} needs `costlab tune --library/--no-library` (the schedule library), which this "
+                         "costlab does not have yet")
+    cmd += ["--model", args.model]
+    return cmd + (["--no-library"] if arm == "k-nolib" else ["--library", str(work / "library")])
+
+
+def _run_arm(arm: str, net: str, seed: int, args, out: Path, has_library: bool) -> bool:
+    """One arm's run unless done; True when it (now or before) finished."""
+    from costlab.common.host import host_info
+    from costlab.costmodels.predictors import weights_sha256
+
+    work = out / "runs" / net / f"s{seed}" / arm
+    if (work / "done.json").exists():
+        return True
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {net} seed {seed} {arm}", flush=True)
+    with cpu_lock():
+        if arm == "k":
+            _start_library(Path(args.library), work / "library", net, args.target)
+        cmd = _cmd(arm, net, seed, work, args, has_library)
+        t0 = time.time()
+        with open(work / "run.log", "a") as log:
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work, env=_env()).returncode
+    if rc:
+        print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
+        return False
+    model = dict(model=args.model, model_sha256=weights_sha256(args.model)) if arm in ("k", "k-nolib") else {}
+    (work / "done.json").write_text(json.dumps(dict(wall_s=round(time.time() - t0, 2), cmd=cmd[1:], host=host_info(),
+                                                    at=time.strftime("%Y-%m-%d %H:%M:%S"), **model), indent=1))
+    return True
+
+
+def _start_library(source: Path, copy: Path, net: str, target_text: str) -> None:
+    """The k run's own copy of the library, refused when it holds any task of the network."""
+    import tvm
+
+    from costlab.datasets.targets import runnable_target
+
+    shutil.copytree(source, copy)
+    tasks, _ = _network(net, tvm.target.Target(runnable_target(target_text)))
+    held = _refuse_overlap(copy, tasks, net, shown=source)
+    (copy.parent / "library_check.json").write_text(json.dumps(dict(
+        library=str(source), files=sorted(library_workloads(copy)), workloads=held, network_tasks=len(tasks),
+        overlap=0, how="MetaSchedule structural hash of every workload the run can start from (the library copy "
+                       "and the starter) against each of the network's tasks"), indent=1))
+
+
+def _refuse_overlap(library: Path, tasks, net: str, shown: Path | None = None) -> int:
+    """Stop the benchmark when the library holds any of the network's tasks; else say so, and return how many
+    workloads it holds."""
+    held, overlap = library_overlap(library, tasks)
+    if overlap:
+        raise SystemExit(f"the library {shown or library} holds {len(overlap)} of {net}'s {len(tasks)} tasks ("
+                         f"{', '.join(overlap[:5])}{', ...' if len(overlap) > 5 else ''}): a benchmark run must not "
+                         "start from its own network's programs; use a library built without them")
+    print(f"library {shown or library}: {held} workloads (with the starter's), none of {net}'s {len(tasks)} tasks "
+          "(by structural hash)", flush=True)
+    return held
+
+
+def _stock(argv) -> int:
+    """tune_relax as a user calls it, on the network's module; seconds from this process's start."""
+    p = argparse.ArgumentParser()
+    for k in ("--work", "--network", "--target"):
+        p.add_argument(k)
+    p.add_argument("--trials", type=int)
+    p.add_argument("--seed", type=int)
+    a = p.parse_args(argv)
+    from costlab.export.tune import process_start
+
+    started = process_start()
+    import tvm
+    from tvm.s_tir.meta_schedule import relax_integration
+
+    from costlab.datasets.extract import network_module, torch_fn_model
+    from costlab.datasets.targets import runnable_target
+
+    target = tvm.target.Target(runnable_target(a.target))
+    model, inputs = torch_fn_model(a.network)
+    mod = network_module(model, inputs, target)
+    relax_integration.tune_relax(mod, None, target, a.work, max_trials_global=a.trials, seed=a.seed)
+    Path(a.work, "stock.json").write_text(json.dumps(dict(started=started, tune_s=round(time.time() - started, 2))))
+    return 0
+
+
+def run(args) -> int:
+    from costlab.common.host import host_info
+
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(host=host_info(), trials=args.trials, target=args.target, model=args.model,
+                library=str(Path(args.library).resolve()) if args.library else None)
+    if (out / "benchmark.json").exists():
+        old = json.loads((out / "benchmark.json").read_text())
+        if any(old.get(k) != meta[k] for k in ("host", "trials", "target")):
+            raise SystemExit(f"{out} holds a benchmark of another host, budget or target: use another --out")
+    (out / "benchmark.json").write_text(json.dumps(meta, indent=1))
+    if "k" in args.arms and not (args.library and Path(args.library).is_dir()):
+        raise SystemExit("arm k needs --library DIR: the library it starts from (none of the networks' tasks in it)")
+    has_library = _library_flags()
+    if "k" in args.arms:  # refused before any run starts, not hours into one; each k run checks its copy again
+        import tvm
+
+        from costlab.datasets.targets import runnable_target
+
+        for net in args.networks:
+            with cpu_lock():  # extraction compiles: not beside another job's measurements
+                tasks, _ = _network(net, tvm.target.Target(runnable_target(args.target)))
+            _refuse_overlap(Path(args.library), tasks, net)
+    for net in args.networks:
+        for seed in args.seeds:
+            done = [arm for arm in args.arms if _run_arm(arm, net, seed, args, out, has_library)]
+            if done:
+                _retime(out / "runs" / net / f"s{seed}", net, args)
+    return table(args)
+
+
+def _prefix_db(work: Path, records: int, into: Path):
+    """The arm's database as it was after its first ``records`` records (records are appended as measured)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy(work / "database_workload.json", into / "database_workload.json")
+    lines = (work / "database_tuning_record.json").read_text().splitlines(keepends=True)
+    (into / "database_tuning_record.json").write_text("".join(lines[:records]))
+    return ms.database.JSONDatabase(work_dir=str(into))
+
+
+def history(work: Path, arm: str) -> tuple[list, dict, float]:
+    """An arm's snapshots, its tasks' weights, and its tuning seconds (to its last measured batch)."""
+    if arm == "stock":
+        info = json.loads((work / "stock.json").read_text())
+        log = next(iter(sorted((work / "logs").glob("*task_scheduler.log"))), work / "logs" / "task_scheduler.log")
+        hist, weights = netcurves.ms_history(log, info["started"])
+        return hist, weights, info["tune_s"]
+    summary = json.loads((work / "costlab_tune.json").read_text())
+    hist = netcurves.costlab_history(work / "progress.jsonl")
+    return hist, {t["name"]: t["weight"] for t in summary["tasks"]}, hist[-1][0] if hist else summary["wall_s"]
+
+
+def _retime(runs: Path, net: str, args) -> None:
+    """Every finished arm of one network and seed timed together (see the module's doc), into timed.json;
+    skipped when the same arms were timed already."""
+    arms = [arm for arm in ARMS if (runs / arm / "done.json").exists()]
+    path = runs / "timed.json"
+    if path.exists() and json.loads(path.read_text()).get("arms") == arms:
+        return
+    print(f"[{time.strftime('%H:%M:%S')}] timing {net} s{runs.name[1:]}: {', '.join(arms)}", flush=True)
+    with cpu_lock():
+        _retime_locked(runs, net, arms, args)
+
+
+def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
+    import statistics
+    import tempfile
+
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.export.network import build, check_output, time_network
+    from costlab.export.tasks import measuring_target, target_cores
+
+    tgt = measuring_target(args.target)
+    os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
+    tasks, (mod, inputs, reference) = _network(net, tgt)
+    untuned_us = _untuned_tasks(runs.parent / "untuned_tasks.json", tasks, tgt)
+    builds, meta = {"untuned": build(mod, tgt)[0]}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for arm in arms:
+            work = runs / arm
+            hist, weights, tune_s = history(work, arm)
+            n_records = len((work / "database_tuning_record.json").read_text().splitlines())
+            offset = max(0, n_records - (hist[-1][1] if hist else 0))  # records the history does not count
+            meta[arm] = dict(tune_s=tune_s, records=n_records, checkpoints=[])
+            exe, (hit, n) = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(work)))
+            builds[arm] = exe
+            meta[arm].update(tuned_functions=hit, functions=n,
+                             output_check=check_output(exe, inputs, tvm.cpu(0), reference))
+            curve = netcurves.estimate(hist, weights, untuned_us)
+            for frac in CHECKPOINTS:
+                point = netcurves.at_time(curve, frac * tune_s)
+                if point is None or point[0] == 0:
+                    continue
+                db = _prefix_db(work, point[0] + offset, Path(tmp) / f"{arm}-{frac}")
+                builds[f"{arm}@{frac}"] = build(mod, tgt, db)[0]
+                meta[arm]["checkpoints"].append(dict(fraction=frac, at_s=frac * tune_s, trials=point[0]))
+        times: dict = {k: [] for k in builds}
+        for _ in range(args.rounds):
+            for k, exe in builds.items():
+                times[k].append(round(time_network(exe, inputs, tvm.cpu(0)) * 1e3, 4))
+    for arm in arms:
+        meta[arm].update(final_ms=statistics.median(times[arm]), rounds_ms=times[arm])
+        for cp in meta[arm]["checkpoints"]:
+            cp.update(median_ms=statistics.median(times[f"{arm}@{cp['fraction']}"]))
+    res = dict(arms=arms, rounds=args.rounds, untuned_ms=statistics.median(times["untuned"]),
+               untuned_tasks_us=untuned_us, timed=meta, at=time.strftime("%Y-%m-%d %H:%M:%S"))
+    (runs / "timed.json").write_text(json.dumps(res, indent=1))
+    print("  " + ", ".join(f"{a} {meta[a]['final_ms']:.4g} ms" for a in arms)
+          + f", untuned {res['untuned_ms']:.4g} ms", flush=True)
+
+
+def _untuned_tasks(path: Path, tasks, target) -> dict:
+    """Each task's latency (µs) as the untuned build runs it (DLight's CPU rules where they apply), once per
+    network: what a task counts in a curve before its first program is measured."""
+    if path.exists():
+        return json.loads(path.read_text())
+    import numpy as np
+    import tvm
+    from tvm.s_tir import dlight as dl
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    out = {}
+    for t in tasks:
+        with target:
+            mod = dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())(t.mod)
+        lib = tvm.compile(mod, target=target)
+        args = [tvm.runtime.tensor(np.random.rand(*[int(d) for d in a.shape]).astype(str(a.dtype)), tvm.cpu(0))
+                for a in ArgInfo.from_prim_func(t.mod["main"])]
+        timer = lib.jit().time_evaluator("main", tvm.cpu(0), number=3, repeat=3, min_repeat_ms=50)
+        out[t.name] = round(float(np.median(timer(*args).results)) * 1e6, 3)
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def collect(out: Path) -> tuple[dict, dict]:
+    """runs[(net, seed)][arm] = dict(curve (calibrated), final_ms, tune_s), and the checkpoints timed."""
+    runs, checkpoints = {}, {}
+    for timed in sorted(out.glob("runs/*/s*/timed.json")):
+        t = json.loads(timed.read_text())
+        key = (timed.parent.parent.name, int(timed.parent.name[1:]))
+        runs[key], checkpoints[key] = {}, {}
+        for arm, m in t["timed"].items():
+            hist, weights, _ = history(timed.parent / arm, arm)
+            curve = netcurves.calibrated(netcurves.estimate(hist, weights, t["untuned_tasks_us"]), m["final_ms"])
+            runs[key][arm] = dict(curve=curve, final_ms=m["final_ms"], tune_s=m["tune_s"],
+                                  trials=curve[-1][1] if curve else None, output=m["output_check"]["status"],
+                                  untuned_ms=t["untuned_ms"])
+            checkpoints[key][arm] = m["checkpoints"]
+    return runs, checkpoints
+
+
+def table(args) -> int:
+    out = Path(args.out).resolve()
+    runs, checkpoints = collect(out)
+    figs = netcurves.figures(runs)
+    lines = ["| network | seed | arm | trials | tuning s | final ms (timed together) | untuned ms | output | "
+             "checkpoints: est / timed ms |", "|---|---|---|---|---|---|---|---|---|"]
+    for (net, seed), run in sorted(runs.items()):
+        for arm in ARMS:
+            if arm in run:
+                r = run[arm]
+                cps = "; ".join(f"{c['at_s']:.0f} s: {netcurves.at_time(r['curve'], c['at_s'])[1]:.4g} / "
+                                f"{c['median_ms']:.4g}" for c in checkpoints[(net, seed)][arm])
+                lines.append(f"| {net} | {seed} | {arm} | {r['trials']} | {r['tune_s']:.0f} | {r['final_ms']:.4g} | "
+                             f"{r['untuned_ms']:.4g} | {r['output']} | {cps or '-'} |")
+    lines += ["", "| figure | value | runs reached | worst run | target |", "|---|---|---|---|---|"]
+    for name, v in figs["reach"].items():
+        tgt = netcurves.TARGETS.get(name)
+        arm, goal = name.split("_to_")
+        lines.append(f"| seconds for {arm} to reach {goal}'s final / {goal}'s seconds | {v['ratio']:.3f} | "
+                     f"{v['reached']} of {v['runs']} | {v['worst']:.3f} | {'<= %g' % tgt if tgt else '-'} |")
+    for name, v in figs["final"].items():
+        tgt = netcurves.TARGETS.get(name)
+        lines.append(f"| final {name.replace('_over_', ' / ')} (geomean) | {v['geomean']:.3f} | {v['runs']} runs | "
+                     f"{v['worst']:.3f} | {'<= %g' % tgt if tgt else '-'} |")
+    bench = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
+    checks = [json.loads(p.read_text()) for p in out.glob("runs/*/s*/k/library_check.json")]
+    lines += ["", f"Host: {bench.get('host', {}).get('cpu_model')} ({bench.get('host', {}).get('threads')} threads); "
+              f"{bench.get('trials')} trials per run; model {bench.get('model')}; library {bench.get('library')}.",
+              "The library holds none of the networks' tasks: " + (
+                  f"each k run's copy was checked ({len(checks)} runs, {checks[0]['how']}), 0 overlap."
+                  if checks else "no k run yet.")]
+    text = "\n".join(lines)
+    print(text)
+    dest = Path(args.to) if getattr(args, "to", None) else out
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "results.md").write_text(text + "\n")
+    (dest / "results.json").write_text(json.dumps(dict(benchmark=bench, figures=figs, runs={
+        f"{n}/s{s}": {a: {k: v for k, v in r.items() if k != "curve"} | dict(curve=[list(p) for p in r["curve"]])
+                      for a, r in run.items()} for (n, s), run in runs.items()},
+        checkpoints={f"{n}/s{s}": c for (n, s), c in checkpoints.items()}), indent=1))
+    netcurves.plot(runs, checkpoints, dest / "curves.png")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_stock"]:
+        return _stock(argv[1:])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", required=True)
+    r.add_argument("--library", help="the schedule library the k arm starts from (a copy per run)")
+    r.add_argument("--model", default="x86-cpu")
+    r.add_argument("--networks", type=lambda s: s.split(","), default=["llama", "bert", "resnet18"])
+    r.add_argument("--arms", type=lambda s: s.split(","), default=list(ARMS))
+    r.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1])
+    r.add_argument("--trials", type=int, default=1500)
+    r.add_argument("--rounds", type=int, default=5, help="rounds of timing the builds together")
+    r.add_argument("--target", default="host")
+    t = sub.add_parser("table")
+    t.add_argument("--out", required=True)
+    t.add_argument("--to", help="write results.md/json and curves.png here (e.g. benchmarks/results/networks-HOST)")
+    a = p.parse_args(argv)
+    for bad in set(getattr(a, "networks", [])) - set(NETWORKS):
+        p.error(f"unknown network {bad!r} (known: {', '.join(NETWORKS)})")
+    for bad in set(getattr(a, "arms", [])) - set(ARMS):
+        p.error(f"unknown arm {bad!r} (known: {', '.join(ARMS)})")
+    return run(a) if a.cmd == "run" else table(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""benchmarks/networks.py without tuning: its curves and figures on hand-made run histories, MetaSchedule's task
+scheduler log read back, and the refusal of a library that holds one of the benchmark networks' tasks."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import netcurves  # noqa: E402
+
+UNTUNED = {"mm": 100.0, "ew": 10.0}
+WEIGHTS = {"mm": 2.0, "ew": 1.0}
+
+
+def _progress(tmp_path: Path, rows) -> Path:
+    path = tmp_path / "progress.jsonl"
+    path.write_text("".join(json.dumps(dict(elapsed_s=s, task=t, trials=n, best_us=b)) + "\n" for s, t, n, b in rows)
+                    + '{"elapsed_s": 9')  # a line an interruption cut short is skipped
+    return path
+
+
+def test_curve_reach_and_figures(tmp_path):
+    hist = netcurves.costlab_history(_progress(tmp_path, [(10, "mm", 8, 50.0), (20, "ew", 16, 5.0),
+                                                          (30, "mm", 24, 60.0), (40, "mm", 32, 25.0)]))
+    curve = netcurves.estimate(hist, WEIGHTS, UNTUNED)
+    # untuned 2x100+10; mm best 50; ew 5; a worse batch keeps the best; mm 25
+    assert [round(ms * 1e3, 3) for _s, _n, ms in curve] == [210.0, 110.0, 105.0, 105.0, 55.0]
+    cal = netcurves.calibrated(curve, 0.11)  # the final build timed at 0.11 ms: everything scaled by 2
+    assert cal[-1][2] == pytest.approx(0.11) and cal[0][2] == pytest.approx(0.42)
+    assert netcurves.reach(cal, 0.21) == 20 and netcurves.reach(cal, 0.1) is None
+    assert netcurves.at_time(cal, 25) == (16, pytest.approx(0.21))
+
+    def arm(points, final, secs):
+        return dict(curve=[(s, i, ms) for i, (s, ms) in enumerate(points)], final_ms=final, tune_s=secs)
+    runs = {("net", 0): dict(stock=arm([(0, 1.0), (500, 0.4)], 0.4, 1000), a=arm([(0, 1.0), (200, 0.5)], 0.5, 400),
+                             k=arm([(0, 1.0), (10, 0.5), (50, 0.38)], 0.38, 80)),
+            ("net", 1): dict(stock=arm([(0, 1.0), (900, 0.3)], 0.3, 1000), a=arm([(0, 1.0)], 0.9, 400),
+                             k=arm([(0, 1.0), (60, 0.32)], 0.32, 100))}
+    f = netcurves.figures(runs)
+    # seed 0: k reaches 0.4 at 50 s; seed 1 never reaches 0.3: counted at its full 100 s
+    assert f["reach"]["k_to_stock"] == dict(ratio=pytest.approx(150 / 2000), runs=2, reached=1,
+                                           worst=pytest.approx(0.1))
+    assert f["reach"]["k_to_a"]["ratio"] == pytest.approx((10 + 60) / 800)
+    assert f["final"]["k_over_stock"]["geomean"] == pytest.approx((0.38 / 0.4 * 0.32 / 0.3) ** 0.5)
+    assert f["final"]["k_over_stock"]["worst"] == pytest.approx(0.32 / 0.3)
+
+
+def test_ms_task_scheduler_log(tmp_path):
+    table = ("2026-01-02 03:04:{sec} [INFO] [task_scheduler.cc:344] \n"
+             " ID | Name | FLOP | Weight | Speed (GFLOPS) | Latency (us) | Weighted Latency (us) | Trials | Done \n"
+             "----\n"
+             "  0 |   mm | 3355 |      2 |  {speed} |  {mm} | {wmm} | {n} |     \n"
+             "  1 |   ew |  163 |      1 |  N/A |  N/A | N/A | 0 |     \n"
+             "----\n"
+             "Total trials: {n}\nTotal latency (us): {wmm}\n\n")
+    log = tmp_path / "task_scheduler.log"
+    log.write_text(table.format(sec="00,123", speed="N/A", mm="N/A", wmm="0", n=0)
+                   + "2026-01-02 03:04:30 [INFO] Sending 64 sample(s) to builder\n"
+                   + table.format(sec="50", speed="200.1", mm="40.5", wmm="81", n=64))
+    import time
+
+    started = time.mktime(time.strptime("2026-01-02 03:04:00", "%Y-%m-%d %H:%M:%S"))
+    hist, weights = netcurves.ms_history(log, started)
+    assert weights == {"mm": 2.0, "ew": 1.0}
+    assert hist == [(0.123, 0, {}), (50.0, 64, {"mm": 40.5})]
+
+
+def test_library_holding_a_network_task_is_refused(tmp_path, monkeypatch):
+    from tvm.s_tir import meta_schedule as ms
+
+    import networks
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.tasks import Task
+
+    monkeypatch.setenv("COSTLAB_STARTER_LIBRARY", "none")
+    mine = Task("gmm", workload_json_mod(te_workload_task("GMM:1,16,16,16")[1]))
+    other = workload_json_mod(te_workload_task("GMM:1,32,16,16")[1])  # the same kernel at another shape: allowed
+    lib = tmp_path / "lib"
+    (lib / "x").mkdir(parents=True)
+    (lib / "y").mkdir()
+    ms.database.JSONDatabase(work_dir=str(lib / "x")).commit_workload(other)
+    assert networks.library_overlap(lib, [mine]) == (1, [])
+    ms.database.JSONDatabase(work_dir=str(lib / "y")).commit_workload(mine.mod)
+    assert networks.library_overlap(lib, [mine]) == (2, ["gmm"])
+    monkeypatch.setattr(networks, "_network", lambda net, target: ([mine], None))
+    with pytest.raises(SystemExit, match="holds 1 of net's 1 tasks"):
+        networks._start_library(lib, tmp_path / "run" / "library", "net", "host")
