@@ -11,6 +11,9 @@ The clock also holds the budgets every batch is cut to (``RoundClock.affordable`
 before a round, so its last round would run past it), and, once a batch has been measured, the deadline: a
 batch is cut to the programs that the last batch's build and run seconds per program say can be measured
 before it, and none starts when not one fits.
+
+With a screening runner (``datasets/screening.py``) the clock also carries its ``TaskTags``: ``TimedSearch`` tags
+the candidates it returns with its task, ``TimedBuilder`` maps each artifact built from them to that task.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class RoundClock:
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
         self.per_program_s: float | None = None  # the last batch's build and run seconds per program
         self._batch_n = 0
+        self.tags = None  # a datasets.screening.TaskTags when the runner screens: candidates tagged with their task
+        self.screening = None  # that ScreeningRunner: each batch's row says how many it screened out
 
     def lose(self, reason: str) -> None:
         """The runner's device stopped answering: no new round starts."""
@@ -92,6 +97,8 @@ class RoundClock:
         run_s = now - self._built_at if self._built_at is not None else None
         row = dict(search_s=round(self.search_s, 4), build_s=round(self.build_s, 4),
                    run_s=round(run_s, 4) if run_s is not None else None)
+        if self.screening is not None:
+            row["screened_out"] = self.screening.last_screened
         if run_s is not None and self._batch_n:
             self.per_program_s = (self.build_s + run_s) / self._batch_n
         if self.first_batch_at is None:
@@ -110,6 +117,11 @@ class TimedSearch(PySearchStrategy):
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
+        self.task = None
+        if self.clock.tags is not None:  # a screening runner compares each candidate with its own task's best
+            from costlab.datasets.screening import task_key
+
+            self.task = task_key(context.mod)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
@@ -126,7 +138,10 @@ class TimedSearch(PySearchStrategy):
         if out is None:
             return None
         n = self.clock.affordable(len(out))
-        return list(out)[:n] if n > 0 else None
+        out = list(out)[:n] if n > 0 else None
+        if out and self.clock.tags is not None and getattr(self, "task", None) is not None:
+            self.clock.tags.candidates(out, self.task)
+        return out
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
@@ -147,4 +162,6 @@ class TimedBuilder(PyBuilder):
         t0 = time.perf_counter()
         out = self.inner.build(build_inputs)
         self.clock.built(t0)
+        if self.clock.tags is not None:  # artifact -> task, for the screening runner
+            self.clock.tags.built(build_inputs, out)
         return out
