@@ -69,7 +69,8 @@ def _cmd(arm: str, pair: str, args, out: Path) -> list[str]:
     net = source if arm == "src" else target_net
     n = _ntasks(net, args.target)
     base = [*COSTLAB, "tune", "--network", net, "--seq-len", SEQ, "--target", args.target, "--seed", str(args.seed),
-            "--work-dir", str(runs / arm), "--no-progress"]
+            "--work-dir", str(runs / arm), "--no-progress",
+            "--no-library"]  # transfer from the named source alone, no schedule library
     if arm == "src":
         return [*base, "--model", args.model, "--trials", str(args.source_per_task * n)]
     if arm == "x":  # a budget of 1: the transferred trials fill it, nothing is searched

@@ -115,7 +115,8 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
                "--target", args.target, "--", *_workload_args(workload)]
     else:
         cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model), "--trials", str(_trials(arm, args)),
-               "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress"]
+               "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress",
+               "--no-library"]  # the search and model alone, no schedule library start
     work.mkdir(parents=True, exist_ok=True)
     print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}", flush=True)
     with cpu_lock():

@@ -10,6 +10,7 @@ from costlab.commands import dataset as dataset_cmd
 from costlab.commands import exploit as exploit_cmd
 from costlab.commands import export as export_cmd
 from costlab.commands import featurize as featurize_cmd
+from costlab.commands import library as library_cmd
 from costlab.commands import models as models_cmd
 from costlab.commands import train as train_cmd
 from costlab.commands import transfer as transfer_cmd
@@ -17,7 +18,8 @@ from costlab.commands import tune as tune_cmd
 from costlab.commands.signals import Terminated
 
 # in the order `costlab --help` lists them
-COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, export_cmd, models_cmd, transfer_cmd, exploit_cmd]
+COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, export_cmd, models_cmd, transfer_cmd, exploit_cmd,
+            library_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,8 +12,10 @@ MetaSchedule's default (evolutionary search + XGBoost), in one command.
 - Measuring: costlab's builder (no intrinsic-registry import; one pool of workers for the whole run,
   shared-library artifacts the runner loads without linking) and a runner that runs kernels on the
   target's ``num-cores`` threads, or through an RPC tracker; ``ms_defaults`` uses MetaSchedule's own
-  builder and runner exactly as ``tune_tir`` does. Each batch's seconds of search, build and run are in
-  ``progress.jsonl``.
+  builder and runner exactly as ``tune_tir`` does. Locally, the runner screens (``screen``,
+  ``datasets/screening.py``): a candidate whose first run is >= 1.5x its task's best is not measured further,
+  the others with ``min_repeat_ms`` sized to their first run (``sized_repeats``). Each batch's seconds of
+  search, build and run are in ``progress.jsonl``.
 - The work dir holds a normal MetaSchedule JSON database (failed measurements kept, as MetaSchedule writes
   them); re-run with the same work dir, a run continues: trials already in the database count.
 - A network is compiled with the tuning database afterwards and its end-to-end latency measured beside
@@ -41,6 +43,7 @@ from costlab.export.workdir import RUN_FILE, check_same_host, lock_work_dir
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
+SCREEN_DEFAULT = 1.5  # --screen: benchmarks/screening.py, docs/search.md
 ADAPT = ("auto", "none", "finetune", "momentum")
 
 
@@ -67,6 +70,11 @@ class TuneOptions:
     first_rounds: tuple = (8, 16, 32)  # model-led: sizes of the first rounds, then per_iter
     verify_fraction: float = 0.1
     ms_defaults: bool = False
+    # screening runner (datasets/screening.py): a candidate whose one first run is >= screen x its task's best is
+    # not measured further; None: SCREEN_DEFAULT with costlab's local runner, off with --ms-defaults or --rpc-key
+    screen: float | None = None
+    # screening: phase 2's min_repeat_ms sized to the kernel's first run; None: on whenever the runner screens
+    sized_repeats: bool | None = None
     builder_timeout: float = 30.0
     number: int = 3
     repeat: int = 1
@@ -76,7 +84,9 @@ class TuneOptions:
     rpc_wait: float = 60.0  # seconds to wait for an RPC tracker that stopped answering before the run stops
     exploit: int = 0  # trials of Droplet exploitation (costlab exploit) after the search
     transfer_from: list = field(default_factory=list)  # sources of transfer-tuning before the search
-    transfer_top: int = 4  # programs transferred (measured) per task
+    transfer_top: int = 4  # programs transferred (measured) per task, from --transfer-from and from the library
+    library: str | None = None  # the schedule library's root folder (export/library); None: its default
+    use_library: bool = True  # start each task from the library's matching programs; add the run's best to it
     progress: bool = True
     started_at: float | None = None  # when the command started (the CLI's process start); default: the call
     check_output: bool = True  # each task's best programs run beside a reference build before they are reported
@@ -128,6 +138,17 @@ class TuneOptions:
             raise UsageError("--adapt needs a --model to adapt")
         if self.ms_defaults and self.rpc_key:
             raise UsageError("--ms-defaults runs MetaSchedule's local builder and runner; it cannot use --rpc-key")
+        if self.screen is not None:
+            if not (math.isfinite(self.screen) and (self.screen == 0 or self.screen > 1)):
+                raise UsageError(f"--screen takes a ratio above 1 (e.g. 1.5), or 0 for no screening, not {self.screen}")
+            if self.screen and (self.ms_defaults or self.rpc_key):
+                raise UsageError("--screen runs candidates on this machine's costlab runner; it cannot be used with "
+                                 + ("--ms-defaults" if self.ms_defaults else "--rpc-key") + " (give --screen 0)")
+        else:
+            self.screen = 0.0 if (self.ms_defaults or self.rpc_key) else SCREEN_DEFAULT
+        if self.sized_repeats and not self.screen:
+            raise UsageError("sized repeats need the screening runner's first run (--screen RATIO)")
+        self.sized_repeats = bool(self.screen) if self.sized_repeats is None else self.sized_repeats
         self.strategy = strategy
         from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS
 
@@ -185,6 +206,11 @@ def _measure_stack(opts: TuneOptions, target, cores: int, clock=None):
     builder = make_builder(opts.builder_timeout, workers=cores, pooled=True)
     runner = make_runner(mopts, target, on_lost=clock.lose if clock is not None else None)
     warm_up(builder, runner)
+    if opts.screen and clock is not None:  # the search tags candidates with their task, the builder artifacts
+        from costlab.datasets.screening import ScreeningRunner, TaskTags
+
+        clock.tags = TaskTags()
+        runner = clock.screening = ScreeningRunner(runner, opts.screen, clock.tags, sized=opts.sized_repeats)
     return builder, runner
 
 
@@ -275,7 +301,7 @@ def tune(opts: TuneOptions) -> dict:
         lock = lock_work_dir(work)
     except OSError as exc:
         raise InputError(work, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    builder, runner, exploited, transferred = None, None, None, None
+    builder, runner, exploited, transferred, started_from = None, None, None, None, None
     try:  # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
         for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
             if (work / name).is_dir():
@@ -293,6 +319,8 @@ def tune(opts: TuneOptions) -> dict:
         database = ms.database.JSONDatabase(work_dir=str(work))
         if opts.transfer_from:  # the search starts from the transferred programs: they are in the database
             transferred = _transfer(opts, tasks, target, database, builder, runner)
+        if opts.use_library and not opts.rpc_key:  # and from the library's programs of the same kernel classes
+            started_from = _library_start(opts, tasks, target, database, builder, runner)
         done = _done_per_task(database, tasks)
         # workloads are tuned one after the other, each with its own budget; a network's tasks share one
         groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
@@ -311,6 +339,11 @@ def tune(opts: TuneOptions) -> dict:
                     contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock),
                                                  task_name=tasks[i].name, rand_state=rand, num_threads=cores,
                                                  logger=logger).clone())
+                if clock.screening is not None:  # each task's best in the work dir's database (a continued run)
+                    from costlab.datasets.screening import task_key
+
+                    for i, ctx in zip(group, contexts):
+                        clock.screening.seed(task_key(ctx.mod), _best_latency(database, tasks[i].mod))
                 progress.focus(group)
                 clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
                 ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
@@ -349,6 +382,10 @@ def tune(opts: TuneOptions) -> dict:
         summary["transfer"] = {row["name"]: dict(best_us=row.get("best_us"), measured=len(row.get("measured", [])),
                                                  counts=row.get("counts", {}))
                                for row in transferred.get("tasks", {}).values()}
+    if clock.screening is not None:
+        summary["screening"] = dict(ratio=opts.screen, sized_repeats=opts.sized_repeats, **clock.screening.stats)
+    if started_from is not None:
+        summary["library_start"] = started_from
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
     if clock.lost is not None:
@@ -377,6 +414,8 @@ def tune(opts: TuneOptions) -> dict:
         summary["tasks"].append(row)
     if log.rounds:
         summary["rounds"] = len(log.rounds)
+    if opts.use_library and not opts.rpc_key:
+        summary["library"] = _library_add(opts, tasks, target, database, summary["tasks"], checked)
     if hasattr(cost_model, "stats"):
         summary["cost_model"] = dict(cost_model.stats)
         if getattr(cost_model, "adapter", None) is not None:
@@ -413,6 +452,40 @@ def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, r
                             seed=opts.seed, number=opts.number, repeat=opts.repeat, progress=opts.progress)
     return transfer_tasks(tasks, target, database, builder, runner, topts, Path(opts.work_dir) / STATE_FILE,
                           should_stop=lambda: stop_requested() is not None)
+
+
+def _library_start(opts: TuneOptions, tasks: list[Task], target, database, builder, runner) -> dict:
+    """Each task starts from the library: its ``--transfer-top`` best replayed programs of the library's matching
+    tasks (``export/library/start``), measured into the database before the search, within a workload's
+    ``--trials``; a network's tasks each get theirs, as with ``--transfer-from``."""
+    from costlab.datasets.targets import platform_id_for
+    from costlab.datasets.ms_workload import plain_json
+    from costlab.export.library.start import run_libraries, start_from_library
+    from costlab.export.search.timed import stop_requested
+
+    libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())))
+    return start_from_library(Path(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
+                              model=opts.model, top=min(opts.transfer_top, opts.trials) if opts.workloads
+                              else opts.transfer_top, seed=opts.seed, number=opts.number, repeat=opts.repeat,
+                              progress=opts.progress, should_stop=lambda: stop_requested() is not None)
+
+
+def _library_add(opts: TuneOptions, tasks: list[Task], target, database, rows: list, checked: bool) -> dict:
+    """The run's checked best programs into the library of its platform; nothing when they were not checked
+    (``--no-check``): a library holds programs known to compute the right result. A library that cannot be
+    written is said in the summary, never the end of a finished run."""
+    from costlab.common.errors import CostlabError
+    from costlab.datasets.ms_workload import plain_json
+    from costlab.datasets.targets import platform_id_for
+    from costlab.export.library.start import add_run
+
+    if not checked:
+        return dict(added=0, why="not added: the run's programs were not checked (--no-check)")
+    try:
+        return add_run(opts.library, platform_id_for(plain_json(target.export())), host_info(), database, tasks,
+                       [row.get("check") for row in rows], Path(opts.work_dir))
+    except (CostlabError, OSError) as exc:
+        return dict(added=0, why=f"not added: {exc}")
 
 
 def _checked_database(database, tasks: list[Task], chosen: list, checked: bool):

@@ -41,7 +41,8 @@ echo "== 7. export the fine-tuned model: config.json + model.safetensors" >&2
 $COSTLAB export "$OUT/run" -o "$OUT/model" --force  # re-run: the model of this run replaces the last
 
 echo "== 8. tune a workload no model has seen, $TRIALS trials each: with the fine-tuned model, and MetaSchedule's default" >&2
-SEARCH=(--target "$TARGET" --trials "$TRIALS" --no-progress --json)
+# the model against MetaSchedule's default alone: neither starts from the schedule library
+SEARCH=(--target "$TARGET" --trials "$TRIALS" --no-progress --json --no-library)
 $COSTLAB tune --workload GMM:1,96,96,96 --model "$OUT/model" --work-dir "$OUT/tune_model" "${SEARCH[@]}" > "$OUT/tune_model.json"
 $COSTLAB tune --workload GMM:1,96,96,96 --work-dir "$OUT/tune_default" "${SEARCH[@]}" > "$OUT/tune_default.json"
 "$PY" - "$OUT/tune_model" "$OUT/tune_default" <<'PYEOF'

@@ -167,7 +167,9 @@ def check_host(folder: Path, host: dict) -> None:
 
 def tune_command(position: int, work: Path, trials: int, model: str, target: str) -> list[str]:
     cmd = [*COSTLAB, "tune", "--workload", TASKS[position], "--trials", str(trials), "--seed", str(position),
-           "--target", target, "--work-dir", str(work), "--no-progress", "--no-check"]
+           "--target", target, "--work-dir", str(work), "--no-progress", "--no-check",
+           # the corpus is the searches' own trajectories, every candidate measured in full, as its first tasks were
+           "--no-library", "--screen", "0"]
     if arm_of(position) == "model":
         cmd += ["--model", model, "--strategy", "model-led"]
     else:

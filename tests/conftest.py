@@ -35,3 +35,12 @@ def trained(tmp_path_factory):
     assert main(["train", "--data", str(base / "d.h5"), "--out", str(base / "run"), "--epochs", "1",
                  "--no-progress", *TINY]) == 0
     return base
+
+
+@pytest.fixture(autouse=True)
+def own_library(tmp_path_factory, monkeypatch):
+    """Every test's tuning runs start from, and add to, a schedule library of their own, empty, and no starter
+    library: a test's results never depend on what earlier tests (or the user's own runs) tuned. Tests of the
+    library itself name theirs with --library or these variables."""
+    monkeypatch.setenv("COSTLAB_LIBRARY", str(tmp_path_factory.mktemp("library")))
+    monkeypatch.setenv("COSTLAB_STARTER_LIBRARY", "none")

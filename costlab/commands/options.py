@@ -80,3 +80,26 @@ def directory(option: str):
     parse.__name__ = "directory"
     return parse
 
+
+
+def library_options(q) -> None:
+    """``--library DIR`` and ``--no-library`` of the commands whose finished runs add to the schedule library."""
+    q.add_argument("--library", metavar="DIR",
+                   help="the schedule library's folder the run's checked best programs are added to (default "
+                   "$COSTLAB_LIBRARY, else ~/.cache/costlab/library; costlab library)")
+    q.add_argument("--no-library", action="store_true", help="add nothing to the schedule library")
+
+
+def add_to_library(args, summary: dict) -> None:
+    """A finished run's work dir into the schedule library (unless --no-library), said on stderr and recorded in
+    ``summary["library"]``."""
+    import sys
+
+    if args.no_library:
+        return
+    from costlab.export.library.add import add_finished_run
+
+    row = add_finished_run(args.work_dir, args.library, progress=not args.no_progress)
+    summary["library"] = row
+    print(row.get("why") or f"library: {row['added']} programs of {row['tasks']} tasks added to {row['library']}",
+          file=sys.stderr)

@@ -6,7 +6,7 @@ import json
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
-from costlab.commands.options import int_in, positive_int
+from costlab.commands.options import add_to_library, int_in, library_options, positive_int
 from costlab.commands.signals import signals_end_cleanly
 
 
@@ -40,6 +40,7 @@ def register(sub) -> None:
     q.add_argument("--work-dir", required=True, metavar="DIR")
     q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     q.add_argument("--no-progress", action="store_true")
+    library_options(q)
     q.set_defaults(func=_transfer)
 
 
@@ -53,6 +54,8 @@ def _transfer(args) -> int:
                            max_candidates=args.max_candidates, seed=args.seed, progress=not args.no_progress)
     with signals_end_cleanly():
         summary = transfer(opts, should_stop=lambda: stop_requested() is not None)
+    if stop_requested() is None:  # a finished run's checked best programs go to the library
+        add_to_library(args, summary)
     if summary.get("skipped_lines"):
         from costlab.datasets.ms_database import moved_aside_note
 

@@ -69,6 +69,13 @@ def register(sub) -> None:
                    help="share of the PSA-drafted candidates that the model verifies (draft-verify)")
     q.add_argument("--ms-defaults", action="store_true",
                    help="MetaSchedule's own builder and runner, exactly as tune_tir uses them")
+    q.add_argument("--screen", type=float, metavar="RATIO",
+                   help="run every candidate once first and measure in full only those faster than RATIO x their "
+                   "task's best so far; the others keep their one run as their cost (default 1.5; 0: every "
+                   "candidate measured in full; off with --ms-defaults and --rpc-key)")
+    q.add_argument("--full-repeats", action="store_true",
+                   help="with --screen: measure the candidates that pass it with min_repeat_ms 100 whatever their "
+                   "time (default: sized to their first run, 20 runs of it and 10-100 ms)")
     q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
     q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
@@ -79,7 +86,15 @@ def register(sub) -> None:
     q.add_argument("--transfer-from", action="append", default=[], metavar="SOURCE",
                    help="before the search, measure each task's best --transfer-top schedules of the same kernel "
                    "class from this dataset or work dir (costlab transfer; repeatable); the search starts from them")
-    q.add_argument("--transfer-top", type=int, default=4, metavar="K", help="programs transferred per task")
+    q.add_argument("--transfer-top", type=int, default=4, metavar="K",
+                   help="programs transferred per task (from --transfer-from, and from the library)")
+    q.add_argument("--library", metavar="DIR",
+                   help="the schedule library's folder (default $COSTLAB_LIBRARY, else ~/.cache/costlab/library): "
+                   "each task starts from the --transfer-top best programs of its kernel class tuned before (this "
+                   "platform's library and the starter shipped with costlab; replayed, ranked by the model, "
+                   "measured), and the run's checked best programs are added to it when it ends (costlab library)")
+    q.add_argument("--no-library", action="store_true",
+                   help="neither start from the schedule library nor add to it")
     q.add_argument("--rpc-wait", type=float, default=60.0, metavar="S",
                    help="seconds to wait for an RPC tracker or device that stopped answering; then the run stops "
                    "(candidates not measured are not recorded: a re-run measures them)")
@@ -125,7 +140,9 @@ def _tune(args) -> int:
                        ms_defaults=args.ms_defaults, builder_timeout=args.builder_timeout, rpc_key=args.rpc_key,
                        rpc_host=args.rpc_host, rpc_port=args.rpc_port, rpc_wait=args.rpc_wait, exploit=args.exploit,
                        transfer_from=args.transfer_from, transfer_top=args.transfer_top, progress=not args.no_progress,
-                       check_output=not args.no_check, started_at=started_at, task_scheduler=args.task_scheduler)
+                       check_output=not args.no_check, started_at=started_at, task_scheduler=args.task_scheduler,
+                       screen=args.screen, sized_repeats=False if args.full_repeats else None,
+                       library=args.library, use_library=not args.no_library)
     if args.transfer_from:  # sources that hold nothing to start from: refused before the work dir is made
         from costlab.export.transfer.run import usable_sources
 
@@ -160,6 +177,10 @@ def _tune(args) -> int:
                 "result and was not chosen)", "wrong": " (every checked program computed a wrong result: "
                 + "; ".join(c["result"] for c in check.get("checked", [])) + ")"}.get(check.get("status"), "")
         print(f"{t['name']}: {t['trials']} trials, best {best}{note}")
+    screening = summary.get("screening")
+    if screening:
+        print(f"screened out {screening['screened_out']} of {screening['candidates']} candidates (a first run at "
+              f"least {screening['ratio']:g}x their task's best; not measured further)", file=sys.stderr)
     if summary.get("first_batch_s") is not None:
         print(f"first measured batch {summary['first_batch_s']:.1f} s after the command started", file=sys.stderr)
 

@@ -1,0 +1,118 @@
+"""``costlab library add``: work dirs (or exported libraries) into the library of their platform.
+
+A work dir's platform is its records' target's (``datasets.targets.platform_id_for``) and its host the one its
+``costlab_run.json`` records (a work dir of MetaSchedule's own ``tune_tir`` records none: it is taken as this
+machine's, and said so). Its tasks are checked here when it was measured on this machine; another machine's
+programs are added unchecked (they cannot run here). An exported library (``costlab library export``) is merged
+as it is, into the library of its own platform and host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from costlab.common.errors import InputError
+from costlab.export.library.store import FILE, Library, open_library, read_library
+
+
+def _add_library(path: Path, root: Path, per_task: int, platform: str | None = None) -> dict:
+    src = Library.load(path)
+    added = 0
+    with open_library(root, platform or src.platform) as lib:
+        lib.check_host(src.host, f"the library {path}")
+        lib.host = lib.host or src.host
+        for shash, e in src.entries.items():
+            added += lib.add(shash, e["workload"], e["name"], e["structure"], e["programs"], per_task)
+    return dict(source=str(path), library=str(root / lib.platform), added=added, tasks=len(src))
+
+
+def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, progress: bool = True,
+                 platform: str | None = None) -> dict:
+    """One work dir's checked best programs per task into the library of its platform (or ``platform``'s); what
+    was added."""
+    from costlab.common.host import host_info, same_host
+    from costlab.datasets.targets import platform_id_for
+    from costlab.export.library.collect import work_dir_host, work_dir_programs
+
+    here = host_info()
+    host = work_dir_host(work)
+    note = None if host is not None else "no host recorded: taken as this machine's"
+    local = host is None or same_host(host, here)
+    first = platform or _records_platform(work)
+    if first is not None:  # refused before any program is checked
+        read_library(root, first).check_host(host or here, f"the run in {work}")
+    if check and not local:
+        note = "measured on another machine: added unchecked"
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(unit="task", desc=f"library add {work.name}", leave=False)
+
+    def tick(done, total, name):
+        if bar is not None:
+            bar.total = total
+            bar.update(1)
+            bar.set_postfix_str(name[:30])
+
+    try:
+        rows = list(work_dir_programs(work, per_task, may_check=check and local, progress=tick))
+    finally:
+        if bar is not None:
+            bar.close()
+    by_platform: dict = {}
+    for shash, b64, name, st, programs, target in rows:
+        by_platform.setdefault(platform or platform_id_for(target), []).append((shash, b64, name, st, programs))
+    added = 0
+    for platform, items in by_platform.items():
+        with open_library(root, platform) as lib:
+            lib.check_host(host or here, f"the run in {work}")
+            lib.host = lib.host or host or here
+            for shash, b64, name, st, programs in items:
+                added += lib.add(shash, b64, name, st, programs, per_task)
+    libs = ", ".join(str(root / p) for p in by_platform) or str(root)
+    return dict(source=str(work), library=libs, added=added, tasks=len(rows), note=note)
+
+
+def _records_platform(work: Path) -> str | None:
+    """The platform of a work dir's first record's target, read without TVM (None when there is none)."""
+    from costlab.datasets.import_report import ImportReport
+    from costlab.datasets.ms_database import RECORD_FILE, database_file, read_records
+    from costlab.datasets.targets import platform_id_for
+
+    path = database_file(work, RECORD_FILE)
+    if path is None:
+        return None
+    for _i, _size, parsed in read_records(path, ImportReport()):
+        if parsed is not None and parsed[3] is not None:
+            return platform_id_for(parsed[3])
+    return None
+
+
+def add_work_dirs(paths, root: Path, per_task: int = 4, check: bool = True, progress: bool = True,
+                  platform: str | None = None) -> list[dict]:
+    """Each of ``paths`` (work dirs, exported libraries) into the libraries under ``root`` (``platform``: all into
+    that platform's)."""
+    out = []
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise InputError(path, "no such work dir or library")
+        if (path / FILE).exists() or path.name.endswith((".json", ".json.gz")):
+            out.append(_add_library(path, root, per_task, platform))
+        else:
+            out.append(add_work_dir(path, root, per_task, check, progress, platform))
+    return out
+
+
+def add_finished_run(work, library=None, progress: bool = True) -> dict:
+    """After ``costlab exploit`` or ``transfer``: the work dir's checked best programs into the library of its
+    platform (``library``: the libraries' folder, default ``default_root()``). A library that cannot take them
+    (another host's, not writable) is said in the answer, never the end of a finished run."""
+    from costlab.common.errors import CostlabError
+    from costlab.export.library.store import default_root
+
+    try:
+        return add_work_dir(Path(work), Path(library) if library else default_root(), progress=progress)
+    except (CostlabError, OSError) as exc:
+        return dict(added=0, why=f"not added: {exc}")

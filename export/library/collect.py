@@ -1,0 +1,126 @@
+"""A run's best programs per task as library programs.
+
+Per workload of a MetaSchedule database: its fastest successfully measured programs, the first of them that
+computes the right result (``export/check.check_task``: run beside a reference build on random inputs) flagged
+``checked``, the programs that computed a wrong one left out, and a task none of whose checked programs is
+right left out whole. The programs after the checked one are kept unchecked (a library entry is a start: a run
+measures and checks what it takes from it). Programs measured on another machine cannot be run here: they are
+added unchecked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from costlab.common.errors import InputError
+from costlab.datasets.records import record_latency
+
+
+def structure_json(mod) -> dict:
+    """The workload's block structure (``export/transfer/match.structure``) as JSON."""
+    from costlab.export.transfer.match import structure
+
+    st = structure(mod)
+    return dict(names=list(st.names), signatures=list(st.signatures), anchor=st.anchor,
+                extents=[int(x) for x in st.extents])
+
+
+def _program(rec, source: str, checked: bool) -> dict:
+    from costlab.datasets.ms_workload import plain_json
+
+    secs = [float(x) for x in rec.run_secs]
+    return dict(trace=plain_json(rec.trace.as_json()), run_secs=secs, us=round(record_latency(secs) * 1e6, 3),
+                target=plain_json(rec.target.export()), args_info=[plain_json(a.as_json()) for a in rec.args_info],
+                checked=checked, source=source)
+
+
+def task_programs(database, mod, per_task: int, source: str, check=None, target=None, seed: int = 0) -> list[dict]:
+    """The library programs of ``mod``'s records in ``database``: ``check`` is ``check_task``'s answer when the
+    caller has it; otherwise the task is checked here on ``target`` when one is given (the programs were
+    measured on this machine), else its programs are added unchecked."""
+    if not database.has_workload(mod):
+        return []
+    recs = [r for r in database.get_top_k(database.commit_workload(mod), per_task + 3)
+            if math.isfinite(record_latency(r.run_secs))]
+    if not recs:
+        return []
+    if check is None and target is not None:
+        from costlab.export.check import check_task
+
+        check = check_task(database, mod, target, seed=seed)
+    if check is None:
+        return [_program(r, source, False) for r in recs[:per_task]]
+    if check.get("status") not in ("ok", "replaced"):
+        return []  # none of its checked programs computes the right result: nothing to start from
+    first = len(check["checked"]) - 1  # the programs checked before the right one were wrong
+    return [_program(r, source, i == first) for i, r in enumerate(recs[first:first + per_task], start=first)]
+
+
+@contextmanager
+def work_dir_database(work):
+    """A MetaSchedule work dir's database, opened read-only in effect (gzipped files, as benchmarks archive
+    them, are read from a temporary copy); an InputError when the folder holds none."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, database_file
+
+    work = Path(work)
+    wl, rec = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
+    if not work.is_dir() or wl is None or rec is None:
+        raise InputError(work, f"is not a MetaSchedule work dir ({WORKLOAD_FILE} and {RECORD_FILE}, or .gz)")
+    tmp = None
+    try:
+        if wl.suffix == ".gz" or rec.suffix == ".gz":
+            import gzip
+
+            tmp = Path(tempfile.mkdtemp(prefix="costlab-library-"))
+            for src, name in ((wl, WORKLOAD_FILE), (rec, RECORD_FILE)):
+                opener = gzip.open if src.suffix == ".gz" else open
+                with opener(src, "rb") as fi, open(tmp / name, "wb") as fo:
+                    shutil.copyfileobj(fi, fo)
+            wl, rec = tmp / WORKLOAD_FILE, tmp / RECORD_FILE
+        yield ms.database.JSONDatabase(path_workload=str(wl), path_tuning_record=str(rec), allow_missing=False)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def work_dir_host(work) -> dict | None:
+    """The host a costlab work dir's run recorded (``costlab_run.json``); None when none is recorded."""
+    from costlab.export.workdir import RUN_FILE
+
+    try:
+        host = json.loads((Path(work) / RUN_FILE).read_text()).get("host")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return host if isinstance(host, dict) else None
+
+
+def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progress=None):
+    """Per workload of a work dir's database: ``(shash, base64 workload, name, structure, programs, target)``,
+    each task checked here when ``may_check``. ``progress(done, total, name)`` is called after each task."""
+    import tvm
+
+    from costlab.datasets.ms_workload import describe, plain_json
+
+    with work_dir_database(work) as database:
+        workloads: dict = {}
+        for rec in database.get_all_tuning_records():
+            shash = str(rec.workload.as_json()[0])
+            if shash not in workloads:
+                workloads[shash] = (rec.workload, rec.target)
+        for n, (shash, (workload, target)) in enumerate(workloads.items()):
+            mod = workload.mod
+            name = describe(mod).name
+            target = tvm.target.Target(plain_json(target.export()))
+            programs = task_programs(database, mod, per_task, str(work), target=target if may_check else None,
+                                     seed=seed)
+            if progress is not None:
+                progress(n + 1, len(workloads), name)
+            if programs:
+                yield shash, str(workload.as_json()[1]), name, structure_json(mod), programs, plain_json(target.export())

@@ -1,0 +1,122 @@
+"""A run starts from the library, and ends by adding to it.
+
+``library_sources``: the entries of the run's libraries (the user's, for the run's platform, and the starter)
+whose anchor computation is one of the run's tasks', as transfer-tuning sources; their workloads are decoded
+only when one of their programs is replayed. ``start_from_library``: ``export/transfer/run.transfer_tasks``
+with them, before the search (``library_start.json`` in the work dir says what was taken from where; a re-run
+skips the tasks it marks done). ``add_run``: a finished run's checked best programs into the user's library
+of its platform.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from costlab.datasets.import_report import ImportReport
+from costlab.export.library.store import PER_TASK, Library, default_root, open_library, read_library, starter_library
+
+STATE_FILE = "library_start.json"
+MAX_CANDIDATES = 32  # library programs replayed per task at most (the closest source tasks' first)
+
+
+class LibrarySource:
+    """A library entry as a transfer source (what ``transfer/run.candidates_for`` reads): the entry's programs,
+    its stored structure, and its module, decoded when first asked for."""
+
+    def __init__(self, library: Library, shash: str, entry: dict):
+        from costlab.export.transfer.match import Structure
+        from costlab.export.transfer.sources import SourceTask
+
+        st = entry["structure"]
+        self.structure = Structure(tuple(st["names"]), tuple(st["signatures"]), int(st["anchor"]),
+                                   tuple(st["extents"]))
+        self.task = SourceTask(f"library {library.path}", entry["name"], shash, entry["workload"],
+                               [(p["trace"], p["us"] * 1e-6) for p in entry["programs"]])
+        self._mod = None
+
+    @property
+    def mod(self):
+        if self._mod is None:
+            from costlab.datasets.ms_workload import decode_workload
+            from costlab.export.transfer.replay import TransferError
+
+            try:
+                self._mod = decode_workload(self.task.shash, self.task.workload)
+            except Exception as exc:  # noqa: BLE001  a workload this TVM cannot read is nothing to start from
+                raise TransferError(f"the library's workload does not decode ({type(exc).__name__})") from None
+        return self._mod
+
+
+def run_libraries(root, platform: str) -> list[Library]:
+    """The libraries a run on ``platform`` starts from: the user's (under ``root``, default ``default_root()``)
+    and the starter shipped with costlab."""
+    return [read_library(root or default_root(), platform), *starter_library()]
+
+
+def library_sources(libraries: list[Library], tasks) -> tuple[list[LibrarySource], ImportReport]:
+    """The entries of ``libraries`` whose anchor block computes what an anchor of ``tasks`` computes."""
+    from costlab.export.transfer.match import structure
+
+    wanted = {structure(t.mod).anchor_signature for t in tasks} - {None}
+    report = ImportReport()
+    out = []
+    for lib in libraries:
+        report.files += 1
+        for shash, entry in lib.entries.items():
+            report.lines += 1
+            try:
+                src = LibrarySource(lib, shash, entry)
+            except (KeyError, TypeError, ValueError) as exc:
+                report.problem(f"{lib.path}: entry {shash} is damaged ({type(exc).__name__}: {exc})")
+                continue
+            if src.structure.anchor_signature in wanted:
+                out.append(src)
+    return out, report
+
+
+def start_from_library(work: Path, tasks, target, database, builder, runner, *, libraries, model, top: int,
+                       seed: int, number: int, repeat: int, progress: bool, should_stop=None) -> dict:
+    """Measure, per task, the ``top`` best (by ``model``) of the library's matching programs replayed on it, into
+    the run's database. Returns the summary written to ``library_start.json``."""
+    from costlab.export.transfer.run import TransferOptions, transfer_tasks
+
+    sources, report = library_sources(libraries, tasks)
+    summary = dict(libraries=[str(lib.path) for lib in libraries], matching_entries=len(sources))
+    if not sources:
+        return summary
+    topts = TransferOptions(str(work), sources=[str(lib.path) for lib in libraries], model=model, top=top,
+                            max_candidates=MAX_CANDIDATES, seed=seed, number=number, repeat=repeat, progress=progress)
+    state = transfer_tasks(tasks, target, database, builder, runner, topts, Path(work) / STATE_FILE, should_stop,
+                           sources=(sources, report))
+    summary["tasks"] = {row["name"]: dict(best_us=row.get("best_us"), measured=len(row.get("measured", [])),
+                                          replayed=row.get("replayed", 0))
+                        for row in state.get("tasks", {}).values()}
+    return summary
+
+
+def add_run(root, platform: str, host: dict, database, tasks, checks: list, work: Path,
+            per_task: int = PER_TASK) -> dict:
+    """A finished run's programs into the user's library of ``platform``: per task (``export.tasks.Task``) its
+    checked best and the next fastest, ``checks`` being each task's ``check_task`` answer (None: not checked,
+    then added unchecked). Returns ``{"library": folder, "added": programs, "tasks": tasks with programs}``."""
+    from costlab.export.library.collect import structure_json, task_programs
+
+    rows = []
+    for task, check in zip(tasks, checks):
+        programs = task_programs(database, task.mod, per_task, str(work), check=check)
+        if programs:
+            shash, b64 = _workload_json(database, task.mod)
+            rows.append((shash, b64, task.name, structure_json(task.mod), programs))
+    added = 0
+    root = Path(root or default_root())
+    with open_library(root, platform) as lib:
+        lib.check_host(host, f"the run in {work}")
+        lib.host = lib.host or host
+        for shash, b64, name, st, programs in rows:
+            added += lib.add(shash, b64, name, st, programs, per_task)
+    return dict(library=str(root / platform), added=added, tasks=len(rows))
+
+
+def _workload_json(database, mod) -> tuple[str, str]:
+    shash, b64 = database.commit_workload(mod).as_json()
+    return str(shash), str(b64)

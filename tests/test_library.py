@@ -1,0 +1,164 @@
+"""The schedule library with real replays, builds and measurements: a tuned work dir's checked programs go into
+the library of its platform; a run of another shape of the same kernel class starts from them (shape-adapted,
+measured anew) and adds its own checked best when it ends; list, prune and export round-trip; a library of
+another host is a start only; another host's run is refused by a library; a damaged library is one clear error."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from costlab.cli import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ms_tune_db"  # a tuned 16x16x16 matmul and a small conv2d
+CONV = "C2D:1,12,12,4,8,3,1,1"  # the fixture's conv2d class at another shape
+
+
+def _platform() -> str:
+    from costlab.datasets.targets import host_target, platform_id_for
+
+    return platform_id_for(host_target())
+
+
+def _library(root: Path) -> dict:
+    return json.loads((root / _platform() / "library.json").read_text())
+
+
+def _tune(work: Path, *extra) -> dict:
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["tune", "--workload", CONV, "--trials", "4", "--per-iter", "2", "--work-dir", str(work),
+                     "--no-progress", "--json", *extra]) == 0
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    """The fixture's work dir added (and checked) into a fresh library."""
+    root = tmp_path_factory.mktemp("lib")
+    # the fixture was tuned for a generic x86 target: filed under this host's platform, which runs here read
+    assert main(["library", "add", str(FIXTURE), "--library", str(root), "--platform", _platform()]) == 0
+    return root
+
+
+def test_add_keeps_checked_programs_per_task_with_structure(library):
+    lib = _library(library)
+    assert lib["platform"] == _platform() and lib["host"]["cpu_model"]
+    assert len(lib["entries"]) == 2  # the matmul and the conv2d
+    for entry in lib["entries"].values():
+        progs = entry["programs"]
+        assert 1 <= len(progs) <= 4
+        assert [p["us"] for p in progs] == sorted(p["us"] for p in progs)
+        assert progs[0]["checked"] is True  # the fastest right program is the checked one
+        assert entry["structure"]["anchor"] >= 0 and entry["structure"]["extents"]
+
+
+@pytest.mark.slow
+def test_a_run_starts_from_the_library_and_adds_its_best(library, tmp_path):
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    summary = _tune(tmp_path / "w", "--library", str(root), "--transfer-top", "2")
+    start = summary["library_start"]
+    assert start["matching_entries"] == 1  # the conv2d, not the matmul
+    (row,) = start["tasks"].values()
+    assert row["measured"] == 2 and row["replayed"] >= 1
+    state = json.loads((tmp_path / "w" / "library_start.json").read_text())
+    (task,) = state["tasks"].values()
+    assert all(m["source"].startswith("library ") and m["tilings_adapted"] for m in task["measured"])
+    assert summary["tasks"][0]["trials"] == 4  # the library's programs count in the budget
+    assert summary["library"]["added"] >= 1
+    assert len(_library(root)["entries"]) == 3  # the new shape is in the library now
+    # a re-run of the finished run measures nothing and adds nothing new
+    again = _tune(tmp_path / "w", "--library", str(root), "--transfer-top", "2")
+    assert again["tasks"][0]["trials"] == 4
+
+
+def test_list_prune_export_round_trip(library, tmp_path, capsys):
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    assert main(["library", "list", "--library", str(root), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert len(listed["rows"]) == 2
+    assert main(["library", "prune", "--library", str(root), "--per-task", "1"]) == 0
+    assert all(len(e["programs"]) == 1 for e in _library(root)["entries"].values())
+    out = tmp_path / "exported"
+    assert main(["library", "export", str(out), "--library", str(root)]) == 0
+    assert len((out / "database_workload.json").read_text().splitlines()) == 2
+    assert len((out / "database_tuning_record.json").read_text().splitlines()) == 2
+    other = tmp_path / "lib2"
+    assert main(["library", "add", str(out), "--library", str(other)]) == 0
+    def programs(root):  # when each was added is the merging library's own
+        return {k: [{f: v for f, v in p.items() if f != "added"} for p in e["programs"]]
+                for k, e in _library(root)["entries"].items()}
+
+    assert programs(other) == programs(root)
+    assert main(["dataset", "import-ms", str(out), "-o", str(tmp_path / "d.h5")]) == 0  # MetaSchedule's format
+    assert main(["library", "prune", "--library", str(root), "--remove", "*"]) == 0
+    assert _library(root)["entries"] == {}
+
+
+@pytest.mark.slow
+def test_another_hosts_library_is_a_start_only(library, tmp_path, monkeypatch):
+    lib = _library(library)
+    lib["host"] = dict(lib["host"], cpu_model="Some Other CPU", model="999")
+    for entry in lib["entries"].values():
+        for p in entry["programs"]:
+            p["run_secs"], p["us"] = [0.5], 5e5  # the other host's timings: never taken as this one's
+    starter = tmp_path / "starter.json.gz"
+    starter.write_bytes(gzip.compress(json.dumps(lib).encode()))
+    monkeypatch.setenv("COSTLAB_STARTER_LIBRARY", str(starter))
+    summary = _tune(tmp_path / "w", "--transfer-top", "2")  # the user's own library is empty
+    (row,) = summary["library_start"]["tasks"].values()
+    assert row["measured"] == 2
+    measured = json.loads((tmp_path / "w" / "library_start.json").read_text())
+    for m in next(iter(measured["tasks"].values()))["measured"]:
+        assert m["source_us"] == 5e5 and m["us"] is not None and m["us"] < 1e5  # measured here, not copied
+
+
+def test_a_library_refuses_another_hosts_run(library, tmp_path, capsys):
+    work = tmp_path / "w"
+    shutil.copytree(FIXTURE, work)
+    from costlab.common.host import host_info
+
+    other = dict(host_info(), cpu_model="Some Other CPU", family="99", flags=["sse2"])
+    (work / "costlab_run.json").write_text(json.dumps({"host": other}))
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    before = (root / _platform() / "library.json").read_bytes()
+    assert main(["library", "add", str(work), "--library", str(root), "--platform", _platform(),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Some Other CPU" in err and "library" in err and len(err.strip().splitlines()) == 1
+    assert (root / _platform() / "library.json").read_bytes() == before  # nothing written
+    # into a library of its own (an empty one) it goes, unchecked: it cannot run here
+    assert main(["library", "add", str(work), "--library", str(tmp_path / "lib3"), "--platform", _platform()]) == 0
+    progs = [p for e in _library(tmp_path / "lib3")["entries"].values() for p in e["programs"]]
+    assert progs and not any(p["checked"] for p in progs)
+
+
+def test_no_library_neither_starts_from_nor_adds(library, tmp_path):
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    before = (root / _platform() / "library.json").read_bytes()
+    summary = _tune(tmp_path / "w", "--library", str(root), "--no-library", "--trials", "2", "--model", "random")
+    assert "library_start" not in summary and "library" not in summary
+    assert (root / _platform() / "library.json").read_bytes() == before
+
+
+def test_a_damaged_library_is_one_clear_error(tmp_path, capsys):
+    root = tmp_path / "lib"
+    (root / _platform()).mkdir(parents=True)
+    (root / _platform() / "library.json").write_text("{not json")
+    assert main(["library", "list", "--library", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "library.json" in err and len(err.strip().splitlines()) == 1
+    assert main(["tune", "--workload", CONV, "--trials", "2", "--work-dir", str(tmp_path / "w"), "--no-progress",
+                 "--library", str(root)]) == 2
+    assert "library.json" in capsys.readouterr().err
