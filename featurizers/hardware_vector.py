@@ -31,7 +31,8 @@ JITTERED = tuple(FIELDS.index(f) for f in ("log2_l1", "log2_l2", "log2_llc", "lo
 def _raw(spec: CPUSpec) -> np.ndarray:
     log2 = lambda x: math.log2(max(float(x), 1e-3))  # noqa: E731
     return np.array([log2(spec.l1_bytes), log2(spec.l2_bytes), log2(spec.llc_bytes), log2(spec.cores),
-                     log2(spec.freq_ghz), log2(spec.simd_bits), spec.fma_units, log2(spec.vector_registers)], np.float64)
+                     log2(spec.freq_ghz), log2(spec.simd_bits), spec.fma_units, log2(spec.vector_registers)],
+                    np.float64)
 
 
 def hardware_vector(spec) -> np.ndarray:
@@ -57,8 +58,9 @@ def check_version(hardware: dict | None) -> str | None:
     None when it is this one."""
     hardware = hardware or {}
     if hardware.get("version") != VERSION or list(hardware.get("fields") or []) != list(FIELDS):
-        return (f"it reads hardware vector version {hardware.get('version')!r} ({', '.join(hardware.get('fields') or [])}); "
-                f"this costlab makes version {VERSION} ({', '.join(FIELDS)})")
+        fields = ", ".join(hardware.get("fields") or [])
+        return (f"it reads hardware vector version {hardware.get('version')!r} ({fields}); this costlab makes "
+                f"version {VERSION} ({', '.join(FIELDS)})")
     return None
 
 

@@ -5,9 +5,9 @@ batch ``lists_per_batch`` lists. Features are read lazily from the HDF5 cache, o
 come from ``labels.build_label_table`` (one column per platform). With ``row_platforms`` the rows are the
 records of several platforms (several CPUs), each labelled on its own platform, and each list holds one task
 of one platform; with ``hardware`` every row carries its platform's hardware vector
-(``featurizers/hardware_vector.py``), jittered per training list by ``hardware_jitter``. Splits are the dataset's stored ones:
-test = the split's test part, validation = a seeded fraction of the training tasks (or programs, for a
-within-task split), training = the rest.
+(``featurizers/hardware_vector.py``), jittered per training list by ``hardware_jitter``. Splits are the
+dataset's stored ones: test = the split's test part, validation = a seeded fraction of the training tasks
+(or programs, for a within-task split), training = the rest.
 """
 
 from __future__ import annotations
