@@ -12,6 +12,7 @@ blind spots. The seed of a task is its position.
   python scripts/make_trajectories.py run  [--out bench/trajectories] [--limit N] [--trials 200]
   python scripts/make_trajectories.py status [--out ...]
   python scripts/make_trajectories.py pack [--out ...] [--to corpus/trajectories]
+  python scripts/make_trajectories.py library [--out ...]
 
 ``run`` is resumable: a task whose work dir holds a finished summary is skipped; an unfinished one is
 continued by ``costlab tune`` itself, which never measures a program of its database again. Every task holds
@@ -19,6 +20,9 @@ continued by ``costlab tune`` itself, which never measures a program of its data
 pauses the job between tasks. The work dirs of one host CPU live in ``OUT/<platform>/`` with that host's
 description in ``host.json``; a run on another CPU refuses that folder (a platform is one machine) and names
 the folder its own platform would use.
+
+``library`` builds the starter schedule library costlab ships (``export/library/starter/<platform>.json.gz``)
+from every finished work dir: each task's checked best programs (``costlab library add``).
 
 ``pack`` imports every finished work dir into one dataset (``costlab dataset import-ms``, failed records kept
 and flagged), records the platform's host, and writes ``costlab dataset pack``'s compressed files to
@@ -232,16 +236,35 @@ def pack(args) -> int:
     return 0
 
 
+def library(args) -> int:
+    """The starter schedule library shipped with costlab: every finished task's checked best programs
+    (``costlab library add``, checked on this host), gzipped to ``export/library/starter/<platform>.json.gz``."""
+    import gzip
+    import tempfile
+
+    folder, _, _ = platform_dir(Path(args.out))
+    works = [work_dir(folder, p) for p in range(len(TASKS)) if finished(work_dir(folder, p), args.trials)]
+    if not works:
+        raise SystemExit(f"{folder}: no finished task to build a library from")
+    dest = ROOT / "export" / "library" / "starter" / f"{folder.name}.json.gz"
+    with tempfile.TemporaryDirectory() as tmp, cpu_lock():  # the checks build and run programs
+        subprocess.run([*COSTLAB, "library", "add", *map(str, works), "--library", tmp, "--platform", folder.name,
+                        "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+        dest.write_bytes(gzip.compress((Path(tmp) / folder.name / "library.json").read_bytes(), 9, mtime=0))
+    print(f"{dest}: the starter library of {len(works)} tasks")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("step", choices=["run", "status", "pack"])
+    p.add_argument("step", choices=["run", "status", "pack", "library"])
     p.add_argument("--out", default=str(ROOT / "bench" / "trajectories"), help="base folder of the work dirs")
     p.add_argument("--to", default=str(ROOT / "corpus" / "trajectories"), help="pack: where the packed files go")
     p.add_argument("--limit", type=int, default=len(TASKS), help="tune the first N tasks of the list")
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--model", default="x86-cpu", help="the model of the model-led arm")
     args = p.parse_args(argv)
-    return {"run": run, "status": status, "pack": pack}[args.step](args)
+    return {"run": run, "status": status, "pack": pack, "library": library}[args.step](args)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ def test_wheel_installs_only_costlab(tmp_path):
         assert {f"costlab/costmodels/models/{name}/config.json",
                 f"costlab/costmodels/models/{name}/model.safetensors"} <= set(names)
     assert "costlab/costmodels/models/aliases.json" in names
+    for starter in (REPO / "export" / "library" / "starter").glob("*.json.gz"):  # the starter schedule library
+        assert f"costlab/export/library/starter/{starter.name}" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "costlab = costlab.cli:main" in entry
 
