@@ -33,7 +33,8 @@ import numpy as np
 from costlab.common.host import describe_host, host_info
 from costlab.costmodels.predictors import weights_sha256
 from costlab.costmodels import metrics
-from costlab.costmodels.recipe import RECIPES, fit_lists, scores_of, task_lists
+from costlab.costmodels.recipe import fit_lists, scores_of, task_lists
+from costlab.costmodels.recipes import RECIPES
 from costlab.costmodels.tensors import take_rows
 from costlab.datasets import open_dataset
 from costlab.datasets.records import scores

@@ -29,7 +29,8 @@ import numpy as np
 
 from costlab.costmodels.metrics import TAILS, best_part, pairwise_accuracy
 from costlab.costmodels.momentum import MomentumTransfer
-from costlab.costmodels.recipe import Recipe, fit_lists, ranking_list, recipe, scores_of, take
+from costlab.costmodels.recipe import fit_lists, ranking_list, scores_of, take
+from costlab.costmodels.recipes import Recipe, recipe
 from costlab.costmodels.tensors import concat_features
 
 MODES = ("none", "finetune", "momentum")

@@ -11,7 +11,6 @@ loadable without Lightning); ``train/baselines.py`` (``costlab.train.baselines``
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from costlab.costmodels.kinds import ModelKind, register
 
@@ -54,6 +53,8 @@ def mlp_trainer(epochs: int, test_split: float = 0.2):
 
 
 def booster_tensors(booster) -> dict:
+    import torch  # here, not at the top: the kinds' registry imports this module, and listing kinds needs no torch
+
     return {BOOSTER: torch.frombuffer(bytearray(booster.save_raw("json")), dtype=torch.uint8)}
 
 

@@ -1,13 +1,15 @@
 """The learned model kinds (registered in ``kinds.py``): which net each is, how its size follows from the
-featurizer, and which batch entries it eats."""
+featurizer, and which batch entries it eats.
+
+Importing it imports no torch: the kinds' registry (and with it the command line's ``--model`` choices) loads
+this module, and a net's classes are imported by ``net_classes`` when one is built.
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 from costlab.costmodels.kinds import ModelKind, register
-from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig
-from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig
 
 
 class NetKind(ModelKind):
@@ -15,8 +17,11 @@ class NetKind(ModelKind):
 
     #: the net it builds: its own name, or the kind whose net it shares ("mtl" is the TLP net)
     net: ClassVar[str]
-    net_cls: ClassVar[type]
-    cfg_cls: ClassVar[type]
+
+    def net_classes(self) -> tuple[type, type]:
+        """(net class, config class). Imported here, not at the top: they import torch, which listing the
+        kinds (``costlab --help``) must not."""
+        raise NotImplementedError
 
     def base_config(self, featurizer) -> dict:
         """The net config's sizes that follow from a fitted featurizer."""
@@ -33,7 +38,11 @@ class NetKind(ModelKind):
 @register
 class TLPKind(NetKind):
     name = net = featurizer = "tlp"
-    net_cls, cfg_cls = TLPNet, TLPNetConfig
+
+    def net_classes(self) -> tuple[type, type]:
+        from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig  # torch (NetKind.net_classes)
+
+        return TLPNet, TLPNetConfig
 
     def base_config(self, featurizer) -> dict:
         cfg = featurizer.config
@@ -63,7 +72,11 @@ class TLPKind(NetKind):
 @register
 class PaCMKind(NetKind):
     name = net = featurizer = "pacm"
-    net_cls, cfg_cls = PaCMNet, PaCMNetConfig
+
+    def net_classes(self) -> tuple[type, type]:
+        from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig  # torch (NetKind.net_classes)
+
+        return PaCMNet, PaCMNetConfig
 
     def base_config(self, featurizer) -> dict:
         from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
@@ -117,8 +130,8 @@ def build_net(kind: str, net_config: dict):
     is a ValueError naming it (checked against the config dataclass before torch sees it)."""
     from costlab.common.checks import check_fields
 
-    k = _net_kind(kind)
-    return k.net_cls(k.cfg_cls(**check_fields(k.cfg_cls, dict(net_config), "net")))
+    net_cls, cfg_cls = _net_kind(kind).net_classes()
+    return net_cls(cfg_cls(**check_fields(cfg_cls, dict(net_config), "net")))
 
 
 def check_featurizer_fits(kind: str, net_config: dict, featurizer: dict) -> str | None:

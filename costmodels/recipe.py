@@ -1,6 +1,7 @@
 """Adapting a pretrained net to a new machine's few measurements without losing what the corpus taught it.
 
-A recipe is a few choices, each a guard against over-fitting a handful of tasks:
+A recipe (``Recipe``, and the named ones ``RECIPES``, in ``recipes.py``: torch-free, for the command line)
+is a few choices, each a guard against over-fitting a handful of tasks:
 
 - ``train``: which parameters learn: ``all``, or ``head`` (the scoring MLP and, for PaCM, the program
   branch over PSA's terms), the featurizer-facing encoders kept as pretrained;
@@ -27,7 +28,6 @@ more to set up than to run, and a tuning run must not import the training machin
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
@@ -35,75 +35,12 @@ import torch
 from costlab.costmodels.losses import group_lists, lambdarank_loss
 from costlab.costmodels.metrics import mean_topk, pairwise_accuracy
 from costlab.costmodels.nets import net_inputs
+from costlab.costmodels.recipes import recipe
 from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
 from costlab.datasets.records import scores
 
-TRAINABLE = ("all", "head", "last")
 GUARDED = ("pairwise", "top1", "top5")  # what the guard keeps from getting worse on the validation part
 HEAD_PREFIXES = ("head.", "program_mlp.", "program_skip.", "decoder.", "head_decoders.")
-
-
-@dataclass
-class Recipe:
-    name: str = "custom"
-    train: str = "all"
-    lr: float = 1e-4
-    warmup: int = 20  # steps of linear warm-up from 0 to lr
-    steps: int = 300  # gradient steps at most
-    l2sp: float = 1e-2
-    val_fraction: float = 0.3  # held out for early stopping (0: no validation, no guard)
-    val_by: str = "task"  # what is held out: whole tasks (from 2 tasks on), or each task's programs
-    eval_every: int = 10  # steps between validations
-    patience: int = 10  # validations without improvement before stopping
-    min_gain: float = 0.0  # validation pairwise accuracy a step must add over the pretrained net's
-    list_size: int = 32
-    lists_per_step: int = 8
-    interpolate: float = 1.0  # weights end at θ0 + interpolate · (θ − θ0): below 1, between pretrained and tuned
-
-    def __post_init__(self):
-        if self.val_by not in ("task", "program"):
-            raise ValueError(f"recipe {self.name}: val_by must be task or program, not {self.val_by!r}")
-        if self.train not in TRAINABLE:
-            raise ValueError(f"recipe {self.name}: train must be one of {', '.join(TRAINABLE)}, not {self.train!r}")
-        if not (self.lr > 0 and self.steps >= 0 and 0 <= self.val_fraction < 1 and self.l2sp >= 0):
-            raise ValueError(f"recipe {self.name}: lr > 0, steps >= 0, 0 <= val_fraction < 1, l2sp >= 0")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Recipe":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown recipe option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        return cls(**d)
-
-
-# Recipes benchmarks/adapt.py compares (docs/training.md gives the figures). ``safe``, the default, trains the
-# scoring MLP and the program branch over PSA's terms (the featurizer-facing encoders stay as pretrained),
-# early-stopped on held-out tasks: on the Zen 5 data its held-out top-1 is never below zero-shot at any k.
-# ``last`` trains the output layer alone; ``all-guarded`` every weight with a penalty toward the pretrained
-# ones; ``plain`` is what ``costlab finetune`` did before (every weight, lr 7e-4, no validation); ``wise``
-# is plain with the weights moved half-way back to the pretrained ones.
-RECIPES = {
-    "safe": Recipe("safe", train="head", lr=3e-4, warmup=20, steps=300, l2sp=0.0, patience=10),
-    "last": Recipe("last", train="last", lr=1e-3, warmup=20, steps=300, l2sp=0.0, patience=20),
-    "all-guarded": Recipe("all-guarded", train="all", lr=1e-4, l2sp=1e-2, min_gain=0.01),
-    "plain": Recipe("plain", train="all", lr=7e-4, warmup=0, steps=300, l2sp=0.0, val_fraction=0.0),
-    "wise": Recipe("wise", train="all", lr=7e-4, warmup=0, steps=300, l2sp=0.0, val_fraction=0.0, interpolate=0.5),
-}
-
-
-def recipe(spec) -> Recipe:
-    """A recipe by name (``RECIPES``), dict of options, or a ``Recipe``."""
-    if isinstance(spec, Recipe):
-        return spec
-    if isinstance(spec, dict):
-        return Recipe.from_dict(spec)
-    if spec not in RECIPES:
-        raise ValueError(f"no fine-tuning recipe {spec!r} (recipes: {', '.join(RECIPES)})")
-    return copy.deepcopy(RECIPES[spec])
 
 
 def trainable(net: torch.nn.Module, which: str) -> list:

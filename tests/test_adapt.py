@@ -84,7 +84,7 @@ def test_guarded_recipe_at_a_ruinous_learning_rate_keeps_the_pretrained_weights_
 
     from safetensors.numpy import load_file
 
-    from costlab.costmodels.recipe import Recipe
+    from costlab.costmodels.recipes import Recipe
     from costlab.costmodels.shipped import shipped_path
     from costlab.train.finetune import finetune
 

@@ -53,6 +53,26 @@ def test_common_imports_nothing_above_it():
             assert not (isinstance(node, ast.ImportFrom) and node.level > 1), f"{path.name}: relative import above"
 
 
+def test_parser_builds_without_torch():
+    """Building the command line (``costlab --help`` at every level) imports neither torch, Lightning nor TVM:
+    the choices it lists come from torch-free registries (``costmodels/kinds.py`` with ``nets.py`` and
+    ``baselines.py``, ``costmodels/recipes.py``, ``export/search``)."""
+    code = (
+        "import argparse, sys\n"
+        "import costlab.cli\n"
+        "def walk(p):\n"
+        "    p.format_help()\n"
+        "    for a in p._actions:\n"
+        "        if isinstance(a, argparse._SubParsersAction):\n"
+        "            for sub in a.choices.values():\n"
+        "                walk(sub)\n"
+        "walk(costlab.cli.build_parser())\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning', 'tvm') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]", f"building the parser imported {out.strip()}"
+
+
 def _walk(parser, path=()):
     yield path, parser
     for action in parser._actions:

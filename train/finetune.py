@@ -20,7 +20,8 @@ from costlab.common import jsontext
 from costlab.common.errors import UsageError
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
-from costlab.costmodels.recipe import fit_lists, recipe, task_lists
+from costlab.costmodels.recipe import fit_lists, task_lists
+from costlab.costmodels.recipes import recipe
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.evaluate import select_rows

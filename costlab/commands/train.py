@@ -8,7 +8,7 @@ from pathlib import Path
 from costlab.commands.options import directory, fraction, positive_int
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
-from costlab.costmodels.recipe import RECIPES
+from costlab.costmodels.recipes import RECIPES
 
 
 def _common(q) -> None:
