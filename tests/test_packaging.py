@@ -53,6 +53,64 @@ def test_common_imports_nothing_above_it():
             assert not (isinstance(node, ast.ImportFrom) and node.level > 1), f"{path.name}: relative import above"
 
 
+# The layers, bottom first (README.md's Layout): a module may import its own layer and those below it.
+LAYERS = {"common": REPO / "costlab" / "common", "datasets": REPO / "datasets", "featurizers": REPO / "featurizers",
+          "costmodels": REPO / "costmodels", "train": REPO / "train", "export": REPO / "export",
+          "commands": REPO / "costlab" / "commands"}
+ORDER = list(LAYERS)
+
+
+def _layer_of(module: str) -> str | None:
+    """The layer of an imported module; None for anything outside costlab, "" for the root package (its
+    ``__init__`` holds ``__version__`` and imports nothing, so it sits below every layer)."""
+    parts = module.split(".")
+    if parts[0] != "costlab":
+        return None
+    if len(parts) == 1:
+        return ""
+    if parts[1] in ("cli", "__main__"):
+        return "commands"
+    assert parts[1] in LAYERS, f"costlab.{parts[1]} is in no layer"
+    return parts[1]
+
+
+def _costlab_imports(path, package: list[str]):
+    """(line, module) of every import in a module, at the top and inside functions alike; relative imports
+    resolved against ``package``; ``from costlab import x`` names ``costlab.x`` unless x is ``__version__``."""
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            if base == "costlab":
+                yield from ((node.lineno, "costlab" if a.name == "__version__" else f"costlab.{a.name}")
+                            for a in node.names)
+            else:
+                yield node.lineno, base
+
+
+def test_every_layer_imports_only_downward():
+    """No module of any layer imports a layer above its own: common < datasets < featurizers < costmodels <
+    train < export < commands (with ``costlab/cli.py`` and ``__main__.py``). Every import counts, those
+    inside functions too; imports by name at run time (``importlib``) are not seen."""
+    assert not list(_costlab_imports(REPO / "costlab" / "__init__.py", ["costlab"]))
+    modules = [(layer, path, ["costlab", layer, *path.relative_to(folder).parent.parts])
+               for layer, folder in LAYERS.items() for path in sorted(folder.rglob("*.py"))]
+    modules += [("commands", REPO / "costlab" / name, ["costlab"]) for name in ("cli.py", "__main__.py")]
+    assert {layer for layer, _, _ in modules} == set(ORDER)
+    upward = []
+    for layer, path, package in modules:
+        for line, module in _costlab_imports(path, package):
+            imported = _layer_of(module)
+            if imported and ORDER.index(imported) > ORDER.index(layer):
+                upward.append(f"{path.relative_to(REPO)}:{line} ({layer}) imports {module} ({imported})")
+    assert not upward, "imports up the stack:\n" + "\n".join(upward)
+
+
 def test_parser_builds_without_torch():
     """Building the command line (``costlab --help`` at every level) imports neither torch, Lightning nor TVM:
     the choices it lists come from torch-free registries (``costmodels/kinds.py`` with ``nets.py`` and
