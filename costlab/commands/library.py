@@ -19,11 +19,16 @@ def register(sub) -> None:
         "kernel class (their programs replayed with tilings adapted, ranked by the model, measured like any "
         "candidate). A library entry is a start, never a measurement.")
     verbs = q.add_subparsers(dest="verb", required=True, metavar="{list,add,prune,export}")
-    ls = verbs.add_parser("list", help="what the libraries hold (this host's platform, or --platform)")
+    ls = verbs.add_parser("list", help="what the libraries hold (this host's platform, or --platform)",
+                          description="Per library (one per host platform) and per task: its programs, how many "
+                          "were checked against a reference build, the fastest, and the host that measured them.")
     ls.add_argument("--platform", help="one platform's library (default: every library in the folder)")
     ls.add_argument("--starter", action="store_true", help="also the starter library shipped with costlab")
     ls.add_argument("--json", action="store_true")
-    add = verbs.add_parser("add", help="a tuned work dir's checked best programs per task into its platform's library")
+    add = verbs.add_parser("add", help="a tuned work dir's checked best programs per task into its platform's library",
+                           description="Each task's fastest programs of a work dir's MetaSchedule database, the first "
+                           "that computes the right result checked here, into the library of its records' platform "
+                           "(--platform: another's); another host's run is refused by a library holding this one's.")
     add.add_argument("work_dirs", nargs="+", metavar="WORK_DIR",
                      help="a MetaSchedule work dir (costlab tune's, tune_tir's; .gz files too), or an exported "
                      "library folder (library.json)")
@@ -33,13 +38,18 @@ def register(sub) -> None:
     add.add_argument("--no-check", action="store_true",
                      help="add without running the programs beside a reference build (they are added unchecked)")
     add.add_argument("--no-progress", action="store_true")
-    pr = verbs.add_parser("prune", help="drop programs and tasks from a platform's library")
+    pr = verbs.add_parser("prune", help="drop programs and tasks from a platform's library",
+                          description="Keep the fastest --per-task programs per task, the --max-tasks tasks added "
+                          "most recently, and drop the tasks whose name matches --remove.")
     pr.add_argument("--platform", help="the platform's library (default: this host's)")
     pr.add_argument("--per-task", type=positive_int("--per-task"), help="keep this many fastest programs per task")
     pr.add_argument("--max-tasks", type=positive_int("--max-tasks"), help="keep the tasks added most recently")
     pr.add_argument("--remove", action="append", default=[], metavar="PATTERN",
                     help="drop the tasks whose name matches this shell pattern (repeatable)")
-    ex = verbs.add_parser("export", help="a platform's library as a MetaSchedule database folder (with library.json)")
+    ex = verbs.add_parser("export", help="a platform's library as a MetaSchedule database folder (with library.json)",
+                          description="Write a platform's library as a MetaSchedule JSON database (tune_tir, "
+                          "--transfer-from and dataset import-ms read it) with its library.json beside it "
+                          "(costlab library add merges it into another library).")
     ex.add_argument("out", metavar="OUT_DIR")
     ex.add_argument("--platform", help="the platform's library (default: this host's)")
     for p in (ls, add, pr, ex):
