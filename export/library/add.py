@@ -17,12 +17,10 @@ from costlab.export.library.store import FILE, Library, open_library, read_libra
 
 def _add_library(path: Path, root: Path, per_task: int, platform: str | None = None) -> dict:
     src = Library.load(path)
-    added = 0
     with open_library(root, platform or src.platform) as lib:
-        lib.check_host(src.host, f"the library {path}")
-        lib.host = lib.host or src.host
-        for shash, e in src.entries.items():
-            added += lib.add(shash, e["workload"], e["name"], e["structure"], e["programs"], per_task)
+        added = lib.take(src.host, f"the library {path}", ((shash, e["workload"], e["name"], e["structure"],
+                                                             e["programs"]) for shash, e in src.entries.items()),
+                         per_task)
     return dict(source=str(path), library=str(root / lib.platform), added=added, tasks=len(src))
 
 
@@ -66,10 +64,7 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     added = 0
     for platform, items in by_platform.items():
         with open_library(root, platform) as lib:
-            lib.check_host(host or here, f"the run in {work}")
-            lib.host = lib.host or host or here
-            for shash, b64, name, st, programs in items:
-                added += lib.add(shash, b64, name, st, programs, per_task)
+            added += lib.take(host or here, f"the run in {work}", items, per_task)
     libs = ", ".join(str(root / p) for p in by_platform) or str(root)
     return dict(source=str(work), library=libs, added=added, tasks=len(rows), note=note)
 

@@ -107,13 +107,9 @@ def add_run(root, platform: str, host: dict, database, tasks, checks: list, work
         if programs:
             shash, b64 = _workload_json(database, task.mod)
             rows.append((shash, b64, task.name, structure_json(task.mod), programs))
-    added = 0
     root = Path(root or default_root())
     with open_library(root, platform) as lib:
-        lib.check_host(host, f"the run in {work}")
-        lib.host = lib.host or host
-        for shash, b64, name, st, programs in rows:
-            added += lib.add(shash, b64, name, st, programs, per_task)
+        added = lib.take(host, f"the run in {work}", rows, per_task)
     return dict(library=str(root / platform), added=added, tasks=len(rows))
 
 

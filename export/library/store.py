@@ -145,6 +145,14 @@ class Library:
             del self.entries[shash]
         return sum(1 for p in fresh if id(p) in kept)
 
+    def take(self, host: dict | None, what: str, items, per_task: int = PER_TASK) -> int:
+        """A run's programs, measured on ``host``, into the library (``items``: ``(shash, workload, name, structure,
+        programs)`` per workload, as ``add`` takes them); another host's run refused (``check_host``). Returns
+        how many programs are new in it."""
+        self.check_host(host, what)
+        self.host = self.host or host
+        return sum(self.add(*item, per_task=per_task) for item in items)
+
     def prune(self, per_task: int | None = None, max_tasks: int | None = None, names=()) -> dict:
         """Drop programs beyond ``per_task`` per workload, the workloads beyond the ``max_tasks`` most recently
         added, and the workloads whose name matches a shell pattern of ``names``; returns what went."""
