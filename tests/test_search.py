@@ -122,7 +122,9 @@ def test_max_seconds_stops_with_a_complete_database(run, tmp_path):  # noqa: F81
     hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines()]
     n = summary["tasks"][0]["trials"]
     assert 0 < n < 100000 and n == len(_records(work)) == sum(h["batch"] for h in hist)
-    assert hist[-2]["elapsed_s"] < 12  # no round started after the budget: only the last one ends past it
+    # no round started after the budget: only the last one may end past it (on a loaded machine the first
+    # round can already be the last)
+    assert all(h["elapsed_s"] < 12 for h in hist[:-1])
 
 
 def _database_with_a_wrong_program(work, workload="GMM:1,16,16,16"):
