@@ -7,9 +7,11 @@ Each task of ``TASKS`` (TVM benchmark workloads at the shapes users tune: dense 
 ``benchmarks/tuning.py`` or of the network benchmark, see ``EXCLUDED``) is tuned once for ``--trials``
 trials by ``costlab tune``, alternately with MetaSchedule's own search (even positions: evolutionary search +
 XGBoost) and costlab's model-led search with ``x86-cpu`` (odd positions), so the records are not one search's
-blind spots. The seed of a task is its position.
+blind spots. The seed of a task is its position. After the te workloads come Relax tasks of small networks
+(``NET:FUNCTION:TASK``: a task of ``scripts/trajectory_nets.py``'s FUNCTION, at sizes no benchmark uses): dense
+layers with 2-D weights, norms, softmax and activations in the form Relax gives them, which te_workload lacks.
 
-  python scripts/make_trajectories.py run  [--out bench/trajectories] [--limit N] [--trials 200]
+  python scripts/make_trajectories.py run  [--out bench/trajectories] [--limit N] [--trials 200] [--first A-B]
   python scripts/make_trajectories.py status [--out ...]
   python scripts/make_trajectories.py pack [--out ...] [--to corpus/trajectories]
   python scripts/make_trajectories.py library [--out ...]
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -47,8 +50,8 @@ YIELD_S = 5  # after each task the lock is left free this long, so a waiting tes
 
 # Workloads of the benchmarks, which no trajectory may hold (shapes included): benchmarks/tuning.py's
 # gmm, c2d and dep, and the dense / attention shapes of BERT hidden 256 at sequence 128 (its bert-* tasks);
-# the network benchmark's networks (BERT-base hidden 768 at sequence 128, a Llama layer at hidden 768,
-# MobileNetV2 at 224) are kept out by never using hidden 768 / 3072 or MobileNetV2's channel counts here.
+# the network benchmark's networks (benchmarks/nets.py: BERT-base and a Llama layer at hidden 768, sequence 128,
+# and the Llama smoke size at hidden 512, sequence 32) are kept out by never using their dense shapes here.
 EXCLUDED = {"GMM:1,128,128,128", "C2D:1,28,28,128,128,3,1,1", "DEP:1,56,56,64,3,1,1"}
 
 
@@ -109,7 +112,36 @@ def _tasks() -> list[str]:
         if w not in seen and w not in EXCLUDED:
             seen.add(w)
             uniq.append(w)
-    return uniq
+    return uniq + _network_tasks()
+
+
+# Relax tasks of scripts/trajectory_nets.py's layers (``NET:FUNCTION:TASK``): dense matmuls with 2-D weights
+# (with and without bias), norms, softmax and activations as Relax fuses them, the forms te_workload lacks.
+NETWORK_TASKS = {
+    "llama_1024": ("matmul", "matmul3", "fused_softmax_broadcast_to",
+                   "fused_reshape6_tir_sigmoid_multiply3_reshape6_multiply3_reshape7"),
+    "bert_1024": ("fused_matmul_add", "fused_matmul2_add2", "fused_matmul3_add", "layer_norm",
+                  "fused_reshape6_gelu_reshape7"),
+    "llama_2048": ("matmul", "matmul3", "matmul4", "fused_mean_add_tir_rsqrt_multiply_multiply1",
+                   "fused_softmax_broadcast_to2"),
+    "bert_512": ("fused_matmul_add", "fused_matmul3_add2", "fused_matmul4_add", "layer_norm",
+                 "fused_softmax_broadcast_to2", "fused_reshape9_gelu_reshape10"),
+    "llama_512": ("matmul", "matmul3", "matmul4", "matmul1", "fused_mean_add_tir_rsqrt_multiply_multiply1",
+                  "fused_softmax_broadcast_to2", "fused_reshape9_tir_sigmoid_multiply3_reshape9_multiply3_reshape10",
+                  "fused_reshape1_reshape2_transpose1_strided_slice_tir_negative_strided_slice1_concatenate_"
+                  "multiply2_multiply2_add1_broadcast_to_reshape3"),
+}
+
+
+def _network_tasks() -> list[str]:
+    """``NET:FUNCTION:TASK`` entries, networks interleaved like the te kinds. Append only, as ``_tasks``."""
+    lists = [[f"NET:{net}:{task}" for task in tasks] for net, tasks in NETWORK_TASKS.items()]
+    out = []
+    while any(lists):
+        for one in lists:
+            if one:
+                out.append(one.pop(0))
+    return out
 
 
 TASKS = _tasks()
@@ -169,8 +201,22 @@ def check_host(folder: Path, host: dict) -> None:
     tmp.replace(path)
 
 
+def task_options(task: str) -> list[str]:
+    """``costlab tune``'s options naming one task: a te workload, or one task of a trajectory network."""
+    if task.startswith("NET:"):
+        _, net, name = task.split(":", 2)
+        return ["--network", f"trajectory_nets:{net}", "--task", name]
+    return ["--workload", task]
+
+
+def tune_env() -> dict:
+    """``trajectory_nets`` (and the ``nets`` module it builds on) importable by ``costlab tune --network``."""
+    paths = [str(ROOT / "scripts"), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+
+
 def tune_command(position: int, work: Path, trials: int, model: str, target: str) -> list[str]:
-    cmd = [*COSTLAB, "tune", "--workload", TASKS[position], "--trials", str(trials), "--seed", str(position),
+    cmd = [*COSTLAB, "tune", *task_options(TASKS[position]), "--trials", str(trials), "--seed", str(position),
            "--target", target, "--work-dir", str(work), "--no-progress", "--no-check",
            # the corpus is the searches' own trajectories, every candidate measured in full, as its first tasks were
            "--no-library", "--screen", "0"]
@@ -181,11 +227,24 @@ def tune_command(position: int, work: Path, trials: int, model: str, target: str
     return cmd
 
 
+def run_order(limit: int, first: str | None) -> list[int]:
+    """Positions below ``limit`` in the order they are tuned: those of ``first`` (``A-B``, both ends included;
+    ``A-`` to the end) before the rest, each part in list order."""
+    if not first:
+        return list(range(limit))
+    lo, _, hi = first.partition("-")
+    try:
+        head = range(int(lo), min(int(hi) + 1, limit) if hi else limit)
+    except ValueError:
+        raise SystemExit(f"--first wants A-B or A- (task positions), got {first!r}") from None
+    return [*head, *(p for p in range(limit) if p not in head)]
+
+
 def run(args) -> int:
     folder, host, target = platform_dir(Path(args.out))
     check_host(folder, host)
     limit = min(args.limit, len(TASKS))
-    for position in range(limit):
+    for position in run_order(limit, args.first):
         work = work_dir(folder, position)
         if finished(work, args.trials):
             continue
@@ -194,7 +253,7 @@ def run(args) -> int:
         with cpu_lock():
             with open(work / "run.log", "a") as log:
                 res = subprocess.run(tune_command(position, work, args.trials, args.model, target),
-                                     stdout=log, stderr=subprocess.STDOUT)
+                                     stdout=log, stderr=subprocess.STDOUT, env=tune_env())
         if res.returncode == 0 and (work / "costlab_tune.json").exists():
             (work / DONE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
         state = "done" if finished(work, args.trials) else f"exit {res.returncode}"
@@ -262,6 +321,7 @@ def main(argv=None) -> int:
     p.add_argument("--to", default=str(ROOT / "corpus" / "trajectories"), help="pack: where the packed files go")
     p.add_argument("--limit", type=int, default=len(TASKS), help="tune the first N tasks of the list")
     p.add_argument("--trials", type=int, default=200)
+    p.add_argument("--first", metavar="A-B", help="run: tune these positions before the others (e.g. 202-)")
     p.add_argument("--model", default="x86-cpu", help="the model of the model-led arm")
     args = p.parse_args(argv)
     return {"run": run, "status": status, "pack": pack, "library": library}[args.step](args)

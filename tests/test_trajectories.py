@@ -32,6 +32,33 @@ def test_the_task_list_is_long_enough_and_holds_no_benchmark_workload():
     assert {mt.arm_of(i) for i in range(4)} == {"ms", "model"}  # both searches, alternately
 
 
+def _dense_shapes(build) -> set:
+    """(rows, in, out) of every dense layer of a network function: the dense tasks Relax extracts from it."""
+    import torch
+
+    model, inputs = build()
+    rows = inputs[0].shape[1]
+    return {(rows, m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+
+
+def test_network_tasks_name_trajectory_nets_at_shapes_no_network_benchmark_uses():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import trajectory_nets
+    from networks import NETWORKS
+
+    import nets
+
+    entries = [t for t in mt.TASKS if t.startswith("NET:")]
+    assert entries and all(t.count(":") == 2 for t in entries)
+    assert mt.task_options(entries[0])[:2] == ["--network", f"trajectory_nets:{entries[0].split(':')[1]}"]
+    assert mt.task_options("GMM:1,8,8,8") == ["--workload", "GMM:1,8,8,8"]
+    bench = set().union(*(_dense_shapes(getattr(nets, f.split(":")[1])) for f in NETWORKS.values()
+                          if f.split(":")[1] != "resnet18"))
+    ours = set().union(*(_dense_shapes(getattr(trajectory_nets, net)) for net in mt.NETWORK_TASKS))
+    assert bench and ours and not bench & ours
+    assert mt.run_order(6, "4-") == [4, 5, 0, 1, 2, 3] and mt.run_order(3, None) == [0, 1, 2]
+
+
 @pytest.mark.slow
 def test_a_run_resumes_without_measuring_a_program_twice(tmp_path, monkeypatch):
     monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8", "GMM:1,8,16,8"])
