@@ -21,7 +21,7 @@ permutation) and is scored zero-shot, with ``costlab evaluate``'s metrics, on he
 Every dataset's features use its own platform's spec, whatever machine runs this. Resumable: a trained size
 is skipped, ``results.json`` is rewritten after each score.
 
-    flock /tmp/costlab-cpu.lock .venv/bin/python benchmarks/learning_curve.py --out bench/curve [--epochs 20]
+    flock /tmp/costlab-cpu.lock .venv/bin/python benchmarks/learning_curve.py --out bench/curve [--epochs 60]
 
 prints a markdown table per held-out set and draws ``curve.png`` (metric against N, a line per kind).
 """
@@ -140,7 +140,7 @@ def plot(results: dict, path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="training task counts, 0 = all")
     p.add_argument("--kinds", default=",".join(KINDS))
