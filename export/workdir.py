@@ -130,22 +130,16 @@ class WorkDir:
                              "or use another --work-dir") from None
 
     # -- its database --------------------------------------------------------------------------------------
-    def repair(self) -> list[str]:
-        """Lines an interrupted run cut short moved aside (``ms_database.repair_work_dir``); one per line moved."""
-        from costlab.datasets.ms_database import repair_work_dir
-
-        return repair_work_dir(self.path)
-
-    def database(self):
-        """MetaSchedule's JSON database of the work dir (its files made when missing)."""
+    def open_database(self) -> tuple:
+        """``(database, problems)``: the lines an interrupted run cut short moved aside, one ``FILE:LINE: what``
+        per line (``ms_database.repair_work_dir``), then MetaSchedule's JSON database of the work dir (its files
+        made when missing). Called under the work dir's lock."""
         from tvm.s_tir import meta_schedule as ms
 
-        return ms.database.JSONDatabase(work_dir=str(self.path))
+        from costlab.datasets.ms_database import repair_work_dir
 
-    def open_database(self) -> tuple:
-        """``(database, lines moved aside)``: the database repaired, then opened; under the work dir's lock."""
-        repaired = self.repair()
-        return self.database(), repaired
+        repaired = repair_work_dir(self.path)
+        return ms.database.JSONDatabase(work_dir=str(self.path)), repaired
 
     # -- the run it holds ----------------------------------------------------------------------------------
     def recorded(self, key: str):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import error_line
 from costlab.cli import main
 from costlab.common.errors import InputError
 
@@ -65,14 +66,6 @@ def test_tune_exploit_and_transfer_resolve_a_model_alike(trained, tmp_path, case
         assert "a training checkpoint, not a model" in outcomes["tune"]
 
 
-def _error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
-    assert len(lines) == 1, err
-    return lines[0]
-
-
 @pytest.mark.slow
 def test_the_three_commands_refuse_a_checkpoint_alike_before_measuring(trained, tmp_path, capsys):
     ckpt = _models(trained, tmp_path)["checkpoint"]
@@ -88,7 +81,7 @@ def test_the_three_commands_refuse_a_checkpoint_alike_before_measuring(trained, 
     errors = {}
     for name, args in argv.items():
         assert main([*args, "--model", str(ckpt), "--target", TARGET, "--no-progress"]) == 2, name
-        errors[name] = _error(capsys)
+        errors[name] = error_line(capsys)
     assert len(set(errors.values())) == 1 and "a training checkpoint, not a model" in errors["tune"], errors
     assert (work / "database_tuning_record.json").read_bytes() == records  # nothing measured
     assert not (tmp_path / "tune" / "database_tuning_record.json").exists()
