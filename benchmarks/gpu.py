@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from costlab.export.workdir import WorkDir
+
 
 def _finite(values) -> tuple[int, int]:
     """(numbers, non-finite numbers) of an array or a list of arrays."""
@@ -97,8 +99,8 @@ def features(args) -> dict:
 def _run(work: Path) -> tuple[dict, list]:
     """A finished run's summary and progress lines; SystemExit naming the file when one is missing or damaged."""
     try:
-        summary = json.loads((work / "costlab_tune.json").read_text())
-        hist = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines() if x.strip()]
+        summary = json.loads((work / WorkDir.SUMMARY).read_text())
+        hist = [json.loads(x) for x in (work / WorkDir.PROGRESS).read_text().splitlines() if x.strip()]
     except (OSError, ValueError) as exc:
         raise SystemExit(f"gpu.py: {work} is not a finished `costlab tune` work dir ({exc})") from None
     return summary, hist

@@ -35,8 +35,10 @@ def build(out: Path, arm: str, seed: int = 0) -> Path:
     data = out / f"heldout-{arm}-s{seed}.h5"
     if data.exists():
         return data
-    works = sorted(p for p in (RUNS / arm).glob(f"*/s{seed}") if (p / "database_tuning_record.json.gz").exists()
-                   or (p / "database_tuning_record.json").exists())
+    from costlab.export.workdir import WorkDir
+
+    works = sorted(p for p in (RUNS / arm).glob(f"*/s{seed}") if (p / f"{WorkDir.RECORDS}.gz").exists()
+                   or (p / WorkDir.RECORDS).exists())
     if not works:
         raise SystemExit(f"error: no archived run of arm {arm} seed {seed} under {RUNS}")
     tmp = data.with_suffix(".h5.tmp")

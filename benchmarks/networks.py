@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netcurves  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.export.workdir import WorkDir  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COSTLAB = [sys.executable, "-m", "costlab"]
@@ -83,7 +84,7 @@ def library_workloads(library: Path) -> dict[str, set]:
     from costlab.datasets.ms_database import ImportReport, read_workloads
 
     held: dict = {}
-    for path in sorted(library.rglob("database_workload.json*")):
+    for path in sorted(library.rglob(WorkDir.WORKLOADS + "*")):
         held[str(path)] = {shash for shash, _b64 in read_workloads(path, ImportReport()).values()}
     try:
         from costlab.export.library.store import Library, starter_library
@@ -243,9 +244,9 @@ def _prefix_db(work: Path, records: int, into: Path):
     from tvm.s_tir import meta_schedule as ms
 
     into.mkdir(parents=True, exist_ok=True)
-    shutil.copy(work / "database_workload.json", into / "database_workload.json")
-    lines = (work / "database_tuning_record.json").read_text().splitlines(keepends=True)
-    (into / "database_tuning_record.json").write_text("".join(lines[:records]))
+    shutil.copy(work / WorkDir.WORKLOADS, into / WorkDir.WORKLOADS)
+    lines = (work / WorkDir.RECORDS).read_text().splitlines(keepends=True)
+    (into / WorkDir.RECORDS).write_text("".join(lines[:records]))
     return ms.database.JSONDatabase(work_dir=str(into))
 
 
@@ -253,11 +254,11 @@ def history(work: Path, arm: str) -> tuple[list, dict, float]:
     """An arm's snapshots, its tasks' weights, and its tuning seconds (to its last measured batch)."""
     if arm == "stock":
         info = json.loads((work / "stock.json").read_text())
-        log = next(iter(sorted((work / "logs").glob("*task_scheduler.log"))), work / "logs" / "task_scheduler.log")
+        log = next(iter(sorted(WorkDir(work).logs_dir.glob("*" + WorkDir.SCHEDULER_LOG))), WorkDir(work).scheduler_log)
         hist, weights = netcurves.ms_history(log, info["started"])
         return hist, weights, info["tune_s"]
-    summary = json.loads((work / "costlab_tune.json").read_text())
-    hist = netcurves.costlab_history(work / "progress.jsonl")
+    summary = json.loads((work / WorkDir.SUMMARY).read_text())
+    hist = netcurves.costlab_history(work / WorkDir.PROGRESS)
     return hist, {t["name"]: t["weight"] for t in summary["tasks"]}, hist[-1][0] if hist else summary["wall_s"]
 
 
@@ -292,7 +293,7 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
         for arm in arms:
             work = runs / arm
             hist, weights, tune_s = history(work, arm)
-            n_records = len((work / "database_tuning_record.json").read_text().splitlines())
+            n_records = len((work / WorkDir.RECORDS).read_text().splitlines())
             offset = max(0, n_records - (hist[-1][1] if hist else 0))  # records the history does not count
             meta[arm] = dict(tune_s=tune_s, records=n_records, checkpoints=[])
             exe, (hit, n) = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(work)))

@@ -30,6 +30,7 @@ from tuning import _measure_bests  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
 from costlab.common.host import describe_host, host_info  # noqa: E402
+from costlab.export.workdir import WorkDir  # noqa: E402
 
 ARMS = {"off": dict(screen=0.0), "screen": dict(screen=1.5, sized_repeats=False),
         "sized": dict(screen=1.5, sized_repeats=True)}
@@ -48,7 +49,7 @@ def _tune(arm: str, workload: str, args, work: Path) -> dict:
     opts = TuneOptions(work_dir=str(work), workloads=[workload], target=args.target, trials=args.trials,
                        seed=args.seed, progress=False, check_output=False, started_at=time.time(), **ARMS[arm])
     summary = tune(opts)
-    rows = [json.loads(x) for x in (work / "progress.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (work / WorkDir.PROGRESS).read_text().splitlines()]
     trials = summary["tasks"][0]["trials"]
     run_s = sum(r.get("run_s") or 0 for r in rows)
     out = dict(trials=trials, wall_s=summary["wall_s"], s_per_trial=summary["wall_s"] / trials,

@@ -42,6 +42,7 @@ from tuning import COSTLAB, _progress, _tasks_of  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
 from costlab.costmodels.predictors import weights_sha256  # noqa: E402
+from costlab.export.workdir import WorkDir  # noqa: E402
 
 SEQ = "64"
 PAIRS = {
@@ -104,7 +105,7 @@ def _run_pair(pair: str, args, out: Path) -> None:
             shutil.rmtree(work)
         if arm == "x64":  # continues x's work dir (a copy): its transferred programs are in the database
             shutil.copytree(out / "runs" / pair / "x", work, ignore=shutil.ignore_patterns("done.json", "run.log",
-                                                                                         ".costlab_tune.lock"))
+                                                                                         WorkDir.LOCK))
         work.mkdir(parents=True, exist_ok=True)
         print(f"[{time.strftime('%H:%M:%S')}] {pair} {arm}", flush=True)
         with cpu_lock(), open(work / "run.log", "a") as log:
@@ -123,7 +124,7 @@ def _run_pair(pair: str, args, out: Path) -> None:
 
 def _summary(work: Path) -> dict:
     """The arm's costlab_tune.json, its end-to-end timing replaced by network.json's where it was re-timed."""
-    path = work / "costlab_tune.json"
+    path = work / WorkDir.SUMMARY
     out = json.loads(path.read_text()) if path.exists() else {}
     if (work / "network.json").exists():
         out["network"] = json.loads((work / "network.json").read_text())

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from costlab.common.cpu_lock import cpu_lock
+from costlab.export.workdir import WorkDir
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
@@ -94,7 +95,7 @@ def _slug(name: str) -> str:
 
 
 def _finished(work: Path, trials: int) -> bool:
-    path = work / "costlab_tune.json"
+    path = work / WorkDir.SUMMARY
     if not path.exists():
         return False
     summary = json.loads(path.read_text())
@@ -183,7 +184,7 @@ def _mean(secs) -> float:
 def _plain_database(work: Path):
     """The folder of a run's database as MetaSchedule reads it: the work dir, or for a run archived with its
     database gzipped (``archive``), a temporary folder with the two files unpacked."""
-    names = ("database_workload.json", "database_tuning_record.json")
+    names = (WorkDir.WORKLOADS, WorkDir.RECORDS)
     if all((work / n).exists() for n in names):
         yield work
         return
@@ -341,7 +342,7 @@ def run(args) -> int:
 # ---- the table, rebuilt from the work dirs ----
 
 def _progress(work: Path) -> list[dict]:
-    path = work / "progress.jsonl"
+    path = work / WorkDir.PROGRESS
     if not path.exists():
         return []
     rows = []
@@ -355,7 +356,7 @@ def _progress(work: Path) -> list[dict]:
 
 def _records_text(work: Path) -> str:
     """The run's MetaSchedule tuning records (``.json``, or ``.json.gz`` as ``archive`` keeps them)."""
-    path = work / "database_tuning_record.json"
+    path = work / WorkDir.RECORDS
     if path.exists():
         return path.read_text()
     packed = path.with_name(path.name + ".gz")
@@ -393,7 +394,7 @@ def _reach(curve: list[float], progress: list[dict], latency: float) -> tuple[in
 
 
 def _rounds(work: Path) -> list[dict]:
-    path = work / "search_rounds.jsonl"
+    path = work / WorkDir.ROUNDS
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -420,9 +421,9 @@ def collect(out: Path) -> dict:
                     re = seed_dir / "ms" / "remeasured.json"
                     row["final_us"] = json.loads(re.read_text()).get("best_us") if re.exists() else None
                 else:
-                    if not (seed_dir / "costlab_tune.json").exists():
+                    if not (seed_dir / WorkDir.SUMMARY).exists():
                         continue
-                    summary = json.loads((seed_dir / "costlab_tune.json").read_text())
+                    summary = json.loads((seed_dir / WorkDir.SUMMARY).read_text())
                     prog = _progress(seed_dir)
                     curve = _curve(seed_dir)
                     re = json.loads((seed_dir / "remeasured.json").read_text()) if (seed_dir / "remeasured.json").exists() else {}
@@ -602,15 +603,15 @@ def archive(args) -> int:
     rounds, the re-measured best, and its database gzipped (records and workloads: `costlab transfer --from`
     reads an archived run as a source)."""
     src, dst = Path(args.out), Path(args.to)
-    keep = ("benchmark.json", "openblas.json", "table.md", "costlab_tune.json", "progress.jsonl",
-            "search_rounds.jsonl", "remeasured.json", "retimed.json", "a0.json", "done.json", "exploit_state.json",
-            "transfer.json", "network.json", "table.json")
+    keep = ("benchmark.json", "openblas.json", "table.md", WorkDir.SUMMARY, WorkDir.PROGRESS, WorkDir.ROUNDS,
+            "remeasured.json", "retimed.json", "a0.json", "done.json", WorkDir.EXPLOIT_STATE, WorkDir.TRANSFER_STATE,
+            "network.json", "table.json")
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
         if path.name in keep:
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             (dst / rel).write_bytes(path.read_bytes())
-        elif path.name in ("database_tuning_record.json", "database_workload.json"):
+        elif path.name in (WorkDir.RECORDS, WorkDir.WORKLOADS):
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             (dst / rel).with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
     print(f"{dst}: {sum(p.stat().st_size for p in dst.rglob('*') if p.is_file()) / 1e6:.1f} MB")

@@ -392,17 +392,14 @@ class DatasetWriter:
         """One writer at a time per dataset: an exclusive lock on ``.<name>.lock`` beside it, held for the
         whole transaction, so two commands writing the same file (a measurement and an extract) queue
         instead of one silently overwriting the other's commit."""
-        import fcntl
         import sys
+
+        from costlab.common.locks import take_lock
 
         if not self.path.parent.exists():
             raise InputError(self.path, f"directory {self.path.parent} does not exist")
-        self._lock_fh = open(self.path.with_name(f".{self.path.name}.lock"), "a")
-        try:
-            fcntl.flock(self._lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"costlab: waiting for another command writing {self.path} ...", file=sys.stderr)
-            fcntl.flock(self._lock_fh, fcntl.LOCK_EX)
+        self._lock_fh = take_lock(self.path.with_name(f".{self.path.name}.lock"), on_wait=lambda: print(
+            f"costlab: waiting for another command writing {self.path} ...", file=sys.stderr))
 
     def _unlock(self) -> None:
         self._lock_fh.close()  # closing releases the lock

@@ -28,8 +28,18 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from costlab.common.errors import InputError, UsageError
 from costlab.costmodels.adapt import OnlineAdapter
-from costlab.costmodels.predictors import NetPredictor, head_of, load as load_predictor
+from costlab.costmodels import predictors
+from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.datasets.records import record_latency
+
+
+def tuning_predictor(model, seed: int = 0):
+    """The predictor of a tuning command's ``--model`` (``tune``, ``exploit``, ``transfer``, the library a run
+    starts from): ``psa``, ``random``, a shipped model's name, a model directory or archive, or a training run's
+    directory, every check of the artifact done (``costmodels.predictors.load``). A training checkpoint
+    (``.ckpt``) is not a model here: it is refused, naming the run directory to give or export instead.
+    (``costlab evaluate`` and ``finetune`` also take checkpoints: ``train.predict.load_predictor``.)"""
+    return predictors.load(str(model), seed)
 
 
 def check_model_for_target(predictor, target, strict: bool = False, where="model") -> None:
@@ -94,7 +104,7 @@ class CostlabCostModel(PyCostModel):
     def __init__(self, model="psa", head: str | None = None, adapt: str = "none", strict: bool = False,
                  batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None):
         super().__init__()
-        self.predictor = model if hasattr(model, "predict") else load_predictor(str(model), seed)
+        self.predictor = model if hasattr(model, "predict") else tuning_predictor(model, seed)
         self.source = str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model")
         platforms = self.predictor.platforms
         if head is not None and platforms and head not in platforms:
@@ -183,7 +193,7 @@ class CostlabCostModel(PyCostModel):
         save_artifact(Path(path), self.predictor.net.state_dict(), config)
 
     def load(self, path: str) -> None:
-        self.predictor = load_predictor(str(path))
+        self.predictor = tuning_predictor(path)
         self._memo.clear()
         self._scales.clear()
 

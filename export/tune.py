@@ -34,12 +34,11 @@ from pathlib import Path
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.host import host_info
 from costlab.common.files import write_atomically
-from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
 from costlab.datasets.ms_workload import plain_json
 from costlab.datasets.records import record_latency
 from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
-from costlab.export.workdir import RUN_FILE, check_same_host, lock_work_dir
+from costlab.export.workdir import WorkDir
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
@@ -192,25 +191,25 @@ def _strategy(opts: TuneOptions, log, clock):
     return TimedSearch(inner, clock)
 
 
-def _measure_stack(opts: TuneOptions, target, cores: int, clock=None):
-    """The builder and runner of a run. costlab's builder keeps one pool of workers for the whole run; an RPC
-    device that stops answering ends the run (``clock.lose``) without a failed record."""
-    from tvm.s_tir import meta_schedule as ms
+def _measure_stack(opts: TuneOptions, target, cores: int, clock=None, stack=None):
+    """The builder and runner of a run, built into ``stack`` (a ``workdir.MeasuringStack``, which releases
+    them). costlab's builder keeps one pool of workers for the whole run; an RPC device that stops answering
+    ends the run (``clock.lose``) without a failed record; ``ms_defaults``: what "local" makes, as tune_tir
+    does."""
+    from costlab.export.workdir import MeasuringStack
 
-    if opts.ms_defaults:
-        return ms.builder.LocalBuilder(), ms.runner.LocalRunner()  # what "local" makes, as tune_tir does
-    from costlab.datasets.measure import MeasureOptions, make_builder, make_runner, warm_up
-
-    mopts = MeasureOptions(target=target.export(), number=opts.number, repeat=opts.repeat, rpc_key=opts.rpc_key,
-                           rpc_host=opts.rpc_host, rpc_port=opts.rpc_port, rpc_wait=opts.rpc_wait)
-    builder = make_builder(opts.builder_timeout, workers=cores, pooled=True)
-    runner = make_runner(mopts, target, on_lost=clock.lose if clock is not None else None)
-    warm_up(builder, runner)
+    stack = stack if stack is not None else MeasuringStack()
+    builder, runner = stack.start(target, workers=cores, builder_timeout=opts.builder_timeout,
+                                  on_lost=clock.lose if clock is not None else None, warm=True,
+                                  ms_defaults=opts.ms_defaults, number=opts.number, repeat=opts.repeat,
+                                  rpc_key=opts.rpc_key, rpc_host=opts.rpc_host, rpc_port=opts.rpc_port,
+                                  rpc_wait=opts.rpc_wait)
     if opts.screen and clock is not None:  # the search tags candidates with their task, the builder artifacts
         from costlab.datasets.screening import ScreeningRunner, TaskTags
 
         clock.tags = TaskTags()
-        runner = clock.screening = ScreeningRunner(runner, opts.screen, clock.tags, sized=opts.sized_repeats)
+        runner = stack.runner = clock.screening = ScreeningRunner(runner, opts.screen, clock.tags,
+                                                                  sized=opts.sized_repeats)
     return builder, runner
 
 
@@ -250,13 +249,13 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._,:=+-" else "_" for c in name)
 
 
-def _task_loggers(work: Path, names: list[str]) -> list[logging.Logger]:
+def _task_loggers(work: WorkDir, names: list[str]) -> list[logging.Logger]:
     """MetaSchedule's logs in WORK/logs, as tune_tasks writes them, but never on stdout (the progress bar
     and --json own it) and without MetaSchedule's dictConfig, which reconfigures the process's logging
     and fails when called twice in one process with handlers it did not name."""
-    logs = work / "logs"
+    logs = work.logs_dir
     logs.mkdir(exist_ok=True)
-    _file_logger("tvm.s_tir.meta_schedule", logs / "task_scheduler.log")
+    _file_logger("tvm.s_tir.meta_schedule", work.scheduler_log)
     width = len(str(len(names) - 1))
     return [_file_logger(f"costlab.tune.task_{i:0{width}d}", logs / f"task_{i:0{width}d}_{_safe(n)[:100]}.log")
             for i, n in enumerate(names)]
@@ -281,7 +280,6 @@ def tune(opts: TuneOptions) -> dict:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    from costlab.datasets.ms_database import repair_work_dir
     from costlab.datasets.tune_context import tune_context
     from costlab.export.callbacks import run_callbacks
     from costlab.export.progress import TuneProgress
@@ -291,85 +289,80 @@ def tune(opts: TuneOptions) -> dict:
 
     target = measuring_target(opts.target, local=not opts.rpc_key)
     cores = target_cores(target)
-    work = Path(opts.work_dir)
+    work = WorkDir(opts.work_dir)
     if not str(opts.work_dir).strip():
         raise UsageError("--work-dir must name a directory")
-    if work.exists() and not work.is_dir():
-        raise InputError(work, "exists and is not a directory (--work-dir)")
+    work.check_folder()
     try:
-        work.mkdir(parents=True, exist_ok=True)
-        lock = lock_work_dir(work)
+        work.path.mkdir(parents=True, exist_ok=True)
+        lock = work.lock()
     except OSError as exc:
-        raise InputError(work, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    builder, runner, exploited, transferred, started_from = None, None, None, None, None
-    try:  # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
-        for name in ("progress.jsonl", "search_rounds.jsonl", "costlab_tune.json", RECORD_FILE, WORKLOAD_FILE):
-            if (work / name).is_dir():
-                raise InputError(work / name, "is a directory; the run writes a file of that name")
-        if opts.rpc_key:
-            _check_tracker(opts)
-        opts.adapt = resolved_adapt(opts, work)
-        run_options = _check_same_run(work, opts, target)
-        tasks, network = workload_tasks(opts, target)
-        clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
-        builder, runner = _measure_stack(opts, target, cores, clock)  # its workers start while the model loads
-        cost_model = _cost_model(opts, target, cores)
-        write_atomically(work / RUN_FILE, json.dumps(run_options, indent=2).encode())  # the run has started
-        repaired = repair_work_dir(work)  # lines an interrupted run cut short: moved aside, reported
-        database = ms.database.JSONDatabase(work_dir=str(work))
-        if opts.transfer_from:  # the search starts from the transferred programs: they are in the database
-            transferred = _transfer(opts, tasks, target, database, builder, runner)
-        if opts.use_library and not opts.rpc_key:  # and from the library's programs of the same kernel classes
-            started_from = _library_start(opts, tasks, target, database, builder, runner)
-        done = _done_per_task(database, tasks)
-        # workloads are tuned one after the other, each with its own budget; a network's tasks share one
-        groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
-        budget = opts.trials * len(groups)
-        log = RoundLog(work / "search_rounds.jsonl")
-        progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
-                                history=work / "progress.jsonl", clock=clock, started=command_start)
+        raise InputError(work.path, f"cannot be used as the work dir: {exc.strerror or exc}") from None
+    exploited, transferred, started_from = None, None, None
+    # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
+    with lock, work.measuring() as stack:
         try:
-            for group in groups:
-                remaining = opts.trials - sum(done[i] for i in group)
-                if remaining <= 0 or clock.expired():
-                    continue
-                names = [tasks[i].name for i in group]
-                contexts = []
-                for i, logger, rand in zip(group, _task_loggers(work, names), fork_seed(opts.seed, n=len(group))):
-                    contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock),
-                                                 task_name=tasks[i].name, rand_state=rand, num_threads=cores,
-                                                 logger=logger).clone())
-                if clock.screening is not None:  # each task's best in the work dir's database (a continued run)
-                    from costlab.datasets.screening import task_key
+            for path in (work.progress_file, work.rounds_file, work.summary_file, work.records_file,
+                         work.workloads_file):
+                if path.is_dir():
+                    raise InputError(path, "is a directory; the run writes a file of that name")
+            if opts.rpc_key:
+                _check_tracker(opts)
+            opts.adapt = resolved_adapt(opts, work)
+            run_options = _check_same_run(work, opts, target)
+            tasks, network = workload_tasks(opts, target)
+            clock = RoundClock(command_start + opts.max_seconds if opts.max_seconds else None)
+            builder, runner = _measure_stack(opts, target, cores, clock, stack)  # workers start while the model loads
+            cost_model = _cost_model(opts, target, cores)
+            work.write_run_record(run_options)  # the run has started
+            database, repaired = work.open_database()  # lines an interrupted run cut short: moved aside, reported
+            if opts.transfer_from:  # the search starts from the transferred programs: they are in the database
+                transferred = _transfer(opts, tasks, target, database, builder, runner)
+            if opts.use_library and not opts.rpc_key:  # and from the library's programs of the same kernel classes
+                started_from = _library_start(opts, tasks, target, database, builder, runner)
+            done = _done_per_task(database, tasks)
+            # workloads are tuned one after the other, each with its own budget; a network's tasks share one
+            groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
+            budget = opts.trials * len(groups)
+            log = RoundLog(work.rounds_file)
+            progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
+                                    history=work.progress_file, clock=clock, started=command_start)
+            try:
+                for group in groups:
+                    remaining = opts.trials - sum(done[i] for i in group)
+                    if remaining <= 0 or clock.expired():
+                        continue
+                    names = [tasks[i].name for i in group]
+                    contexts = []
+                    for i, logger, rand in zip(group, _task_loggers(work, names), fork_seed(opts.seed, n=len(group))):
+                        contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock),
+                                                     task_name=tasks[i].name, rand_state=rand, num_threads=cores,
+                                                     logger=logger).clone())
+                    if clock.screening is not None:  # each task's best in the work dir's database (a continued run)
+                        from costlab.datasets.screening import task_key
 
-                    for i, ctx in zip(group, contexts):
-                        clock.screening.seed(task_key(ctx.mod), _best_latency(database, tasks[i].mod))
-                progress.focus(group)
-                clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
-                ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
-                              max_trials_global=remaining, max_trials_per_task=remaining,
-                              num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
-                              runner=runner, database=database,
-                              cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
-                              measure_callbacks=run_callbacks(progress.callback()),
-                              task_scheduler=make_task_scheduler(opts.task_scheduler))
+                        for i, ctx in zip(group, contexts):
+                            clock.screening.seed(task_key(ctx.mod), _best_latency(database, tasks[i].mod))
+                    progress.focus(group)
+                    clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
+                    ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
+                                  max_trials_global=remaining, max_trials_per_task=remaining,
+                                  num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
+                                  runner=runner, database=database,
+                                  cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
+                                  measure_callbacks=run_callbacks(progress.callback()),
+                                  task_scheduler=make_task_scheduler(opts.task_scheduler))
+            finally:
+                progress.close()
+            if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
+                from costlab.export.exploit import ExploitOptions, exploit
+
+                exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, seed=opts.seed,
+                                                   target=plain_json(target.export()),
+                                                   builder_timeout=opts.builder_timeout, progress=opts.progress),
+                                    locked=True, should_stop=clock.expired)
         finally:
-            progress.close()
-        if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
-            from costlab.export.exploit import ExploitOptions, exploit
-
-            exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, seed=opts.seed,
-                                               target=plain_json(target.export()), builder_timeout=opts.builder_timeout,
-                                               progress=opts.progress), locked=True, should_stop=clock.expired)
-    finally:
-        if hasattr(builder, "close"):
-            builder.close()
-        if runner is not None:
-            from costlab.datasets.measure import close_runner
-
-            close_runner(runner)
-        _release_loggers()
-        lock.close()
+            _release_loggers()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),
                    tasks=[])
     if clock.first_batch_at is not None:
@@ -429,11 +422,11 @@ def tune(opts: TuneOptions) -> dict:
                                             reference=network[2] if checked else None)
         except Exception as exc:  # noqa: BLE001  the tuning it follows is complete: its summary is still written
             summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")
-    write_atomically(work / "costlab_tune.json", json.dumps(summary, indent=2, default=str).encode())
+    write_atomically(work.summary_file, json.dumps(summary, indent=2, default=str).encode())
     try:
         from costlab.export.progress import plot_history
 
-        plot_history(work / "progress.jsonl", work / "tuning_curve.png")
+        plot_history(work.progress_file, work.curve_file)
     except Exception as exc:  # noqa: BLE001  a picture is never worth failing a finished run for
         logging.getLogger(__name__).warning("no tuning curve drawn: %s", exc)
     return summary
@@ -445,12 +438,12 @@ def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, r
     all its tasks: each gets its ``--transfer-top``, and the search has what is left (none with ``--trials 1``:
     transfer alone)."""
     from costlab.export.search.timed import stop_requested
-    from costlab.export.transfer.run import STATE_FILE, TransferOptions, transfer_tasks
+    from costlab.export.transfer.run import TransferOptions, transfer_tasks
 
     topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model,
                             top=min(opts.transfer_top, opts.trials) if opts.workloads else opts.transfer_top,
                             seed=opts.seed, number=opts.number, repeat=opts.repeat, progress=opts.progress)
-    return transfer_tasks(tasks, target, database, builder, runner, topts, Path(opts.work_dir) / STATE_FILE,
+    return transfer_tasks(tasks, target, database, builder, runner, topts, WorkDir(opts.work_dir).transfer_state,
                           should_stop=lambda: stop_requested() is not None)
 
 
@@ -464,7 +457,7 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
     from costlab.export.search.timed import stop_requested
 
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())))
-    return start_from_library(Path(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
+    return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
                               model=opts.model, top=min(opts.transfer_top, opts.trials) if opts.workloads
                               else opts.transfer_top, seed=opts.seed, number=opts.number, repeat=opts.repeat,
                               progress=opts.progress, should_stop=lambda: stop_requested() is not None)
@@ -541,12 +534,9 @@ def resolved_adapt(opts: TuneOptions, work: Path) -> str:
     on 4 of 6 workloads against 1 of 6 frozen: docs/search.md), ``none`` for PSA, random or a baseline."""
     if opts.adapt != "auto":
         return opts.adapt
-    try:
-        old = json.loads((work / RUN_FILE).read_text()).get("adapt")
-        if old in ADAPT[1:]:
-            return old
-    except (OSError, ValueError, AttributeError):
-        pass
+    old = WorkDir(work).recorded("adapt")
+    if old in ADAPT[1:]:
+        return old
     if not opts.model or opts.model in ("psa", "random"):
         return "none"
     from costlab.costmodels import kinds
@@ -564,7 +554,7 @@ def _finished_summary(work: Path, tasks: list, done: list) -> dict | None:
     """The summary of the run this work dir already finished, when its per-task trials are the database's now;
     None when there is none (or it no longer describes the database)."""
     try:
-        old = json.loads((work / "costlab_tune.json").read_text())
+        old = json.loads(WorkDir(work).summary_file.read_text())
         same = [(r["name"], r["trials"]) for r in old["tasks"]] == [(t.name, n) for t, n in zip(tasks, done)]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -575,24 +565,17 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     """A work dir continues the run that made it: the same tasks, target and search, on the same machine (its
     host is recorded); another run there would mix two searches, or two machines' timings, in one database.
     Returns the options to record once the run has started."""
-    path = work / RUN_FILE
+    work = WorkDir(work)
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
             "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
     mine["target"] = plain_json(target.export())
-    if path.exists() or path.is_symlink():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(path, f"is damaged ({type(exc).__name__}): it records which run this work dir holds; "
-                                   "tune in another --work-dir, or remove it if you know the run's options") from None
-        if not isinstance(old, dict):
-            raise InputError(path, "is damaged (not a JSON object): it records which run this work dir holds; tune "
-                                   "in another --work-dir, or remove it if you know the run's options")
+    old = work.run_record()
+    if old is not None:
         if "target" in old:
             old["target"] = _same_target(old["target"])
         old.setdefault("task_scheduler", "gradient")  # runs recorded before the option was MetaSchedule's gradient
-        check_same_host(work, "continuing it")
+        work.check_same_host("continuing it")
         old.pop("host", None)
         if old != mine:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine[k]!r}" for k in keys if old.get(k) != mine[k])

@@ -1,62 +1,231 @@
-"""A tuning work dir is owned by one process at a time: `costlab tune`, `costlab exploit` and `costlab
-transfer` take the same lock (an exclusive ``flock`` on ``.costlab_tune.lock``, held by the open file and released with the process
-however it ends). The JSON state files that let a command resume in its work dir (``exploit_state.json``,
-``transfer.json``) are read and written by ``read_state`` / ``write_state``."""
+"""A tuning work dir: the folder ``costlab tune``, ``costlab exploit`` and ``costlab transfer`` measure into,
+described by one object, ``WorkDir``.
+
+- Its files: the MetaSchedule JSON database (``database_workload.json``, ``database_tuning_record.json``, the
+  bad lines a repair moved aside), the record of the run it holds (``costlab_run.json``: the run's options
+  and the host that measured it), the run's summary, progress history, search rounds, tuning curve and
+  MetaSchedule's logs, and the JSON state files that let a command resume (``exploit_state.json``,
+  ``transfer.json``, ``library_start.json``). Their names are ``WorkDir``'s constants, its paths properties.
+- Its lock: one process at a time; the three commands take the same one (``common/locks.take_lock``, an
+  exclusive ``flock`` on ``.costlab_tune.lock``, held by the open file and released with the process however
+  it ends); a refused command names the one that holds it.
+- Its repair and database: lines an interrupted run cut short moved aside (``ms_database.repair_work_dir``),
+  then MetaSchedule's ``JSONDatabase`` on it.
+- Its state: the JSON state files are read and written by ``read_state`` / ``write_state``; the run record
+  by ``recorded`` (one field, leniently) and ``run_record`` (the whole record, a damaged one refused).
+- Its measuring stack: ``measuring()`` is a ``with`` block in which ``MeasuringStack.start`` builds the
+  builder and runner (costlab's, built by ``datasets/measure.py``, or MetaSchedule's own) and which releases
+  them when it ends, however it ends.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
+from costlab.datasets.ms_database import BAD_LINES_FILE, RECORD_FILE, WORKLOAD_FILE
 
 LOCK_FILE = ".costlab_tune.lock"
 RUN_FILE = "costlab_run.json"  # the options of the tuning run a work dir holds, and the host that measured it
 
 
-def check_same_host(work: Path, command: str) -> None:
-    """A work dir's records are one machine's timings: a UsageError, in one line, when its ``costlab_run.json``
-    records another host than this one (a command here would mix two machines' records in one database and
-    compare them). A work dir without a recorded host (made before hosts were recorded) passes."""
-    from costlab.common.host import describe_host, host_difference, host_info, same_host
+class WorkDir:
+    """A tuning work dir at ``path`` (nothing is made or read until a method is called)."""
 
-    try:
-        there = json.loads((Path(work) / RUN_FILE).read_text()).get("host")
-    except (OSError, ValueError, AttributeError):
-        return
-    here = host_info()
-    if isinstance(there, dict) and not same_host(there, here):
-        raise UsageError(f"{work} holds a run measured on {describe_host(there)}; this machine is "
-                         f"{describe_host(here)} ({host_difference(there, here)}): {command} here would mix two "
-                         f"machines' timings in one database; use another --work-dir (--transfer-from {work} starts "
-                         "from its programs)")
+    WORKLOADS = WORKLOAD_FILE
+    RECORDS = RECORD_FILE
+    BAD_LINES = BAD_LINES_FILE  # database lines a repair moved aside
+    LOCK = LOCK_FILE
+    RUN = RUN_FILE
+    SUMMARY = "costlab_tune.json"  # a finished tuning run's summary
+    PROGRESS = "progress.jsonl"  # per measured batch: the best latencies so far and the run's seconds
+    ROUNDS = "search_rounds.jsonl"  # per search round: the candidates each stage scored and its seconds
+    CURVE = "tuning_curve.png"
+    LOGS = "logs"  # MetaSchedule's logs: the task scheduler's, one per task
+    SCHEDULER_LOG = "task_scheduler.log"
+    EXPLOIT_STATE = "exploit_state.json"
+    TRANSFER_STATE = "transfer.json"
+    LIBRARY_STATE = "library_start.json"
 
+    def __init__(self, path):
+        self.path = Path(path)
 
-def lock_work_dir(work: Path, command: str = "tune"):
-    """The work dir's lock, or a UsageError when another run holds it, naming the command that holds it.
-    The holder writes its command's name into the lock file (only the holder writes: the lock is taken
-    first), which a refused command reads to say what is running."""
-    import fcntl
+    def __fspath__(self) -> str:
+        return str(self.path)
 
-    fh = open(Path(work) / LOCK_FILE, "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # -- its files ----------------------------------------------------------------------------------------
+    @property
+    def workloads_file(self) -> Path:
+        return self.path / self.WORKLOADS
+
+    @property
+    def records_file(self) -> Path:
+        return self.path / self.RECORDS
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / self.RUN
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def progress_file(self) -> Path:
+        return self.path / self.PROGRESS
+
+    @property
+    def rounds_file(self) -> Path:
+        return self.path / self.ROUNDS
+
+    @property
+    def curve_file(self) -> Path:
+        return self.path / self.CURVE
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / self.LOGS
+
+    @property
+    def scheduler_log(self) -> Path:
+        return self.logs_dir / self.SCHEDULER_LOG
+
+    @property
+    def exploit_state(self) -> Path:
+        return self.path / self.EXPLOIT_STATE
+
+    @property
+    def transfer_state(self) -> Path:
+        return self.path / self.TRANSFER_STATE
+
+    @property
+    def library_state(self) -> Path:
+        return self.path / self.LIBRARY_STATE
+
+    def has_database(self) -> bool:
+        return self.records_file.is_file() and self.workloads_file.is_file()
+
+    # -- the folder, its lock ----------------------------------------------------------------------------
+    def check_folder(self) -> None:
+        """An InputError when the path exists and is not a directory."""
+        if self.path.exists() and not self.path.is_dir():
+            raise InputError(self.path, "exists and is not a directory (--work-dir)")
+
+    def lock(self, command: str = "tune"):
+        """The work dir's lock (an open file; closing it releases the lock), or a UsageError when another run
+        holds it, naming the command that holds it: the holder writes its command's name into the lock file."""
+        from costlab.common.locks import LockHeld, take_lock
+
         try:
-            fh.seek(0)
-            holder = fh.read(64).strip()
-        except (OSError, ValueError):
-            holder = ""
-        fh.close()
-        holder = holder if holder.isidentifier() else "command"
-        raise UsageError(f"{work}: another costlab {holder} is running in this work dir; wait for it to end, or "
-                         "use another --work-dir") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(command)
-    fh.flush()
-    return fh
+            return take_lock(self.path / self.LOCK, wait=False, holder=command)
+        except LockHeld as held:
+            holder = held.holder if held.holder.isidentifier() else "command"
+            raise UsageError(f"{self.path}: another costlab {holder} is running in this work dir; wait for it to end, "
+                             "or use another --work-dir") from None
+
+    # -- its database --------------------------------------------------------------------------------------
+    def open_database(self) -> tuple:
+        """``(database, problems)``: the lines an interrupted run cut short moved aside, one ``FILE:LINE: what``
+        per line (``ms_database.repair_work_dir``), then MetaSchedule's JSON database of the work dir (its files
+        made when missing). Called under the work dir's lock."""
+        from tvm.s_tir import meta_schedule as ms
+
+        from costlab.datasets.ms_database import repair_work_dir
+
+        repaired = repair_work_dir(self.path)
+        return ms.database.JSONDatabase(work_dir=str(self.path)), repaired
+
+    # -- the run it holds ----------------------------------------------------------------------------------
+    def recorded(self, key: str):
+        """What the run record (``costlab_run.json``) holds under ``key``; None when there is no record, or it
+        cannot be read (what it holds is then checked by the command that needs it all, ``run_record``)."""
+        try:
+            return json.loads(self.run_file.read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def run_record(self) -> dict | None:
+        """The run record, None when there is none; a damaged one (not JSON, not an object) is an InputError."""
+        if not (self.run_file.exists() or self.run_file.is_symlink()):
+            return None
+        return _json_object(self.run_file, ": it records which run this work dir holds; tune in another --work-dir, "
+                                           "or remove it if you know the run's options")
+
+    def host(self) -> dict | None:
+        """The host that measured the run (its record's ``host``); None when none is recorded."""
+        host = self.recorded("host")
+        return host if isinstance(host, dict) else None
+
+    def write_run_record(self, record: dict) -> None:
+        write_atomically(self.run_file, json.dumps(record, indent=2).encode())
+
+    def check_same_host(self, command: str) -> None:
+        """A work dir's records are one machine's timings: a UsageError, in one line, when its run record names
+        another host than this one (a command here would mix two machines' records in one database and compare
+        them). A work dir without a recorded host (made before hosts were recorded) passes."""
+        from costlab.common.host import describe_host, host_difference, host_info, same_host
+
+        there, here = self.host(), host_info()
+        if there is not None and not same_host(there, here):
+            raise UsageError(f"{self.path} holds a run measured on {describe_host(there)}; this machine is "
+                             f"{describe_host(here)} ({host_difference(there, here)}): {command} here would mix two "
+                             f"machines' timings in one database; use another --work-dir (--transfer-from "
+                             f"{self.path} starts from its programs)")
+
+    # -- its measuring stack -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def measuring(self):
+        """A ``with`` block whose ``MeasuringStack`` (what ``start`` builds) is released when it ends."""
+        stack = MeasuringStack()
+        try:
+            yield stack
+        finally:
+            stack.close()
+
+
+class MeasuringStack:
+    """The builder and runner a command measures with, released together by ``close``: a pooled builder's
+    workers, a runner's worker pool (through an RPC or screening wrapper too)."""
+
+    def __init__(self):
+        self.builder = self.runner = None
+
+    def start(self, target, *, workers: int, builder_timeout: float = 30.0, on_lost=None, warm: bool = False,
+              ms_defaults: bool = False, **measure) -> tuple:
+        """``(builder, runner)``: costlab's pooled builder (``workers`` processes) and its runner
+        (``datasets/measure.make_runner``; ``measure``: ``MeasureOptions`` fields, ``number``, ``repeat``, the
+        RPC tracker's; ``on_lost(reason)`` when an RPC device stops answering), their workers started now with
+        ``warm``; or, with ``ms_defaults``, MetaSchedule's ``LocalBuilder`` and ``LocalRunner`` exactly as
+        "local" makes them."""
+        from tvm.s_tir import meta_schedule as ms
+
+        if ms_defaults:
+            self.builder, self.runner = ms.builder.LocalBuilder(), ms.runner.LocalRunner()
+            return self.builder, self.runner
+        from costlab.datasets.measure import MeasureOptions, make_builder, make_runner, warm_up
+
+        self.builder = make_builder(builder_timeout, workers=workers, pooled=True)
+        self.runner = make_runner(MeasureOptions(target=target.export(), **measure), target, on_lost=on_lost)
+        if warm:
+            warm_up(self.builder, self.runner)
+        return self.builder, self.runner
+
+    def close(self) -> None:
+        builder, runner, self.builder, self.runner = self.builder, self.runner, None, None
+        try:
+            if hasattr(builder, "close"):
+                builder.close()
+        finally:
+            if runner is not None:
+                from costlab.datasets.measure import close_runner
+
+                close_runner(runner)
 
 
 def read_state(path: Path, afresh: str, default: dict, key: str | None = None) -> dict:
@@ -66,14 +235,20 @@ def read_state(path: Path, afresh: str, default: dict, key: str | None = None) -
     path = Path(path)
     if not path.exists():
         return default
+    return _json_object(path, f"; remove it to {afresh}", key)
+
+
+def _json_object(path: Path, advice: str, key: str | None = None) -> dict:
+    """The JSON object in ``path`` (with ``key``: one holding an object under ``key``), else an InputError
+    naming it: "is damaged (why)" and ``advice``."""
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(path, f"is damaged ({type(exc).__name__}); remove it to {afresh}") from None
+        raise InputError(path, f"is damaged ({type(exc).__name__}){advice}") from None
     if key is None and not isinstance(state, dict):
-        raise InputError(path, f"is damaged (not a JSON object); remove it to {afresh}")
+        raise InputError(path, f"is damaged (not a JSON object){advice}")
     if key is not None and (not isinstance(state, dict) or not isinstance(state.get(key), dict)):
-        raise InputError(path, f"is damaged (no {key!r} object); remove it to {afresh}")
+        raise InputError(path, f"is damaged (no {key!r} object){advice}")
     return state
 
 

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from costlab.common.cpu_lock import cpu_lock
+from costlab.export.workdir import WorkDir
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
@@ -167,7 +168,7 @@ def finished(work: Path, trials: int) -> bool:
     if (work / DONE).exists():
         return True
     try:
-        summary = json.loads((work / "costlab_tune.json").read_text())
+        summary = json.loads((work / WorkDir.SUMMARY).read_text())
     except (OSError, ValueError):
         return False
     tasks = summary.get("tasks") or []
@@ -254,7 +255,7 @@ def run(args) -> int:
             with open(work / "run.log", "a") as log:
                 res = subprocess.run(tune_command(position, work, args.trials, args.model, target),
                                      stdout=log, stderr=subprocess.STDOUT, env=tune_env())
-        if res.returncode == 0 and (work / "costlab_tune.json").exists():
+        if res.returncode == 0 and (work / WorkDir.SUMMARY).exists():
             (work / DONE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
         state = "done" if finished(work, args.trials) else f"exit {res.returncode}"
         print(f"[{time.strftime('%H:%M:%S')}] {position:3d} {TASKS[position]} ({arm_of(position)}): {state}, "

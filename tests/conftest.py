@@ -19,6 +19,15 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+def error_line(capsys) -> str:
+    """The one ``costlab: error:`` line a refused command wrote to stderr (no traceback, no second error)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
 # a TLP net small enough to train in seconds, every record in training
 TINY = ["--set", "net.d_model=16", "--set", "net.attention_heads=2", "--set", "data_options.val_fraction=0"]
 

@@ -23,6 +23,7 @@ import tarfile
 import pytest
 import torch
 
+from conftest import error_line as _error
 from costlab.cli import main
 from costlab.common.errors import InputError
 from costlab.costmodels.artifact import (CONFIG_MAX, WEIGHTS_MAX, config_digest, read_artifact, read_config,
@@ -86,14 +87,6 @@ def _flip_last_byte(m) -> None:
     raw = bytearray((m / "model.safetensors").read_bytes())
     raw[-1] ^= 0x01
     (m / "model.safetensors").write_bytes(bytes(raw))
-
-
-def _error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def _refused(m, message, capsys, tmp_path, file=None):

@@ -176,7 +176,7 @@ def test_one_run_per_work_dir(tmp_path, capsys):
     work.mkdir()
     with open(work / ".costlab_tune.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        held.write("tune")  # the holder names itself, as lock_work_dir does
+        held.write("tune")  # the holder names itself, as WorkDir.lock does
         held.flush()
         assert main(["tune", "--workload", "GMM:1,8,8,8", *TARGET, "--trials", "2", "--work-dir", str(work),
                      "--no-progress"]) == 2

@@ -9,9 +9,10 @@ takes the same file with ``flock(1)``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
+
+from costlab.common.locks import take_lock
 
 CPU_LOCK = "/tmp/costlab-cpu.lock"
 LOCK_ENV = "COSTLAB_CPU_LOCK"  # another lock file (a test of a job, run while the machine's lock is held)
@@ -20,9 +21,5 @@ LOCK_ENV = "COSTLAB_CPU_LOCK"  # another lock file (a test of a job, run while t
 @contextlib.contextmanager
 def cpu_lock(path: str | None = None) -> Iterator[None]:
     """Hold the machine's measuring lock for the ``with`` block (waits while another job holds it)."""
-    with open(path or os.environ.get(LOCK_ENV) or CPU_LOCK, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with take_lock(path or os.environ.get(LOCK_ENV) or CPU_LOCK):
+        yield

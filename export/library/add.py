@@ -30,10 +30,11 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     was added."""
     from costlab.common.host import host_info, same_host
     from costlab.datasets.targets import platform_id_for
-    from costlab.export.library.collect import work_dir_host, work_dir_programs
+    from costlab.export.library.collect import work_dir_programs
+    from costlab.export.workdir import WorkDir
 
     here = host_info()
-    host = work_dir_host(work)
+    host = WorkDir(work).host()
     note = None if host is not None else "no host recorded: taken as this machine's"
     local = host is None or same_host(host, here)
     first = platform or _records_platform(work)

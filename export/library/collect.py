@@ -10,7 +10,6 @@ added unchecked.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import tempfile
@@ -88,17 +87,6 @@ def work_dir_database(work):
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def work_dir_host(work) -> dict | None:
-    """The host a costlab work dir's run recorded (``costlab_run.json``); None when none is recorded."""
-    from costlab.export.workdir import RUN_FILE
-
-    try:
-        host = json.loads((Path(work) / RUN_FILE).read_text()).get("host")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return host if isinstance(host, dict) else None
 
 
 def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progress=None):

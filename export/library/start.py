@@ -14,8 +14,8 @@ from pathlib import Path
 
 from costlab.datasets.import_report import ImportReport
 from costlab.export.library.store import PER_TASK, Library, default_root, open_library, read_library, starter_library
+from costlab.export.workdir import WorkDir
 
-STATE_FILE = "library_start.json"
 MAX_CANDIDATES = 32  # library programs replayed per task at most (the closest source tasks' first)
 
 
@@ -74,7 +74,7 @@ def library_sources(libraries: list[Library], tasks) -> tuple[list[LibrarySource
     return out, report
 
 
-def start_from_library(work: Path, tasks, target, database, builder, runner, *, libraries, model, top: int,
+def start_from_library(work, tasks, target, database, builder, runner, *, libraries, model, top: int,
                        seed: int, number: int, repeat: int, progress: bool, should_stop=None) -> dict:
     """Measure, per task, the ``top`` best (by ``model``) of the library's matching programs replayed on it, into
     the run's database. Returns the summary written to ``library_start.json``."""
@@ -86,7 +86,7 @@ def start_from_library(work: Path, tasks, target, database, builder, runner, *, 
         return summary
     topts = TransferOptions(str(work), sources=[str(lib.path) for lib in libraries], model=model, top=top,
                             max_candidates=MAX_CANDIDATES, seed=seed, number=number, repeat=repeat, progress=progress)
-    state = transfer_tasks(tasks, target, database, builder, runner, topts, Path(work) / STATE_FILE, should_stop,
+    state = transfer_tasks(tasks, target, database, builder, runner, topts, WorkDir(work).library_state, should_stop,
                            sources=(sources, report))
     summary["tasks"] = {row["name"]: dict(best_us=row.get("best_us"), measured=len(row.get("measured", [])),
                                           replayed=row.get("replayed", 0))

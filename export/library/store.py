@@ -198,18 +198,17 @@ class Library:
 def open_library(root, platform: str):
     """The library of ``platform`` under ``root``, locked for writing while the ``with`` block runs; saved when
     it ends normally."""
-    import fcntl
+    from costlab.common.locks import take_lock
 
     folder = Path(root) / platform
     if folder.exists() and not folder.is_dir():
         raise InputError(folder, "exists and is not a directory (a schedule library folder)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fh = open(folder / LOCK, "a")
+        fh = take_lock(folder / LOCK)
     except OSError as exc:
         raise InputError(folder, f"cannot hold a schedule library: {exc.strerror or exc}") from None
     try:
-        fcntl.flock(fh, fcntl.LOCK_EX)
         lib = Library.load(folder, platform)
         yield lib
         lib.save()

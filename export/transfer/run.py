@@ -30,9 +30,8 @@ from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.export.tasks import measuring_target, target_cores, workload_tasks
-from costlab.export.workdir import check_same_host, lock_work_dir, read_state, write_state
+from costlab.export.workdir import WorkDir, read_state, write_state
 
-STATE_FILE = "transfer.json"
 MAX_SEED = 2**31 - 1  # seeds of MetaSchedule's random state are 0 to 2^31 - 2
 
 
@@ -176,12 +175,10 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     InputError, before any task is marked done, when they hold nothing to start from)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.costmodels.predictors import head_of
     from costlab.datasets.measure import build_and_run
     from costlab.datasets.records import record_latency
     from costlab.datasets.tune_context import tune_context
     from costlab.export.search.common import measure_candidates, measured_hashes, model_order
-    from costlab.train.predict import load_predictor
 
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
     state["sources"] = [str(s) for s in opts.sources]
@@ -190,8 +187,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
         return state
     sources, report = sources or usable_sources(opts.sources, opts.per_source, exclude=[state_path.parent])
     state["source_tasks"], state["source_problems"] = len(sources), report.problems
-    predictor = load_predictor(opts.model or "psa")
-    head = head_of(predictor, None)
+    predictor, head = ranking_model(opts)
     bar = None
     if opts.progress:
         from tqdm import tqdm
@@ -237,6 +233,16 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     return state
 
 
+def ranking_model(opts: TransferOptions) -> tuple:
+    """``(predictor, head)`` that rank the replayed programs: ``--model`` loaded as every tuning command loads
+    one (``cost_model.tuning_predictor``), PSA without one."""
+    from costlab.costmodels.predictors import head_of
+    from costlab.export.cost_model import tuning_predictor
+
+    predictor = tuning_predictor(opts.model or "psa")
+    return predictor, head_of(predictor, None)
+
+
 def _key(database, mod) -> str:
     from costlab.datasets.ms_workload import workload_json
 
@@ -247,37 +253,21 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     """``costlab transfer``: the tasks of the workload, a work dir (locked), costlab's builder and runner,
     then ``transfer_tasks``. Returns the summary."""
     opts.check()
-    from tvm.s_tir import meta_schedule as ms
-
-    from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
-    from costlab.datasets.ms_database import repair_work_dir
-
     target = measuring_target(opts.target)
-    work = Path(opts.work_dir)
-    if work.exists() and not work.is_dir():
-        raise InputError(work, "exists and is not a directory (--work-dir)")
-    check_same_host(work, "transferring into it")
-    sources = usable_sources(opts.sources, opts.per_source, exclude=[work])  # before anything is written
-    work.mkdir(parents=True, exist_ok=True)
-    lock = lock_work_dir(work, "transfer")
-    builder = runner = None
-    try:
+    work = WorkDir(opts.work_dir)
+    work.check_folder()
+    work.check_same_host("transferring into it")
+    sources = usable_sources(opts.sources, opts.per_source, exclude=[work.path])  # before anything is written
+    work.path.mkdir(parents=True, exist_ok=True)
+    with work.lock("transfer"), work.measuring() as stack:  # both released however it ends
         tasks, _network = workload_tasks(opts, target)
-        repaired = repair_work_dir(work)
-        database = ms.database.JSONDatabase(work_dir=str(work))
-        cores = target_cores(target)
-        builder = make_builder(opts.builder_timeout, workers=cores, pooled=True)
-        runner = make_runner(MeasureOptions(target=target.export(), number=opts.number, repeat=opts.repeat), target)
+        database, repaired = work.open_database()
+        builder, runner = stack.start(target, workers=target_cores(target), builder_timeout=opts.builder_timeout,
+                                      number=opts.number, repeat=opts.repeat)
         t0 = time.time()
-        state = transfer_tasks(tasks, target, database, builder, runner, opts, work / STATE_FILE, should_stop,
+        state = transfer_tasks(tasks, target, database, builder, runner, opts, work.transfer_state, should_stop,
                                sources=sources)
         state["wall_s"] = round(time.time() - t0, 2)
         if repaired:
             state["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
         return state
-    finally:
-        if hasattr(builder, "close"):
-            builder.close()
-        if runner is not None:
-            close_runner(runner)
-        lock.close()
