@@ -12,9 +12,10 @@ import pytest
 
 from costlab.common.errors import InputError
 from costlab.datasets import DatasetWriter, RecordBatch, open_dataset, program_id
-from costlab.datasets import records as rec
-from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, compact_json, export_ms, import_ms
-from costlab.datasets.ms_workload import trace_json
+from costlab.datasets.ms_database import export_ms, import_ms
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE
+from costlab.metaschedule.results import ERROR_MS_FAILED, ERROR_MS_NO_RESULT, ERROR_NONE
+from costlab.metaschedule.traces import compact_json, trace_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TUNE_DB = FIXTURES / "ms_tune_db"
@@ -59,8 +60,8 @@ def test_import_keeps_every_record_as_written(tmp_path, tune_db):
             assert table.program_id[i] == np.uint64(program_id("ms", shash, compact_json(trace)))
             assert values[offsets[i]:offsets[i + 1]].tolist() == run_secs  # raw run_secs
             failed = run_secs[0] >= 1e10
-            assert table.error[i] == (rec.ERROR_MS_FAILED if failed else rec.ERROR_NONE)
-        assert (table.error == rec.ERROR_NONE).sum() > 0, "the fixture should hold successful records"
+            assert table.error[i] == (ERROR_MS_FAILED if failed else ERROR_NONE)
+        assert (table.error == ERROR_NONE).sum() > 0, "the fixture should hold successful records"
 
 
 def test_reimport_adds_nothing_and_platform_override(tmp_path, tune_db):
@@ -113,7 +114,7 @@ def test_failed_and_missing_results_are_flagged(tmp_path, tune_db):
     import_ms([tune_db], out, progress=False)
     with open_dataset(out) as ds:
         table = ds.records(ds.record_platforms()[0])
-        assert table.error[:3].tolist() == [rec.ERROR_MS_NO_RESULT, rec.ERROR_MS_FAILED, rec.ERROR_NONE]
+        assert table.error[:3].tolist() == [ERROR_MS_NO_RESULT, ERROR_MS_FAILED, ERROR_NONE]
         lat = table.latency([0, 1, 2])
         assert np.isinf(lat[0]) and np.isinf(lat[1]) and lat[2] == pytest.approx(2.5e-6)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costlab.datasets.import_report import ImportReport
-from costlab.export.library.store import PER_TASK, Library, default_root, open_library, read_library, starter_library
+from costlab.common.import_report import ImportReport
+from costlab.export.library.store import Library, PER_TASK, default_root, open_library, read_library, starter_library
 
 STATE_FILE = "library_start.json"
 MAX_CANDIDATES = 32  # library programs replayed per task at most (the closest source tasks' first)
@@ -37,8 +37,8 @@ class LibrarySource:
     @property
     def mod(self):
         if self._mod is None:
-            from costlab.datasets.ms_workload import decode_workload
             from costlab.export.transfer.replay import TransferError
+            from costlab.metaschedule.workloads import decode_workload
 
             try:
                 self._mod = decode_workload(self.task.shash, self.task.workload)

@@ -82,7 +82,7 @@ class _Source:
 
 
 def _decode(sources, report) -> list[_Source]:
-    from costlab.datasets.ms_workload import decode_workload
+    from costlab.metaschedule.workloads import decode_workload
 
     out, mods = [], {}
     for st in sources:
@@ -177,10 +177,10 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.costmodels.predictors import head_of
-    from costlab.datasets.measure import build_and_run
     from costlab.datasets.records import record_latency
-    from costlab.datasets.tune_context import tune_context
     from costlab.export.search.common import measure_candidates, measured_hashes, model_order
+    from costlab.metaschedule.runners import build_and_run
+    from costlab.metaschedule.tune_context import tune_context
     from costlab.train.predict import load_predictor
 
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
@@ -238,7 +238,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
 
 
 def _key(database, mod) -> str:
-    from costlab.datasets.ms_workload import workload_json
+    from costlab.metaschedule.workloads import workload_json
 
     return workload_json(mod)[0]
 
@@ -249,8 +249,10 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     opts.check()
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
-    from costlab.datasets.ms_database import repair_work_dir
+    from costlab.datasets.measure import MeasureOptions
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.repair import repair_work_dir
+    from costlab.metaschedule.runners import close_runner, make_runner
 
     target = measuring_target(opts.target)
     work = Path(opts.work_dir)
