@@ -229,16 +229,23 @@ def test_import_reads_gzip_databases_as_benchmarks_archive_them(tmp_path, tune_d
 
     plain = tmp_path / "plain.h5"
     import_ms([tune_db], plain, progress=False)
-    with open_dataset(plain) as ds:
-        (pid,) = ds.record_platforms()
-        want = sorted(ds.records(pid).program_id.tolist())
+    def records(path):  # every stored column of every record, and the tasks' workloads
+        with open_dataset(path) as ds:
+            (pid,) = ds.record_platforms()
+            table = ds.records(pid)
+            values, offsets = table.costs()
+            rows = range(ds.num_records(pid))
+            return pid, [(t.workload_hash, t.workload, t.name) for t in ds.tasks], sorted(
+                (int(table.program_id[r]), int(table.task[r]), table.schedules([r])[0], int(table.error[r]),
+                 values[int(offsets[r]):int(offsets[r + 1])].tolist()) for r in rows)
+
+    pid, tasks, want = records(plain)
     for i, names in enumerate([(WORKLOAD_FILE, RECORD_FILE), (RECORD_FILE,)]):
         gz = _gzipped(tune_db, tmp_path / f"gz{i}", names)
         out = tmp_path / f"gz{i}.h5"
         assert main(["dataset", "import-ms", str(gz), "-o", str(out)]) == 0
         assert f"{pid}: 16 records added" in capsys.readouterr().err
-        with open_dataset(out) as ds:
-            assert sorted(ds.records(pid).program_id.tolist()) == want
+        assert records(out) == (pid, tasks, want)
         got, report = read_sources([gz], 4)
         exp, _ = read_sources([tune_db], 4)
         assert report.bad == 0 and [(t.shash, t.programs) for t in got] == [(t.shash, t.programs) for t in exp]

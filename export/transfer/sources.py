@@ -28,9 +28,8 @@ class SourceTask:
 
 
 def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
-    from costlab.datasets.records import ERROR_NONE
     from costlab.metaschedule.databases import read_records, read_workloads
-    from costlab.metaschedule.results import costs_and_error
+    from costlab.metaschedule.results import ERROR_NONE, costs_and_error
 
     wl_path, rec_path = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
     report.files += 1
