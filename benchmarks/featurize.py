@@ -29,7 +29,8 @@ def per_store_baseline(ds, platform: str, rows: np.ndarray) -> tuple[float, floa
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.featurizers.ms_records import ReplayError, feature_context, replay, task_module
+    from costlab.featurizers.ms_records import feature_context, task_module
+    from costlab.metaschedule.traces import ReplayError, replay
 
     plat = ds.platforms[platform]
     target = tvm.target.Target(dict(plat.target))

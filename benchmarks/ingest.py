@@ -169,7 +169,10 @@ def ms_breakdown(src: Path) -> list[tuple[str, float]]:
     import gc
 
     from costlab.datasets import records as rec
-    from costlab.datasets.ms_database import compact_json, costs_and_error, import_ms, parse_record
+    from costlab.datasets.ms_database import import_ms
+    from costlab.metaschedule.databases import parse_record
+    from costlab.metaschedule.results import costs_and_error
+    from costlab.metaschedule.traces import compact_json
 
     path = src / "database_tuning_record.json"
     lines = [x for x in path.read_bytes().splitlines() if x.strip()]

@@ -81,7 +81,8 @@ def library_workloads(library: Path) -> dict[str, set]:
     ``library`` (``<platform>/library.json``, entries keyed by MetaSchedule's workload hash), any MetaSchedule
     database in it (``database_workload.json``, as ``costlab library export`` writes one), and the starter
     libraries shipped with costlab, which every run consults beside the user's (``$COSTLAB_STARTER_LIBRARY``)."""
-    from costlab.datasets.ms_database import ImportReport, read_workloads
+    from costlab.common.import_report import ImportReport
+    from costlab.metaschedule.databases import read_workloads
 
     held: dict = {}
     for path in sorted(library.rglob(WorkDir.WORKLOADS + "*")):
@@ -99,7 +100,7 @@ def library_workloads(library: Path) -> dict[str, set]:
 
 def library_overlap(library: Path, tasks) -> tuple[int, list[str]]:
     """(workloads the k run can start from, names of ``tasks`` whose structural hash is among them)."""
-    from costlab.datasets.ms_workload import workload_json
+    from costlab.metaschedule.workloads import workload_json
 
     held = set().union(*library_workloads(library).values())
     return len(held), [t.name for t in tasks if workload_json(t.mod)[0] in held]
@@ -158,7 +159,7 @@ def _start_library(source: Path, copy: Path, net: str, target_text: str) -> None
     """The k run's own copy of the library, refused when it holds any task of the network."""
     import tvm
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     shutil.copytree(source, copy)
     tasks, _ = _network(net, tvm.target.Target(runnable_target(target_text)))
@@ -197,7 +198,7 @@ def _stock(argv) -> int:
     from tvm.s_tir.meta_schedule import relax_integration
 
     from costlab.datasets.extract import network_module, torch_fn_model
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     target = tvm.target.Target(runnable_target(a.target))
     model, inputs = torch_fn_model(a.network)
@@ -225,7 +226,7 @@ def run(args) -> int:
     if "k" in args.arms:  # refused before any run starts, not hours into one; each k run checks its copy again
         import tvm
 
-        from costlab.datasets.targets import runnable_target
+        from costlab.metaschedule.targets import runnable_target
 
         for net in args.networks:
             with cpu_lock():  # extraction compiles: not beside another job's measurements

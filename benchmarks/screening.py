@@ -4,7 +4,7 @@ Arms, each a `costlab tune` run (``export.tune.tune``, MetaSchedule's evolutiona
 builder and runner, seed fixed) of every workload:
   off     --screen 0: every candidate measured in full (number=3, min_repeat_ms=100)
   screen  --screen 1.5: one first run each; those >= 1.5x their task's best keep it, the rest measured in full
-  sized   screen, with phase 2's min_repeat_ms sized to the kernel's first run (datasets/screening.py); the
+  sized   screen, with phase 2's min_repeat_ms sized to the kernel's first run (metaschedule/screening.py); the
           default of `costlab tune`
 
 Per arm and workload: wall seconds and runner seconds (``run_s`` of progress.jsonl) per trial, candidates

@@ -59,7 +59,7 @@ ARMS = ("src", "x", "x64", "full")
 def _ntasks(network: str, target: str) -> int:
     import tvm
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     return len(_tasks_of(["--network", network, "--seq-len", SEQ], tvm.target.Target(runnable_target(target))))
 

@@ -162,7 +162,7 @@ def _a0(argv) -> int:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     target = tvm.target.Target(runnable_target(a.target))
     (task,) = _tasks_of(a.rest, target)
@@ -202,7 +202,7 @@ def _best_programs(work: Path, top: int) -> list:
     """``(record, trace JSON)`` of a run's ``top`` fastest distinct programs by their tuning measurement."""
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.datasets.ms_workload import plain_json
+    from costlab.metaschedule.traces import plain_json
 
     with _plain_database(work) as where:
         if where is None:
@@ -226,9 +226,11 @@ def _measure_bests(works: list[Path], target_text: str, rounds: int, repeat: int
     Each program's row has its tuning measurement, its costs and their median."""
     import tvm
 
-    from costlab.datasets.measure import (MeasureOptions, build_and_run, close_runner, make_builder, make_runner,
-                                          replay_candidate)
-    from costlab.datasets.targets import runnable_target
+    from costlab.datasets.measure import MeasureOptions
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
+    from costlab.metaschedule.targets import runnable_target
+    from costlab.metaschedule.traces import replay_candidate
 
     target = tvm.target.Target(runnable_target(target_text))
     picks = [(work, _best_programs(work, top)) for work in works]
@@ -236,7 +238,7 @@ def _measure_bests(works: list[Path], target_text: str, rounds: int, repeat: int
     if not cands:
         return [(work, []) for work in works]
     runner = make_runner(MeasureOptions(target=target_text, number=3, repeat=repeat), target)
-    builder = make_builder(workers=os.cpu_count(), pooled=True)
+    builder = make_builder(pooled=True)
     try:
         results = iter(build_and_run(builder, runner, target, cands, rounds=rounds))
     finally:
@@ -321,7 +323,7 @@ def run(args) -> int:
     meta = out / "benchmark.json"
     from costlab.common.host import host_info
     from costlab.costmodels.predictors import weights_sha256
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model,
                 model_sha256=weights_sha256(args.model))
@@ -622,9 +624,9 @@ def openblas(args) -> int:
     """The 128^3 matmul through numpy, OpenBLAS on its own best kernel for this CPU (the machine's
     OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE force an older one: unset for this measurement alone)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    from costlab.datasets.targets import host_cores
+    from costlab.common.host import usable_cores
 
-    env["OPENBLAS_NUM_THREADS"] = str(host_cores())
+    env["OPENBLAS_NUM_THREADS"] = str(usable_cores())
     code = r"""
 import ctypes, glob, json, os, time
 import numpy as np

@@ -30,9 +30,9 @@ def population(task, target, size: int, seed: int) -> list:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
-    from costlab.datasets.tune_context import tune_context
     from costlab.export.search.common import _ffi
     from costlab.export.tasks import target_cores
+    from costlab.metaschedule.tune_context import tune_context
 
     ctx = tune_context(task.mod, target, EvolutionarySearch(population_size=size), rand_state=seed,
                        num_threads=target_cores(target))
@@ -57,9 +57,9 @@ def time_workload(predictor, task, target, size: int, seed: int) -> dict:
     """Seconds per program of the featurizer on one thread and on the run's cores, and of the net."""
     import tvm_ffi
 
-    from costlab.featurizers.ms_records import is_gpu
     from costlab.featurizers.pacm import candidate_arrays, live_threads
     from costlab.featurizers.psa import target_dict
+    from costlab.metaschedule.targets import is_gpu
 
     f = predictor.featurizer
     tdict = target_dict(target)
@@ -99,9 +99,9 @@ def main(argv=None) -> int:
 
     import tvm
 
-    from costlab.costmodels.predictors import load
     from costlab.common.host import host_info
-    from costlab.datasets.targets import runnable_target
+    from costlab.costmodels.predictors import load
+    from costlab.metaschedule.targets import runnable_target
 
     target = tvm.target.Target(runnable_target(args.target))
     predictor = load(args.model)

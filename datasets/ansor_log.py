@@ -25,12 +25,13 @@ from pathlib import Path
 import orjson
 
 from costlab.common.errors import CostlabError, InputError
+from costlab.common.import_report import ImportReport
 from costlab.datasets.ansor_keys import BadLine, parse_workload_key
 from costlab.datasets.ansor_networks import load_network_info
-from costlab.datasets.import_report import ImportReport
+from costlab.datasets.names import check_platform_id
 from costlab.datasets.records import RecordBatch
 from costlab.datasets.store import DatasetWriter
-from costlab.datasets.targets import check_platform_id, platform_id_for, target_from_string
+from costlab.metaschedule.targets import platform_id_for, target_from_string
 
 DIALECT = "ansor"
 # Versions of auto_scheduler's record format (AUTO_SCHEDULER_LOG_VERSION); all share the layout above, later

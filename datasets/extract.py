@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from costlab.common.errors import InputError
 from costlab.datasets import hf_models
 from costlab.datasets.store import DatasetWriter
-from costlab.datasets.targets import normalize_target
+from costlab.metaschedule.targets import normalize_target
 
 
 @dataclass
@@ -174,7 +174,7 @@ def network_tasks(model, inputs, target) -> list:
 
 def _store(data, net: ExtractedNetwork) -> tuple[int, int]:
     """Write one network (its own transaction); returns (tasks, of which new)."""
-    from costlab.datasets.ms_workload import describe, workload_json
+    from costlab.metaschedule.workloads import describe, workload_json
 
     rows = []
     for name, mod, weight in net.tasks:

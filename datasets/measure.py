@@ -11,7 +11,7 @@ Sampling mixes two of MetaSchedule's own search strategies over the task's desig
 
 Candidates are taken alternately from both, and a program already measured on the platform (same
 program id) is never measured again. Candidates are built with ``LocalBuilder`` and run with
-``LocalRunner`` (or ``RPCRunner`` through a tracker); each batch is saved in its own dataset transaction,
+``LocalRunner`` (or ``RPCRunner`` through a tracker; ``costlab.metaschedule.builders`` / ``runners``); each batch is saved in its own dataset transaction,
 so an interruption loses at most the batch in flight and a re-run continues where it stopped.
 
 Records hold the trace exactly as MetaSchedule's database writes it (``sch.trace.as_json()``, written
@@ -20,11 +20,7 @@ compactly), so a program has the same id here as when ``import-ms`` reads it fro
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 import time
-import weakref
 from dataclasses import dataclass
 from itertools import zip_longest
 
@@ -33,12 +29,15 @@ import numpy as np
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets import records as rec
-from costlab.datasets.ms_database import compact_json, costs_and_error
-from costlab.datasets.ms_workload import decode_workload, plain_json, trace_json
-from costlab.datasets.remote import LOST, is_lost
 from costlab.datasets.store import DatasetWriter, open_dataset
-from costlab.datasets.targets import local_gpu, platform_id_for, runnable_target
-
+from costlab.metaschedule.builders import make_builder
+from costlab.metaschedule.results import ERROR_NONE
+from costlab.metaschedule.rpc import LOST, is_lost
+from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
+from costlab.metaschedule.targets import local_gpu, platform_id_for, runnable_target
+from costlab.metaschedule.traces import ReplayError, compact_json, plain_json, replay_candidate, trace_json
+from costlab.metaschedule.tune_context import tune_context
+from costlab.metaschedule.workloads import decode_workload
 
 @dataclass
 class MeasureOptions:
@@ -61,22 +60,6 @@ class MeasureOptions:
     progress: bool = True
 
 
-def build_without_intrinsic_registry(mod, target, _params):
-    """MetaSchedule's ``default_build`` without its ``import tvm.s_tir.tensor_intrin``.
-
-    That import only registers tensor intrinsics for *scheduling* (``tensorize``); an already scheduled
-    module never consults the registry when it is compiled. In a fresh builder worker it takes 10-25 s
-    here, counted against the build timeout, so with MetaSchedule's default most builds of each batch
-    (the builder starts fresh workers per batch) failed as timeouts although they compile in well under
-    a second. Used as ``LocalBuilder(f_build=...)``; the worker imports this module by name.
-    """
-    from tvm.driver import build as tvm_build
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm_build(mod, target=target)
-
-
 def _rand_state(seed: int, task: int, have: int, stream: int) -> int:
     """A TuneContext random state in [1, 2^31 - 1], different per task, per stream and per resume point
     (so that a continued run does not propose the candidates of the first one again)."""
@@ -92,8 +75,6 @@ class _Sampler:
     def __init__(self, mod, target, seed: int, per_iter: int):
         from tvm.s_tir import meta_schedule as ms
         from tvm.s_tir.meta_schedule.utils import cpu_count
-
-        from costlab.datasets.tune_context import tune_context
 
         self.ms = ms
         self.per_iter = max(1, per_iter)
@@ -141,237 +122,6 @@ class _Sampler:
                 out.append((cand, schedule, pid))
             empty = empty + 1 if len(out) == before else 0
         return out
-
-
-def replay_candidate(mod, schedule: str):
-    """A MetaSchedule measure candidate of ``mod`` scheduled by a recorded trace (``schedule``: the trace's JSON
-    text, as a dataset stores it), built as ``TuningRecord.as_measure_candidate`` builds one. Needs TVM."""
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.schedule import Schedule, Trace
-
-    sch = Schedule(mod)
-    Trace.apply_json_to_schedule(json.loads(schedule), sch)
-    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-    return ms.MeasureCandidate(sch, args)
-
-
-def _pin_threads(n: int) -> None:
-    """Runs first in the local runner's worker: the kernels get the target's ``num-cores`` threads. TVM's
-    thread pool is sized from ``TVM_NUM_THREADS`` when a kernel first runs; MetaSchedule leaves it at the
-    machine's core count whatever the target says, so a 1-core platform would be measured on 2 cores."""
-    os.environ["TVM_NUM_THREADS"] = str(n)
-
-
-def runner_threads() -> int:
-    """Threads TVM's runtime uses in this process (read back by the test of ``_pin_threads``)."""
-    import tvm
-
-    return int(tvm.get_global_func("runtime.NumThreads")())
-
-
-def make_runner(opts: MeasureOptions, target, on_lost=None):
-    """The runner costlab measures with: MetaSchedule's ``LocalRunner`` whose worker runs kernels on the
-    target's ``num-cores`` threads, or its ``RPCRunner`` through a tracker when ``opts.rpc_key`` is set,
-    guarded (``remote.guarded_runner``) so that a tracker or device that stops answering gives no failed
-    records: ``on_lost(reason)`` is called and the caller stops."""
-    from tvm.s_tir import meta_schedule as ms
-
-    evaluator = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
-                                          min_repeat_ms=opts.min_repeat_ms, enable_cpu_cache_flush=False)
-    if opts.rpc_key:
-        from costlab.datasets.remote import guarded_runner
-
-        config = ms.runner.RPCConfig(tracker_host=opts.rpc_host, tracker_port=opts.rpc_port,
-                                     tracker_key=opts.rpc_key, session_timeout_sec=int(max(opts.runner_timeout, 10)))
-        inner = ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
-        return guarded_runner(inner, opts.rpc_host, opts.rpc_port, opts.rpc_key, opts.rpc_wait, on_lost)
-    cores = int(target.attrs.get("num-cores", 0) or 0)
-    init = functools.partial(_pin_threads, cores) if cores > 0 else None
-    return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
-
-
-def close_runner(runner) -> None:
-    """Shut a runner's worker pool down now rather than when the garbage collector gets to it: TVM's
-    ``PopenPoolExecutor`` destructor can deadlock when it runs in the middle of other TVM work (its own
-    docstring warns of it), which a long process (a test session, a notebook) then hangs in."""
-    for obj in (runner, getattr(runner, "inner", None)):
-        pool = getattr(obj, "pool", None) if obj is not None else None
-        if pool is not None and not getattr(pool, "_shutdown", False):
-            shutdown_pool(pool)
-
-
-def export_shared(rt_mod) -> str:
-    """The builder's export: a shared library, linked in the (parallel) builder worker, so the runner loads
-    it with a plain ``dlopen``. MetaSchedule's default exports a tar of object files that the runner, one
-    candidate at a time, must first link into a shared library."""
-    import tempfile
-
-    path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
-    rt_mod.export_library(path)
-    return path
-
-
-@functools.lru_cache(maxsize=None)
-def _builder_class():
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-    from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
-    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
-
-    @derived_object
-    class PooledBuilder(PyBuilder):
-        """MetaSchedule's ``LocalBuilder`` with worker processes that live across batches. ``LocalBuilder``
-        starts fresh workers for every batch (each imports TVM again, 1.5 s here, before its first build);
-        these are replaced every ``recycle`` batches, which bounds the memory a worker can leak."""
-
-        def __init__(self, timeout_sec: float, workers: int, f_build, f_export, recycle: int = 16):
-            super().__init__()
-            self.timeout_sec, self.workers, self.recycle = float(timeout_sec), int(workers), max(1, int(recycle))
-            self.functions = (f_build, f_export)
-            self._pool, self._uses = None, 0
-
-        def _executor(self):
-            if self._pool is None or self._uses >= self.recycle:
-                self.close()
-                self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_sec)
-            return self._pool
-
-        def warm_up(self) -> None:
-            """Start the workers now (each imports TVM) while the caller goes on, e.g. with its first search."""
-            pool = self._executor()
-            _PENDING.setdefault(pool, []).extend(pool.submit(_warm_worker) for _ in range(self.workers))
-
-        def build(self, build_inputs):
-            self._executor()
-            self._uses += 1
-            f_build, f_export = self.functions
-            results = []
-            for res in self._pool.map_with_error_catching(
-                    lambda x: _worker_func(*x),
-                    [(f_build, f_export, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]):
-                if res.status == StatusKind.COMPLETE:
-                    results.append(BuilderResult(res.value, None))
-                elif res.status == StatusKind.TIMEOUT:
-                    results.append(BuilderResult(None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds"))
-                else:
-                    results.append(BuilderResult(None, "LocalBuilder: An exception occurred\n" + str(res.value)))
-            return results
-
-        def close(self) -> None:
-            if self._pool is not None:
-                shutdown_pool(self._pool)
-            self._pool, self._uses = None, 0
-
-    return PooledBuilder
-
-
-def _warm_worker() -> None:
-    """Run in a fresh builder or runner worker: what its first task would import, imported ahead."""
-    import time
-
-    import tvm.driver  # noqa: F401
-    import tvm.s_tir.meta_schedule.runner  # noqa: F401
-
-    time.sleep(0.2)  # hold this worker, so that the pool's next warm-up task starts another
-
-
-def warm_up(builder, runner) -> None:
-    """Start a pooled builder's and a local runner's worker processes in the background."""
-    if hasattr(builder, "warm_up"):
-        builder.warm_up()
-    pool = getattr(runner, "pool", None)
-    if pool is not None:
-        _PENDING.setdefault(pool, []).append(pool.submit(_warm_worker))
-
-
-# warm-up tasks in flight per worker pool: a pool shut down while one of its workers is still starting
-# breaks TVM's PopenPoolExecutor (it kills a worker that has no pipe yet, with its lock held)
-_PENDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def shutdown_pool(pool) -> None:
-    """Shut a TVM worker pool down once its warm-up tasks are done. Should TVM's shutdown fail anyway, the
-    pool's lock is released, its worker processes killed and the pool marked shut down, so that its
-    destructor (run by the garbage collector, maybe mid-way through other TVM work) does not deadlock."""
-    for fut in _PENDING.pop(pool, []):
-        try:
-            fut.result(timeout=120)
-        except Exception:  # noqa: BLE001  a warm-up that failed or timed out: the shutdown goes on
-            pass
-    try:
-        pool.shutdown()
-    except Exception:  # noqa: BLE001
-        lock = getattr(pool, "_lock", None)
-        if lock is not None and lock.locked():
-            lock.release()
-        for worker in list(getattr(pool, "_worker_map", {}).values()):
-            proc = getattr(worker, "_proc", None)
-            try:
-                if proc is not None:
-                    proc.kill()
-            except Exception:  # noqa: BLE001
-                pass
-        pool._shutdown = True
-
-
-def make_builder(timeout: float = 30.0, workers: int | None = None, pooled: bool = False):
-    """The builder costlab measures with: MetaSchedule's ``LocalBuilder`` without the intrinsic-registry
-    import in every fresh worker (``build_without_intrinsic_registry``). ``pooled``: one set of workers for
-    many batches and shared-library artifacts (``PooledBuilder``, ``export_shared``): what a tuning run,
-    which builds batch after batch, uses."""
-    from tvm.s_tir import meta_schedule as ms
-
-    if pooled:
-        return _builder_class()(timeout, workers or os.cpu_count() or 1, build_without_intrinsic_registry,
-                                export_shared)
-    return ms.builder.LocalBuilder(timeout_sec=timeout, f_build=build_without_intrinsic_registry, max_workers=workers)
-
-
-def build_and_run(builder, runner, target, candidates, rounds: int = 1) -> list[tuple[list[float], int, str | None]]:
-    """``(raw costs, error code, error message)`` per candidate; failures get MetaSchedule's ``[1e10]``.
-
-    ``rounds`` > 1: each candidate is built once and run ``rounds`` times, the candidates in turn (all of
-    them once, then all again), its costs of every round in one list; so programs compared with each other
-    meet the machine's drift alike. A failure in any round fails the candidate."""
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.utils import remove_build_dir
-
-    import tvm
-
-    # The runner wants the device name ("cpu", "cuda"), not the target kind ("llvm").
-    device = str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
-    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
-    out: list = [None] * len(candidates)
-    inputs, where = [], []
-    for i, b in enumerate(built):
-        if b.error_msg is None:
-            inputs.append(ms.runner.RunnerInput(b.artifact_path, device, candidates[i].args_info))
-            where.append(i)
-        else:
-            out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(b.error_msg))
-    try:
-        runs: dict = {i: [] for i in where}
-        for _ in range(max(1, int(rounds))):
-            live = [k for k, i in enumerate(where) if out[i] is None]  # a program that failed is not run again
-            if not live:
-                break
-            for k, fut in zip(live, runner.run([inputs[k] for k in live])):
-                i, res = where[k], fut.result()
-                if res.error_msg is not None or res.run_secs is None:
-                    out[i] = ([rec.MS_FAILURE_SECS], rec.ERROR_MS_FAILED, str(res.error_msg))
-                else:
-                    runs[i].extend(float(plain_json(x)) for x in res.run_secs)
-        for i in where:
-            if out[i] is None:
-                costs, error = costs_and_error(runs[i])
-                out[i] = (costs, error, None)
-    finally:
-        for i in where:
-            try:
-                remove_build_dir(built[i].artifact_path)
-            except OSError:
-                pass
-    return out
 
 
 def _short_error(msg: str) -> str:
@@ -506,8 +256,9 @@ def measure(data, opts: MeasureOptions) -> str:
                         try:
                             batch.append((replay_candidate(mod, schedule), schedule, prog))
                         except Exception as exc:  # a trace that does not apply to this workload
+                            why = exc.reason if isinstance(exc, ReplayError) else last_line(exc)
                             short.append(f"task {task.index} {task.name}: program {prog:016x} does not replay "
-                                         f"({last_line(exc)})")
+                                         f"({why})")
                     del queue[:size]
                     if not batch:
                         done += size
@@ -523,7 +274,7 @@ def measure(data, opts: MeasureOptions) -> str:
                     results = [r for r in results if not is_lost(r[2])]
                 for (_, schedule, prog), (costs, error, msg) in zip(batch, results):
                     records.append(task.index, schedule, costs, error, now, prog)
-                    task_failed += error != rec.ERROR_NONE
+                    task_failed += error != ERROR_NONE
                     if msg:
                         reason = _short_error(msg)
                         errors[reason] = errors.get(reason, 0) + 1

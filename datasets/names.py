@@ -19,3 +19,7 @@ def check_name(name, what: str, example: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > 200:
         raise UsageError(f"bad {what} {name!r}: use letters, digits and . _ + - (e.g. {example!r})")
     return name
+
+
+def check_platform_id(pid: str) -> str:
+    return check_name(pid, "platform id", "x86-avx2-2c")

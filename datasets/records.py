@@ -1,4 +1,4 @@
-"""Measured records: the batch that writers take, error codes, program ids and derived labels."""
+"""Measured records: the batch that writers take, program ids and derived labels."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Error codes stored with each record. Ansor/TenSet logs keep their own `error_no` (1..8); MetaSchedule
-# records are mapped to these two.
-ERROR_NONE = 0
-ERROR_MS_FAILED = 1  # run_secs holds MetaSchedule's failure value (>= 1e10): build or run failed / timed out
-ERROR_MS_NO_RESULT = 2  # the record has no run_secs at all
-MS_FAILURE_SECS = 1e10
+from costlab.metaschedule.results import ERROR_NONE, MS_FAILURE_SECS
+
+# Error codes stored with each record: Ansor/TenSet logs keep their own `error_no` (1..8); MetaSchedule
+# records get those of ``costlab.metaschedule.results`` (0 = ok).
 # a mean of run_secs at or above this is no latency: MetaSchedule's failure value averaged with a few real runs
 LATENCY_MAX_SECS = 1e9
 

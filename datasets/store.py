@@ -23,8 +23,8 @@ import numpy as np
 from costlab import __version__
 from costlab.common.errors import CostlabError, DatasetFormatError, InputError
 from costlab.datasets import schema
+from costlab.datasets.names import check_platform_id
 from costlab.datasets.records import RecordBatch, mean_latency, scores
-from costlab.datasets.targets import check_platform_id
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The measure callbacks of a tuning run: MetaSchedule's default ones (add to the database, remove build
 artifacts, update the cost model) and the progress bar, none of which sees a result that is not a
-measurement (``datasets.remote.is_lost``: the RPC device stopped answering). Such a candidate is not
+measurement (``metaschedule.rpc.is_lost``: the RPC device stopped answering). Such a candidate is not
 recorded, so it counts against no budget and a re-run measures it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
 
-from costlab.datasets.remote import is_lost
+from costlab.metaschedule.rpc import is_lost
 
 
 @derived_object

@@ -78,8 +78,8 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     measured)."""
     from tvm.support.popen_pool import PopenPoolExecutor
 
-    from costlab.datasets.ms_workload import plain_json
     from costlab.export.search.common import replay
+    from costlab.metaschedule.traces import plain_json
 
     if not database.has_workload(mod):
         return dict(status="none", best_us=None, checked=[], record=None)

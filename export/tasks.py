@@ -8,17 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costlab.common.errors import UsageError, last_line
+from costlab.common.host import usable_cores
 
 
 def measuring_target(spec, local: bool = True):
     """The checked ``Target`` that ``costlab tune`` / ``transfer`` build and measure for: ``spec`` as the
     command line gives it (``host``, ``cuda``, a JSON dict, the ``llvm -mcpu=...`` form): a CPU (llvm) target
-    with at least one core, or an NVIDIA GPU (cuda) target completed by ``datasets.targets.cuda_target``;
+    with at least one core, or an NVIDIA GPU (cuda) target completed by ``metaschedule.targets.cuda_target``;
     ``local``: the host's own CPU or GPU may be named (not for a remote device). One ``UsageError`` line
     otherwise."""
     import tvm
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     try:
         target = tvm.target.Target(runnable_target(spec, local=local))
@@ -36,9 +37,7 @@ def measuring_target(spec, local: bool = True):
 def target_cores(target) -> int:
     """The threads a program runs on for ``target``: its ``num-cores``, else this machine's cores (a GPU
     target's: the threads the search and the featurizer use on the host)."""
-    import os
-
-    return int(target.attrs.get("num-cores", 0) or 0) or os.cpu_count() or 1
+    return int(target.attrs.get("num-cores", 0) or 0) or usable_cores()
 
 
 @dataclass

@@ -8,12 +8,12 @@ MetaSchedule's default (evolutionary search + XGBoost), in one command.
   the model leads the evolution, small first rounds); without a model, MetaSchedule's evolutionary search
   and XGBoost model. ``max_seconds`` is a wall-time budget beside ``trials``: no round starts after it.
 - No fixed start-up: tune contexts are made without the tensor-intrinsic registry when a task cannot use
-  it (``datasets/tune_context.py``); the seconds to the first measured batch are in the summary.
+  it (``metaschedule/tune_context.py``); the seconds to the first measured batch are in the summary.
 - Measuring: costlab's builder (no intrinsic-registry import; one pool of workers for the whole run,
   shared-library artifacts the runner loads without linking) and a runner that runs kernels on the
   target's ``num-cores`` threads, or through an RPC tracker; ``ms_defaults`` uses MetaSchedule's own
   builder and runner exactly as ``tune_tir`` does. Locally, the runner screens (``screen``,
-  ``datasets/screening.py``): a candidate whose first run is >= 1.5x its task's best is not measured further,
+  ``metaschedule/screening.py``): a candidate whose first run is >= 1.5x its task's best is not measured further,
   the others with ``min_repeat_ms`` sized to their first run (``sized_repeats``). Each batch's seconds of
   search, build and run are in ``progress.jsonl``.
 - The work dir holds a normal MetaSchedule JSON database (failed measurements kept, as MetaSchedule writes
@@ -32,13 +32,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
-from costlab.common.host import host_info
 from costlab.common.files import write_atomically
-from costlab.datasets.ms_workload import plain_json
+from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
-from costlab.export.search import DEFAULT_WITH_MODEL, DEFAULT_WITHOUT_MODEL, NEEDS_MODEL, STRATEGIES
+from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, NEEDS_MODEL, STRATEGIES
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import WorkDir
+from costlab.metaschedule.traces import plain_json
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
@@ -69,7 +69,7 @@ class TuneOptions:
     first_rounds: tuple = (8, 16, 32)  # model-led: sizes of the first rounds, then per_iter
     verify_fraction: float = 0.1
     ms_defaults: bool = False
-    # screening runner (datasets/screening.py): a candidate whose one first run is >= screen x its task's best is
+    # screening runner (metaschedule/screening.py): a candidate whose one first run is >= screen x its task's best is
     # not measured further; None: SCREEN_DEFAULT with costlab's local runner, off with --ms-defaults or --rpc-key
     screen: float | None = None
     # screening: phase 2's min_repeat_ms sized to the kernel's first run; None: on whenever the runner screens
@@ -205,7 +205,7 @@ def _measure_stack(opts: TuneOptions, target, cores: int, clock=None, stack=None
                                   rpc_key=opts.rpc_key, rpc_host=opts.rpc_host, rpc_port=opts.rpc_port,
                                   rpc_wait=opts.rpc_wait)
     if opts.screen and clock is not None:  # the search tags candidates with their task, the builder artifacts
-        from costlab.datasets.screening import ScreeningRunner, TaskTags
+        from costlab.metaschedule.screening import ScreeningRunner, TaskTags
 
         clock.tags = TaskTags()
         runner = stack.runner = clock.screening = ScreeningRunner(runner, opts.screen, clock.tags,
@@ -280,12 +280,12 @@ def tune(opts: TuneOptions) -> dict:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    from costlab.datasets.tune_context import tune_context
     from costlab.export.callbacks import run_callbacks
     from costlab.export.progress import TuneProgress
     from costlab.export.schedulers import make_task_scheduler
     from costlab.export.search.common import RoundLog
     from costlab.export.search.timed import RoundClock, TimedBuilder, stop_requested
+    from costlab.metaschedule.tune_context import tune_context
 
     target = measuring_target(opts.target, local=not opts.rpc_key)
     cores = target_cores(target)
@@ -339,7 +339,7 @@ def tune(opts: TuneOptions) -> dict:
                                                      task_name=tasks[i].name, rand_state=rand, num_threads=cores,
                                                      logger=logger).clone())
                     if clock.screening is not None:  # each task's best in the work dir's database (a continued run)
-                        from costlab.datasets.screening import task_key
+                        from costlab.metaschedule.screening import task_key
 
                         for i, ctx in zip(group, contexts):
                             clock.screening.seed(task_key(ctx.mod), _best_latency(database, tasks[i].mod))
@@ -451,10 +451,10 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
     """Each task starts from the library: its ``--transfer-top`` best replayed programs of the library's matching
     tasks (``export/library/start``), measured into the database before the search, within a workload's
     ``--trials``; a network's tasks each get theirs, as with ``--transfer-from``."""
-    from costlab.datasets.targets import platform_id_for
-    from costlab.datasets.ms_workload import plain_json
     from costlab.export.library.start import run_libraries, start_from_library
     from costlab.export.search.timed import stop_requested
+    from costlab.metaschedule.targets import platform_id_for
+    from costlab.metaschedule.traces import plain_json
 
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())))
     return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
@@ -468,9 +468,8 @@ def _library_add(opts: TuneOptions, tasks: list[Task], target, database, rows: l
     (``--no-check``): a library holds programs known to compute the right result. A library that cannot be
     written is said in the summary, never the end of a finished run."""
     from costlab.common.errors import CostlabError
-    from costlab.datasets.ms_workload import plain_json
-    from costlab.datasets.targets import platform_id_for
     from costlab.export.library.start import add_run
+    from costlab.metaschedule.targets import platform_id_for
 
     if not checked:
         return dict(added=0, why="not added: the run's programs were not checked (--no-check)")
@@ -509,7 +508,7 @@ def _best_latency(database, mod) -> float | None:
 def _check_tracker(opts: TuneOptions) -> None:
     """An RPC tracker that answers, and has a device of the key, before any tuning: otherwise every trial of
     the budget would be a failed record."""
-    from costlab.datasets.remote import tracker_problem
+    from costlab.metaschedule.rpc import tracker_problem
 
     why = tracker_problem(opts.rpc_host, opts.rpc_port, opts.rpc_key)
     if why is not None:
@@ -520,7 +519,7 @@ def _same_target(value):
     """A recorded target as the JSON dict it resolves to ("host" and the host written out are one target)."""
     import tvm
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     try:
         return plain_json(tvm.target.Target(runnable_target(value)).export())

@@ -9,7 +9,7 @@ described by one object, ``WorkDir``.
 - Its lock: one process at a time; the three commands take the same one (``common/locks.take_lock``, an
   exclusive ``flock`` on ``.costlab_tune.lock``, held by the open file and released with the process however
   it ends); a refused command names the one that holds it.
-- Its repair and database: lines an interrupted run cut short moved aside (``ms_database.repair_work_dir``),
+- Its repair and database: lines an interrupted run cut short moved aside (``metaschedule.repair.repair_work_dir``),
   then MetaSchedule's ``JSONDatabase`` on it.
 - Its state: the JSON state files are read and written by ``read_state`` / ``write_state``; the run record
   by ``recorded`` (one field, leniently) and ``run_record`` (the whole record, a damaged one refused).
@@ -132,11 +132,11 @@ class WorkDir:
     # -- its database --------------------------------------------------------------------------------------
     def open_database(self) -> tuple:
         """``(database, problems)``: the lines an interrupted run cut short moved aside, one ``FILE:LINE: what``
-        per line (``ms_database.repair_work_dir``), then MetaSchedule's JSON database of the work dir (its files
+        per line (``metaschedule.repair.repair_work_dir``), then MetaSchedule's JSON database of the work dir (its files
         made when missing). Called under the work dir's lock."""
         from tvm.s_tir import meta_schedule as ms
 
-        from costlab.datasets.ms_database import repair_work_dir
+        from costlab.metaschedule.repair import repair_work_dir
 
         repaired = repair_work_dir(self.path)
         return ms.database.JSONDatabase(work_dir=str(self.path)), repaired
@@ -208,7 +208,10 @@ class MeasuringStack:
         if ms_defaults:
             self.builder, self.runner = ms.builder.LocalBuilder(), ms.runner.LocalRunner()
             return self.builder, self.runner
-        from costlab.datasets.measure import MeasureOptions, make_builder, make_runner, warm_up
+        from costlab.datasets.measure import MeasureOptions
+        from costlab.metaschedule.builders import make_builder
+        from costlab.metaschedule.pools import warm_up
+        from costlab.metaschedule.runners import make_runner
 
         self.builder = make_builder(builder_timeout, workers=workers, pooled=True)
         self.runner = make_runner(MeasureOptions(target=target.export(), **measure), target, on_lost=on_lost)
@@ -223,7 +226,7 @@ class MeasuringStack:
                 builder.close()
         finally:
             if runner is not None:
-                from costlab.datasets.measure import close_runner
+                from costlab.metaschedule.runners import close_runner
 
                 close_runner(runner)
 

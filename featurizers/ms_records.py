@@ -1,4 +1,5 @@
-"""MetaSchedule records in TVM: a task's workload module, a record's trace, replaying one on the other.
+"""MetaSchedule records of a dataset in TVM: a task's workload module (cached), the feature extractor's tune
+context, a batch of records to featurize. Traces are replayed by ``costlab.metaschedule.traces.replay``.
 
 Shared by the featurizers that need TVM (PSA's fallback, PaCM, the benchmarks). TVM is imported lazily.
 """
@@ -8,13 +9,12 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-import orjson
 
 from costlab.common.errors import last_line
-
-
-class ReplayError(Exception):
-    """A record's trace does not apply to its workload (or the workload does not decode)."""
+from costlab.metaschedule.targets import is_gpu
+from costlab.metaschedule.traces import ReplayError
+from costlab.metaschedule.tune_context import tune_context
+from costlab.metaschedule.workloads import decode_workload
 
 
 class _LRU(OrderedDict):
@@ -42,80 +42,18 @@ def task_module(task):
         raise ReplayError(f"task {task.index} is an {task.dialect} task, not a MetaSchedule workload")
 
     def make():
-        from tvm.s_tir.meta_schedule.database import Workload
-
         try:
-            return Workload.from_json([task.workload_hash or "0", task.workload]).mod
+            return decode_workload(task.workload_hash or "0", task.workload)
         except Exception as exc:
             raise ReplayError(f"task {task.index}: workload does not decode ({last_line(exc)})") from None
 
     return _MODULES.get_or((task.workload_hash, task.workload[:64], len(task.workload)), make)
 
 
-def parse_trace(text):
-    """A record's schedule (trace JSON text) as ``[instructions, decisions]``."""
-    if isinstance(text, (list, tuple)):
-        return text
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise ReplayError(f"schedule is not JSON ({exc})") from None
-    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)):
-        raise ReplayError("schedule is not a MetaSchedule trace ([instructions, decisions])")
-    return value
-
-
-def replay(mod, trace):
-    """A ``tvm.s_tir.Schedule`` of ``mod`` with the trace applied (postprocessing steps included)."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
-
-    trace = parse_trace(trace)
-    try:
-        sch = Schedule(mod)
-        Trace.apply_json_to_schedule(trace, sch)
-    except Exception as exc:
-        raise ReplayError(f"trace does not replay ({last_line(exc)})") from None
-    return sch
-
-
-def trace_json(sch) -> list:
-    """The trace of a live schedule as plain JSON, as a MetaSchedule database stores it.
-
-    Taken from TVM's own ``Trace.as_json`` (index maps of layout transforms come as JSON text), with the
-    few TVM scalars it leaves (``IntImm``, ``Bool``) made plain.
-    """
-    return orjson.loads(orjson.dumps(sch.trace.as_json(), default=_plain))
-
-
-def _plain(obj):
-    for attr in ("value",):
-        if hasattr(obj, attr):
-            return getattr(obj, attr)
-    if hasattr(obj, "__iter__"):
-        return list(obj)
-    return str(obj)
-
-
 def feature_context(mod, target, num_threads: int = 1):
     """A ``TuneContext`` holding just what ``FeatureExtractor.extract_from`` reads (module, target, threads),
-    made without the tensor-intrinsic registry (``datasets.tune_context``)."""
-    from costlab.datasets.tune_context import tune_context
-
+    made without the tensor-intrinsic registry (``metaschedule.tune_context``)."""
     return tune_context(mod, target, num_threads=num_threads, space=None)
-
-
-def is_gpu(target: dict) -> bool:
-    kind = str(target.get("kind", ""))
-    return kind in ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx") or "gpu" in (target.get("keys") or [])
-
-
-def tvm_target(target: dict):
-    import tvm
-
-    return tvm.target.Target(dict(target))
-
-
 
 
 def record_batch(ds, platform: str, rows):

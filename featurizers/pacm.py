@@ -37,9 +37,11 @@ import math
 import numpy as np
 
 from costlab.common.errors import last_line
+from costlab.common.host import usable_cores
 from costlab.featurizers.base import Featurizer, register
 from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, target_dict
 from costlab.featurizers.psa.hardware import PlatformSpecs
+from costlab.metaschedule.targets import is_gpu
 
 LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, -, L2, global
 PATTERN_NAMES = (
@@ -240,7 +242,8 @@ class PaCM(PlatformSpecs, Featurizer):
         return out
 
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
-        from costlab.featurizers.ms_records import ReplayError, record_batch, replay, task_module
+        from costlab.featurizers.ms_records import record_batch, task_module
+        from costlab.metaschedule.traces import ReplayError, replay
 
         rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
         spec = self.spec_for(plat)
@@ -286,7 +289,6 @@ class PaCM(PlatformSpecs, Featurizer):
         """Features of a tuning run's live candidates. TVM's per-store extraction (most of the cost) runs on
         ``live_threads(target)`` threads: during a run's search nothing else runs, and the features of a
         program do not depend on how many threads extracted them."""
-        from costlab.featurizers.ms_records import is_gpu
 
         tdict = target_dict(target)
         spec = self.spec_for(target=tdict)
@@ -311,14 +313,7 @@ def live_threads(target: dict, least: int = 1) -> int:
     """Threads to extract a tuning run's candidate features with: the cores the run tunes for (the target's
     ``num-cores``; a GPU or core-less target: this machine's), no more than this process may use, and at
     least ``least`` (the featurizer's configured threads)."""
-    import os
-
-    try:
-        have = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        have = os.cpu_count() or 1
-    from costlab.featurizers.ms_records import is_gpu
-
+    have = usable_cores()
     cores = 0 if is_gpu(target) else int(target.get("num-cores", 0) or 0)
     return max(1, int(least), min(cores or have, have))
 

@@ -186,8 +186,8 @@ class TLPFeaturizer(Featurizer):
 
     def featurize_candidates(self, mod, target, schedules) -> dict:
         """Features of live candidates (``tvm.s_tir.Schedule``): their traces in the form a MetaSchedule JSON
-        database stores them (``datasets.ms_workload.trace_json``: postprocessing kept, booleans as 0/1), so
+        database stores them (``metaschedule.traces.trace_json``: postprocessing kept, booleans as 0/1), so
         a candidate and the same program read back from a dataset get equal features."""
-        from costlab.datasets.ms_workload import trace_json
+        from costlab.metaschedule.traces import trace_json
 
         return self.featurize_schedules([trace_json(s.trace) for s in schedules], "ms")

@@ -286,7 +286,7 @@ dev = tvm.cuda(0)
 if not dev.exist:
     sys.exit("gpu_setup: TVM sees no CUDA GPU (tvm.cuda(0).exist is False): is the driver there, and LD_LIBRARY_PATH "
              "as env.sh sets it?")
-from costlab.datasets.targets import local_gpu
+from costlab.metaschedule.targets import local_gpu
 from costlab.featurizers.psa.hardware import gpu_spec
 
 gpu = local_gpu()

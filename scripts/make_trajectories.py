@@ -178,7 +178,7 @@ def finished(work: Path, trials: int) -> bool:
 def platform_dir(base: Path) -> tuple[Path, dict, str]:
     """This host's folder under ``base`` (``base/<platform>``), its host record and its target's text."""
     from costlab.common.host import host_info
-    from costlab.datasets.targets import host_target, platform_id_for
+    from costlab.metaschedule.targets import host_target, platform_id_for
 
     target = host_target()
     return base / platform_id_for(target), host_info(), json.dumps(target)

@@ -40,7 +40,7 @@ def sample_traces(per_task: int, target_kind: str):
     from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS, create_te_workload
     from tvm.s_tir.schedule import Trace
 
-    from costlab.datasets.ms_workload import trace_json
+    from costlab.metaschedule.traces import trace_json
 
     if target_kind == "cpu":
         target = tvm.target.Target({"kind": "llvm", "num-cores": 2})

@@ -137,9 +137,9 @@ def gpu_tiled(mod, tiles=((1, 2, 8, 2, 4), (2, 1, 16, 2, 2), (8, 2, 8)), threads
 
 def trace_of(sch) -> list:
     """The schedule's trace as the JSON a MetaSchedule database stores."""
-    from costlab.featurizers.ms_records import trace_json
+    from costlab.metaschedule.traces import trace_json
 
-    return trace_json(sch)
+    return trace_json(sch.trace)
 
 
 def workload_json(mod) -> tuple[str, str]:

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from costlab.datasets.targets import CUDA_LIMITS, local_gpu, runnable_target
+from costlab.metaschedule.targets import CUDA_LIMITS, local_gpu, runnable_target
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "arch": "sm_90", "sms": 132, "max_threads_per_block": 1024,
         "max_shared_memory_per_block": 49152, "thread_warp_size": 32}
@@ -80,10 +80,10 @@ def test_draft_then_verify_searches_featurizes_and_builds_gpu_schedules(tmp_path
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.extract import te_workload_task, workload_json_mod
-    from costlab.datasets.tune_context import tune_context
     from costlab.export import load
     from costlab.export.search import make_strategy
     from costlab.featurizers.pacm import LEVEL_COLUMNS, PATTERN_NAMES, PaCM
+    from costlab.metaschedule.tune_context import tune_context
 
     target = tvm.target.Target(runnable_target({"kind": "cuda", "arch": "sm_90"}, local=False))
     _, func = te_workload_task("GMM:1,64,64,64")
@@ -104,7 +104,7 @@ def test_draft_then_verify_searches_featurizes_and_builds_gpu_schedules(tmp_path
     ctx.post_tuning()
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc here: the GPU schedules were searched and featurized, not built")
-    from costlab.datasets.measure import make_builder
+    from costlab.metaschedule.builders import make_builder
 
     builder = make_builder(60, workers=1, pooled=True)
     try:

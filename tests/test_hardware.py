@@ -163,7 +163,7 @@ def test_simd_width_of_cpu_names_matches_llvm(mcpu):
 def test_host_target_names_this_cpu():
     from tvm.target import codegen
 
-    from costlab.datasets.targets import host_target, normalize_target
+    from costlab.metaschedule.targets import host_target, normalize_target
 
     t = host_target()
     assert t["kind"] == "llvm" and t["mcpu"] == codegen.llvm_get_system_cpu() and t["mcpu"] != "native"
@@ -173,10 +173,11 @@ def test_host_target_names_this_cpu():
 
 
 def test_runnable_target_checks_the_cpu_and_completes_the_cores():
-    from costlab.datasets.targets import host_cores, runnable_target
+    from costlab.common.host import usable_cores
+    from costlab.metaschedule.targets import runnable_target
 
     assert runnable_target("llvm -mcpu=skylake-avx512") == {"kind": "llvm", "mcpu": "skylake-avx512",
-                                                             "num-cores": host_cores()}
+                                                             "num-cores": usable_cores()}
     assert runnable_target("llvm -mcpu=znver4 -num-cores=8")["num-cores"] == 8
     with pytest.raises(ValueError, match="LLVM does not know -mcpu=nosuchcpu"):
         runnable_target("llvm -mcpu=nosuchcpu -num-cores=2")

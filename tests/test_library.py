@@ -19,7 +19,7 @@ CONV = "C2D:1,12,12,4,8,3,1,1"  # the fixture's conv2d class at another shape
 
 
 def _platform() -> str:
-    from costlab.datasets.targets import host_target, platform_id_for
+    from costlab.metaschedule.targets import host_target, platform_id_for
 
     return platform_id_for(host_target())
 

@@ -11,8 +11,9 @@ from costlab.datasets import open_dataset
 from costlab.datasets import records as rec
 from costlab.datasets.extract import extract
 from costlab.datasets.measure import MeasureOptions, measure
-from costlab.datasets.ms_database import compact_json, export_ms, import_ms
-from costlab.datasets.ms_workload import trace_json
+from costlab.datasets.ms_database import export_ms, import_ms
+from costlab.metaschedule.results import ERROR_NONE, MS_FAILURE_SECS
+from costlab.metaschedule.traces import compact_json, trace_json
 
 pytestmark = pytest.mark.slow
 
@@ -49,11 +50,11 @@ def test_measure_stores_distinct_programs_with_raw_costs(measured):
             assert table.program_id[i] == np.uint64(rec.program_id("ms", task.workload_hash, schedule))
             costs = values[offsets[i]:offsets[i + 1]]
             assert len(costs) == 1  # repeat=1: one raw cost
-            if table.error[i] == rec.ERROR_NONE:
+            if table.error[i] == ERROR_NONE:
                 assert 0 < costs[0] < 1.0
             else:
-                assert costs[0] == rec.MS_FAILURE_SECS
-        assert (table.error == rec.ERROR_NONE).sum() >= 2
+                assert costs[0] == MS_FAILURE_SECS
+        assert (table.error == ERROR_NONE).sum() >= 2
 
 
 def test_resume_measures_only_the_difference(measured):
@@ -126,7 +127,7 @@ def test_rpc_runner_through_a_local_tracker(tmp_path):
     with open_dataset(path) as ds:
         table = ds.records("remote")
         assert len(table) == 2
-        assert (table.error == rec.ERROR_NONE).sum() >= 1
+        assert (table.error == ERROR_NONE).sum() >= 1
 
 
 def test_stored_schedule_is_what_metaschedule_writes(measured, tmp_path):
@@ -182,8 +183,8 @@ def test_local_runner_runs_kernels_on_the_targets_cores(cores):
     """TVM sizes its thread pool from the machine unless told; a '1c' platform must run on 1 thread."""
     import tvm
 
-    from costlab.datasets.measure import close_runner, make_runner, runner_threads
-    from costlab.datasets.targets import normalize_target
+    from costlab.metaschedule.runners import close_runner, make_runner, runner_threads
+    from costlab.metaschedule.targets import normalize_target
 
     target = tvm.target.Target(normalize_target(f"llvm -num-cores={cores}"))
     runner = make_runner(_opts(target=f"llvm -num-cores={cores}"), target)
@@ -200,9 +201,10 @@ def test_rounds_build_once_and_run_the_candidates_in_turn():
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.extract import te_workload_task, workload_json_mod
-    from costlab.datasets.measure import build_and_run, close_runner, make_builder, make_runner
-    from costlab.datasets.targets import normalize_target
-    from costlab.datasets.tune_context import tune_context
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
+    from costlab.metaschedule.targets import normalize_target
+    from costlab.metaschedule.tune_context import tune_context
 
     target = tvm.target.Target(normalize_target(TARGET))
     ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,8,8,8")[1]), target, num_threads=2)
@@ -222,7 +224,7 @@ def test_rounds_build_once_and_run_the_candidates_in_turn():
     try:
         out = build_and_run(builder, spy, target, cands, rounds=3)
         assert builder._uses == 1 and spy.batches == [2, 2, 2]
-        assert [(len(costs), error, msg) for costs, error, msg in out] == [(6, rec.ERROR_NONE, None)] * 2
+        assert [(len(costs), error, msg) for costs, error, msg in out] == [(6, ERROR_NONE, None)] * 2
         assert all(0 < c < 1 for costs, _, _ in out for c in costs)
         assert len(build_and_run(builder, spy, target, cands[:1])[0][0]) == 2 and spy.batches[-1] == 1
     finally:

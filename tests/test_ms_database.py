@@ -12,9 +12,10 @@ import pytest
 
 from costlab.common.errors import InputError
 from costlab.datasets import DatasetWriter, RecordBatch, open_dataset, program_id
-from costlab.datasets import records as rec
-from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, compact_json, export_ms, import_ms
-from costlab.datasets.ms_workload import trace_json
+from costlab.datasets.ms_database import export_ms, import_ms
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE
+from costlab.metaschedule.results import ERROR_MS_FAILED, ERROR_MS_NO_RESULT, ERROR_NONE
+from costlab.metaschedule.traces import compact_json, trace_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TUNE_DB = FIXTURES / "ms_tune_db"
@@ -59,8 +60,8 @@ def test_import_keeps_every_record_as_written(tmp_path, tune_db):
             assert table.program_id[i] == np.uint64(program_id("ms", shash, compact_json(trace)))
             assert values[offsets[i]:offsets[i + 1]].tolist() == run_secs  # raw run_secs
             failed = run_secs[0] >= 1e10
-            assert table.error[i] == (rec.ERROR_MS_FAILED if failed else rec.ERROR_NONE)
-        assert (table.error == rec.ERROR_NONE).sum() > 0, "the fixture should hold successful records"
+            assert table.error[i] == (ERROR_MS_FAILED if failed else ERROR_NONE)
+        assert (table.error == ERROR_NONE).sum() > 0, "the fixture should hold successful records"
 
 
 def test_reimport_adds_nothing_and_platform_override(tmp_path, tune_db):
@@ -113,7 +114,7 @@ def test_failed_and_missing_results_are_flagged(tmp_path, tune_db):
     import_ms([tune_db], out, progress=False)
     with open_dataset(out) as ds:
         table = ds.records(ds.record_platforms()[0])
-        assert table.error[:3].tolist() == [rec.ERROR_MS_NO_RESULT, rec.ERROR_MS_FAILED, rec.ERROR_NONE]
+        assert table.error[:3].tolist() == [ERROR_MS_NO_RESULT, ERROR_MS_FAILED, ERROR_NONE]
         lat = table.latency([0, 1, 2])
         assert np.isinf(lat[0]) and np.isinf(lat[1]) and lat[2] == pytest.approx(2.5e-6)
 
@@ -228,16 +229,23 @@ def test_import_reads_gzip_databases_as_benchmarks_archive_them(tmp_path, tune_d
 
     plain = tmp_path / "plain.h5"
     import_ms([tune_db], plain, progress=False)
-    with open_dataset(plain) as ds:
-        (pid,) = ds.record_platforms()
-        want = sorted(ds.records(pid).program_id.tolist())
+    def records(path):  # every stored column of every record, and the tasks' workloads
+        with open_dataset(path) as ds:
+            (pid,) = ds.record_platforms()
+            table = ds.records(pid)
+            values, offsets = table.costs()
+            rows = range(ds.num_records(pid))
+            return pid, [(t.workload_hash, t.workload, t.name) for t in ds.tasks], sorted(
+                (int(table.program_id[r]), int(table.task[r]), table.schedules([r])[0], int(table.error[r]),
+                 values[int(offsets[r]):int(offsets[r + 1])].tolist()) for r in rows)
+
+    pid, tasks, want = records(plain)
     for i, names in enumerate([(WORKLOAD_FILE, RECORD_FILE), (RECORD_FILE,)]):
         gz = _gzipped(tune_db, tmp_path / f"gz{i}", names)
         out = tmp_path / f"gz{i}.h5"
         assert main(["dataset", "import-ms", str(gz), "-o", str(out)]) == 0
         assert f"{pid}: 16 records added" in capsys.readouterr().err
-        with open_dataset(out) as ds:
-            assert sorted(ds.records(pid).program_id.tolist()) == want
+        assert records(out) == (pid, tasks, want)
         got, report = read_sources([gz], 4)
         exp, _ = read_sources([tune_db], 4)
         assert report.bad == 0 and [(t.shash, t.programs) for t in got] == [(t.shash, t.programs) for t in exp]

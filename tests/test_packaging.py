@@ -18,12 +18,12 @@ def test_wheel_installs_only_costlab(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"costlab", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    for sub in ("datasets", "featurizers", "costmodels", "train", "export", "commands", "common"):
+    for sub in ("metaschedule", "datasets", "featurizers", "costmodels", "train", "export", "commands", "common"):
         assert f"costlab/{sub}/__init__.py" in names
     assert "costlab/datasets/store.py" in names
     # every subpackage of the tree travels (setup.cfg lists packages one by one: a new folder left out of it
     # would import in a development install and be missing from the wheel)
-    for folder in ("datasets", "featurizers", "costmodels", "train", "export"):
+    for folder in ("metaschedule", "datasets", "featurizers", "costmodels", "train", "export"):
         for init in (REPO / folder).rglob("__init__.py"):
             rel = init.relative_to(REPO / folder)
             assert f"costlab/{folder}/{rel.as_posix()}" in names, f"{folder}/{rel.parent} is not in the wheel"
@@ -54,7 +54,8 @@ def test_common_imports_nothing_above_it():
 
 
 # The layers, bottom first (README.md's Layout): a module may import its own layer and those below it.
-LAYERS = {"common": REPO / "costlab" / "common", "datasets": REPO / "datasets", "featurizers": REPO / "featurizers",
+LAYERS = {"common": REPO / "costlab" / "common", "metaschedule": REPO / "metaschedule", "datasets": REPO / "datasets",
+          "featurizers": REPO / "featurizers",
           "costmodels": REPO / "costmodels", "train": REPO / "train", "export": REPO / "export",
           "commands": REPO / "costlab" / "commands"}
 ORDER = list(LAYERS)
@@ -94,7 +95,7 @@ def _costlab_imports(path, package: list[str]):
 
 
 def test_every_layer_imports_only_downward():
-    """No module of any layer imports a layer above its own: common < datasets < featurizers < costmodels <
+    """No module of any layer imports a layer above its own: common < metaschedule < datasets < featurizers < costmodels <
     train < export < commands (with ``costlab/cli.py`` and ``__main__.py``). Every import counts, those
     inside functions too; imports by name at run time (``importlib``) are not seen."""
     assert not list(_costlab_imports(REPO / "costlab" / "__init__.py", ["costlab"]))

@@ -102,8 +102,9 @@ def test_records_give_statement_rows_and_tokens(tmp_path):
     assert (program[3] == 0).all() and (program[:3, PROGRAM_NAMES.index("log_flops")] > 0).all()
     est = program[:, PROGRAM_NAMES.index("log_estimate_ns")]
     assert est[0] > max(est[1], est[2])
-    from costlab.featurizers.ms_records import feature_context, replay
+    from costlab.featurizers.ms_records import feature_context
     from costlab.featurizers.psa import estimate
+    from costlab.metaschedule.traces import replay
 
     for i in range(3):
         prog = program_of(replay(mod, schedules[i]).mod)

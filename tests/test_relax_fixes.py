@@ -8,7 +8,7 @@ import torch
 
 from costlab.datasets.extract import network_module
 from costlab.datasets.relax_fixes import repair_frontend_types
-from costlab.datasets.targets import host_target
+from costlab.metaschedule.targets import host_target
 
 
 class _Mask(torch.nn.Module):

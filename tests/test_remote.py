@@ -11,10 +11,10 @@ import pytest
 
 from costlab.common.errors import UsageError
 from costlab.datasets import open_dataset
-from costlab.datasets import records as rec
 from costlab.datasets.extract import extract
 from costlab.datasets.measure import MeasureOptions, measure
 from costlab.export.tune import TuneOptions, tune
+from costlab.metaschedule.results import ERROR_NONE
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def _local_rpc():
     from tvm.s_tir.meta_schedule.testing.local_rpc import LocalRPC
 
-    from costlab.datasets.remote import tracker_problem
+    from costlab.metaschedule.rpc import tracker_problem
 
     rpc = LocalRPC(silent=True)
     deadline = time.time() + 60
@@ -59,7 +59,7 @@ def test_measure_stops_without_failed_records_and_continues(tmp_path):
     with open_dataset(path) as ds:
         table = ds.records("remote")
         assert len(table) == 4 and len(set(table.program_id.tolist())) == 4
-        assert (table.error == rec.ERROR_NONE).all()
+        assert (table.error == ERROR_NONE).all()
 
 
 def _records(work) -> list:

@@ -50,11 +50,13 @@ def stack():
     them."""
     import tvm
 
-    from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
-    from costlab.datasets.screening import TaskTags
+    from costlab.datasets.measure import MeasureOptions
     from costlab.export.search.timed import RoundClock, TimedBuilder
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import close_runner, make_runner
+    from costlab.metaschedule.screening import TaskTags
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     target = tvm.target.Target(runnable_target(TARGET))
     clock = RoundClock()
@@ -76,7 +78,7 @@ def _build(target, builder, candidates):
 
 def _screen(stack, tagged: list, ratio: float = 1.5, runner=None):
     """``tagged``: (task key, candidate) in batch order; returns the runner and its results."""
-    from costlab.datasets.screening import ScreeningRunner
+    from costlab.metaschedule.screening import ScreeningRunner
 
     target, clock, builder, local = stack
     for key, cand in tagged:
@@ -87,7 +89,7 @@ def _screen(stack, tagged: list, ratio: float = 1.5, runner=None):
 
 
 def test_the_slow_program_gets_its_screening_run_the_fast_one_a_full_measurement(stack):
-    from costlab.datasets.screening import task_key
+    from costlab.metaschedule.screening import task_key
 
     mod = _task("sum")
     key = task_key(mod)
@@ -101,7 +103,7 @@ def test_the_slow_program_gets_its_screening_run_the_fast_one_a_full_measurement
     runner, (again,) = _screen(stack, [(key, _candidate(mod, True))], runner=runner)
     assert runner.stats["full"] == 1 and runner.stats["screened_out"] == 2 and again.error_msg is None
     # seeded from a database's best (a continued run): the same holds for a fresh runner
-    from costlab.datasets.screening import ScreeningRunner
+    from costlab.metaschedule.screening import ScreeningRunner
 
     seeded = ScreeningRunner(stack[3], 1.5, stack[1].tags)
     seeded.seed(key, float(fast.run_secs[0]))
@@ -110,7 +112,7 @@ def test_the_slow_program_gets_its_screening_run_the_fast_one_a_full_measurement
 
 
 def test_two_tasks_with_the_same_argument_shapes_never_share_a_best(stack):
-    from costlab.datasets.screening import task_key
+    from costlab.metaschedule.screening import task_key
 
     fast_mod, slow_mod = _task("sum"), _task("max")
     assert task_key(fast_mod) != task_key(slow_mod)
@@ -125,7 +127,7 @@ def test_two_tasks_with_the_same_argument_shapes_never_share_a_best(stack):
 def test_failures_stay_failures_and_untagged_artifacts_are_measured_in_full(stack):
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.datasets.screening import ScreeningRunner, task_key
+    from costlab.metaschedule.screening import ScreeningRunner, task_key
 
     target, clock, builder, local = stack
     mod = _task("sum")
@@ -150,9 +152,9 @@ def test_tune_screens_by_default_and_screen_0_is_todays_runner(tmp_path, capsys)
     import tvm
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
-    from costlab.datasets.screening import ScreeningRunner
     from costlab.export.search.timed import RoundClock
     from costlab.export.tune import TuneOptions, _measure_stack
+    from costlab.metaschedule.screening import ScreeningRunner
 
     small = ["--per-iter", "4", "--population", "32", "--no-progress", "--target", TARGET]
     assert main(["tune", "--workload", "GMM:1,16,16,16", "--trials", "8", "--work-dir", str(tmp_path / "w"),
@@ -170,7 +172,7 @@ def test_tune_screens_by_default_and_screen_0_is_todays_runner(tmp_path, capsys)
                  "--screen", "0", "--json", *small]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert "screening" not in summary and summary["tasks"][0]["trials"] == 4
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     target = tvm.target.Target(runnable_target(TARGET))
     for screen, kind in ((0, LocalRunner), (None, ScreeningRunner)):
@@ -181,7 +183,7 @@ def test_tune_screens_by_default_and_screen_0_is_todays_runner(tmp_path, capsys)
         try:
             assert type(runner) is kind and (clock.tags is None) == (kind is LocalRunner)
         finally:
-            from costlab.datasets.measure import close_runner
+            from costlab.metaschedule.runners import close_runner
 
             close_runner(runner)
             builder.close()

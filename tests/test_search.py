@@ -63,15 +63,17 @@ def test_no_tensor_intrinsic_registry_on_a_float_cpu_task(run, tmp_path):  # noq
     builder and runner workers import it for a float32 task on a CPU."""
     script = textwrap.dedent(f"""
         import json, sys
+        from costlab.datasets.measure import MeasureOptions
         from costlab.export.tune import TuneOptions, tune
-        from costlab.datasets.measure import make_builder, make_runner, MeasureOptions, build_and_run
+        from costlab.metaschedule.builders import make_builder
+        from costlab.metaschedule.runners import build_and_run, make_runner
         summary = tune(TuneOptions(work_dir={str(tmp_path / 'w')!r}, workloads=["GMM:1,16,16,16"],
                                    target="llvm -num-cores=2", trials=4, model={str(run / 'model')!r}, per_iter=4,
                                    progress=False))
         import tvm
         from tvm.s_tir import meta_schedule as ms
         from costlab.datasets.extract import te_workload_task, workload_json_mod
-        from costlab.datasets.tune_context import tune_context
+        from costlab.metaschedule.tune_context import tune_context
         target = tvm.target.Target({{"kind": "llvm", "num-cores": 2}})
         ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,16,16,16")[1]), target, num_threads=2)
         builder, runner = make_builder(workers=1, pooled=True), make_runner(MeasureOptions(number=1), target)
@@ -92,7 +94,7 @@ def test_an_int8_task_still_gets_the_registry_and_its_rules():
     import tvm
     from tvm import te
 
-    from costlab.datasets.tune_context import needs_intrinsics
+    from costlab.metaschedule.tune_context import needs_intrinsics
 
     a = te.placeholder((16, 16), "uint8", name="A")
     b = te.placeholder((16, 16), "int8", name="B")

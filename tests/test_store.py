@@ -181,7 +181,8 @@ def test_record_latency_agrees_with_mean_latency_on_the_usual_cases():
 
     import numpy as np
 
-    from costlab.datasets.records import ERROR_NONE, mean_latency, record_latency
+    from costlab.datasets.records import mean_latency, record_latency
+    from costlab.metaschedule.results import ERROR_NONE
 
     class FloatImm:  # as TVM gives run_secs
         def __init__(self, value):

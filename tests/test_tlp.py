@@ -14,7 +14,7 @@ from costlab.datasets import open_dataset
 from costlab.datasets.ansor_log import import_ansor
 from costlab.datasets.ms_database import import_ms
 from costlab.featurizers import create, from_json
-from costlab.featurizers.tlp import PAD, UNK, TLPFeaturizer, tokens_of
+from costlab.featurizers.tlp import PAD, TLPFeaturizer, UNK, tokens_of
 from costlab.featurizers.tlp_tokens import ansor_tokens, ms_tokens
 
 ANSOR = FIXTURES / "ansor"
@@ -256,7 +256,7 @@ def test_live_candidates_equal_their_database_records(tmp_path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.testing import te_workload
 
-    from costlab.datasets.ms_workload import plain_json, trace_json
+    from costlab.metaschedule.traces import plain_json, trace_json
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     mod = tvm.IRModule({"main": te.create_prim_func(te_workload.matmul(16, 16, 16))})

@@ -20,7 +20,7 @@ CONV = "C2D:1,10,10,4,8,3,1,1"
 def _target():
     import tvm
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     return tvm.target.Target(runnable_target("host"))
 
@@ -51,8 +51,8 @@ def _sources(paths=(FIXTURE,)):
 
 
 def _candidates(mod, sources):
-    from costlab.datasets.tune_context import tune_context
     from costlab.export.transfer.run import candidates_for
+    from costlab.metaschedule.tune_context import tune_context
 
     target = _target()
     return candidates_for(mod, target, tune_context(mod, target).space_generator.postprocs, sources, set(), 64)

@@ -47,8 +47,10 @@ def test_tune_tir_takes_the_cost_model(run, tmp_path):  # noqa: F811
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.extract import te_workload_task
-    from costlab.datasets.measure import MeasureOptions, close_runner, make_builder, make_runner
+    from costlab.datasets.measure import MeasureOptions
     from costlab.export import load
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import close_runner, make_runner
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     _, func = te_workload_task("GMM:1,16,16,16")
@@ -253,7 +255,7 @@ def test_work_dir_that_is_a_file(tmp_path, capsys):
 
 
 def test_target_default_is_the_host(tmp_path, capsys):
-    from costlab.datasets.targets import host_target
+    from costlab.metaschedule.targets import host_target
 
     assert main(["tune", "--workload", "GMM:1,8,8,8", "--trials", "2", "--work-dir", str(tmp_path / "w"), "--json",
                  *SMALL_SEARCH]) == 0

@@ -22,7 +22,7 @@ TARGET = "llvm -num-cores=2"
 def _tune_step(model):
     import tvm
 
-    from costlab.datasets.targets import runnable_target
+    from costlab.metaschedule.targets import runnable_target
     from costlab.export.tune import TuneOptions, _cost_model
 
     opts = TuneOptions(work_dir=".", workloads=["GMM:1,8,8,8"], model=str(model), adapt="none")

@@ -263,7 +263,8 @@ def _split(args) -> int:
 def _rename_platform(args) -> int:
     from costlab.common.errors import UsageError
     from costlab.datasets import DatasetWriter
-    from costlab.datasets.targets import check_platform_id, checked_target
+    from costlab.datasets.names import check_platform_id
+    from costlab.metaschedule.targets import checked_target
 
     check_platform_id(args.new)  # checked before the target (which needs TVM) and before any write
     try:

@@ -58,7 +58,7 @@ def register(sub) -> None:
 
 
 def _this_platform() -> str:
-    from costlab.datasets.targets import host_target, platform_id_for
+    from costlab.metaschedule.targets import host_target, platform_id_for
 
     return platform_id_for(host_target())
 

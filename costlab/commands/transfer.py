@@ -57,7 +57,7 @@ def _transfer(args) -> int:
     if stop_requested() is None:  # a finished run's checked best programs go to the library
         add_to_library(args, summary)
     if summary.get("skipped_lines"):
-        from costlab.datasets.ms_database import moved_aside_note
+        from costlab.metaschedule.repair import moved_aside_note
 
         print(moved_aside_note(args.work_dir, summary["skipped_lines"]), file=sys.stderr)
     if args.json:

@@ -98,16 +98,23 @@ def cpu_mhz(cpuinfo: dict, cpufreq_path=None) -> float | None:
         return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (a container or
+    ``taskset`` limits it), else every core of the machine. The one count costlab uses for threads, worker
+    pools and a target's ``num-cores``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def host_info(gpu: dict | None = None) -> dict:
     """This machine: ``cpu_model``, ``vendor``, ``family`` / ``model`` / ``stepping``, ``flags`` (sorted ISA
     flags), ``caches`` (per level, per core), ``threads`` (cores this process may use), ``mhz`` (the clock, not
     part of the machine's identity: it moves with the governor), ``machine``; and
-    ``gpu`` (``datasets.targets.local_gpu``: name, arch, SMs, limits) when the kernels measured run on one."""
+    ``gpu`` (``metaschedule.targets.local_gpu``: name, arch, SMs, limits) when the kernels measured run on one."""
     kv = read_cpuinfo()
-    try:
-        threads = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        threads = os.cpu_count() or 1
+    threads = usable_cores()
     return dict(
         cpu_model=kv.get("model name") or _platform.processor() or "unknown",
         vendor=kv.get("vendor_id", ""), family=kv.get("cpu family", ""), model=kv.get("model", ""),

@@ -1,6 +1,6 @@
 """``costlab library add``: work dirs (or exported libraries) into the library of their platform.
 
-A work dir's platform is its records' target's (``datasets.targets.platform_id_for``) and its host the one its
+A work dir's platform is its records' target's (``metaschedule.targets.platform_id_for``) and its host the one its
 ``costlab_run.json`` records (a work dir of MetaSchedule's own ``tune_tir`` records none: it is taken as this
 machine's, and said so). Its tasks are checked here when it was measured on this machine; another machine's
 programs are added unchecked (they cannot run here). An exported library (``costlab library export``) is merged
@@ -29,9 +29,9 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     """One work dir's checked best programs per task into the library of its platform (or ``platform``'s); what
     was added."""
     from costlab.common.host import host_info, same_host
-    from costlab.datasets.targets import platform_id_for
     from costlab.export.library.collect import work_dir_programs
     from costlab.export.workdir import WorkDir
+    from costlab.metaschedule.targets import platform_id_for
 
     here = host_info()
     host = WorkDir(work).host()
@@ -72,9 +72,9 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
 
 def _records_platform(work: Path) -> str | None:
     """The platform of a work dir's first record's target, read without TVM (None when there is none)."""
-    from costlab.datasets.import_report import ImportReport
-    from costlab.datasets.ms_database import RECORD_FILE, database_file, read_records
-    from costlab.datasets.targets import platform_id_for
+    from costlab.common.import_report import ImportReport
+    from costlab.metaschedule.databases import RECORD_FILE, database_file, read_records
+    from costlab.metaschedule.targets import platform_id_for
 
     path = database_file(work, RECORD_FILE)
     if path is None:

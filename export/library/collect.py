@@ -30,7 +30,7 @@ def structure_json(mod) -> dict:
 
 
 def _program(rec, source: str, checked: bool) -> dict:
-    from costlab.datasets.ms_workload import plain_json
+    from costlab.metaschedule.traces import plain_json
 
     secs = [float(x) for x in rec.run_secs]
     return dict(trace=plain_json(rec.trace.as_json()), run_secs=secs, us=round(record_latency(secs) * 1e6, 3),
@@ -66,7 +66,7 @@ def work_dir_database(work):
     them, are read from a temporary copy); an InputError when the folder holds none."""
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, database_file
+    from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file
 
     work = Path(work)
     wl, rec = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
@@ -94,7 +94,8 @@ def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progr
     each task checked here when ``may_check``. ``progress(done, total, name)`` is called after each task."""
     import tvm
 
-    from costlab.datasets.ms_workload import describe, plain_json
+    from costlab.metaschedule.traces import plain_json
+    from costlab.metaschedule.workloads import describe
 
     with work_dir_database(work) as database:
         workloads: dict = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costlab.datasets.import_report import ImportReport
+from costlab.common.import_report import ImportReport
 from costlab.export.library.store import PER_TASK, Library, default_root, open_library, read_library, starter_library
 from costlab.export.workdir import WorkDir
 
@@ -37,8 +37,8 @@ class LibrarySource:
     @property
     def mod(self):
         if self._mod is None:
-            from costlab.datasets.ms_workload import decode_workload
             from costlab.export.transfer.replay import TransferError
+            from costlab.metaschedule.workloads import decode_workload
 
             try:
                 self._mod = decode_workload(self.task.shash, self.task.workload)

@@ -1,6 +1,6 @@
 """A schedule library of one host platform: ``<root>/<platform>/library.json``.
 
-The file is one JSON object: the format version, the platform id (``datasets.targets.platform_id_for``), the
+The file is one JSON object: the format version, the platform id (``metaschedule.targets.platform_id_for``), the
 host whose measurements rank its programs (``common.host.host_info``), and per workload (by MetaSchedule's
 structural hash) its IRModule in database form, a name, its block structure (``export/transfer/match``: what
 a task must share to take its schedules) and its fastest programs (trace, run seconds, target, argument info,
@@ -177,19 +177,13 @@ class Library:
         """The library as a MetaSchedule JSON database (``database_workload.json`` and
         ``database_tuning_record.json``; ``tune_tir``, ``--transfer-from`` and ``dataset import-ms`` read it),
         with ``library.json`` beside it (``costlab library add`` merges it into another library)."""
-        from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE
+        from costlab.metaschedule.databases import write_database
 
-        out = Path(out_dir)
-        if out.exists() and not out.is_dir():
-            raise InputError(out, "exists and is not a directory")
-        out.mkdir(parents=True, exist_ok=True)
         workloads, records = [], []
         for i, (shash, e) in enumerate(self.entries.items()):
-            workloads.append(json.dumps([shash, e["workload"]]))
-            for p in e["programs"]:
-                records.append(json.dumps([i, [p["trace"], p["run_secs"], p["target"], p["args_info"]]]))
-        write_atomically(out / WORKLOAD_FILE, ("\n".join(workloads) + "\n").encode() if workloads else b"")
-        write_atomically(out / RECORD_FILE, ("\n".join(records) + "\n").encode() if records else b"")
+            workloads.append((shash, e["workload"]))
+            records.extend((i, p["trace"], p["run_secs"], p["target"], p["args_info"]) for p in e["programs"])
+        out = write_database(out_dir, workloads, records, replace=True)
         self.save(out / FILE)
         return out
 

@@ -12,7 +12,7 @@ before a round, so its last round would run past it), and, once a batch has been
 batch is cut to the programs that the last batch's build and run seconds per program say can be measured
 before it, and none starts when not one fits.
 
-With a screening runner (``datasets/screening.py``) the clock also carries its ``TaskTags``: ``TimedSearch`` tags
+With a screening runner (``metaschedule/screening.py``) the clock also carries its ``TaskTags``: ``TimedSearch`` tags
 the candidates it returns with its task, ``TimedBuilder`` maps each artifact built from them to that task.
 """
 
@@ -51,11 +51,11 @@ class RoundClock:
         self._built_at: float | None = None
         self.first_batch_at: float | None = None
         self.stopped_by_deadline = False
-        self.lost: str | None = None  # why the remote device was given up (``datasets.remote``)
+        self.lost: str | None = None  # why the remote device was given up (``metaschedule.rpc``)
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
         self.per_program_s: float | None = None  # the last batch's build and run seconds per program
         self._batch_n = 0
-        self.tags = None  # a datasets.screening.TaskTags when the runner screens: candidates tagged with their task
+        self.tags = None  # a metaschedule.screening.TaskTags when the runner screens: candidates tagged with their task
         self.screening = None  # that ScreeningRunner: each batch's row says how many it screened out
 
     def lose(self, reason: str) -> None:
@@ -119,7 +119,7 @@ class TimedSearch(PySearchStrategy):
         self.inner._initialize_with_tune_context(context)
         self.task = None
         if self.clock.tags is not None:  # a screening runner compares each candidate with its own task's best
-            from costlab.datasets.screening import task_key
+            from costlab.metaschedule.screening import task_key
 
             self.task = task_key(context.mod)
 

@@ -1,7 +1,7 @@
 """Which source tasks a task takes schedules from, by the form of its computation.
 
 A task's *structure* is its blocks in program order, each with a signature of its iterators and what it
-computes (``datasets.ms_workload.block_signature``), and its anchor block (the kernel class's block: the
+computes (``metaschedule.structure.block_signature``), and its anchor block (the kernel class's block: the
 reduction with the most FLOPs). Two tasks match
 
 - ``same`` when every block has the signature of the source's block at the same position: the whole trace
@@ -38,7 +38,7 @@ class Structure:
 
 
 def structure(mod) -> Structure:
-    from costlab.datasets.ms_workload import block_structure
+    from costlab.metaschedule.structure import block_structure
 
     names, sigs, anchor, extents = block_structure(mod)
     return Structure(tuple(names), tuple(sigs), anchor, tuple(extents))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from costlab.common.errors import last_line
+from costlab.metaschedule.traces import ReplayError, replay
 
 
 class TransferError(ValueError):
@@ -28,13 +29,10 @@ class TransferError(ValueError):
 def source_trace(mod, trace_json):
     """The trace of a measured record (JSON, as databases hold it) on its own workload, postprocessing
     removed."""
-    from tvm.s_tir.schedule import Schedule, Trace
-
-    sch = Schedule(mod)
     try:
-        Trace.apply_json_to_schedule(trace_json, sch)
-    except Exception as exc:  # noqa: BLE001  a record that does not replay on its own workload
-        raise TransferError(f"the source record does not replay on its workload ({last_line(exc)[:200]})") from None
+        sch = replay(mod, trace_json)
+    except ReplayError as exc:  # a record that does not replay on its own workload
+        raise TransferError(f"the source record does not replay on its workload ({exc.reason[:200]})") from None
     return sch.trace.simplified(remove_postproc=True)
 
 

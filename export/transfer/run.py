@@ -81,7 +81,7 @@ class _Source:
 
 
 def _decode(sources, report) -> list[_Source]:
-    from costlab.datasets.ms_workload import decode_workload
+    from costlab.metaschedule.workloads import decode_workload
 
     out, mods = [], {}
     for st in sources:
@@ -175,10 +175,10 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     InputError, before any task is marked done, when they hold nothing to start from)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.datasets.measure import build_and_run
     from costlab.datasets.records import record_latency
-    from costlab.datasets.tune_context import tune_context
     from costlab.export.search.common import measure_candidates, measured_hashes, model_order
+    from costlab.metaschedule.runners import build_and_run
+    from costlab.metaschedule.tune_context import tune_context
 
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
     state["sources"] = [str(s) for s in opts.sources]
@@ -244,7 +244,7 @@ def ranking_model(opts: TransferOptions) -> tuple:
 
 
 def _key(database, mod) -> str:
-    from costlab.datasets.ms_workload import workload_json
+    from costlab.metaschedule.workloads import workload_json
 
     return workload_json(mod)[0]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError
-from costlab.datasets.ms_database import RECORD_FILE, WORKLOAD_FILE, database_file
-from costlab.datasets.import_report import ImportReport
+from costlab.common.import_report import ImportReport
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file
 
 
 @dataclass
@@ -28,8 +28,8 @@ class SourceTask:
 
 
 def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
-    from costlab.datasets.ms_database import costs_and_error, read_records, read_workloads
-    from costlab.datasets.records import ERROR_NONE
+    from costlab.metaschedule.databases import read_records, read_workloads
+    from costlab.metaschedule.results import ERROR_NONE, costs_and_error
 
     wl_path, rec_path = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
     report.files += 1

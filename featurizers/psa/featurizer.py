@@ -54,9 +54,10 @@ class PSA(PlatformSpecs, Featurizer):
 
     def program(self, task, schedule, gpu: bool):
         """The ``Program`` of one record (trace simulation, or replay + TIR walk)."""
-        from costlab.featurizers.ms_records import ReplayError, parse_trace, replay, task_module
+        from costlab.featurizers.ms_records import task_module
         from costlab.featurizers.psa.tir_nest import program_of
         from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
+        from costlab.metaschedule.traces import ReplayError, parse_trace, replay
 
         trace = parse_trace(schedule)
         if self.config["mode"] == "trace":
@@ -80,8 +81,9 @@ class PSA(PlatformSpecs, Featurizer):
 
     # -- featurizer interface ----------------------------------------------------------------------------------
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
-        from costlab.featurizers.ms_records import ReplayError, record_batch
+        from costlab.featurizers.ms_records import record_batch
         from costlab.featurizers.psa.formula import estimate
+        from costlab.metaschedule.traces import ReplayError
 
         rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
         spec = self.spec_for(plat)
@@ -101,12 +103,11 @@ class PSA(PlatformSpecs, Featurizer):
         simulator does not model, and ``tir`` mode, walk the candidate's scheduled TIR, which is at hand."""
         import tvm_ffi
 
-        from costlab.datasets.ms_workload import trace_json
-        from costlab.datasets.targets import normalize_target
-        from costlab.featurizers.ms_records import is_gpu
         from costlab.featurizers.psa.formula import estimate
         from costlab.featurizers.psa.tir_nest import program_of
         from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
+        from costlab.metaschedule.targets import is_gpu, normalize_target
+        from costlab.metaschedule.traces import trace_json
 
         tdict = target_dict(target)
         spec = self.spec_for(target=normalize_target(tdict))

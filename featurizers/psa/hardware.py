@@ -16,12 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes
+from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes, usable_cores
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -208,10 +207,7 @@ def detect_cpu(override=None, cpuinfo_path=None, cache_dir=None, cpufreq_path=No
     kv = read_cpuinfo(cpuinfo_path)
     if kv.get("model name"):
         changes["name"] = kv["model name"]
-    try:
-        changes["cores"] = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        changes["cores"] = os.cpu_count() or spec.cores
+    changes["cores"] = usable_cores()
     mhz = cpu_mhz(kv, cpufreq_path)
     if mhz:
         changes["freq_ghz"] = mhz / 1000.0
@@ -310,7 +306,7 @@ def spec_from_host(host: dict | None, target) -> CPUSpec:
     """The CPU a dataset's records were measured on, from its host record (``costlab.common.host``: caches,
     ISA flags, threads, clock when recorded), else from ``CPU_TABLE`` by the target's ``-mcpu``, else
     ``CPUSpec``'s generic figures; never from the machine computing it. The ``name`` says which it was."""
-    from costlab.datasets.targets import normalize_target
+    from costlab.metaschedule.targets import normalize_target
 
     t = normalize_target(target)
     mcpu = str(t.get("mcpu") or "")
@@ -381,7 +377,7 @@ def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None
     without, this machine's CPU (``detect_cpu``: the machine tuning now); then ``num-cores`` and the SIMD width
     the code is compiled for from the target (``_target_changes``). ``override`` replaces fields at the end.
     """
-    from costlab.datasets.targets import normalize_target
+    from costlab.metaschedule.targets import normalize_target
 
     t = normalize_target(target)
     kind = str(t.get("kind", "llvm"))
@@ -414,7 +410,7 @@ def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None
 
 def _local_gpu_name(target: dict) -> str:
     """The name of this machine's GPU when it is of the target's arch (a target of this GPU), else ''."""
-    from costlab.datasets.targets import local_gpu
+    from costlab.metaschedule.targets import local_gpu
 
     gpu = local_gpu()
     return gpu["name"] if gpu and gpu["arch"] == str(target.get("arch") or "") else ""
@@ -464,7 +460,7 @@ def target_dict(target) -> dict:
         return dict(target)
     if hasattr(target, "export"):
         return _plain(target.export())
-    from costlab.datasets.targets import normalize_target
+    from costlab.metaschedule.targets import normalize_target
 
     return normalize_target(str(target))
 

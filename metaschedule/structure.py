@@ -1,81 +1,13 @@
-"""MetaSchedule workloads: their database form, and a task's name, kernel class and FLOPs computed from them.
+"""The structure of a MetaSchedule workload: its blocks, its anchor block and kernel class, and each block's
+computation form (names and extents left out), for naming tasks, grouping them by kernel class and matching
+a schedule of one workload to another (transfer-tuning).
 
-A MetaSchedule database stores each workload as ``[shash, base64 IRModule JSON]`` (``Workload.as_json()``).
-costlab stores a task's workload in exactly that form (``workload_hash`` = the shash string, ``workload`` =
-the base64 text), so the same workload reached by ``import-ms``, ``extract`` or ``measure`` is the same task.
-
-TVM is imported lazily: without TVM (or when a workload does not decode) a task still gets a fallback
-description, so a pure-data import never fails for want of a compiler.
+TVM is imported lazily, by the functions that walk TIR.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from costlab.common.errors import last_line
-
 UNKNOWN_CLASS = "unknown"
-
-
-@dataclass
-class WorkloadInfo:
-    name: str
-    kernel_class: str
-    flops: float
-
-
-def workload_json(mod) -> tuple[str, str]:
-    """``(shash, base64 IR)`` of an IRModule (or PrimFunc), exactly as MetaSchedule's database writes it.
-
-    A PrimFunc is normalized the way ``tune_tir`` / ``TuneContext`` do it (one function named ``main``
-    with ``tirx.noalias``), so that a tuning run on the same function gives the same hash.
-    """
-    from tvm.s_tir.meta_schedule.database import Workload
-    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
-
-    from tvm import tirx
-
-    if isinstance(mod, tirx.PrimFunc):
-        mod = _normalize_mod(mod)
-    shash, b64 = Workload(mod).as_json()
-    return str(shash), str(b64)
-
-
-def decode_workload(shash: str, b64: str):
-    """The IRModule of a workload in its database form."""
-    from tvm.s_tir.meta_schedule.database import Workload
-
-    return Workload.from_json([shash, b64]).mod
-
-
-def plain_json(value, bools_as_ints: bool = False):
-    """TVM's ``as_json()`` / ``export()`` return FFI containers and ``IntImm``/``FloatImm`` leaves; the plain
-    Python value (lists, dicts, int, float, str, bool, None) that ``json.dumps`` writes.
-
-    ``bools_as_ints`` writes booleans as 1 / 0, as MetaSchedule's database writer does in traces (a
-    ``Split``'s ``preserve_unit_iters`` is ``true`` in ``Trace.as_json()`` but ``1`` in the file).
-    """
-    if isinstance(value, bool):
-        return int(value) if bools_as_ints else value
-    if value is None or isinstance(value, (int, float)):
-        return value
-    if isinstance(value, str):
-        return str(value)
-    kind = type(value).__name__
-    if kind in ("IntImm", "FloatImm", "Bool"):
-        return plain_json(value.value, bools_as_ints)
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(k): plain_json(v, bools_as_ints) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or hasattr(value, "__len__"):
-        return [plain_json(v, bools_as_ints) for v in value]
-    raise TypeError(f"cannot write {kind} as JSON")
-
-
-def trace_json(trace):
-    """A schedule trace as MetaSchedule's database writes it (``database_tuning_record.json``), as a plain
-    Python value: the postprocessing included, booleans as integers."""
-    return plain_json(trace.as_json(remove_postproc=False), bools_as_ints=True)
 
 
 def _kind(expr) -> str:
@@ -225,42 +157,3 @@ def block_structure(mod) -> tuple[list[str], list[str], int, list[int]]:
     names = [b.name_hint for b in blocks]
     at = names.index(anchor) if anchor in names else -1
     return names, [block_signature(b) for b in blocks], at, extents
-
-
-def _clean_name(text: str) -> str:
-    """``T_matmul_NT`` -> ``matmul_NT``, ``conv2d_nhwc_1`` -> ``conv2d_nhwc``."""
-    text = re.sub(r"^T_", "", text)
-    return re.sub(r"(_\d+)+$", "", text) or text
-
-
-def describe(mod) -> WorkloadInfo:
-    """Name, kernel class and FLOPs of a workload's IRModule.
-
-    The name is the function's global symbol when it is informative, else the anchor block's name, with
-    the anchor iterators' extents (``C:16x16x16``) so that tasks of one class stay tell-apart-able.
-    """
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    cls, block, extents = kernel_class(mod)
-    func_names = [gv.name_hint for gv, _ in mod.functions_items()]
-    base = func_names[0] if len(func_names) == 1 and func_names[0] not in ("main", "default_function") else block
-    name = _clean_name(base or "main")
-    if extents:
-        name += ":" + "x".join(str(e) for e in extents)
-    try:
-        flops = float(estimate_tir_flops(mod))
-    except Exception:
-        flops = 0.0
-    return WorkloadInfo(name, cls, flops)
-
-
-def describe_json(shash: str, b64: str) -> tuple[WorkloadInfo, str | None]:
-    """Describe a workload given in database form; on failure (no TVM, undecodable IR) a fallback named
-    after the hash, with class ``unknown``, and the reason."""
-    try:
-        return describe(decode_workload(shash, b64)), None
-    except ImportError as exc:
-        reason = f"TVM not available ({exc})"
-    except Exception as exc:  # a workload TVM cannot decode: keep the record, describe it by its hash
-        reason = f"workload does not decode: {last_line(exc)}"
-    return WorkloadInfo(f"ms-{shash[:12]}", UNKNOWN_CLASS, 0.0), reason

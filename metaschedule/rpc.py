@@ -74,7 +74,7 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
     class GuardedRunner(PyRunner):
         def __init__(self):
             super().__init__()
-            self.inner = inner  # its worker pool is shut down with the run (measure.close_runner)
+            self.inner = inner  # its worker pool is shut down with the run (runners.close_runner)
             self.lost: str | None = None  # why the tracker was given up; every later batch is not run
 
         def _reachable(self) -> bool:

@@ -1,7 +1,8 @@
-"""TVM targets as JSON dicts, converted from the familiar string form, and platform ids derived from them.
+"""TVM targets as JSON dicts, converted from the familiar string form; this machine as a target (its CPU,
+the cores this process may use, its GPU); which target kinds are GPUs; platform ids derived from targets.
 
-Pure Python: TVM 0.27 takes targets only as JSON dicts, and logs from older tools (Ansor/TenSet) carry the
-string form (``llvm -keys=cpu -mcpu=icelake-server -model=platinum-8358``).
+Pure Python where it can be: TVM 0.27 takes targets only as JSON dicts, and logs from older tools
+(Ansor/TenSet) carry the string form (``llvm -keys=cpu -mcpu=icelake-server -model=platinum-8358``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import json
 import re
 import shlex
 
-from costlab.datasets.names import check_name
+from costlab.common.host import usable_cores
+
+# Target kinds whose kernels run on a GPU (a target with the key ``gpu`` is one too: ``is_gpu``)
+GPU_KINDS = ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx")
 
 
 def _parse_value(text: str):
@@ -98,7 +102,7 @@ def runnable_target(target, local: bool = True) -> dict:
     if not value.get("num-cores"):
         if not local:
             raise ValueError("a target run on another machine needs its num-cores (e.g. -num-cores=4)")
-        value["num-cores"] = host_cores()
+        value["num-cores"] = usable_cores()
     return value
 
 
@@ -155,16 +159,6 @@ def host_cpu_name() -> str:
     return str(codegen.llvm_get_system_cpu())
 
 
-def host_cores() -> int:
-    """Cores this process may run on (its CPU affinity), the ``num-cores`` of the host target."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def host_target(num_cores: int | None = None) -> dict:
     """This machine as a TVM target: ``{"kind": "llvm", "mcpu": <its CPU>, "num-cores": <its cores>}``.
 
@@ -172,7 +166,7 @@ def host_target(num_cores: int | None = None) -> dict:
     AVX2 or AVX-512; to tune for another machine, give that machine's target instead (e.g.
     ``{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8}``, or ``--target "llvm -mcpu=... -num-cores=..."``).
     """
-    return {"kind": "llvm", "mcpu": host_cpu_name(), "num-cores": int(num_cores or host_cores())}
+    return {"kind": "llvm", "mcpu": host_cpu_name(), "num-cores": int(num_cores or usable_cores())}
 
 
 def host_target_text() -> str:
@@ -197,7 +191,7 @@ def platform_id_for(target: dict) -> str:
             parts.append(str(target["mtriple"]).split("-")[0])
         if target.get("num-cores"):
             parts.append(f"{target['num-cores']}c")
-    elif kind in ("cuda", "rocm", "vulkan", "opencl", "metal"):
+    elif kind in GPU_KINDS:
         if target.get("arch"):
             parts.append(str(target["arch"]))
     return sanitize_platform_id("-".join(parts))
@@ -208,5 +202,6 @@ def sanitize_platform_id(text: str) -> str:
     return out or "unknown"
 
 
-def check_platform_id(pid: str) -> str:
-    return check_name(pid, "platform id", "x86-avx2-2c")
+def is_gpu(target: dict) -> bool:
+    """Whether a target (its JSON dict) compiles for a GPU."""
+    return str(target.get("kind", "")) in GPU_KINDS or "gpu" in (target.get("keys") or [])

@@ -92,7 +92,7 @@ def _submit(local, config: EvaluatorConfig, runner_input) -> tuple[list[float] |
 class ScreeningRunner(PyRunner):
     """Phase 1 for every candidate, phase 2 for those within ``ratio`` of their task's best (module docstring).
 
-    ``inner`` is the run's ``LocalRunner`` (``measure.make_runner``: its worker runs kernels on the target's
+    ``inner`` is the run's ``LocalRunner`` (``runners.make_runner``: its worker runs kernels on the target's
     threads); both phases run in its worker, phase 2 with its evaluator config (``sized``: its
     ``min_repeat_ms`` sized to the kernel). ``stats`` counts candidates, those screened out, phase-2 runs, failures, and
     candidates of no known task (measured in full)."""

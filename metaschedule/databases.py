@@ -1,0 +1,191 @@
+"""MetaSchedule's JSON databases, read and written: the one reader (plain or gzip-compressed files, one
+validation) and the one writer every part of costlab uses.
+
+A MetaSchedule work directory holds two JSON-lines files:
+
+- ``database_workload.json``: one workload per line, ``[shash, base64 IRModule JSON]``;
+- ``database_tuning_record.json``: one record per line,
+  ``[workload_index, [trace_json, run_secs, target_json, args_info]]``, the index counting lines of the
+  workload file from 0. ``run_secs`` is a list of seconds, ``[1e10]`` when building or running failed,
+  or ``null``.
+
+Either file may be gzip-compressed (``database_workload.json.gz``, ``database_tuning_record.json.gz``, as
+``benchmarks/results/`` archives runs): ``database_file`` finds the plain or the compressed one and
+``read_workloads`` / ``read_records`` read both. Lines are shape-checked without TVM; a bad line is counted
+in the caller's report (``costlab.common.import_report.ImportReport``) as ``FILE:LINE: what`` and skipped.
+``write_database`` writes a database that ``JSONDatabase`` loads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from pathlib import Path
+
+import orjson
+
+from costlab.common.errors import InputError, last_line
+from costlab.common.files import write_atomically
+from costlab.metaschedule.traces import compact_json
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+
+
+def database_file(work_dir, name: str) -> Path | None:
+    """The file ``name`` of a MetaSchedule work dir, plain or gzip-compressed (``name.gz``), or None."""
+    for path in (Path(work_dir) / name, Path(work_dir) / (name + ".gz")):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_lines(path: Path):
+    """``(0-based line number, line bytes)`` of a database file, plain or gzip-compressed (by its ``.gz``
+    suffix). A compressed file that does not decompress is an InputError naming it (the lines before the
+    damage have been read by then; an import that fails keeps nothing of them)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as fh:
+            yield from enumerate(fh)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputError(path, f"is not a readable gzip file ({last_line(exc)})") from None
+
+
+def content_size(path: Path) -> int:
+    """Bytes of a database file's lines (what the progress bar counts): a gzip file's uncompressed size,
+    from its trailer (modulo 4 GiB, as gzip records it)."""
+    if path.suffix != ".gz":
+        return os.path.getsize(path)
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return os.path.getsize(path)
+
+
+def work_dir_files(work_dir: Path) -> tuple[Path, Path]:
+    work_dir = Path(work_dir)
+    if not work_dir.exists():
+        raise InputError(work_dir, "no such MetaSchedule work directory")
+    if not work_dir.is_dir():
+        raise InputError(work_dir, f"not a directory: give the MetaSchedule work directory holding "
+                                   f"{WORKLOAD_FILE} and {RECORD_FILE}")
+    wl, tr = database_file(work_dir, WORKLOAD_FILE), database_file(work_dir, RECORD_FILE)
+    missing = [name for name, p in ((WORKLOAD_FILE, wl), (RECORD_FILE, tr)) if p is None]
+    if missing:
+        raise InputError(work_dir, f"not a MetaSchedule database: missing {' and '.join(missing)} "
+                                   f"(a work directory of tune_tir / tune_relax holds {WORKLOAD_FILE} and {RECORD_FILE}, "
+                                   "plain or .gz)")
+    return wl, tr
+
+
+def read_workloads(path: Path, report) -> dict[int, tuple[str, str]]:
+    """Line index (0-based, as record files count) -> (shash, base64), good lines only; bad lines are
+    counted in ``report`` as ``FILE:LINE: what``. ``path`` is plain or gzip-compressed."""
+    out: dict[int, tuple[str, str]] = {}
+    for i, line in read_lines(path):
+        if not line.strip():
+            continue
+        report.lines += 1
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            report.problem(f"{path}:{i + 1}: not JSON ({exc})")
+            continue
+        if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str)
+                or not isinstance(value[1], str) or not value[0].isdigit()):
+            report.problem(f"{path}:{i + 1}: not a workload ([shash string, base64 IR string])")
+            continue
+        why = base64_problem(value[1])
+        if why:  # stored, it would make every record of the workload unreadable later
+            report.problem(f"{path}:{i + 1}: workload IR is not valid base64 ({why})")
+            continue
+        out[i] = (value[0], value[1])
+    return out
+
+
+
+def read_records(path: Path, report):
+    """The tuning records of a records file (plain or gzip-compressed), shape-checked without TVM: per
+    line ``(0-based line number, line length in bytes, parsed)`` where ``parsed`` is ``parse_record``'s
+    tuple, or None for a blank or bad line (a bad one counted in ``report`` as ``FILE:LINE: what``)."""
+    for i, line in read_lines(path):
+        if not line.strip():
+            yield i, len(line), None
+            continue
+        report.lines += 1
+        try:
+            parsed = parse_record(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            report.problem(f"{path}:{i + 1}: not JSON ({exc})")
+            parsed = None
+        except ValueError as exc:
+            report.problem(f"{path}:{i + 1}: {exc}")
+            parsed = None
+        yield i, len(line), parsed
+
+
+def base64_problem(text: str) -> str | None:
+    """Why ``text`` is not the base64 of a serialized IRModule, or None. Checks the encoding only (no TVM):
+    characters outside the base64 alphabet, a length that is not a multiple of 4, nothing encoded."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        return str(exc).rstrip(".")
+    return None if raw else "empty"
+
+
+def parse_record(value) -> tuple[int, list, list | None, dict | None, list | None]:
+    """(workload index, trace, run_secs, target, args_info) of a line of a MetaSchedule JSON database's records
+    file, parsed as JSON (``value``), its shape checked without TVM; or ValueError saying what is wrong."""
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
+        raise ValueError("not a tuning record ([workload_index, [trace, run_secs, target, args_info]])")
+    idx, body = value
+    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+        raise ValueError(f"bad workload index {idx!r}")
+    if len(body) < 2:
+        raise ValueError("tuning record without trace and run_secs")
+    trace, run_secs = body[0], body[1]
+    target = body[2] if len(body) > 2 else None
+    args_info = body[3] if len(body) > 3 else None
+    if not isinstance(trace, list) or len(trace) != 2 or not isinstance(trace[0], list):
+        raise ValueError("trace is not [instructions, decisions]")
+    if run_secs is not None:
+        if not isinstance(run_secs, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in run_secs):
+            raise ValueError(f"run_secs is not a list of numbers: {str(run_secs)[:80]}")
+    if target is not None and not (isinstance(target, dict) and "kind" in target):
+        raise ValueError(f"target is not a JSON object with a 'kind': {str(target)[:80]}")
+    return idx, trace, run_secs, target, args_info
+
+
+def write_database(out_dir, workloads, records, replace: bool = False) -> Path:
+    """Write a MetaSchedule database in ``out_dir`` (created if missing); returns ``out_dir``.
+
+    ``workloads``: ``(shash, base64 IR)`` per line; ``records``: ``(workload line index, trace, run_secs,
+    target, args_info)`` per line, the trace as its JSON text (written as it is) or value (written by
+    ``compact_json``). Each file is written under a temporary name and renamed when complete. An existing
+    database is an InputError unless ``replace``."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(out_dir, "exists and is not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    existing = [n for n in (WORKLOAD_FILE, RECORD_FILE) if (out_dir / n).exists()]
+    if existing and not replace:
+        raise InputError(out_dir, f"already holds a MetaSchedule database ({', '.join(existing)}); "
+                                  "choose an empty directory (costlab never overwrites one)")
+    wl_lines = [json.dumps([shash, b64]) for shash, b64 in workloads]
+    rec_lines = ["[%d,[%s,%s,%s,%s]]" % (
+        index, trace if isinstance(trace, str) else compact_json(trace), json.dumps(run_secs),
+        json.dumps(target, sort_keys=True), json.dumps(args_info)) for index, trace, run_secs, target, args_info in records]
+    for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
+        write_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
+    return out_dir

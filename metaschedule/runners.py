@@ -1,0 +1,104 @@
+"""The runners costlab measures MetaSchedule candidates with (``LocalRunner`` on the target's threads, or
+``RPCRunner`` through a tracker behind ``rpc.guarded_runner``), and ``build_and_run``: candidates built,
+run and their results as raw costs and error codes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from costlab.metaschedule.pools import shutdown_pool
+from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS, costs_and_error
+from costlab.metaschedule.rpc import guarded_runner
+from costlab.metaschedule.traces import plain_json
+
+
+def _pin_threads(n: int) -> None:
+    """Runs first in the local runner's worker: the kernels get the target's ``num-cores`` threads. TVM's
+    thread pool is sized from ``TVM_NUM_THREADS`` when a kernel first runs; MetaSchedule leaves it at the
+    machine's core count whatever the target says, so a 1-core platform would be measured on 2 cores."""
+    os.environ["TVM_NUM_THREADS"] = str(n)
+
+
+def runner_threads() -> int:
+    """Threads TVM's runtime uses in this process (read back by the test of ``_pin_threads``)."""
+    import tvm
+
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+def make_runner(opts, target, on_lost=None):
+    """The runner costlab measures with: MetaSchedule's ``LocalRunner`` whose worker runs kernels on the
+    target's ``num-cores`` threads, or its ``RPCRunner`` through a tracker when ``opts.rpc_key`` is set,
+    guarded (``rpc.guarded_runner``) so that a tracker or device that stops answering gives no failed
+    records: ``on_lost(reason)`` is called and the caller stops."""
+    from tvm.s_tir import meta_schedule as ms
+
+    evaluator = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
+                                          min_repeat_ms=opts.min_repeat_ms, enable_cpu_cache_flush=False)
+    if opts.rpc_key:
+        config = ms.runner.RPCConfig(tracker_host=opts.rpc_host, tracker_port=opts.rpc_port,
+                                     tracker_key=opts.rpc_key, session_timeout_sec=int(max(opts.runner_timeout, 10)))
+        inner = ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+        return guarded_runner(inner, opts.rpc_host, opts.rpc_port, opts.rpc_key, opts.rpc_wait, on_lost)
+    cores = int(target.attrs.get("num-cores", 0) or 0)
+    init = functools.partial(_pin_threads, cores) if cores > 0 else None
+    return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
+
+
+def close_runner(runner) -> None:
+    """Shut a runner's worker pool down now rather than when the garbage collector gets to it: TVM's
+    ``PopenPoolExecutor`` destructor can deadlock when it runs in the middle of other TVM work (its own
+    docstring warns of it), which a long process (a test session, a notebook) then hangs in."""
+    for obj in (runner, getattr(runner, "inner", None)):
+        pool = getattr(obj, "pool", None) if obj is not None else None
+        if pool is not None and not getattr(pool, "_shutdown", False):
+            shutdown_pool(pool)
+
+
+def build_and_run(builder, runner, target, candidates, rounds: int = 1) -> list[tuple[list[float], int, str | None]]:
+    """``(raw costs, error code, error message)`` per candidate; failures get MetaSchedule's ``[1e10]``.
+
+    ``rounds`` > 1: each candidate is built once and run ``rounds`` times, the candidates in turn (all of
+    them once, then all again), its costs of every round in one list; so programs compared with each other
+    meet the machine's drift alike. A failure in any round fails the candidate."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import remove_build_dir
+
+    import tvm
+
+    # The runner wants the device name ("cpu", "cuda"), not the target kind ("llvm").
+    device = str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
+    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
+    out: list = [None] * len(candidates)
+    inputs, where = [], []
+    for i, b in enumerate(built):
+        if b.error_msg is None:
+            inputs.append(ms.runner.RunnerInput(b.artifact_path, device, candidates[i].args_info))
+            where.append(i)
+        else:
+            out[i] = ([MS_FAILURE_SECS], ERROR_MS_FAILED, str(b.error_msg))
+    try:
+        runs: dict = {i: [] for i in where}
+        for _ in range(max(1, int(rounds))):
+            live = [k for k, i in enumerate(where) if out[i] is None]  # a program that failed is not run again
+            if not live:
+                break
+            for k, fut in zip(live, runner.run([inputs[k] for k in live])):
+                i, res = where[k], fut.result()
+                if res.error_msg is not None or res.run_secs is None:
+                    out[i] = ([MS_FAILURE_SECS], ERROR_MS_FAILED, str(res.error_msg))
+                else:
+                    runs[i].extend(float(plain_json(x)) for x in res.run_secs)
+        for i in where:
+            if out[i] is None:
+                costs, error = costs_and_error(runs[i])
+                out[i] = (costs, error, None)
+    finally:
+        for i in where:
+            try:
+                remove_build_dir(built[i].artifact_path)
+            except OSError:
+                pass
+    return out
