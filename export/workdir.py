@@ -26,7 +26,8 @@ from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
-from costlab.datasets.ms_database import BAD_LINES_FILE, RECORD_FILE, WORKLOAD_FILE
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE
+from costlab.metaschedule.repair import BAD_LINES_FILE
 
 LOCK_FILE = ".costlab_tune.lock"
 RUN_FILE = "costlab_run.json"  # the options of the tuning run a work dir holds, and the host that measured it
