@@ -30,11 +30,8 @@ import numpy as np
 from costlab.costmodels.metrics import TAILS, best_part, pairwise_accuracy
 from costlab.costmodels.momentum import MomentumTransfer
 from costlab.costmodels.recipe import fit_lists, ranking_list, scores_of, take
-from costlab.costmodels.recipes import Recipe, recipe
+from costlab.costmodels.recipes import ADAPT_MODES, Recipe, recipe
 from costlab.costmodels.tensors import concat_features
-
-MODES = ("none", "finetune", "momentum")
-
 
 # The online recipe: ``safe`` with fewer steps (it runs after every round, on a growing set), validated on
 # each task's own programs: a tuning run's model is asked about the very tasks it measures
@@ -47,8 +44,9 @@ class OnlineAdapter:
 
     def __init__(self, predictor, mode: str = "momentum", momentum: float = 0.9, every: int = 1, head: int = 0,
                  seed: int = 0, recipe_spec=None, **recipe_options):
-        if mode not in MODES[1:]:
-            raise ValueError(f"adaptation mode must be one of {', '.join(MODES[1:])}, not {mode!r}")
+        adapting = [m for m in ADAPT_MODES if m != "none"]
+        if mode not in adapting:
+            raise ValueError(f"adaptation mode must be one of {', '.join(adapting)}, not {mode!r}")
         self.predictor, self.mode, self.head, self.seed = predictor, mode, head, seed
         base = recipe(recipe_spec) if recipe_spec is not None else ONLINE
         self.recipe = Recipe.from_dict(dict(base.to_dict(), **recipe_options))

@@ -1,6 +1,7 @@
-"""The fine-tuning recipes by name, and what a recipe is: torch-free, so that the command line lists them
-(``costlab finetune --recipe``) without importing torch. What each option guards against, and the loop that
-applies a recipe (``fit_lists``), are in ``recipe.py``.
+"""The fine-tuning recipes by name, what a recipe is, and the online adaptation modes of a tuning run:
+torch-free, so that the command line lists them (``costlab finetune --recipe``, ``costlab tune --adapt``)
+without importing torch. What each option guards against, and the loop that applies a recipe
+(``fit_lists``), are in ``recipe.py``; the adaptation modes are run by ``adapt.py``.
 """
 
 from __future__ import annotations
@@ -72,3 +73,12 @@ def recipe(spec) -> Recipe:
     if spec not in RECIPES:
         raise ValueError(f"no fine-tuning recipe {spec!r} (recipes: {', '.join(RECIPES)})")
     return copy.deepcopy(RECIPES[spec])
+
+
+# The online adaptation modes of a tuning run (``adapt.OnlineAdapter``, which runs all but ``none``), each with
+# its ``costlab tune --adapt`` help; ``export/tune.py`` checks --adapt against them, and its ``auto`` picks one
+ADAPT_MODES = {
+    "none": "the model as trained",
+    "finetune": "the net adapted by the online recipe after every round",
+    "momentum": "the net adapted by MoA's Siamese rule, from a momentum copy that follows it slowly",
+}

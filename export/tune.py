@@ -35,7 +35,8 @@ from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.files import write_atomically
 from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
-from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, NEEDS_MODEL, STRATEGIES
+from costlab.costmodels.recipes import ADAPT_MODES
+from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import WorkDir
 from costlab.metaschedule.traces import plain_json
@@ -43,7 +44,6 @@ from costlab.metaschedule.traces import plain_json
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
 SCREEN_DEFAULT = 1.5  # --screen: benchmarks/screening.py, docs/search.md
-ADAPT = ("auto", "none", "finetune", "momentum")
 
 
 @dataclass
@@ -129,10 +129,10 @@ class TuneOptions:
         strategy = self.strategy or (DEFAULT_WITH_MODEL if self.model else DEFAULT_WITHOUT_MODEL)
         if strategy not in STRATEGIES:
             raise UsageError(f"--strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-        if strategy in NEEDS_MODEL and not self.model:
+        if STRATEGIES[strategy].needs_model and not self.model:
             raise UsageError(f"--strategy {strategy} needs a --model to verify with (a model dir, psa or random)")
-        if self.adapt not in ADAPT:
-            raise UsageError(f"--adapt must be one of {', '.join(ADAPT)}, not {self.adapt!r}")
+        if self.adapt != "auto" and self.adapt not in ADAPT_MODES:  # auto: resolved_adapt picks a mode
+            raise UsageError(f"--adapt must be one of auto, {', '.join(ADAPT_MODES)}, not {self.adapt!r}")
         if self.adapt not in ("auto", "none") and not self.model:
             raise UsageError("--adapt needs a --model to adapt")
         if self.ms_defaults and self.rpc_key:
@@ -534,7 +534,7 @@ def resolved_adapt(opts: TuneOptions, work: Path) -> str:
     if opts.adapt != "auto":
         return opts.adapt
     old = WorkDir(work).recorded("adapt")
-    if old in ADAPT[1:]:
+    if old in ADAPT_MODES:
         return old
     if not opts.model or opts.model in ("psa", "random"):
         return "none"

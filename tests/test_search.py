@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 TARGET = ["--target", "llvm -num-cores=2"]
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_each_strategy_tunes_over_three_rounds(run, tmp_path, capsys, strategy):  # noqa: F811
     work = tmp_path / "w"
     model = ["--model", str(run / "model")] if strategy != "evolutionary" else []

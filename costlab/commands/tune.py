@@ -7,7 +7,8 @@ import sys
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.signals import signals_end_cleanly
-from costlab.export.search import STRATEGIES
+from costlab.costmodels.recipes import ADAPT_MODES
+from costlab.export.search import STRATEGIES, strategy_help
 
 
 def register(sub) -> None:
@@ -41,21 +42,16 @@ def register(sub) -> None:
     q.add_argument("--model", metavar="MODEL",
                    help="a costlab model: model dir or archive (costlab export), training run dir, shipped model "
                    "name (costlab models), psa or random; default: MetaSchedule's XGBoost model")
-    q.add_argument("--strategy", choices=list(STRATEGIES),
-                   help="model-led (default with --model): PSA drafts the initial pool, the model scores every "
-                   "generation of the genetic search, first rounds small (--first-rounds); draft-verify: PSA leads "
-                   "the genetic search and the model re-ranks its best --verify-fraction; draft-filter: "
-                   "MetaSchedule's evolutionary search with a cost model that drafts with PSA and verifies the "
-                   "best fraction of every call; evolutionary: MetaSchedule's search with the model (default "
-                   "without --model) as its cost model (docs/search.md compares them)")
+    q.add_argument("--strategy", choices=list(STRATEGIES), help=strategy_help())
     q.add_argument("--task-scheduler", choices=["gain", "gradient", "round-robin"],
                    help="which of a network's tasks gets the next round: gain (default for a network): after every "
                    "task's first round, the task expected to save the most end-to-end time per second of tuning "
                    "(weight x best latency x predicted improvement / seconds per round); gradient, round-robin: "
                    "MetaSchedule's own (docs/search.md)")
-    q.add_argument("--adapt", choices=["auto", "none", "finetune", "momentum"], default="auto",
-                   help="online adaptation of the model to the run's measurements (momentum: MoA's Siamese rule; "
-                        "auto, the default: momentum for a learned model, none for psa, random or a baseline)")
+    q.add_argument("--adapt", choices=["auto", *ADAPT_MODES], default="auto",
+                   help="online adaptation of the model to the run's measurements: "
+                   + "; ".join(f"{name}: {line}" for name, line in ADAPT_MODES.items())
+                   + "; auto, the default: momentum for a learned model, none for psa, random or a baseline")
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
     q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")
     q.add_argument("--seed", type=int, default=0)
