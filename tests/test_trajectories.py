@@ -105,4 +105,7 @@ def test_the_committed_trajectories_unpack_with_their_host(tmp_path):
         with open_dataset(data) as ds:
             pid = info_path.parent.name
             assert ds.num_records(pid) == info["records"][pid] and ds.platforms[pid].host["cpu_model"]
-            assert len(ds.tasks) == info["tasks"] == len(info["trajectories"]["tasks"])
+            # two entries may tune one workload (BERT's and Llama's softmax at hidden 512 are the same function):
+            # their records are one task's
+            assert len(ds.tasks) == info["tasks"] <= len(info["trajectories"]["tasks"])
+            assert len(ds.tasks) >= len(info["trajectories"]["tasks"]) - len(mt.NETWORK_TASKS)
