@@ -102,14 +102,8 @@ def _tasks() -> list[str]:
              "GRP:1,7,7,512,512,3,1,1,1,16", "DIL:1,56,56,32,32,3,1,1,2", "T2D:1,8,8,256,128,4,2,1", "CBR:1,28,28,64,128,3,2,1",
              "CBR:1,7,7,512,1024,1,1,0", "CAP:1,8,8,32,32,3,1,1", "GMM:1,49,512,2048", "GMM:1,196,256,1024",
              "GMM:1,50,1024,1024", "GMM:1,197,384,384", "GMM:1,77,512,2048", "GMM:1,100,2048,512"]
-    kinds = [dense, attention, convs, norms, depthwise, softmax, other]
-    out: list[str] = []
-    while any(kinds):
-        for kind in kinds:
-            if kind:
-                out.append(kind.pop(0))
     seen, uniq = set(), []
-    for w in out:
+    for w in _interleave([dense, attention, convs, norms, depthwise, softmax, other]):
         if w not in seen and w not in EXCLUDED:
             seen.add(w)
             uniq.append(w)
@@ -136,8 +130,12 @@ NETWORK_TASKS = {
 
 def _network_tasks() -> list[str]:
     """``NET:FUNCTION:TASK`` entries, networks interleaved like the te kinds. Append only, as ``_tasks``."""
-    lists = [[f"NET:{net}:{task}" for task in tasks] for net, tasks in NETWORK_TASKS.items()]
-    out = []
+    return _interleave([[f"NET:{net}:{task}" for task in tasks] for net, tasks in NETWORK_TASKS.items()])
+
+
+def _interleave(lists: list[list[str]]) -> list[str]:
+    """One item of each list in turn, so that any prefix is as varied as the whole."""
+    out: list[str] = []
     while any(lists):
         for one in lists:
             if one:
