@@ -8,7 +8,10 @@ Kinds of record:
 - ``trajectory``: the trajectory corpus (``corpus/trajectories/<platform>``: every record of 200-trial tuning
   runs, MetaSchedule's search and costlab's model-led one alternately) on this project's Zen 5;
 - ``trajectory64``: the same tasks' trajectories with a third of their records kept (about 64 per task, as
-  many as ``random``), which tells the kind of record apart from the number of records.
+  many as ``random``), which tells the kind of record apart from the number of records;
+- ``both``: both CPUs' records in one dataset (``cpus.py``), every task of either as rows labelled on their own
+  CPU, with the hardware input (``featurizers/hardware_vector.py``, spec jitter in training): the candidate for
+  the next shipped model. N counts tasks of either CPU.
 
 For each kind and each size N (20, 40, 80, all), a PaCM model trains on N tasks (the first N of a seeded
 permutation) and is scored zero-shot, with ``costlab evaluate``'s metrics, on held-out trajectories:
@@ -41,15 +44,21 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import cpus  # noqa: E402
 import heldout_trajectories  # noqa: E402
 
 from costlab.cli import main as costlab  # noqa: E402
 from costlab.datasets import DatasetWriter, open_dataset  # noqa: E402
 from costlab.datasets.splits import Split  # noqa: E402
+from costlab.featurizers.hardware_vector import DIM  # noqa: E402
 
 ZEN5 = "llvm-znver5-2c"
 PACKS = {"random": ROOT / "corpus", "trajectory": ROOT / "corpus" / "trajectories" / ZEN5}
-KINDS = {"random": ("random", 1.0), "trajectory": ("trajectory", 1.0), "trajectory64": ("trajectory", 1 / 3)}
+# kind -> (source dataset, fraction of each task's records kept, training settings of its own)
+BOTH = [f"data_options.row_platforms=[{ZEN5}, {cpus.EMR}]", f"net.hardware_dim={DIM}",
+        "data_options.hardware_jitter=0.5"]
+KINDS = {"random": ("random", 1.0, []), "trajectory": ("trajectory", 1.0, []),
+         "trajectory64": ("trajectory", 1 / 3, []), "both": ("cpus", 1.0, BOTH)}
 SIZES = (20, 40, 80, 0)  # 0: every task there is
 KEYS = ("pairwise", "pairwise_q25", "pairwise_q10", "top1", "top1_q25", "pick1", "pick8", "pick32")
 HELD_OUT_SPLIT = "curve-heldout"
@@ -81,7 +90,7 @@ def training_tasks(data: Path, banned_hashes: set, seed: int) -> tuple[list[int]
     """The measured tasks a model of this dataset may train on (a seeded permutation), the trajectory tasks held
     out, and the held-out tasks' workload hashes."""
     with open_dataset(data) as ds:
-        measured = set(np.unique(ds.records(ds.record_platforms()[0]).task).tolist())
+        measured = set().union(*(np.unique(ds.records(p).task).tolist() for p in ds.record_platforms()))
         tasks = [(t.index, t.name, t.workload_hash) for t in ds.tasks if t.index in measured]
     heldout = [i for i, name, _ in tasks if held_out(name)] if not banned_hashes else []
     hashes = {h for i, _, h in tasks if i in heldout}
@@ -89,13 +98,14 @@ def training_tasks(data: Path, banned_hashes: set, seed: int) -> tuple[list[int]
     return list(np.random.default_rng(seed).permutation(usable)), heldout, hashes
 
 
-def train(data: Path, run: Path, tasks: list[int], all_tasks: int, keep: float, platform: str, args) -> Path:
+def train(data: Path, run: Path, tasks: list[int], all_tasks: int, keep: float, platform: str, args,
+          extra: list[str]) -> Path:
     if (run / "model" / "config.json").exists():
         return run
     name = f"curve-{run.name}"
     _store(data, name, set(range(all_tasks)) - set(tasks))
     sets = ["net.d_model=128", "data_options.lists_per_batch=4", "data_options.val_fraction=0.1",
-            f"seed={args.seed}"]
+            f"seed={args.seed}"] + extra
     if keep < 1:
         sets.append(f"data_options.keep_fraction={{{platform}: {keep:.4f}}}")
     argv = ["train", "--model", "pacm", "--data", str(data), "--split", name, "--platform", platform,
@@ -148,18 +158,22 @@ def main(argv=None) -> int:
     from costlab.common.host import describe_host, host_info
 
     args.out.mkdir(parents=True, exist_ok=True)
+    kinds = args.kinds.split(",")
     data = {source: unpack(args.out, source) for source in PACKS}
+    if any(KINDS[k][0] == "cpus" for k in kinds):
+        data["cpus"] = cpus.build(args.out)
     traj_order, traj_heldout, banned = training_tasks(data["trajectory"], set(), args.seed)
     _store(data["trajectory"], HELD_OUT_SPLIT, traj_heldout)
-    orders = {"trajectory": traj_order, "random": training_tasks(data["random"], banned, args.seed)[0]}
+    orders = {"trajectory": traj_order} | {source: training_tasks(data[source], banned, args.seed)[0]
+                                           for source in data if source != "trajectory"}
     held = {arm: heldout_trajectories.build(args.out, arm) for arm in ("a", "a1000")}
     results_path = args.out / "results.json"
     results = dict(host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"), settings=vars(args) | {"out": str(args.out)},
                    heldout_tasks=len(traj_heldout), scores=[])
-    for kind in args.kinds.split(","):
-        source, keep = KINDS[kind]
+    for kind in kinds:
+        source, keep, extra = KINDS[kind]
         with open_dataset(data[source]) as ds:
-            platform, n_tasks = ds.record_platforms()[0], len(ds.tasks)
+            platform, n_tasks = (ZEN5 if extra is BOTH else ds.record_platforms()[0]), len(ds.tasks)
         for size in (int(s) for s in args.sizes.split(",")):
             tasks = orders[source] if size == 0 else orders[source][:size]
             if size > len(orders[source]):
@@ -167,7 +181,7 @@ def main(argv=None) -> int:
                 continue
             t0 = time.perf_counter()
             run = train(data[source], args.out / f"{kind}-n{len(tasks)}-s{args.seed}", tasks, n_tasks, keep,
-                        platform, args)
+                        platform, args, extra)
             row = dict(kind=kind, tasks=len(tasks), seconds=round(time.perf_counter() - t0, 1))
             for on, (path, split) in {"a": (held["a"], None), "a1000": (held["a1000"], None),
                                       "traj-heldout": (data["trajectory"], HELD_OUT_SPLIT)}.items():

@@ -26,43 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-EMR, ZEN5 = "llvm-emeraldrapids-2c", "llvm-znver5-2c"
-PLATFORMS = {EMR: ROOT / "corpus", ZEN5: ROOT / "corpus" / "trajectories" / ZEN5}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpus import PLATFORMS, build  # noqa: E402
+
 KEYS = ("top1", "pairwise", "pairwise_q25", "pairwise_q10", "top1_q25", "pick1", "pick8")
 ARMS = {"tlp": [], "tlp-hw": ["net.hardware_dim={dim}", "data_options.hardware_jitter={jitter}"]}
-
-
-def build(out: Path) -> Path:
-    """One dataset holding every CPU's records (rebuilt only when missing), TLP features cached."""
-    from costlab.cli import main
-    from costlab.datasets import open_dataset
-
-    data = out / "cpus.h5"
-    if data.exists():
-        return data
-    tmp = out / "cpus.h5.tmp"
-    tmp.unlink(missing_ok=True)
-    first, *rest = PLATFORMS.items()
-    if main(["dataset", "unpack", str(first[1]), "-o", str(tmp)]) != 0:
-        raise SystemExit(f"error: unpacking {first[1]} failed")
-    for pid, packed in rest:
-        part = out / f"{pid}.h5"
-        part.unlink(missing_ok=True)
-        if main(["dataset", "unpack", str(packed), "-o", str(part)]) != 0:
-            raise SystemExit(f"error: unpacking {packed} failed")
-        with open_dataset(part) as ds:
-            host = ds.platforms[pid].host
-        (out / f"{pid}.host.json").write_text(json.dumps(host))
-        if main(["dataset", "export-ms", str(part), "--platform", pid, "-o", str(out / f"{pid}.ms")]) != 0:
-            raise SystemExit(f"error: exporting {pid} failed")
-        if main(["dataset", "import-ms", str(out / f"{pid}.ms"), "-o", str(tmp), "--platform", pid,
-                 "--host", str(out / f"{pid}.host.json")]) != 0:
-            raise SystemExit(f"error: importing {pid} failed")
-    if main(["featurize", str(tmp), "--featurizer", "tlp", "--no-progress"]) != 0:
-        raise SystemExit("error: featurizing failed")
-    tmp.replace(data)
-    return data
 
 
 def train(data: Path, out: Path, arm: str, platform: str, epochs: int, jitter: float, d_model: int) -> Path:
@@ -119,7 +87,7 @@ def main(argv=None) -> int:
     from costlab.common.host import describe_host, host_info
 
     args.out.mkdir(parents=True, exist_ok=True)
-    data = build(args.out)
+    data = build(args.out, featurizer="tlp")  # one TLP vocabulary over both CPUs
     results = dict(host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"), data=str(data), scores=[],
                    settings=vars(args) | {"out": str(args.out)})
     for held in PLATFORMS:

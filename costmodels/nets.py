@@ -95,7 +95,9 @@ class PaCMKind(NetKind):
 
     def inputs(self, batch: dict) -> tuple:
         program = batch["program"].float() if "program" in batch else None
-        return batch["stmt"].float(), batch["stmt_mask"], batch["pattern"].float(), batch["pattern_mask"], program
+        hardware = batch["hardware"].float() if "hardware" in batch else None
+        return (batch["stmt"].float(), batch["stmt_mask"], batch["pattern"].float(), batch["pattern_mask"], program,
+                hardware)
 
 
 @register

@@ -1,4 +1,4 @@
-"""One model over several CPUs: a TLP net with a hardware input (``featurizers/hardware_vector.py``) trains on
+"""One model over several CPUs: a net (TLP, PaCM) with a hardware input (``featurizers/hardware_vector.py``) trains on
 the records of two CPU platforms, each row with its platform's vector and its own label, and scores records of
 a CPU whose host was not in training. The vector comes from the dataset's platform (its host record or
 ``-mcpu``), never from the machine scoring: the same scores on a faked Zen 4 as here. A live tuning target's
@@ -61,11 +61,12 @@ def held_out(tmp_path_factory) -> Path:
     return base / "zen4.h5"
 
 
-@pytest.fixture(scope="module")
-def model(two_cpus, tmp_path_factory) -> Path:
-    """A tiny TLP with a hardware input, trained two epochs on both CPUs' records (spec jitter on), exported."""
+@pytest.fixture(scope="module", params=["tlp", "pacm"])
+def model(request, two_cpus, tmp_path_factory) -> Path:
+    """A tiny net (TLP, PaCM) with a hardware input, trained two epochs on both CPUs' records (spec jitter on),
+    exported."""
     base = tmp_path_factory.mktemp("hwmodel")
-    assert main(["train", "--data", str(two_cpus), "--platform", ZEN5, "--out", str(base / "run"), "--epochs", "2",
+    assert main(["train", "--model", request.param, "--data", str(two_cpus), "--platform", ZEN5, "--out", str(base / "run"), "--epochs", "2",
                  "--no-progress", *TINY, "--set", f"net.hardware_dim={hw.DIM}",
                  "--set", f"data_options.row_platforms=[{ZEN5}, {EMR}]",
                  "--set", "data_options.hardware_jitter=0.3", "--set", "trainer.log_every_n_steps=1"]) == 0
