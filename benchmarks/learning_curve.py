@@ -27,6 +27,8 @@ is skipped, ``results.json`` is rewritten after each score.
     flock /tmp/costlab-cpu.lock .venv/bin/python benchmarks/learning_curve.py --out bench/curve [--epochs 60]
 
 prints a markdown table per held-out set and draws ``curve.png`` (metric against N, a line per kind).
+``--models x86-cpu-v1`` scores shipped models on the same sets (rows with tasks 0). Rows of earlier invocations
+on the same CPU are kept, a row scored again replaced.
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ def plot(results: dict, path: Path) -> None:
                 pts = sorted((r["tasks"], r[key]) for r in results["scores"] if r["on"] == on and r["kind"] == kind)
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=kind)
+            for r in results["scores"]:  # models scored beside the curve: a level line each
+                if r["on"] == on and r["kind"] not in KINDS:
+                    ax.axhline(r[key], ls="--", lw=1, color="grey", label=r["kind"])
             ax.set_xscale("log", base=2)
             ax.set_title(f"{on}: {key}", fontsize=9)
             ax.set_xlabel("training tasks")
@@ -154,6 +159,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="training task counts, 0 = all")
     p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--models", default="", help="models scored beside the curve on the same held-out sets (names "
+                   "or paths, e.g. x86-cpu-v1)")
     args = p.parse_args(argv)
     from costlab.common.host import describe_host, host_info
 
@@ -168,8 +175,23 @@ def main(argv=None) -> int:
                                            for source in data if source != "trajectory"}
     held = {arm: heldout_trajectories.build(args.out, arm) for arm in ("a", "a1000")}
     results_path = args.out / "results.json"
+    sets = {"a": (held["a"], None), "a1000": (held["a1000"], None),
+            "traj-heldout": (data["trajectory"], HELD_OUT_SPLIT)}
     results = dict(host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"), settings=vars(args) | {"out": str(args.out)},
                    heldout_tasks=len(traj_heldout), scores=[])
+    if results_path.exists():  # an earlier invocation's rows (other kinds, sizes or models) are kept
+        old = json.loads(results_path.read_text())
+        if old.get("host", {}).get("cpu_model") == results["host"].get("cpu_model"):
+            results["scores"] = old["scores"]
+
+    def add(row: dict) -> None:
+        same = ("kind", "tasks", "on")
+        results["scores"] = [r for r in results["scores"] if any(r[k] != row[k] for k in same)] + [row]
+        results_path.write_text(json.dumps(results, indent=1))
+
+    for model in filter(None, args.models.split(",")):
+        for on, (path, split) in sets.items():
+            add(dict(kind=model, tasks=0, on=on) | score(model, path, split))
     for kind in kinds:
         source, keep, extra = KINDS[kind]
         with open_dataset(data[source]) as ds:
@@ -183,10 +205,8 @@ def main(argv=None) -> int:
             run = train(data[source], args.out / f"{kind}-n{len(tasks)}-s{args.seed}", tasks, n_tasks, keep,
                         platform, args, extra)
             row = dict(kind=kind, tasks=len(tasks), seconds=round(time.perf_counter() - t0, 1))
-            for on, (path, split) in {"a": (held["a"], None), "a1000": (held["a1000"], None),
-                                      "traj-heldout": (data["trajectory"], HELD_OUT_SPLIT)}.items():
-                results["scores"].append(row | {"on": on} | score(run / "model", path, split))
-            results_path.write_text(json.dumps(results, indent=1))
+            for on, (path, split) in sets.items():
+                add(row | {"on": on} | score(run / "model", path, split))
     plot(results, args.out / "curve.png")
     print(f"host: {describe_host(results['host'])}; held-out trajectory tasks: {len(traj_heldout)}")
     for on in ("a", "a1000", "traj-heldout"):
