@@ -6,6 +6,10 @@
 #
 # Usage: VERSION=v2 scripts/train_x86_model.sh [WORK_DIR] [all|annotate]   (default build/x86-cpu, all; EPOCHS=60)
 #   annotate: only (re)write what config.json says of the corpus and of HELD_OUT, the weights untouched
+#   DATA=both: the two-CPU model (x86-cpu-v2): Emerald Rapids' random samples (corpus/) and Zen 5's tuning
+#     trajectories (corpus/trajectories/llvm-znver5-2c) as rows of one PaCM with the hardware input, exactly the
+#     `both` kind of benchmarks/learning_curve.py at all tasks (a fifth of the trajectory tasks, by name, and
+#     every task of their workloads held out), so that the curve's held-out figures are this model's
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${1:-$ROOT/build/x86-cpu}"
@@ -13,7 +17,12 @@ STEP="${2:-all}"
 VERSION="${VERSION:?set VERSION (v1, v2, ...): the model goes to costmodels/models/x86-cpu-VERSION}"
 DEST="$ROOT/costmodels/models/x86-cpu-$VERSION"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
-if [ "$STEP" = all ]; then
+if [ "$STEP" = all ] && [ "${DATA:-}" = both ]; then
+  "${COSTLAB%/costlab}/python" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds both --sizes 0 \
+    --epochs "${EPOCHS:-60}"
+  rm -rf "$DEST"
+  "$COSTLAB" export "$(ls -d "$WORK"/both-n*-s0 | head -1)" -o "$DEST" --force
+elif [ "$STEP" = all ]; then
   mkdir -p "$WORK"
   if [ ! -f "$WORK/corpus.h5" ]; then
     "$COSTLAB" dataset unpack "$ROOT/corpus" -o "$WORK/corpus.h5"
@@ -26,17 +35,34 @@ fi
 # what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
 # HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits (its --json), those
 # figures: each model's mean over the splits and its top-1 per split
-"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" "$DEST" <<'PY'
+"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" "$DEST" "${DATA:-}" "$WORK" <<'PY'
 import json, sys
 from pathlib import Path
-root, held_out, dest = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-info = json.loads((root / "corpus" / "info.json").read_text())
+root, held_out, dest, data = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 path = dest / "config.json"
 config = json.loads(path.read_text())
-pid = config["platforms"][0]
-host = (config.get("hosts") or {}).get(pid) or {}
-config["corpus"] = dict(tasks=info["records_per_task"][pid]["tasks"], records=info["records"][pid], platform=pid,
-                        host=host.get("cpu_model"), threads=host.get("threads"), files="corpus/")
+if data == "both":  # what each row platform gave to training: its tasks and records outside the held-out split
+    import numpy as np
+    from costlab.datasets import open_dataset
+    parts = []
+    with open_dataset(Path(sys.argv[5]) / "cpus.h5") as ds:
+        split = ds.split(config["split"])
+        for pid in config["training"]["row_platforms"]:
+            task = ds.records(pid).task.astype(np.int64)
+            train = task[~split.is_test(task, np.zeros(len(task), np.int64))]
+            host = ds.platforms[pid].host or {}
+            pack = "corpus/trajectories/" + pid if (root / "corpus/trajectories" / pid).is_dir() else "corpus"
+            parts.append(dict(platform=pid, tasks=int(len(np.unique(train))), records=int(len(train)),
+                              host=host.get("cpu_model"), threads=host.get("threads"), files=pack + "/"))
+    config["corpus"] = dict(tasks=sum(p["tasks"] for p in parts), records=sum(p["records"] for p in parts),
+                            platforms=parts, held_out="a fifth of the trajectory tasks by name "
+                            "(benchmarks/learning_curve.py held_out) and every task of their workloads")
+else:
+    info = json.loads((root / "corpus" / "info.json").read_text())
+    pid = config["platforms"][0]
+    host = (config.get("hosts") or {}).get(pid) or {}
+    config["corpus"] = dict(tasks=info["records_per_task"][pid]["tasks"], records=info["records"][pid], platform=pid,
+                            host=host.get("cpu_model"), threads=host.get("threads"), files="corpus/")
 if held_out:
     runs = json.loads(Path(held_out).read_text())["models"]
     splits = [k for k in runs if k != "mean"]

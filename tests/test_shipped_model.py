@@ -15,6 +15,7 @@ import pytest
 from conftest import FIXTURES, REPO
 
 from costlab.cli import main
+from costlab.costmodels.shipped import versioned_names
 
 pytest.importorskip("tvm")
 
@@ -35,13 +36,16 @@ def test_listed_with_the_corpus_it_trained_on(capsys):
     assert "-mcpu=" in json.dumps(model["targets"][pid]) or '"mcpu"' in json.dumps(model["targets"][pid])
 
 
-def test_loads_by_name_without_lightning_and_scores_candidates():
+@pytest.mark.parametrize("name", ["x86-cpu", *versioned_names()])
+def test_loads_by_name_without_lightning_and_scores_candidates(name):
+    """The alias and every versioned model (x86-cpu-v2 with the hardware input: the vector of the machine tuning
+    now) load by name and score a live tuning context's candidates."""
     code = """
 import sys
 import numpy as np
 from costlab.export import load
 from test_export import _context
-model = load("x86-cpu")
+model = load(sys.argv[1])
 ctx, cands = _context()
 scores = model.predict(ctx, cands)
 assert len(scores) == len(cands) and np.isfinite(scores).all() and (scores > 0).all(), scores
@@ -51,7 +55,7 @@ bad = sorted(m for m in sys.modules if m == "lightning" or m.startswith(("lightn
 assert not bad, bad
 print("ok")
 """
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
                          env={"PYTHONPATH": str(REPO / "tests"), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
 
@@ -86,3 +90,18 @@ def test_versioned_names_and_the_alias_load_the_same_weights(capsys):
     assert rows["x86-cpu"]["alias_of"] == version and rows[version]["alias_of"] is None
     assert main(["models"]) == 0
     assert f"x86-cpu is {version} now" in capsys.readouterr().out
+
+
+def test_a_model_of_two_cpus_lists_what_each_gave():
+    """x86-cpu-v2 learned from two CPUs' records (scripts/train_x86_model.sh, DATA=both): `costlab models` counts
+    both, and each platform's part is no more than its pack holds."""
+    from costlab.costmodels.listing import shipped_models, trained_on
+
+    row = {r["name"]: r for r in shipped_models()}["x86-cpu-v2"]
+    parts = row["corpus"]["platforms"]
+    assert len(parts) == 2 and row["corpus"]["records"] == sum(p["records"] for p in parts)
+    for part in parts:
+        info = json.loads((REPO / part["files"] / "info.json").read_text())
+        assert 0 < part["records"] <= info["records"][part["platform"]] and part["host"]
+        assert 0 < part["tasks"] <= info["records_per_task"][part["platform"]]["tasks"]
+    assert trained_on(row) == f"{row['corpus']['tasks']} tasks / {row['corpus']['records']:,} records"
