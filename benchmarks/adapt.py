@@ -71,7 +71,7 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
     else:
         from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup
 
-        from costlab.train.baselines import steplr_accepting_verbose
+        from costlab.costmodels.baselines import steplr_accepting_verbose
 
         n_tasks = len(np.unique(t))
         if n_tasks < 2:

@@ -18,6 +18,7 @@ import numpy as np
 
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
+from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipe import fit_lists, task_lists
@@ -33,7 +34,8 @@ def finetune(source, data, platform: str, out, spec="safe", split: str | None = 
     r = recipe(spec)
     pred = load_predictor(source)
     if not isinstance(pred, NetPredictor):
-        raise UsageError(f"{source}: a {pred.kind} model has no net to fine-tune (fine-tune a tlp, pacm or mtl model)")
+        raise UsageError(f"{source}: a {pred.kind} model has no net to fine-tune (fine-tune a "
+                         f"{kinds.spoken(kinds.learned())} model)")
     with open_dataset(data) as ds:
         if platform not in ds.record_platforms():
             raise UsageError(f"{data}: no records of platform {platform!r} (platforms: "
