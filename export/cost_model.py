@@ -8,7 +8,8 @@ best across its generations, so scores of one task must be comparable from call 
 maps its raw scores by a scale fixed per task by the first population it scores (``kinds.ModelKind.task_scale``):
 a net's ranking score through a logistic curve (centre and spread of that population), which keeps the order
 and the relative weights of one round's calls; PSA's by ``featurizers.psa.TaskScale`` (divided by the best of
-that population). Programs the model cannot read score 0, below every other.
+that population). Programs the model cannot read score 0, below every other. The draft stage of every search
+is this cost model of the draft kind (PSA: ``draft_model``).
 
 ``update`` collects the measured candidates (failed builds never reach it; runner errors arrive with
 ``run_secs`` None and are kept as failures) and, with ``adapt`` set, adapts the net after every round
@@ -78,12 +79,13 @@ class CostlabCostModel(PyCostModel):
 
     ``head`` picks the platform head of a multi-platform model (default: the first); ``adapt`` is
     ``none``, ``finetune`` or ``momentum`` (online adaptation); ``strict`` refuses a target kind the model
-    was not trained for instead of warning."""
+    was not trained for instead of warning; ``memo=False`` scores every candidate afresh (the draft stage:
+    fresh samples, and no structural hash per candidate)."""
 
     MEMO_SIZE = 200_000  # remembered scores per task before the memo starts afresh
 
     def __init__(self, model=None, head: str | None = None, adapt: str = "none", strict: bool = False,
-                 batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None):
+                 batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None, memo: bool = True):
         super().__init__()
         model = kinds.draft() if model is None else model
         self.predictor = model if hasattr(model, "predict") else tuning_predictor(model, seed)
@@ -92,7 +94,7 @@ class CostlabCostModel(PyCostModel):
         if head is not None and platforms and head not in platforms:
             raise UsageError(f"model {self.source}: no head for platform {head!r} (heads: {', '.join(platforms)})")
         self.head = head_of(self.predictor, head)
-        self.strict, self.batch_size = strict, batch_size
+        self.strict, self.batch_size, self.memo = strict, batch_size, memo
         self.adapter = None
         if adapt != "none":
             if not isinstance(self.predictor, NetPredictor):
@@ -107,8 +109,9 @@ class CostlabCostModel(PyCostModel):
     def raw_scores(self, context, candidates) -> np.ndarray:
         """The model's own scores of candidates of one task (higher = faster; invalid programs -inf).
 
-        Scores are remembered per program (structural hash) until the model changes: an evolutionary
-        search scores its survivors again in every generation, and the model's featurizer is the cost."""
+        Scores are remembered per program (structural hash) until the model changes (unless ``memo`` is off):
+        an evolutionary search scores its survivors again in every generation, and the model's featurizer is
+        the cost."""
         import tvm_ffi
 
         target = context.target
@@ -118,10 +121,13 @@ class CostlabCostModel(PyCostModel):
             self._checked.add(key)
         if isinstance(self.predictor, NetPredictor):
             self.predictor.use_target(target)  # a hardware input reads the machine tuning now
-        memo = self._memo.setdefault(_task_key(context), {})
-        if len(memo) > self.MEMO_SIZE:
-            memo.clear()
-        hashes = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
+        if self.memo:
+            memo = self._memo.setdefault(_task_key(context), {})
+            if len(memo) > self.MEMO_SIZE:
+                memo.clear()
+            hashes = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
+        else:  # every candidate scored afresh: a memo of this call alone, keyed by position
+            memo, hashes = {}, list(range(len(candidates)))
         out = np.array([memo.get(h, np.nan) for h in hashes], np.float64)
         todo = [i for i, h in enumerate(hashes) if h not in memo]
         t0 = time.perf_counter()
@@ -190,3 +196,9 @@ def load(model=None, **options) -> CostlabCostModel:
     """``costlab.export.load(MODEL)``: a MetaSchedule cost model of a costlab model (see ``CostlabCostModel``; by
     default the draft kind, PSA)."""
     return CostlabCostModel(model, **options)
+
+
+def draft_model() -> CostlabCostModel:
+    """The draft stage of every costlab search: the registry's draft kind (PSA) as a cost model, scaled per task
+    as its kind says (divided by the best of the task's first population), every candidate scored afresh."""
+    return CostlabCostModel(kinds.draft(), memo=False)
