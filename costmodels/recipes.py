@@ -75,10 +75,23 @@ def recipe(spec) -> Recipe:
     return copy.deepcopy(RECIPES[spec])
 
 
-# The online adaptation modes of a tuning run (``adapt.OnlineAdapter``, which runs all but ``none``), each with
-# its ``costlab tune --adapt`` help; ``export/tune.py`` checks --adapt against them, and its ``auto`` picks one
-ADAPT_MODES = {
-    "none": "the model as trained",
-    "finetune": "the net adapted by the online recipe after every round",
-    "momentum": "the net adapted by MoA's Siamese rule, from a momentum copy that follows it slowly",
-}
+@dataclass(frozen=True)
+class AdaptMode:
+    """An online adaptation mode of a tuning run: its ``costlab tune --adapt`` help, whether it adapts the net at
+    all, and how ``adapt.OnlineAdapter`` adapts it: in place by the online recipe, or through MoA's momentum
+    copy (``momentum.MomentumTransfer``)."""
+
+    name: str
+    help: str
+    adapts: bool = True
+    momentum: bool = False
+
+
+# The online adaptation modes of a tuning run (``adapt.OnlineAdapter`` runs those that adapt, as each record
+# says); ``export/tune.py`` checks --adapt against them, and its ``auto`` picks one
+ADAPT_MODES = {m.name: m for m in (
+    AdaptMode("none", "the model as trained", adapts=False),
+    AdaptMode("finetune", "the net adapted by the online recipe after every round"),
+    AdaptMode("momentum", "the net adapted by MoA's Siamese rule, from a momentum copy that follows it slowly",
+              momentum=True),
+)}

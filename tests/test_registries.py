@@ -14,7 +14,7 @@ import pytest
 
 from costlab.cli import build_parser
 from costlab.costmodels import kinds, predictors
-from costlab.costmodels.recipes import ADAPT_MODES
+from costlab.costmodels.recipes import ADAPT_MODES, AdaptMode
 from costlab.export import search
 from costlab.export.search import STRATEGIES, Strategy, draft_cost_model, make_strategy
 from costlab.featurizers import create
@@ -48,8 +48,8 @@ def test_every_strategy_and_mode_is_offered_with_its_help():
     text = " ".join(tune.format_help().split())
     for spec in STRATEGIES.values():
         assert spec.name in text and spec.help in text
-    for name, line in ADAPT_MODES.items():
-        assert f"{name}: {line}" in text
+    for name, mode in ADAPT_MODES.items():
+        assert f"{name}: {mode.help}" in text
 
 
 def test_a_strategy_added_to_the_registry_is_offered_and_made(monkeypatch):
@@ -83,7 +83,7 @@ def test_a_strategy_added_to_the_registry_is_offered_and_made(monkeypatch):
 
 
 def test_an_adaptation_mode_added_to_the_registry_is_offered(monkeypatch):
-    monkeypatch.setitem(ADAPT_MODES, "toy", "a mode of this test")
+    monkeypatch.setitem(ADAPT_MODES, "toy", AdaptMode("toy", "a mode of this test"))
     adapt = _option(_tune_parser(), "--adapt")
     assert "toy" in adapt.choices and "toy: a mode of this test" in adapt.help
 
@@ -111,6 +111,23 @@ def test_the_registries_are_read_without_tvm_or_torch():
             "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning', 'tvm') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]", f"reading the registries imported {out.strip()}"
+
+
+def test_an_adaptation_mode_adapts_as_its_record_says(monkeypatch):
+    """``OnlineAdapter`` adapts a net as the mode's record says (through MoA's momentum copy, or in place), and
+    refuses a mode that does not adapt."""
+    from costlab.costmodels.adapt import OnlineAdapter
+    from costlab.costmodels.momentum import MomentumTransfer
+
+    monkeypatch.setitem(ADAPT_MODES, "toy-in-place", AdaptMode("toy-in-place", "adapts the net itself"))
+    monkeypatch.setitem(ADAPT_MODES, "toy-momentum", AdaptMode("toy-momentum", "through a copy", momentum=True))
+    pred = predictors.load("x86-cpu")
+    assert OnlineAdapter(pred, "toy-in-place").wrapper is None
+    assert isinstance(OnlineAdapter(pred, "toy-momentum").wrapper, MomentumTransfer)
+    assert OnlineAdapter(pred, "finetune").wrapper is None
+    assert isinstance(OnlineAdapter(pred, "momentum").wrapper, MomentumTransfer)
+    with pytest.raises(ValueError, match="must be one of finetune, momentum, toy-in-place, toy-momentum, not 'none'"):
+        OnlineAdapter(pred, "none")
 
 
 def test_model_kinds_are_offered_once():

@@ -51,7 +51,7 @@ def register(sub) -> None:
                    "MetaSchedule's own (docs/search.md)")
     q.add_argument("--adapt", choices=["auto", *ADAPT_MODES], default="auto",
                    help="online adaptation of the model to the run's measurements: "
-                   + "; ".join(f"{name}: {line}" for name, line in ADAPT_MODES.items())
+                   + "; ".join(f"{name}: {mode.help}" for name, mode in ADAPT_MODES.items())
                    + "; auto, the default: momentum for a learned model, none for "
                    + f"{', '.join(kinds.untrained())} or a baseline")
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
