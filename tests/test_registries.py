@@ -14,7 +14,7 @@ import pytest
 
 from costlab.cli import build_parser
 from costlab.costmodels import kinds, predictors
-from costlab.costmodels.recipes import ADAPT_MODES, AdaptMode
+from costlab.costmodels.recipes import ADAPT_MODES, FIT_LISTS, RECIPES, AdaptMode, recipe
 from costlab.export import search
 from costlab.export.search import STRATEGIES, Strategy, draft_cost_model, make_strategy
 from costlab.featurizers import create
@@ -128,6 +128,20 @@ def test_an_adaptation_mode_adapts_as_its_record_says(monkeypatch):
     assert isinstance(OnlineAdapter(pred, "momentum").wrapper, MomentumTransfer)
     with pytest.raises(ValueError, match="must be one of finetune, momentum, toy-in-place, toy-momentum, not 'none'"):
         OnlineAdapter(pred, "none")
+
+
+def test_every_recipe_is_offered_and_says_what_runs_it():
+    """``lightning`` is an entry of the recipes like the others; it names its runner (costlab train's trainer),
+    and the loop of the other recipes refuses it."""
+    recipe_option = _option(_parser("finetune"), "--recipe")
+    assert list(recipe_option.choices) == list(RECIPES) == ["safe", "last", "all-guarded", "plain", "wise",
+                                                            "lightning"]
+    assert [n for n, r in RECIPES.items() if r.runner == FIT_LISTS] == ["safe", "last", "all-guarded", "plain",
+                                                                          "wise"]
+    assert recipe("lightning", runner=None).runner == "lightning"
+    assert "runner" not in recipe("safe").to_dict()  # not an option: a model's recorded recipe is as before
+    with pytest.raises(ValueError, match="recipe 'lightning' is run by lightning, not fit_lists"):
+        recipe("lightning")
 
 
 def test_model_kinds_are_offered_once():

@@ -22,7 +22,7 @@ from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipe import fit_lists, task_lists
-from costlab.costmodels.recipes import recipe
+from costlab.costmodels.recipes import DEFAULT, recipe
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.evaluate import select_rows
@@ -30,7 +30,7 @@ from costlab.train.predict import load_predictor
 from costlab.train.run_dir import run_dir
 
 
-def finetune(source, data, platform: str, out, spec="safe", split: str | None = None, seed: int = 0) -> dict:
+def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None = None, seed: int = 0) -> dict:
     r = recipe(spec)
     pred = load_predictor(source)
     if not isinstance(pred, NetPredictor):

@@ -8,7 +8,7 @@ from pathlib import Path
 from costlab.commands.options import directory, fraction, positive_int
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
-from costlab.costmodels.recipes import RECIPES
+from costlab.costmodels.recipes import DEFAULT, FIT_LISTS, RECIPES, TRAINER, recipe
 
 
 def _common(q) -> None:
@@ -47,8 +47,8 @@ def register(sub) -> None:
                        "docs/training.md compares the recipes). --recipe lightning trains for --epochs with the "
                        "Lightning trainer as `costlab train` does, with --momentum by the Siamese momentum rule (MoA).")
     q.add_argument("--from", dest="source", required=True, type=Path, metavar="CKPT_OR_MODEL")
-    q.add_argument("--recipe", choices=[*RECIPES, "lightning"],
-                   help="default: safe; lightning when --momentum, --epochs or --set is given")
+    q.add_argument("--recipe", choices=list(RECIPES),
+                   help=f"default: {DEFAULT}; {TRAINER} when --momentum, --epochs or --set is given")
     q.add_argument("--seed", type=int, default=0, help="seed of the recipe's validation cut and batches")
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--platform", required=True, metavar="ID")
@@ -114,15 +114,15 @@ def _finetune(args) -> int:
     from costlab.train.fit import source_meta
 
     _refuse_existing_model(Path(args.out), args.overwrite)
-    lightning = args.momentum is not None or args.epochs is not None or args.overrides
-    if (args.recipe or ("lightning" if lightning else "safe")) != "lightning":
-        if lightning:
-            raise UsageError("--momentum, --epochs and --set belong to --recipe lightning")
+    trainer_options = args.momentum is not None or args.epochs is not None or args.overrides
+    r = recipe(args.recipe or (TRAINER if trainer_options else DEFAULT), runner=None)
+    if r.runner == FIT_LISTS:
+        if trainer_options:
+            raise UsageError(f"--momentum, --epochs and --set belong to --recipe {TRAINER}")
         from costlab.common import jsontext
         from costlab.train.finetune import finetune
 
-        summary = finetune(args.source, args.data, args.platform, args.out, args.recipe or "safe", split=args.split,
-                           seed=args.seed)
+        summary = finetune(args.source, args.data, args.platform, args.out, r.name, split=args.split, seed=args.seed)
         print(jsontext.dumps(summary, indent=2), file=sys.stderr)
         return 0
 
