@@ -3,8 +3,9 @@ list checkpoints) or as their raw records (``--json``).
 
 A row is what a user picks a model by: its name (what ``--model NAME`` takes), kind, the TVM target it was
 measured on, the data it trained on (tasks / records) and its held-out top-1 beside that of the reference kind
-on the same splits (``kinds.reference``: XGBoost, MetaSchedule's default cost model, the figure to beat). Every config is read with all the checks of
-``artifact.read_config``: a damaged shipped model is one error line, not a row.
+on the same splits (``kinds.reference``: XGBoost, MetaSchedule's default cost model, the figure to beat).
+Every config is read with all the checks of ``artifact.read_config``: a damaged shipped model is one error
+line, not a row.
 """
 
 from __future__ import annotations

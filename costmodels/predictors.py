@@ -153,9 +153,10 @@ def weights_sha256(model) -> str | None:
 
 def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
     """A predictor from the name of a kind that needs no weights (``'psa'``, ``'random'``), a shipped model's
-    name, a model directory or archive, or a training run's directory. Every check of ``artifact.read_artifact`` is done before it is returned: both
-    files regular and of a model's size, the config and the weights matching the hashes the config records,
-    the net config fitting the weights' shapes (from the safetensors header, before any net is built).
+    name, a model directory or archive, or a training run's directory, made by its kind (``kinds.py``). Every
+    check of ``artifact.read_artifact`` is done before it is returned: both files regular and of a model's
+    size, the config and the weights matching the hashes the config records, the net config fitting the
+    weights' shapes (from the safetensors header, before any net is built).
 
     A model whose config records no ``weights_sha256`` / ``config_sha256`` (one made by hand, or by a costlab
     from before config hashes) is refused unless ``trust_unhashed=True`` or the environment variable

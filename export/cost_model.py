@@ -5,10 +5,10 @@
 same features as the dataset's records it trained on), scores them in batches, and returns positive
 scores, higher = faster: EvolutionarySearch samples mutation parents in proportion to them and keeps the
 best across its generations, so scores of one task must be comparable from call to call. The model's kind
-maps its raw scores by a scale fixed per task by the first population it scores (``kinds.ModelKind.task_scale``):
-a net's ranking score through a logistic curve (centre and spread of that population), which keeps the order
-and the relative weights of one round's calls; PSA's by ``featurizers.psa.TaskScale`` (divided by the best of
-that population). Programs the model cannot read score 0, below every other. The draft stage of every search
+maps its raw scores by a scale fixed per task by the first population it scores
+(``kinds.ModelKind.task_scale``): a net's ranking score through a logistic curve (centre and spread of that
+population), which keeps the order and the relative weights of one round's calls; PSA's by
+``featurizers.psa.TaskScale`` (divided by the best of that population). Programs the model cannot read score 0, below every other. The draft stage of every search
 is this cost model of the draft kind (PSA: ``draft_model``).
 
 ``update`` collects the measured candidates (failed builds never reach it; runner errors arrive with
@@ -36,8 +36,9 @@ from costlab.datasets.records import record_latency
 
 def tuning_predictor(model, seed: int = 0):
     """The predictor of a tuning command's ``--model`` (``tune``, ``exploit``, ``transfer``, the library a run
-    starts from): a kind that needs no weights by its name (psa, random), a shipped model's name, a model directory or archive, or a training run's
-    directory, every check of the artifact done (``costmodels.predictors.load``). A training checkpoint
+    starts from): a kind that needs no weights by its name (psa, random), a shipped model's name, a model
+    directory or archive, or a training run's directory, every check of the artifact done
+    (``costmodels.predictors.load``). A training checkpoint
     (``.ckpt``) is not a model here: it is refused, naming the run directory to give or export instead.
     (``costlab evaluate`` and ``finetune`` also take checkpoints: ``train.predict.load_predictor``.)"""
     return predictors.load(str(model), seed)

@@ -32,7 +32,8 @@ def register(sub) -> None:
     q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
     q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
     q.add_argument("--target", default="host", help=TARGET_HELP)
-    q.add_argument("--model", metavar="MODEL", help=f"rank the replayed programs with this costlab model (default {kinds.draft()})")
+    q.add_argument("--model", metavar="MODEL",
+                   help=f"rank the replayed programs with this costlab model (default {kinds.draft()})")
     q.add_argument("--top", type=positive_int("--top"), default=4, help="programs measured per task")
     q.add_argument("--per-source", type=positive_int("--per-source"), default=4,
                    help="fastest programs taken from each matching source task")
