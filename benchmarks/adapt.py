@@ -34,7 +34,7 @@ from costlab.common.host import describe_host, host_info
 from costlab.costmodels.predictors import weights_sha256
 from costlab.costmodels import metrics
 from costlab.costmodels.recipe import fit_lists, scores_of, task_lists
-from costlab.costmodels.recipes import RECIPES
+from costlab.costmodels.recipes import FIT_LISTS, RECIPES, names as recipe_names
 from costlab.costmodels.tensors import take_rows
 from costlab.datasets import open_dataset
 from costlab.datasets.records import scores
@@ -71,7 +71,7 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
     else:
         from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup
 
-        from costlab.train.baselines import steplr_accepting_verbose
+        from costlab.costmodels.baselines import steplr_accepting_verbose
 
         n_tasks = len(np.unique(t))
         if n_tasks < 2:
@@ -153,7 +153,8 @@ def main(argv=None) -> int:
     p.add_argument("--k", default="1,2,4,8,16", help="target tasks measured (comma-separated)")
     p.add_argument("--splits", type=int, default=3)
     p.add_argument("--held-out", type=int, default=7, help="tasks held out per split")
-    p.add_argument("--recipes", default=",".join(RECIPES), help=f"recipes to compare (of {', '.join(RECIPES)})")
+    lists = recipe_names(FIT_LISTS)  # the recipes fit_lists applies (not costlab train's trainer)
+    p.add_argument("--recipes", default=",".join(lists), help=f"recipes to compare (of {', '.join(lists)})")
     p.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
     ks = [int(x) for x in a.k.split(",")]

@@ -4,7 +4,7 @@ A tuning run measures a few dozen programs per round; after each round the net l
 records so far, grouped per task into ranking lists, by the same recipe as ``costlab finetune``
 (``recipe.py``: low learning rate with warm-up, a penalty toward the pretrained weights, early stopping on
 a part of each task's programs that it never trains on, the pretrained weights kept unless the update
-ranks that part better). Two modes:
+ranks that part better). The modes (``recipes.ADAPT_MODES``; each record says how it adapts):
 
 - ``finetune``: the net itself is adapted by the recipe after every round;
 - ``momentum``: the Siamese momentum rule (``momentum.MomentumTransfer``): every ``every``-th round the
@@ -44,13 +44,14 @@ class OnlineAdapter:
 
     def __init__(self, predictor, mode: str = "momentum", momentum: float = 0.9, every: int = 1, head: int = 0,
                  seed: int = 0, recipe_spec=None, **recipe_options):
-        adapting = [m for m in ADAPT_MODES if m != "none"]
+        adapting = [name for name, m in ADAPT_MODES.items() if m.adapts]
         if mode not in adapting:
             raise ValueError(f"adaptation mode must be one of {', '.join(adapting)}, not {mode!r}")
         self.predictor, self.mode, self.head, self.seed = predictor, mode, head, seed
         base = recipe(recipe_spec) if recipe_spec is not None else ONLINE
         self.recipe = Recipe.from_dict(dict(base.to_dict(), **recipe_options))
-        self.wrapper = MomentumTransfer(predictor.net, momentum, every) if mode == "momentum" else None
+        # as the mode's record says: through MoA's momentum copy, or the net itself adapted in place
+        self.wrapper = MomentumTransfer(predictor.net, momentum, every) if ADAPT_MODES[mode].momentum else None
         self._feats: dict = {}  # task key -> list of feature dicts
         self._lat: dict = {}  # task key -> list of latency arrays
         self._val: dict = {}  # task key -> list of bool arrays: held out for validation, once and for good

@@ -2,17 +2,23 @@
 list checkpoints) or as their raw records (``--json``).
 
 A row is what a user picks a model by: its name (what ``--model NAME`` takes), kind, the TVM target it was
-measured on, the data it trained on (tasks / records) and its held-out top-1 beside XGBoost's on the same
-splits (MetaSchedule's default cost model: the figure to beat). Every config is read with all the checks of
-``artifact.read_config``: a damaged shipped model is one error line, not a row.
+measured on, the data it trained on (tasks / records) and its held-out top-1 beside that of the reference kind
+on the same splits (``kinds.reference``: XGBoost, MetaSchedule's default cost model, the figure to beat).
+Every config is read with all the checks of ``artifact.read_config``: a damaged shipped model is one error
+line, not a row.
 """
 
 from __future__ import annotations
 
+from costlab.costmodels import kinds
 from costlab.costmodels.artifact import read_config
 from costlab.costmodels.shipped import aliases, shipped_names, shipped_path
 
-COLUMNS = ("NAME", "KIND", "TARGET", "TRAINED ON", "HELD-OUT TOP-1", "XGBOOST TOP-1")
+
+def columns() -> tuple[str, ...]:
+    """The table's columns, the last the reference kind's top-1 (``XGBOOST TOP-1``)."""
+    return ("NAME", "KIND", "TARGET", "TRAINED ON", "HELD-OUT TOP-1",
+            f"{kinds.create(kinds.reference()).title.upper()} TOP-1")
 
 
 def shipped_models() -> list[dict]:
@@ -57,7 +63,8 @@ def trained_on(row: dict) -> str:
 
 
 def held_out_top1(row: dict, model: str) -> str:
-    """The mean held-out top-1 of ``model`` (the row's own kind, or ``xgb``) as its config records it."""
+    """The mean held-out top-1 of ``model`` (the row's own kind, or the reference kind) as its config records
+    it."""
     mean = (row.get("held_out") or {}).get("mean") or {}
     value = (mean.get(model) or {}).get("top1")
     return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
@@ -67,10 +74,11 @@ def models_table(rows: list[dict]) -> str:
     """The rows as an aligned table, with a line saying what the held-out figures are."""
     if not rows:
         return "no shipped models"
-    cells = [COLUMNS] + [(r["name"] + (f" = {r['alias_of']}" if r.get("alias_of") else ""), r["kind"],
-                          ", ".join(target_text((r.get("targets") or {}).get(p)) for p in r["platforms"]) or "-",
-                          trained_on(r), held_out_top1(r, r["kind"]), held_out_top1(r, "xgb")) for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    heads, reference = columns(), kinds.reference()
+    cells = [heads] + [(r["name"] + (f" = {r['alias_of']}" if r.get("alias_of") else ""), r["kind"],
+                        ", ".join(target_text((r.get("targets") or {}).get(p)) for p in r["platforms"]) or "-",
+                        trained_on(r), held_out_top1(r, r["kind"]), held_out_top1(r, reference)) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(heads))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells]
     lines.append("")
     for r in rows:

@@ -1,5 +1,5 @@
 """The learned model kinds (registered in ``kinds.py``): which net each is, how its size follows from the
-featurizer, and which batch entries it eats.
+featurizer, which batch entries it eats, and how a predictor is loaded from its artifact.
 
 Importing it imports no torch: the kinds' registry (and with it the command line's ``--model`` choices) loads
 this module, and a net's classes are imported by ``net_classes`` when one is built.
@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from costlab.common.errors import InputError
+from costlab.costmodels import kinds
 from costlab.costmodels.kinds import ModelKind, register
+from costlab.featurizers.hardware_vector import check_version
 
 
 class NetKind(ModelKind):
@@ -34,10 +37,30 @@ class NetKind(ModelKind):
     def inputs(self, batch: dict) -> tuple:
         raise NotImplementedError
 
+    def predictor(self, art=None, seed: int = 0):
+        """The net of an artifact, with its weights, as a ``NetPredictor``: a net config that does not build, or a
+        hardware input of another version than this costlab's, is an InputError naming the artifact."""
+        # torch, which listing the kinds (``costlab --help``) must not import
+        from costlab.costmodels.artifact import load_state
+        from costlab.costmodels.predictors import NetPredictor
+
+        config = art.config
+        try:
+            net = build_net(self.name, config["net"])
+        except (TypeError, ValueError) as exc:
+            raise InputError(art.path, f"net config is not valid for a {self.name} net ({exc})") from None
+        if config["net"].get("hardware_dim"):
+            problem = check_version(config.get("hardware"))
+            if problem:
+                raise InputError(art.path, f"its hardware input does not fit ({problem})")
+        return NetPredictor(load_state(net, art.tensors, art.path), self.name, config["featurizer"],
+                            config["platforms"], config)
+
 
 @register
 class TLPKind(NetKind):
     name = net = featurizer = "tlp"
+    title = "TLP"
 
     def net_classes(self) -> tuple[type, type]:
         from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig  # torch (NetKind.net_classes)
@@ -72,6 +95,7 @@ class TLPKind(NetKind):
 @register
 class PaCMKind(NetKind):
     name = net = featurizer = "pacm"
+    title = "PaCM"
 
     def net_classes(self) -> tuple[type, type]:
         from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig  # torch (NetKind.net_classes)
@@ -105,12 +129,11 @@ class MTLKind(TLPKind):
     """The TLP net with one head per platform (MTL-TLP)."""
 
     name = "mtl"
+    title = "MTL"
     multi_head = True
 
 
 def _net_kind(kind: str) -> NetKind:
-    from costlab.costmodels import kinds
-
     if kind not in kinds.learned():
         nets = [k for k in kinds.learned() if kinds.create(k).net == k]
         shared = [k for k in kinds.learned() if kinds.create(k).net != k]

@@ -1,12 +1,14 @@
 """Predictors: one protocol for every model costlab scores programs with, and one ``load`` for all of them.
 
 A predictor has a ``kind``, the ``featurizer`` it is fed by, the ``platforms`` of its heads, its ``config``
-(the artifact's ``config.json``; empty for the two that need no training) and
-``predict(features) -> (N, heads)`` scores, higher = predicted faster. ``load(name_or_path)`` gives:
+(the artifact's ``config.json``; empty for the kinds that need no weights) and
+``predict(features) -> (N, heads)`` scores, higher = predicted faster. ``load(name_or_path)`` asks the model
+kinds' registry (``kinds.py``) for it:
 
-- ``tlp``, ``pacm``, ``mtl``: a learned net from an artifact (``artifact.py``);
-- ``xgb``, ``mlp``: MetaSchedule's XGBoost model and SegmentSum MLP trained by costlab, from an artifact;
-- ``psa``: the static analyzer's estimate, ``random``: uniform scores.
+- a kind that needs no weights by its name (``psa``: the static analyzer's estimate, ``random``: uniform
+  scores; ``untrained.py``);
+- every other kind from an artifact (``artifact.py``) recording it: a learned net (``tlp``, ``pacm``, ``mtl``:
+  a ``NetPredictor``), or MetaSchedule's XGBoost model and SegmentSum MLP trained by costlab (``baselines.py``).
 
 Nothing here imports Lightning or anything of ``costlab.train``: a tuning run loads and scores models in
 every worker.
@@ -24,10 +26,8 @@ import torch
 
 from costlab.common.errors import InputError
 from costlab.costmodels import kinds
-from costlab.costmodels.artifact import is_artifact, load_state, read_artifact
-from costlab.featurizers import create, from_json
-
-BUILTIN = ("psa", "random")
+from costlab.costmodels.artifact import is_artifact, read_artifact, read_config
+from costlab.featurizers import from_json
 
 
 @runtime_checkable
@@ -111,52 +111,6 @@ class NetPredictor:
         return np.concatenate(outs) if outs else np.zeros((0, len(self.platforms) or 1), np.float32)
 
 
-class BaselinePredictor:
-    """MetaSchedule's XGBoost model or SegmentSum MLP, on per-store features."""
-
-    def __init__(self, kind: str, featurizer: dict, platforms: list, scorer, config: dict):
-        self.kind, self.platforms, self.config = kind, list(platforms), config
-        self.featurizer = from_json(featurizer)
-        self._scorer = scorer
-
-    def predict(self, features: dict) -> np.ndarray:
-        from costlab.costmodels.baselines import score_stores
-
-        return score_stores(self._scorer, features)[:, None]
-
-
-class RandomPredictor:
-    """Uniform random scores (seeded): the floor every model is compared with."""
-
-    kind = "random"
-
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-        self.featurizer = create("null")
-        self.platforms: list = []
-        self.config: dict = {}
-
-    def predict(self, features: dict) -> np.ndarray:
-        return self.rng.random((_count(features), 1))
-
-
-class PSAPredictor:
-    """PSA alone: the static analyzer's score (1 / estimated time; 0 for a program it cannot read, -1 for a
-    score that is not finite), below every readable program. The score is raw (it ranks within a task); a
-    tuning run scales it per task with ``featurizers.psa.TaskScale``, as the draft stage does."""
-
-    kind = "psa"
-
-    def __init__(self, config: dict | None = None):
-        self.featurizer = create("psa", config)
-        self.platforms: list = []
-        self.config: dict = {}
-
-    def predict(self, features: dict) -> np.ndarray:
-        score = np.asarray(features["score"], np.float64)
-        return np.where(np.isfinite(score), score, -1.0)[:, None]
-
-
 def resolve(model) -> Path:
     """The artifact a name or path means: a path as given, a training run's ``model/``, or a shipped model."""
     path = Path(model)
@@ -171,10 +125,25 @@ def resolve(model) -> Path:
     return path
 
 
+def kind_of(model) -> str | None:
+    """The kind a ``--model`` names, read without loading its weights: a kind that needs no weights by its own
+    name, else the kind its config records (shipped names and run dirs resolved, archives read); None for no
+    model, or one whose config does not read (loading it says why, with the file)."""
+    if not model:
+        return None
+    if str(model) in kinds.untrained():
+        return str(model)
+    try:
+        return read_config(resolve(model), trust_unhashed=True).get("kind")
+    except Exception:  # noqa: BLE001  not a readable model: loading it says why
+        return None
+
+
 def weights_sha256(model) -> str | None:
     """The hash of a model's weights as its config records it (shipped names and run dirs resolved): what a
-    benchmark records beside its figures. None for psa, random, an archive or a model without one."""
-    if not model or str(model) in ("psa", "random"):
+    benchmark records beside its figures. None for a kind that needs no weights (psa, random), an archive or a
+    model without one."""
+    if not model or str(model) in kinds.untrained():
         return None
     try:
         return json.loads((resolve(model) / "config.json").read_text()).get("weights_sha256")
@@ -183,40 +152,23 @@ def weights_sha256(model) -> str | None:
 
 
 def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
-    """A predictor from ``'psa'``, ``'random'``, a shipped model's name, a model directory or archive, or a
-    training run's directory. Every check of ``artifact.read_artifact`` is done before it is returned: both
-    files regular and of a model's size, the config and the weights matching the hashes the config records,
-    the net config fitting the weights' shapes (from the safetensors header, before any net is built).
+    """A predictor from the name of a kind that needs no weights (``'psa'``, ``'random'``), a shipped model's
+    name, a model directory or archive, or a training run's directory, made by its kind (``kinds.py``). Every
+    check of ``artifact.read_artifact`` is done before it is returned: both files regular and of a model's
+    size, the config and the weights matching the hashes the config records, the net config fitting the
+    weights' shapes (from the safetensors header, before any net is built).
 
     A model whose config records no ``weights_sha256`` / ``config_sha256`` (one made by hand, or by a costlab
     from before config hashes) is refused unless ``trust_unhashed=True`` or the environment variable
     ``COSTLAB_TRUST_UNHASHED=1`` says to trust it; a hash that is recorded is checked either way."""
-    if isinstance(model, str) and model in BUILTIN:
-        return RandomPredictor(seed) if model == "random" else PSAPredictor()
+    if isinstance(model, str) and model in kinds.untrained():
+        return kinds.create(model).predictor(seed=seed)
     art = read_artifact(resolve(model), trust_unhashed=trust_unhashed)
-    config, kind = art.config, art.kind
     try:
-        featurizer = from_json(config["featurizer"])
+        from_json(art.config["featurizer"])
     except ValueError as exc:
         raise InputError(art.path, str(exc)) from None
-    if kind in kinds.learned():
-        from costlab.costmodels.nets import build_net
-
-        try:
-            net = build_net(kind, config["net"])
-        except (TypeError, ValueError) as exc:
-            raise InputError(art.path, f"net config is not valid for a {kind} net ({exc})") from None
-        if config["net"].get("hardware_dim"):
-            from costlab.featurizers.hardware_vector import check_version
-
-            problem = check_version(config.get("hardware"))
-            if problem:
-                raise InputError(art.path, f"its hardware input does not fit ({problem})")
-        return NetPredictor(load_state(net, art.tensors, art.path), kind, featurizer.to_json(), config["platforms"],
-                            config)
-    if kind in kinds.baselines():
-        from costlab.costmodels.baselines import baseline_scorer
-
-        return BaselinePredictor(kind, featurizer.to_json(), config["platforms"],
-                                 baseline_scorer(kind, art.tensors, art.path), config)
-    raise InputError(art.path, f"unknown model kind {kind!r} (known: {', '.join(kinds.names())})")
+    kind = kinds.find(art.kind)
+    if kind is None or not kind.trained:
+        raise InputError(art.path, f"unknown model kind {art.kind!r} (known: {', '.join(kinds.trainable())})")
+    return kind.predictor(art, seed)

@@ -2,18 +2,26 @@
 torch-free, so that the command line lists them (``costlab finetune --recipe``, ``costlab tune --adapt``)
 without importing torch. What each option guards against, and the loop that applies a recipe
 (``fit_lists``), are in ``recipe.py``; the adaptation modes are run by ``adapt.py``.
+
+Each recipe says what runs it (``runner``): ``fit_lists``, or, for the one recipe ``lightning``, the Lightning
+trainer of ``costlab train`` started from the model's weights (``costlab finetune --recipe lightning``).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
 TRAINABLE = ("all", "head", "last")
+FIT_LISTS = "fit_lists"
 
 
 @dataclass
 class Recipe:
+    #: what applies it: ``fit_lists`` (``recipe.py``); not an option of the recipe (``to_dict`` leaves it out)
+    runner: ClassVar[str] = FIT_LISTS
+
     name: str = "custom"
     train: str = "all"
     lr: float = 1e-4
@@ -49,36 +57,70 @@ class Recipe:
         return cls(**d)
 
 
-# Recipes benchmarks/adapt.py compares (docs/training.md gives the figures). ``safe``, the default, trains the
-# scoring MLP and the program branch over PSA's terms (the featurizer-facing encoders stay as pretrained),
-# early-stopped on held-out tasks: on the Zen 5 data its held-out top-1 is never below zero-shot at any k.
-# ``last`` trains the output layer alone; ``all-guarded`` every weight with a penalty toward the pretrained
-# ones; ``plain`` is what ``costlab finetune`` did before (every weight, lr 7e-4, no validation); ``wise``
-# is plain with the weights moved half-way back to the pretrained ones.
+class LightningRecipe(Recipe):
+    """``lightning``: not a loop of ``fit_lists`` but ``costlab train``'s Lightning trainer run from the model's
+    weights, for ``--epochs`` passes over the records (``--set`` for any training option; ``--momentum``: MoA's
+    Siamese momentum rule offline). None of a recipe's options applies to it."""
+
+    runner: ClassVar[str] = "lightning"
+
+
+# The recipes of ``fit_lists`` are those benchmarks/adapt.py compares (docs/training.md gives the figures).
+# ``safe``, the default, trains the scoring MLP and the program branch over PSA's terms (the featurizer-facing
+# encoders stay as pretrained), early-stopped on held-out tasks: on the Zen 5 data its held-out top-1 is never
+# below zero-shot at any k. ``last`` trains the output layer alone; ``all-guarded`` every weight with a penalty
+# toward the pretrained ones; ``plain`` is what ``costlab finetune`` did before (every weight, lr 7e-4, no
+# validation); ``wise`` is plain with the weights moved half-way back to the pretrained ones. ``lightning`` is
+# ``costlab train``'s trainer (``LightningRecipe``).
 RECIPES = {
     "safe": Recipe("safe", train="head", lr=3e-4, warmup=20, steps=300, l2sp=0.0, patience=10),
     "last": Recipe("last", train="last", lr=1e-3, warmup=20, steps=300, l2sp=0.0, patience=20),
     "all-guarded": Recipe("all-guarded", train="all", lr=1e-4, l2sp=1e-2, min_gain=0.01),
     "plain": Recipe("plain", train="all", lr=7e-4, warmup=0, steps=300, l2sp=0.0, val_fraction=0.0),
     "wise": Recipe("wise", train="all", lr=7e-4, warmup=0, steps=300, l2sp=0.0, val_fraction=0.0, interpolate=0.5),
+    "lightning": LightningRecipe("lightning"),
 }
+DEFAULT = "safe"  # costlab finetune's recipe
+TRAINER = "lightning"  # its recipe when it is given options of costlab train's trainer (--epochs, --momentum, --set)
 
 
-def recipe(spec) -> Recipe:
-    """A recipe by name (``RECIPES``), dict of options, or a ``Recipe``."""
-    if isinstance(spec, Recipe):
-        return spec
+def names(runner: str | None = None) -> list[str]:
+    """The recipes' names, of one ``runner`` only when given (``FIT_LISTS``: those ``fit_lists`` applies)."""
+    return [name for name, r in RECIPES.items() if runner is None or r.runner == runner]
+
+
+def recipe(spec, runner: str | None = FIT_LISTS) -> Recipe:
+    """A recipe by name (``RECIPES``), dict of options, or a ``Recipe``; one that another ``runner`` applies
+    (``None``: any) is a ValueError saying what runs it."""
     if isinstance(spec, dict):
-        return Recipe.from_dict(spec)
-    if spec not in RECIPES:
-        raise ValueError(f"no fine-tuning recipe {spec!r} (recipes: {', '.join(RECIPES)})")
-    return copy.deepcopy(RECIPES[spec])
+        spec = Recipe.from_dict(spec)
+    elif not isinstance(spec, Recipe):
+        if spec not in RECIPES:
+            raise ValueError(f"no fine-tuning recipe {spec!r} (recipes: {', '.join(names(runner))})")
+        spec = copy.deepcopy(RECIPES[spec])
+    if runner is not None and spec.runner != runner:
+        raise ValueError(f"recipe {spec.name!r} is run by {spec.runner}, not {runner} (recipes it runs: "
+                         f"{', '.join(names(runner))})")
+    return spec
 
 
-# The online adaptation modes of a tuning run (``adapt.OnlineAdapter``, which runs all but ``none``), each with
-# its ``costlab tune --adapt`` help; ``export/tune.py`` checks --adapt against them, and its ``auto`` picks one
-ADAPT_MODES = {
-    "none": "the model as trained",
-    "finetune": "the net adapted by the online recipe after every round",
-    "momentum": "the net adapted by MoA's Siamese rule, from a momentum copy that follows it slowly",
-}
+@dataclass(frozen=True)
+class AdaptMode:
+    """An online adaptation mode of a tuning run: its ``costlab tune --adapt`` help, whether it adapts the net at
+    all, and how ``adapt.OnlineAdapter`` adapts it: in place by the online recipe, or through MoA's momentum
+    copy (``momentum.MomentumTransfer``)."""
+
+    name: str
+    help: str
+    adapts: bool = True
+    momentum: bool = False
+
+
+# The online adaptation modes of a tuning run (``adapt.OnlineAdapter`` runs those that adapt, as each record
+# says); ``export/tune.py`` checks --adapt against them, and its ``auto`` picks one
+ADAPT_MODES = {m.name: m for m in (
+    AdaptMode("none", "the model as trained", adapts=False),
+    AdaptMode("finetune", "the net adapted by the online recipe after every round"),
+    AdaptMode("momentum", "the net adapted by MoA's Siamese rule, from a momentum copy that follows it slowly",
+              momentum=True),
+)}

@@ -4,11 +4,12 @@
 ``predict`` featurizes the live candidates with the model's own featurizer (``featurize_candidates``: the
 same features as the dataset's records it trained on), scores them in batches, and returns positive
 scores, higher = faster: EvolutionarySearch samples mutation parents in proportion to them and keeps the
-best across its generations, so scores of one task must be comparable from call to call. A net's raw
-ranking score is mapped through a logistic curve fixed per task (centre and spread of the first
-population it scores), which keeps the order and the relative weights of one round's calls. PSA
-(``psa``) is scaled as the draft stage scales it (``featurizers.psa.TaskScale``: divided by the best of
-the first population). Programs the model cannot read score 0, below every other.
+best across its generations, so scores of one task must be comparable from call to call. The model's kind
+maps its raw scores by a scale fixed per task by the first population it scores
+(``kinds.ModelKind.task_scale``): a net's ranking score through a logistic curve (centre and spread of that
+population), which keeps the order and the relative weights of one round's calls; PSA's by
+``featurizers.psa.TaskScale`` (divided by the best of that population). Programs the model cannot read score 0, below every other. The draft stage of every search
+is this cost model of the draft kind (PSA: ``draft_model``).
 
 ``update`` collects the measured candidates (failed builds never reach it; runner errors arrive with
 ``run_secs`` None and are kept as failures) and, with ``adapt`` set, adapts the net after every round
@@ -27,16 +28,17 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from costlab.common.errors import InputError, UsageError
+from costlab.costmodels import kinds, predictors
 from costlab.costmodels.adapt import OnlineAdapter
-from costlab.costmodels import predictors
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.datasets.records import record_latency
 
 
 def tuning_predictor(model, seed: int = 0):
     """The predictor of a tuning command's ``--model`` (``tune``, ``exploit``, ``transfer``, the library a run
-    starts from): ``psa``, ``random``, a shipped model's name, a model directory or archive, or a training run's
-    directory, every check of the artifact done (``costmodels.predictors.load``). A training checkpoint
+    starts from): a kind that needs no weights by its name (psa, random), a shipped model's name, a model
+    directory or archive, or a training run's directory, every check of the artifact done
+    (``costmodels.predictors.load``). A training checkpoint
     (``.ckpt``) is not a model here: it is refused, naming the run directory to give or export instead.
     (``costlab evaluate`` and ``finetune`` also take checkpoints: ``train.predict.load_predictor``.)"""
     return predictors.load(str(model), seed)
@@ -64,53 +66,36 @@ def _latency(result) -> float:
     return math.inf if result.error_msg is not None else record_latency(getattr(result, "run_secs", None))
 
 
-class _LogisticScale:
-    """The fixed logistic map of one task's raw scores to (0, 1): valid programs at least 1e-6, invalid ones
-    (``-inf``) 0."""
-
-    def __init__(self, scores: np.ndarray):
-        finite = scores[np.isfinite(scores)]
-        self.centre = float(np.median(finite)) if finite.size else 0.0
-        self.spread = float(np.std(finite)) if finite.size > 1 else 1.0
-        self.spread = self.spread if self.spread > 1e-9 else 1.0
-
-    def __call__(self, scores: np.ndarray) -> np.ndarray:
-        z = np.clip((scores - self.centre) / self.spread, -30, 30)
-        return np.where(np.isfinite(scores), np.maximum(1.0 / (1.0 + np.exp(-z)), 1e-6), 0.0)
-
-
 def task_scale(predictor, raw: np.ndarray):
-    """The fixed map of one task's raw scores (its first population's) to MetaSchedule scores: PSA's own
-    (``featurizers.psa.TaskScale``, the draft stage's) for the ``psa`` predictor, a logistic curve for the
-    others."""
-    if getattr(predictor, "kind", None) == "psa":
-        from costlab.featurizers.psa import TaskScale
-
-        return TaskScale(raw)
-    return _LogisticScale(raw)
+    """The fixed map of one task's raw scores (its first population's) to MetaSchedule scores: the predictor's
+    kind's (``kinds.ModelKind.task_scale``; a logistic curve for a predictor of no registered kind)."""
+    kind = kinds.find(getattr(predictor, "kind", None)) or kinds.ModelKind()
+    return kind.task_scale(raw)
 
 
 @derived_object
 class CostlabCostModel(PyCostModel):
-    """A costlab model (artifact path, shipped name, ``psa``, ``random`` or a loaded predictor) as a
-    MetaSchedule ``CostModel``.
+    """A costlab model (artifact path, shipped name, the name of a kind that needs no weights, or a loaded
+    predictor; by default the draft kind, PSA) as a MetaSchedule ``CostModel``.
 
     ``head`` picks the platform head of a multi-platform model (default: the first); ``adapt`` is
     ``none``, ``finetune`` or ``momentum`` (online adaptation); ``strict`` refuses a target kind the model
-    was not trained for instead of warning."""
+    was not trained for instead of warning; ``memo=False`` scores every candidate afresh (the draft stage:
+    fresh samples, and no structural hash per candidate)."""
 
     MEMO_SIZE = 200_000  # remembered scores per task before the memo starts afresh
 
-    def __init__(self, model="psa", head: str | None = None, adapt: str = "none", strict: bool = False,
-                 batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None):
+    def __init__(self, model=None, head: str | None = None, adapt: str = "none", strict: bool = False,
+                 batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None, memo: bool = True):
         super().__init__()
+        model = kinds.draft() if model is None else model
         self.predictor = model if hasattr(model, "predict") else tuning_predictor(model, seed)
         self.source = str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model")
         platforms = self.predictor.platforms
         if head is not None and platforms and head not in platforms:
             raise UsageError(f"model {self.source}: no head for platform {head!r} (heads: {', '.join(platforms)})")
         self.head = head_of(self.predictor, head)
-        self.strict, self.batch_size = strict, batch_size
+        self.strict, self.batch_size, self.memo = strict, batch_size, memo
         self.adapter = None
         if adapt != "none":
             if not isinstance(self.predictor, NetPredictor):
@@ -125,8 +110,9 @@ class CostlabCostModel(PyCostModel):
     def raw_scores(self, context, candidates) -> np.ndarray:
         """The model's own scores of candidates of one task (higher = faster; invalid programs -inf).
 
-        Scores are remembered per program (structural hash) until the model changes: an evolutionary
-        search scores its survivors again in every generation, and the model's featurizer is the cost."""
+        Scores are remembered per program (structural hash) until the model changes (unless ``memo`` is off):
+        an evolutionary search scores its survivors again in every generation, and the model's featurizer is
+        the cost."""
         import tvm_ffi
 
         target = context.target
@@ -136,10 +122,13 @@ class CostlabCostModel(PyCostModel):
             self._checked.add(key)
         if isinstance(self.predictor, NetPredictor):
             self.predictor.use_target(target)  # a hardware input reads the machine tuning now
-        memo = self._memo.setdefault(_task_key(context), {})
-        if len(memo) > self.MEMO_SIZE:
-            memo.clear()
-        hashes = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
+        if self.memo:
+            memo = self._memo.setdefault(_task_key(context), {})
+            if len(memo) > self.MEMO_SIZE:
+                memo.clear()
+            hashes = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
+        else:  # every candidate scored afresh: a memo of this call alone, keyed by position
+            memo, hashes = {}, list(range(len(candidates)))
         out = np.array([memo.get(h, np.nan) for h in hashes], np.float64)
         todo = [i for i, h in enumerate(hashes) if h not in memo]
         t0 = time.perf_counter()
@@ -204,6 +193,13 @@ def _task_key(context) -> int:
     return int(tvm_ffi.structural_hash(context.mod))
 
 
-def load(model="psa", **options) -> CostlabCostModel:
-    """``costlab.export.load(MODEL)``: a MetaSchedule cost model of a costlab model (see ``CostlabCostModel``)."""
+def load(model=None, **options) -> CostlabCostModel:
+    """``costlab.export.load(MODEL)``: a MetaSchedule cost model of a costlab model (see ``CostlabCostModel``; by
+    default the draft kind, PSA)."""
     return CostlabCostModel(model, **options)
+
+
+def draft_model() -> CostlabCostModel:
+    """The draft stage of every costlab search: the registry's draft kind (PSA) as a cost model, scaled per task
+    as its kind says (divided by the best of the task's first population), every candidate scored afresh."""
+    return CostlabCostModel(kinds.draft(), memo=False)

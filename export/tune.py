@@ -35,6 +35,7 @@ from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.files import write_atomically
 from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
+from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES
 from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
@@ -530,23 +531,16 @@ def _same_target(value):
 def resolved_adapt(opts: TuneOptions, work: Path) -> str:
     """``--adapt auto``: what the work dir's run adapts with when it continues one; else ``momentum`` for a
     learned net (the tuning benchmark's arm c, momentum adaptation, reached MetaSchedule's final in every seed
-    on 4 of 6 workloads against 1 of 6 frozen: docs/search.md), ``none`` for PSA, random or a baseline."""
+    on 4 of 6 workloads against 1 of 6 frozen: docs/search.md), ``none`` for a kind that needs no weights (PSA,
+    random), a baseline, or a model whose config does not read (loading it says why, with the file)."""
     if opts.adapt != "auto":
         return opts.adapt
     old = WorkDir(work).recorded("adapt")
     if old in ADAPT_MODES:
         return old
-    if not opts.model or opts.model in ("psa", "random"):
-        return "none"
-    from costlab.costmodels import kinds
-    from costlab.costmodels.artifact import read_config
-    from costlab.costmodels.predictors import resolve
+    from costlab.costmodels.predictors import kind_of  # torch: a run with MetaSchedule's default needs none
 
-    try:
-        kind = read_config(resolve(opts.model), trust_unhashed=True).get("kind")
-    except Exception:  # noqa: BLE001  not a readable model: loading it says why, with the file
-        return "none"
-    return "momentum" if kind in kinds.learned() else "none"
+    return "momentum" if kind_of(opts.model) in kinds.learned() else "none"
 
 
 def _finished_summary(work: Path, tasks: list, done: list) -> dict | None:

@@ -114,8 +114,8 @@ def test_every_layer_imports_only_downward():
 
 def test_parser_builds_without_torch():
     """Building the command line (``costlab --help`` at every level) imports neither torch, Lightning nor TVM:
-    the choices it lists come from torch-free registries (``costmodels/kinds.py`` with ``nets.py`` and
-    ``baselines.py``, ``costmodels/recipes.py``, ``export/search``)."""
+    the choices it lists come from torch-free registries (``costmodels/kinds.py`` with ``nets.py``,
+    ``baselines.py`` and ``untrained.py``, ``costmodels/recipes.py``, ``export/search``)."""
     code = (
         "import argparse, sys\n"
         "import costlab.cli\n"

@@ -184,17 +184,19 @@ def test_task_scale_divides_by_the_first_best_and_ranks_unreadable_programs_last
 
 
 def test_one_psa_scorer_for_the_draft_stage_and_model_psa():
-    """The draft stage (``PSAModel``) and ``--model psa`` (``CostlabCostModel`` of the ``psa`` predictor)
-    score live candidates alike: 1 / estimate over the best of the task's first population, fixed after."""
+    """The draft stage (``draft_model``: every candidate scored afresh) and ``--model psa`` (remembering scores
+    per program) score live candidates alike: 1 / estimate over the best of the task's first population, fixed
+    after."""
     from test_export import _context
 
-    from costlab.export.cost_model import CostlabCostModel
-    from costlab.export.search.psa import PSAModel
+    from costlab.export.cost_model import CostlabCostModel, draft_model
 
     ctx, cands = _context()
-    draft, model = PSAModel(), CostlabCostModel("psa")
+    draft, model = draft_model(), CostlabCostModel("psa")
     first = draft.predict(ctx, cands)
     assert np.array_equal(first, model.predict(ctx, cands))
     assert first.max() == 1.0 and (first > 0).all()
     later = draft.predict(ctx, cands[::-1][:4])  # a later call keeps the first call's scale
     assert np.array_equal(later, first[::-1][:4]) and np.array_equal(later, model.predict(ctx, cands[::-1][:4]))
+    assert (draft.stats["candidates"], draft.stats["cached"]) == (len(cands) + 4, 0)  # the draft keeps no memo
+    assert (model.stats["candidates"], model.stats["cached"]) == (len(cands), 4)

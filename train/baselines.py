@@ -2,13 +2,15 @@
 and its SegmentSum MLP (``tvm.s_tir.meta_schedule.cost_model``), both on TVM's per-store features.
 
 The per-store features are the ``stmt`` output of the PaCM featurizer (``PerStoreFeature`` on the replayed,
-lowered program), so all models see the same programs. Training goes through MetaSchedule's own code
-(``XGBModel._train`` with its pack-sum objective and early stopping; ``SegmentSumMLPTrainer.train_full``),
-fed with the dataset's records grouped by task instead of a tuning run's measurements. Saved without
-pickle: the booster as XGBoost JSON, the MLP as safetensors, beside ``config.json``.
+lowered program), so all models see the same programs. Each baseline kind fits them by MetaSchedule's own
+code (its ``fit`` in ``costmodels/baselines.py``: ``XGBModel._train`` with its pack-sum objective and early
+stopping; ``SegmentSumMLPTrainer.train_full``), fed here with the dataset's records grouped by task instead
+of a tuning run's measurements. Saved without pickle: the booster as XGBoost JSON, the MLP as safetensors,
+beside ``config.json``.
 
-One concept at two layers: this module is the baselines' training side; ``costmodels/baselines.py``
-(``costlab.costmodels.baselines``) builds the same MetaSchedule models and scores with a stored one at inference.
+One concept at two layers: this module is the baselines' training run (data in, artifact out);
+``costmodels/baselines.py`` (``costlab.costmodels.baselines``) is what each baseline is: how it fits, and how a
+stored one scores at inference.
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ import numpy as np
 import torch
 
 from costlab.common import jsontext
-from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
-from costlab.costmodels.baselines import FEATURE, booster_tensors, mlp_trainer, xgb_model
+from costlab.costmodels.baselines import FEATURE
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.run_dir import run_dir
@@ -59,29 +60,7 @@ def train_baseline(cfg: dict) -> dict:
     torch.manual_seed(int(cfg["seed"]))
     dm, xs, task, cost = _training_data(cfg)
     t0 = time.perf_counter()
-    if kind == "xgb":
-        model = xgb_model()
-        best = np.zeros(task.max() + 1 if len(task) else 0, np.float32) + np.inf
-        np.minimum.at(best, task, cost)
-        model._train(xs, best[task] / cost)
-        tensors = booster_tensors(model.booster)
-    elif kind == "mlp":
-        n_tasks = len(np.unique(task))
-        if n_tasks < 2:
-            raise UsageError("the SegmentSum MLP baseline holds out whole tasks to pick its epoch: it needs "
-                             f"at least 2 training tasks, found {n_tasks}")
-        # MetaSchedule's trainer validates on floor(20% of tasks): keep at least one task for it
-        trainer = mlp_trainer(int(cfg["trainer"].get("max_epochs", 50)), max(0.2, 1.0 / n_tasks))
-        from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup
-
-        for t in np.unique(task):
-            idx = np.flatnonzero(task == t)
-            trainer.state.data[str(t)] = FeatureGroup(str(t), [xs[i] for i in idx], cost[idx])
-        with steplr_accepting_verbose():
-            trainer.train_full()
-        tensors = trainer.state.model.state_dict()
-    else:
-        raise ValueError(f"unknown baseline {kind!r}")
+    tensors = kinds.create(kind).fit(xs, task, cost, epochs=int(cfg["trainer"].get("max_epochs", 50)))
     summary = dict(model=kind, platforms=dm.config.platforms, train_records=len(xs),
                    wall_seconds=time.perf_counter() - t0,
                    train_records_per_s=len(xs) / max(time.perf_counter() - t0, 1e-9))
@@ -91,21 +70,3 @@ def train_baseline(cfg: dict) -> dict:
                                      dialects=dm.dialects, targets=dm.targets))
     (Path(cfg["out"]) / "summary.json").write_text(jsontext.dumps(summary, indent=2))
     return summary
-
-
-class _StepLR(torch.optim.lr_scheduler.StepLR):
-    def __init__(self, *args, verbose=None, **kwargs):
-        super().__init__(*args, **kwargs)
-
-
-class steplr_accepting_verbose:
-    """MetaSchedule's SegmentSum MLP trainer passes ``verbose=`` to ``StepLR``, an argument this torch no
-    longer takes; for the duration of its training, StepLR accepts and ignores it. A context manager:
-    ``with steplr_accepting_verbose(): trainer.train_full()`` (a trainer from ``costmodels.baselines.mlp_trainer``)."""
-
-    def __enter__(self):
-        self._orig = torch.optim.lr_scheduler.StepLR
-        torch.optim.lr_scheduler.StepLR = _StepLR
-
-    def __exit__(self, *exc):
-        torch.optim.lr_scheduler.StepLR = self._orig

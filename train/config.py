@@ -140,8 +140,8 @@ def load_config(path=None, overrides=(), **named) -> dict:
 
 # Every value with a meaning costlab knows is checked here, whether it came from the YAML file or --set, so
 # that a wrong type or range is one clear line, never a traceback from torch or Lightning (or, for
-# trainer.max_epochs, Lightning's -1 = "never stop"). (checker, what it must be) per dotted key.
-MODELS = kinds.names()  # the model kinds' registry (costmodels/kinds.py)
+# trainer.max_epochs, Lightning's -1 = "never stop"). (checker, what it must be) per dotted key; the model
+# kinds are the registry's (costmodels/kinds.py) as it is when the config is checked.
 LOSSES = ("lambdarank", "mse")
 
 
@@ -154,7 +154,7 @@ def _non_negative(x):
 
 
 CHECKS = {
-    "model": (str, lambda x: x in MODELS, f"one of {', '.join(MODELS)}"),
+    "model": (str, lambda x: x in kinds.trainable(), lambda: f"one of {', '.join(kinds.trainable())}"),
     "loss": (str, lambda x: x in LOSSES, f"one of {', '.join(LOSSES)}"),
     "lr_schedule": (str, lambda x: x in LR_SCHEDULES, f"one of {', '.join(LR_SCHEDULES)}"),
     "seed": (int, _non_negative, "an integer >= 0"),
@@ -196,7 +196,7 @@ def check_config(cfg: dict) -> dict:
         except ValueError:
             converted = None
         if converted is None or not ok(converted):
-            raise UsageError(f"{key} must be {what}, not {value!r}")
+            raise UsageError(f"{key} must be {what() if callable(what) else what}, not {value!r}")
         holder[name] = converted
     if not isinstance(cfg["platforms"], list) or not all(isinstance(p, str) for p in cfg["platforms"]):
         raise UsageError(f"platforms must be a list of platform ids, not {cfg['platforms']!r}")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from costlab.common.errors import UsageError
-from costlab.costmodels import metrics
+from costlab.costmodels import kinds, metrics
 from costlab.datasets import open_dataset
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
@@ -70,11 +70,13 @@ def select_rows(ds, platform: str, split: str | None, part: str) -> np.ndarray:
 
 def evaluate(model, data, split: str | None = "auto", part: str = "test", platform: str | None = None,
              head: int | None = None, seed: int = 0, baselines: bool = False) -> dict:
-    """Metrics of ``model`` (a path or 'random' / 'psa', or a loaded predictor) on a dataset split.
+    """Metrics of ``model`` (a path, the name of a kind that needs no weights, 'random' / 'psa', or a loaded
+    predictor) on a dataset split.
 
     ``split="auto"`` takes the split the model was trained with when the dataset has it, else all records.
-    ``baselines``: PSA's and random scores of the same records too (``_arrays["baselines"]``, for the
-    report's plot): random as ``RANDOM_DRAWS`` seeded draws, so its curve is the expected one.
+    ``baselines``: the scores of the same records by the kinds that need no weights too (PSA's and random's;
+    ``_arrays["baselines"]``, for the report's plot): random as ``RANDOM_DRAWS`` seeded draws, so its curve
+    is the expected one.
     """
     pred_obj = load_predictor(model, seed) if isinstance(model, str) or hasattr(model, "__fspath__") else model
     with open_dataset(data) as ds:
@@ -126,19 +128,21 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
     return result
 
 
-RANDOM_DRAWS = 20
+RANDOM_DRAWS = 20  # draws of a kind whose scores are random (``stochastic``): its curve is the expected one
 
 
 def _baseline_scores(ds, platform: str, rows, seed: int) -> dict:
-    """Scores of the same records by PSA (when its analysis applies to them) and by random draws."""
+    """Scores of the same records by each kind that needs no weights (PSA, random; the registry's
+    ``kinds.untrained``), by its title: one draw each, ``RANDOM_DRAWS`` of a stochastic kind. A kind whose
+    features these records do not have (PSA's analysis of another dialect) is left out, with a note."""
     out = {}
-    psa = load_predictor("psa")
-    try:
-        out["PSA"] = [psa.predict(features_of(ds, psa.featurizer, platform, rows))[:, 0]]
-    except Exception as exc:  # records PSA cannot analyse (another dialect): the report says so
-        print(f"costlab: note: no PSA curve in the report ({str(exc).strip().splitlines()[-1][:160]})",
-              file=sys.stderr)
-    rng = np.random.default_rng(seed)
-    out["random"] = [rng.random(len(rows)) for _ in range(RANDOM_DRAWS)]
+    for name in kinds.untrained():
+        kind = kinds.create(name)
+        predictor = kind.predictor(seed=seed)
+        try:
+            feats = features_of(ds, predictor.featurizer, platform, rows)
+            out[kind.title] = [predictor.predict(feats)[:, 0] for _ in range(RANDOM_DRAWS if kind.stochastic else 1)]
+        except Exception as exc:  # records a kind cannot score (another dialect): the report says so
+            print(f"costlab: note: no {kind.title} curve in the report "
+                  f"({str(exc).strip().splitlines()[-1][:160]})", file=sys.stderr)
     return out
-

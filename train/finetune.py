@@ -18,10 +18,11 @@ import numpy as np
 
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
+from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipe import fit_lists, task_lists
-from costlab.costmodels.recipes import recipe
+from costlab.costmodels.recipes import DEFAULT, recipe
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.evaluate import select_rows
@@ -29,11 +30,12 @@ from costlab.train.predict import load_predictor
 from costlab.train.run_dir import run_dir
 
 
-def finetune(source, data, platform: str, out, spec="safe", split: str | None = None, seed: int = 0) -> dict:
+def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None = None, seed: int = 0) -> dict:
     r = recipe(spec)
     pred = load_predictor(source)
     if not isinstance(pred, NetPredictor):
-        raise UsageError(f"{source}: a {pred.kind} model has no net to fine-tune (fine-tune a tlp, pacm or mtl model)")
+        raise UsageError(f"{source}: a {pred.kind} model has no net to fine-tune (fine-tune a "
+                         f"{kinds.spoken(kinds.learned())} model)")
     with open_dataset(data) as ds:
         if platform not in ds.record_platforms():
             raise UsageError(f"{data}: no records of platform {platform!r} (platforms: "

@@ -8,7 +8,7 @@ from pathlib import Path
 from costlab.commands.options import directory, fraction, positive_int
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
-from costlab.costmodels.recipes import RECIPES
+from costlab.costmodels.recipes import DEFAULT, FIT_LISTS, RECIPES, TRAINER, recipe
 
 
 def _common(q) -> None:
@@ -21,12 +21,14 @@ def _common(q) -> None:
 
 
 def register(sub) -> None:
-    q = sub.add_parser("train", help="train a cost model (TLP, PaCM, MTL, or the XGBoost / MLP baselines)",
+    titles = lambda names: [kinds.create(k).title for k in names]  # noqa: E731
+    q = sub.add_parser("train", help=f"train a cost model ({', '.join(titles(kinds.learned()))}, or the "
+                       f"{' / '.join(titles(kinds.baselines()))} baselines)",
                        description="Train a cost model on a dataset with PyTorch Lightning, from a YAML config "
                        "and/or options. The run directory gets checkpoints, CSV/TensorBoard logs, the best model "
                        "(config.json + model.safetensors) and summary.json. Re-run with --resume to continue.")
     q.add_argument("--config", type=Path, metavar="CONFIG.yaml", help="training config (see train/config.py)")
-    q.add_argument("--model", choices=kinds.names(), help="model kind (default tlp)")
+    q.add_argument("--model", choices=kinds.trainable(), help="model kind (default tlp)")
     q.add_argument("--data", type=Path, metavar="DATA.h5")
     q.add_argument("--split", help="a split stored in the dataset (costlab dataset split)")
     q.add_argument("--platform", action="append", dest="platforms", metavar="ID",
@@ -45,8 +47,8 @@ def register(sub) -> None:
                        "docs/training.md compares the recipes). --recipe lightning trains for --epochs with the "
                        "Lightning trainer as `costlab train` does, with --momentum by the Siamese momentum rule (MoA).")
     q.add_argument("--from", dest="source", required=True, type=Path, metavar="CKPT_OR_MODEL")
-    q.add_argument("--recipe", choices=[*RECIPES, "lightning"],
-                   help="default: safe; lightning when --momentum, --epochs or --set is given")
+    q.add_argument("--recipe", choices=list(RECIPES),
+                   help=f"default: {DEFAULT}; {TRAINER} when --momentum, --epochs or --set is given")
     q.add_argument("--seed", type=int, default=0, help="seed of the recipe's validation cut and batches")
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--platform", required=True, metavar="ID")
@@ -64,7 +66,7 @@ def register(sub) -> None:
                        "pairwise accuracy and NDCG; a markdown report with plots.")
     q.add_argument("--model", required=True, metavar="CKPT_OR_ARTIFACT",
                    help="a run dir, model dir or archive, or .ckpt; a shipped model's name (costlab models); "
-                   "or 'psa' or 'random'")
+                   "or " + " or ".join(f"'{k}'" for k in kinds.untrained()))
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--split", default="auto", help="split name; 'auto' = the model's training split; 'none' = all")
     q.add_argument("--part", default="test", choices=["test", "train", "all"])
@@ -112,31 +114,34 @@ def _finetune(args) -> int:
     from costlab.train.fit import source_meta
 
     _refuse_existing_model(Path(args.out), args.overwrite)
-    lightning = args.momentum is not None or args.epochs is not None or args.overrides
-    if (args.recipe or ("lightning" if lightning else "safe")) != "lightning":
-        if lightning:
-            raise UsageError("--momentum, --epochs and --set belong to --recipe lightning")
+    trainer_options = args.momentum is not None or args.epochs is not None or args.overrides
+    r = recipe(args.recipe or (TRAINER if trainer_options else DEFAULT), runner=None)
+    if r.runner == FIT_LISTS:
+        if trainer_options:
+            raise UsageError(f"--momentum, --epochs and --set belong to --recipe {TRAINER}")
         from costlab.common import jsontext
         from costlab.train.finetune import finetune
 
-        summary = finetune(args.source, args.data, args.platform, args.out, args.recipe or "safe", split=args.split,
-                           seed=args.seed)
+        summary = finetune(args.source, args.data, args.platform, args.out, r.name, split=args.split, seed=args.seed)
         print(jsontext.dumps(summary, indent=2), file=sys.stderr)
         return 0
 
+    # a model of one head per platform is fine-tuned to one platform as the net it has (mtl: a tlp net)
     kind = source_meta(args.source)["kind"]
-    cfg = load_config(None, _overrides(args), model="tlp" if kind == "mtl" else kind, data=str(args.data),
-                      split=args.split, platforms=[args.platform], out=str(args.out))
+    model = kinds.find(kind)
+    cfg = load_config(None, _overrides(args), model=model.net if model and model.multi_head else kind,
+                      data=str(args.data), split=args.split, platforms=[args.platform], out=str(args.out))
     cfg.update(init_from=str(args.source), momentum=args.momentum, momentum_every=args.every)
     return _run(cfg, args)
 
 
 def _model_config(model) -> dict:
     """The config a model records (its training split, platforms and targets), read without loading its
-    weights; {} for psa, random and anything whose config does not read (evaluate then says why)."""
-    from costlab.costmodels.predictors import BUILTIN, resolve
+    weights; {} for a kind that needs no weights (psa, random) and anything whose config does not read (evaluate
+    then says why)."""
+    from costlab.costmodels.predictors import resolve
 
-    if str(model) in BUILTIN:
+    if str(model) in kinds.untrained():
         return {}
     try:
         path = resolve(model)

@@ -8,6 +8,7 @@ import sys
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.options import add_to_library, int_in, library_options, positive_int
 from costlab.commands.signals import signals_end_cleanly
+from costlab.costmodels import kinds
 
 
 def register(sub) -> None:
@@ -15,7 +16,8 @@ def register(sub) -> None:
         "transfer", help="measure, per task, the best schedules of the same kernel class tuned before (warm start)",
         description="Transfer-tuning: for each task of a workload or network, the measured programs of tasks of "
         "the same kernel class (the same anchor computation; same or other fused blocks) in the sources are "
-        "replayed with their tile factors adapted to the new loop extents, ranked by --model (PSA without one), "
+        "replayed with their tile factors adapted to the new loop extents, ranked by --model "
+        f"({kinds.create(kinds.draft()).title} without one), "
         "and the best --top built and measured into the work dir's MetaSchedule database, from which a later "
         "`costlab tune --work-dir DIR` (or MetaSchedule's own search) starts. transfer.json says what was "
         "transferred from where, and why programs failed; re-run, finished tasks are skipped.")
@@ -30,7 +32,8 @@ def register(sub) -> None:
     q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
     q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
     q.add_argument("--target", default="host", help=TARGET_HELP)
-    q.add_argument("--model", metavar="MODEL", help="rank the replayed programs with this costlab model (default psa)")
+    q.add_argument("--model", metavar="MODEL",
+                   help=f"rank the replayed programs with this costlab model (default {kinds.draft()})")
     q.add_argument("--top", type=positive_int("--top"), default=4, help="programs measured per task")
     q.add_argument("--per-source", type=positive_int("--per-source"), default=4,
                    help="fastest programs taken from each matching source task")

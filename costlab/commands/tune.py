@@ -7,6 +7,7 @@ import sys
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.signals import signals_end_cleanly
+from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES
 from costlab.export.search import STRATEGIES, strategy_help
 
@@ -41,7 +42,7 @@ def register(sub) -> None:
                    "complete); the run ends at whichever of --trials and --max-seconds comes first")
     q.add_argument("--model", metavar="MODEL",
                    help="a costlab model: model dir or archive (costlab export), training run dir, shipped model "
-                   "name (costlab models), psa or random; default: MetaSchedule's XGBoost model")
+                   f"name (costlab models), {kinds.spoken(kinds.untrained())}; default: MetaSchedule's XGBoost model")
     q.add_argument("--strategy", choices=list(STRATEGIES), help=strategy_help())
     q.add_argument("--task-scheduler", choices=["gain", "gradient", "round-robin"],
                    help="which of a network's tasks gets the next round: gain (default for a network): after every "
@@ -50,8 +51,9 @@ def register(sub) -> None:
                    "MetaSchedule's own (docs/search.md)")
     q.add_argument("--adapt", choices=["auto", *ADAPT_MODES], default="auto",
                    help="online adaptation of the model to the run's measurements: "
-                   + "; ".join(f"{name}: {line}" for name, line in ADAPT_MODES.items())
-                   + "; auto, the default: momentum for a learned model, none for psa, random or a baseline")
+                   + "; ".join(f"{name}: {mode.help}" for name, mode in ADAPT_MODES.items())
+                   + "; auto, the default: momentum for a learned model, none for "
+                   + f"{', '.join(kinds.untrained())} or a baseline")
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
     q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")
     q.add_argument("--seed", type=int, default=0)

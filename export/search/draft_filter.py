@@ -12,8 +12,7 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from costlab.export.cost_model import CostlabCostModel
-from costlab.export.search.psa import PSAModel
+from costlab.export.cost_model import CostlabCostModel, draft_model
 
 
 @derived_object
@@ -23,10 +22,10 @@ class DraftFilterModel(PyCostModel):
     ``0.5 * drafted`` in [0, 0.5] (a learned model's scores lie in (0, 1); PSA as the verifier, divided by the
     task's first best, may pass 1, which keeps the order)."""
 
-    def __init__(self, verify: CostlabCostModel, fraction: float = 0.1, draft: PSAModel | None = None):
+    def __init__(self, verify: CostlabCostModel, fraction: float = 0.1, draft: CostlabCostModel | None = None):
         super().__init__()
         self.verify, self.fraction = verify, float(fraction)
-        self.draft = draft if draft is not None else PSAModel()
+        self.draft = draft if draft is not None else draft_model()
         self.stats = dict(verify_scored=0, draft_scored=0, draft_s=0.0, verify_s=0.0)
 
     @property

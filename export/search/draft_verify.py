@@ -19,9 +19,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
-from costlab.export.cost_model import CostlabCostModel
+from costlab.export.cost_model import CostlabCostModel, draft_model
 from costlab.export.search.common import RoundLog, _ffi, _shash, best_measured, measure_candidates, measured_hashes
-from costlab.export.search.psa import PSAModel
 
 
 @derived_object
@@ -41,7 +40,7 @@ class DraftVerifySearch(PySearchStrategy):
                             genetic_iters=genetic_iters, init_measured_ratio=init_measured_ratio,
                             init_min_unmeasured=init_min_unmeasured, genetic_mutate_prob=genetic_mutate_prob,
                             eps_greedy=eps_greedy)
-        self.draft = draft if draft is not None else PSAModel()
+        self.draft = draft if draft is not None else draft_model()
         self.log = log if log is not None else RoundLog()
         self._inner = None
         self._reset()
@@ -105,7 +104,7 @@ class DraftVerifySearch(PySearchStrategy):
         self._pending = dict(
             task=str(self.context.task_name), trials_before=self.trials, picked=len(picks),
             draft_scored=draft_stats.get("candidates", 0) - draft_before.get("candidates", 0),
-            draft_model_s=round(draft_stats.get("seconds", 0.0) - draft_before.get("seconds", 0.0), 4),
+            draft_model_s=round(_seconds(draft_stats) - _seconds(draft_before), 4),
             verify_scored=n_verified, sample_s=round(t_sample - t_start, 4), draft_s=round(t_draft - t_sample, 4),
             verify_s=round(t_verify - t_draft, 4), search_s=round(t_verify - t_start, 4))
         self._round_start = t_start
@@ -156,3 +155,6 @@ class DraftVerifySearch(PySearchStrategy):
         self._pending = None
 
 
+def _seconds(stats: dict) -> float:
+    """The seconds a cost model's stats record it spent scoring (featurizing and predicting)."""
+    return stats.get("featurize_s", 0.0) + stats.get("predict_s", 0.0)

@@ -30,8 +30,8 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
+from costlab.export.cost_model import draft_model
 from costlab.export.search.common import RoundLog, _ffi, _shash, best_measured, measure_candidates, measured_hashes
-from costlab.export.search.psa import PSAModel
 
 
 def round_size(round_index: int, per_iter: int, first_rounds=(8, 16, 32)) -> int:
@@ -54,7 +54,7 @@ class ModelLedSearch(PySearchStrategy):
                             draft_ratio=float(draft_ratio), init_measured_ratio=float(init_measured_ratio),
                             eps_greedy=float(eps_greedy), genetic_mutate_prob=float(genetic_mutate_prob),
                             first_rounds=tuple(int(x) for x in first_rounds))
-        self.draft = draft if draft is not None else PSAModel()
+        self.draft = draft if draft is not None else draft_model()
         self.log = log if log is not None else RoundLog()
         self.context = self._inner = None
         self._reset()

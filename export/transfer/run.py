@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
+from costlab.costmodels import kinds
 from costlab.export.tasks import measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import WorkDir, read_state, write_state
 
@@ -235,11 +236,11 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
 
 def ranking_model(opts: TransferOptions) -> tuple:
     """``(predictor, head)`` that rank the replayed programs: ``--model`` loaded as every tuning command loads
-    one (``cost_model.tuning_predictor``), PSA without one."""
+    one (``cost_model.tuning_predictor``), the draft kind (PSA) without one."""
     from costlab.costmodels.predictors import head_of
     from costlab.export.cost_model import tuning_predictor
 
-    predictor = tuning_predictor(opts.model or "psa")
+    predictor = tuning_predictor(opts.model or kinds.draft())
     return predictor, head_of(predictor, None)
 
 

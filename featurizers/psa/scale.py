@@ -5,8 +5,9 @@ must return positive scores, higher = faster, that compare across the calls of o
 EvolutionarySearch samples mutation parents in proportion to them and keeps its best across generations
 (and ``export/search/draft_filter.py`` maps PSA's into (0, 0.5] below the verified ones). So per task the
 scores are divided by the best of the first population scored, a scale fixed from then on; later, better
-programs score above 1. Both ``export/search/psa.PSAModel`` (the draft stage) and ``--model psa``
-(``export/cost_model.CostlabCostModel`` with the ``psa`` predictor) scale this way.
+programs score above 1. The ``psa`` model kind scales this way (``costmodels/untrained.PSAKind.task_scale``),
+so both the draft stage (``export/cost_model.draft_model``) and ``--model psa`` do: each is
+``export/cost_model.CostlabCostModel`` of the ``psa`` kind.
 """
 
 from __future__ import annotations
