@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from costlab.common.checks import check_fields
+from costlab.costmodels import kinds
 from costlab.costmodels.kinds import ModelKind, register
+from costlab.featurizers import from_json
+from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
 
 
 class NetKind(ModelKind):
@@ -40,7 +44,7 @@ class TLPKind(NetKind):
     name = net = featurizer = "tlp"
 
     def net_classes(self) -> tuple[type, type]:
-        from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig  # torch (NetKind.net_classes)
+        from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig  # lazy: pulls torch; the parser lists the kinds
 
         return TLPNet, TLPNetConfig
 
@@ -74,13 +78,11 @@ class PaCMKind(NetKind):
     name = net = featurizer = "pacm"
 
     def net_classes(self) -> tuple[type, type]:
-        from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig  # torch (NetKind.net_classes)
+        from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig  # lazy: pulls torch; the parser lists the kinds
 
         return PaCMNet, PaCMNetConfig
 
     def base_config(self, featurizer) -> dict:
-        from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
-
         return dict(stmt_features=STMT_FEATURES, pattern_features=PATTERN_FEATURES, program_features=PROGRAM_FEATURES)
 
     def featurizer_fits(self, net_config: dict, feat) -> str | None:
@@ -107,8 +109,6 @@ class MTLKind(TLPKind):
 
 
 def _net_kind(kind: str) -> NetKind:
-    from costlab.costmodels import kinds
-
     if kind not in kinds.learned():
         nets = [k for k in kinds.learned() if kinds.create(k).net == k]
         shared = [k for k in kinds.learned() if kinds.create(k).net != k]
@@ -128,8 +128,6 @@ def net_config_for(kind: str, featurizer, heads: int, **overrides) -> dict:
 def build_net(kind: str, net_config: dict):
     """The net of ``kind`` built from ``net_config``; an unknown kind or option, or a value of the wrong type,
     is a ValueError naming it (checked against the config dataclass before torch sees it)."""
-    from costlab.common.checks import check_fields
-
     net_cls, cfg_cls = _net_kind(kind).net_classes()
     return net_cls(cfg_cls(**check_fields(cfg_cls, dict(net_config), "net")))
 
@@ -139,8 +137,6 @@ def check_featurizer_fits(kind: str, net_config: dict, featurizer: dict) -> str 
     ``net_config`` (a TLP vocabulary of another size than the net's embedding, other numeric slots, longer
     sequences than its positions; PaCM feature counts other than the net's), or None when it fits. A featurizer
     this costlab does not know, or of another version, is left to the loader to refuse."""
-    from costlab.featurizers import from_json
-
     try:
         feat = from_json(featurizer)
     except (ValueError, TypeError, AttributeError):
