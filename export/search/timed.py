@@ -24,6 +24,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
+from costlab.metaschedule.screening import task_key
+
 
 # The first Ctrl-C / SIGTERM of a tuning run is recorded here (``request_stop``), not raised: raised inside
 # a callback that MetaSchedule's C++ loop called, it unwinds through C++ with worker threads running, which
@@ -119,8 +121,6 @@ class TimedSearch(PySearchStrategy):
         self.inner._initialize_with_tune_context(context)
         self.task = None
         if self.clock.tags is not None:  # a screening runner compares each candidate with its own task's best
-            from costlab.metaschedule.screening import task_key
-
             self.task = task_key(context.mod)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
