@@ -8,6 +8,8 @@ import sys
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.options import add_to_library, int_in, library_options, positive_int
 from costlab.commands.signals import signals_end_cleanly
+from costlab.export.transfer.run import TransferOptions, transfer
+from costlab.metaschedule.repair import moved_aside_note
 
 
 def register(sub) -> None:
@@ -46,7 +48,6 @@ def register(sub) -> None:
 
 def _transfer(args) -> int:
     from costlab.export.search.timed import stop_requested
-    from costlab.export.transfer.run import TransferOptions, transfer
 
     opts = TransferOptions(work_dir=args.work_dir, sources=args.sources, workloads=args.workload, network=args.network,
                            task_filter=args.task_filter, batch=args.batch, seq_len=args.seq_len, target=args.target,
@@ -57,8 +58,6 @@ def _transfer(args) -> int:
     if stop_requested() is None:  # a finished run's checked best programs go to the library
         add_to_library(args, summary)
     if summary.get("skipped_lines"):
-        from costlab.metaschedule.repair import moved_aside_note
-
         print(moved_aside_note(args.work_dir, summary["skipped_lines"]), file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
