@@ -8,6 +8,7 @@ import sys
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.options import add_to_library, int_in, library_options, positive_int
 from costlab.commands.signals import signals_end_cleanly
+from costlab.export.stop import stop_requested
 from costlab.export.transfer.run import TransferOptions, transfer
 from costlab.metaschedule.repair import moved_aside_note
 
@@ -47,8 +48,6 @@ def register(sub) -> None:
 
 
 def _transfer(args) -> int:
-    from costlab.export.search.timed import stop_requested
-
     opts = TransferOptions(work_dir=args.work_dir, sources=args.sources, workloads=args.workload, network=args.network,
                            task_filter=args.task_filter, batch=args.batch, seq_len=args.seq_len, target=args.target,
                            model=args.model, top=args.top, per_source=args.per_source,

@@ -24,26 +24,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
+from costlab.export.stop import stop_requested
 from costlab.metaschedule.screening import task_key
-
-
-# The first Ctrl-C / SIGTERM of a tuning run is recorded here (``request_stop``), not raised: raised inside
-# a callback that MetaSchedule's C++ loop called, it unwinds through C++ with worker threads running, which
-# can crash the process. Every round checks it before it starts, so the run ends after the round in flight
-# with every measured batch in the database.
-_STOP: dict = {"signal": None}
-
-
-def request_stop(signum: int) -> None:
-    _STOP["signal"] = signum
-
-
-def stop_requested() -> int | None:
-    return _STOP["signal"]
-
-
-def clear_stop() -> None:
-    _STOP["signal"] = None
 
 
 class RoundClock:
