@@ -30,7 +30,7 @@ def population(task, target, size: int, seed: int) -> list:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
-    from costlab.export.search.common import _ffi
+    from costlab.export.search.common import evolution_ffi
     from costlab.export.tasks import target_cores
     from costlab.metaschedule.tune_context import tune_context
 
@@ -39,7 +39,7 @@ def population(task, target, size: int, seed: int) -> list:
     inner = ctx.search_strategy
     inner.pre_tuning(size, size, ctx.space_generator.generate_design_space(ctx.mod), ms.database.MemoryDatabase(),
                      ms.cost_model.RandomModel())
-    return list(_ffi("SampleInitPopulation")(inner, size))
+    return list(evolution_ffi("SampleInitPopulation")(inner, size))
 
 
 def _differing(a: dict, b: dict) -> int:

@@ -16,6 +16,8 @@ from costlab.commands import train as train_cmd
 from costlab.commands import transfer as transfer_cmd
 from costlab.commands import tune as tune_cmd
 from costlab.commands.signals import Terminated
+from costlab.common.errors import CostlabError
+from costlab.datasets.store import abandoned_files
 
 # in the order `costlab --help` lists them
 COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, export_cmd, models_cmd, transfer_cmd, exploit_cmd,
@@ -36,8 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from costlab.common.errors import CostlabError
-
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -69,8 +69,6 @@ def main(argv=None) -> int:
 def _exit_now_if_hdf5_failed(code: int) -> None:
     """After HDF5 failed to write a transaction's file (a full disk) its library state cannot be cleaned up
     without a crash: the transaction is undone already, so the process ends here, skipping that clean-up."""
-    from costlab.datasets.store import abandoned_files
-
     if abandoned_files():
         import os
 

@@ -43,6 +43,8 @@ import torch
 from costlab.common import jsontext
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import atomic_file, write_atomically
+from costlab.costmodels import kinds
+from costlab.costmodels.nets import build_net, check_featurizer_fits
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -376,9 +378,6 @@ def check_net_fits(config: dict, shapes: dict, where) -> None:
     """A learned net's config against the weights' shapes, before any real net is built from it: each number
     of the net config no larger than the weights could hold, the net built on the ``meta`` device (nothing
     allocated) with exactly the weights' tensors and shapes, and the featurizer feeding the sizes it has."""
-    from costlab.costmodels import kinds
-    from costlab.costmodels.nets import build_net, check_featurizer_fits
-
     kind = config.get("kind")
     if kind not in kinds.learned():
         return  # a baseline (its sizes are not read from the config) or an unknown kind, refused by the loader

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from costlab.common.checks import check_fields
 from costlab.common.errors import InputError
 from costlab.costmodels import kinds
 from costlab.costmodels.kinds import ModelKind, register
+from costlab.featurizers import from_json
 from costlab.featurizers.hardware_vector import check_version
+from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
 
 
 class NetKind(ModelKind):
@@ -63,7 +66,7 @@ class TLPKind(NetKind):
     title = "TLP"
 
     def net_classes(self) -> tuple[type, type]:
-        from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig  # torch (NetKind.net_classes)
+        from costlab.costmodels.tlp_net import TLPNet, TLPNetConfig  # lazy: pulls torch; the parser lists the kinds
 
         return TLPNet, TLPNetConfig
 
@@ -98,13 +101,11 @@ class PaCMKind(NetKind):
     title = "PaCM"
 
     def net_classes(self) -> tuple[type, type]:
-        from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig  # torch (NetKind.net_classes)
+        from costlab.costmodels.pacm_net import PaCMNet, PaCMNetConfig  # lazy: pulls torch; the parser lists the kinds
 
         return PaCMNet, PaCMNetConfig
 
     def base_config(self, featurizer) -> dict:
-        from costlab.featurizers.pacm import PATTERN_FEATURES, PROGRAM_FEATURES, STMT_FEATURES
-
         return dict(stmt_features=STMT_FEATURES, pattern_features=PATTERN_FEATURES, program_features=PROGRAM_FEATURES)
 
     def featurizer_fits(self, net_config: dict, feat) -> str | None:
@@ -153,8 +154,6 @@ def net_config_for(kind: str, featurizer, heads: int, **overrides) -> dict:
 def build_net(kind: str, net_config: dict):
     """The net of ``kind`` built from ``net_config``; an unknown kind or option, or a value of the wrong type,
     is a ValueError naming it (checked against the config dataclass before torch sees it)."""
-    from costlab.common.checks import check_fields
-
     net_cls, cfg_cls = _net_kind(kind).net_classes()
     return net_cls(cfg_cls(**check_fields(cfg_cls, dict(net_config), "net")))
 
@@ -164,8 +163,6 @@ def check_featurizer_fits(kind: str, net_config: dict, featurizer: dict) -> str 
     ``net_config`` (a TLP vocabulary of another size than the net's embedding, other numeric slots, longer
     sequences than its positions; PaCM feature counts other than the net's), or None when it fits. A featurizer
     this costlab does not know, or of another version, is left to the loader to refuse."""
-    from costlab.featurizers import from_json
-
     try:
         feat = from_json(featurizer)
     except (ValueError, TypeError, AttributeError):

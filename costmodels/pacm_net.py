@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from costlab.costmodels.tlp_net import _mlp
+from costlab.costmodels.tlp_net import mlp
 
 
 @dataclass
@@ -50,18 +50,18 @@ class PaCMNet(nn.Module):
         super().__init__()
         self.config = config
         d = config.d_model
-        self.stmt_mlp = nn.Sequential(_mlp([config.stmt_features, d, d]), nn.ReLU())
-        self.pattern_mlp = nn.Sequential(_mlp([config.pattern_features, d // 4, d // 2]), nn.ReLU())
+        self.stmt_mlp = nn.Sequential(mlp([config.stmt_features, d, d]), nn.ReLU())
+        self.pattern_mlp = nn.Sequential(mlp([config.pattern_features, d // 4, d // 2]), nn.ReLU())
         layer = nn.TransformerEncoderLayer(d // 2, config.attention_heads, dim_feedforward=d,
                                            dropout=config.dropout, batch_first=True, norm_first=True)
         self.pattern_attn = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
         fused = d + d // 2
         if config.program_features:
-            self.program_mlp = nn.Sequential(_mlp([config.program_features, d // 4, d // 4]), nn.ReLU())
+            self.program_mlp = nn.Sequential(mlp([config.program_features, d // 4, d // 4]), nn.ReLU())
             self.program_skip = nn.Linear(config.program_features, config.heads)
             fused += d // 4
         if config.hardware_dim:
-            self.hardware_mlp = nn.Sequential(_mlp([config.hardware_dim, d // 4, d // 4]), nn.ReLU())
+            self.hardware_mlp = nn.Sequential(mlp([config.hardware_dim, d // 4, d // 4]), nn.ReLU())
             fused += d // 4
         self.head = nn.Sequential(nn.Linear(fused, d), _Residual(d), _Residual(d), nn.ReLU(), nn.Linear(d, config.heads))
 

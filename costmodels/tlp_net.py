@@ -37,7 +37,7 @@ class TLPNetConfig:
         return asdict(self)
 
 
-def _mlp(sizes, act=nn.ReLU):
+def mlp(sizes, act=nn.ReLU):
     layers = []
     for a, b in zip(sizes[:-1], sizes[1:]):
         layers += [nn.Linear(a, b), act()]
@@ -52,9 +52,9 @@ class TLPNet(nn.Module):
         self.kind_embed = nn.Embedding(config.vocab_size, d, padding_idx=0)
         self.slot_proj = nn.Linear(config.num_slots, d)
         self.pos_embed = nn.Embedding(config.max_len, d)
-        self.hardware_proj = _mlp([config.hardware_dim, d, d]) if config.hardware_dim > 0 else None
+        self.hardware_proj = mlp([config.hardware_dim, d, d]) if config.hardware_dim > 0 else None
         self.norm_in = nn.LayerNorm(d)
-        self.encoder_mlp = nn.Sequential(_mlp([d, d, d]), nn.ReLU())
+        self.encoder_mlp = nn.Sequential(mlp([d, d, d]), nn.ReLU())
         if config.backbone == "attention":
             layer = nn.TransformerEncoderLayer(d, config.attention_heads, dim_feedforward=2 * d,
                                                dropout=config.dropout, batch_first=True, norm_first=True)
@@ -73,13 +73,13 @@ class TLPNet(nn.Module):
             raise ValueError(f"unknown TLP backbone {config.backbone!r} (attention, bert, lstm)")
         sizes = [d, d, d // 2, d // 4]
         if config.head_layers <= 1 or config.heads == 1:
-            self.decoder = _mlp(sizes + [config.heads])
+            self.decoder = mlp(sizes + [config.heads])
             self.head_decoders = None
         else:
             # MTL-TLP: each platform's head has its own last layers over a shared trunk
             shared = len(sizes) - min(config.head_layers, len(sizes)) + 1
-            self.decoder = nn.Sequential(_mlp(sizes[:shared]), nn.ReLU()) if shared >= 2 else nn.Identity()
-            self.head_decoders = nn.ModuleList(_mlp(sizes[shared - 1:] + [1]) for _ in range(config.heads))
+            self.decoder = nn.Sequential(mlp(sizes[:shared]), nn.ReLU()) if shared >= 2 else nn.Identity()
+            self.head_decoders = nn.ModuleList(mlp(sizes[shared - 1:] + [1]) for _ in range(config.heads))
 
     def encode(self, kind: torch.Tensor, numeric: torch.Tensor, mask: torch.Tensor,
                hardware: torch.Tensor | None = None) -> torch.Tensor:

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 
 from costlab.common.errors import InputError
 from costlab.datasets import hf_models
+from costlab.datasets.relax_fixes import repair_frontend_types
 from costlab.datasets.store import DatasetWriter
 from costlab.metaschedule.targets import normalize_target
+from costlab.metaschedule.workloads import describe, workload_json
 
 
 @dataclass
@@ -149,8 +151,6 @@ def network_module(model, inputs, target):
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
-    from costlab.datasets.relax_fixes import repair_frontend_types
-
     model = _FirstOutput(model.eval())
     with torch.no_grad():
         exported = torch.export.export(model, tuple(inputs))
@@ -174,8 +174,6 @@ def network_tasks(model, inputs, target) -> list:
 
 def _store(data, net: ExtractedNetwork) -> tuple[int, int]:
     """Write one network (its own transaction); returns (tasks, of which new)."""
-    from costlab.metaschedule.workloads import describe, workload_json
-
     rows = []
     for name, mod, weight in net.tasks:
         shash, b64 = workload_json(mod)

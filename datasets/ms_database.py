@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from costlab.common.errors import InputError
+from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.import_report import ImportReport
 from costlab.datasets import records as rec
 from costlab.datasets.store import DatasetWriter, open_dataset
@@ -32,8 +33,6 @@ CHUNK = 8192  # records handed to the writer at once
 
 def _check_host(writer, pid: str, host: dict | None) -> None:
     """Refuse records of one machine for a platform the dataset holds as another machine's."""
-    from costlab.common.host import describe_host, host_difference, same_host
-
     known = writer.platforms[pid].host if pid in writer.platforms else None
     if host and known and not same_host(known, host):
         raise InputError(writer.path, f"platform {pid!r} holds records measured on {describe_host(known)}; these "

@@ -22,9 +22,11 @@ import numpy as np
 
 from costlab import __version__
 from costlab.common.errors import CostlabError, DatasetFormatError, InputError
+from costlab.common.locks import take_lock
 from costlab.datasets import schema
-from costlab.datasets.names import check_platform_id
+from costlab.datasets.names import check_name, check_platform_id
 from costlab.datasets.records import RecordBatch, mean_latency, scores
+from costlab.datasets.splits import Split
 
 
 @dataclass
@@ -296,9 +298,6 @@ class Dataset:
         return sorted(self._f.get("splits", {}).keys())
 
     def split(self, name: str):
-        from costlab.datasets.names import check_name
-        from costlab.datasets.splits import Split
-
         check_name(name, "split name", "task-s0")
         if name not in self._f.get("splits", {}):
             known = ", ".join(self.split_names()) or "none"
@@ -393,8 +392,6 @@ class DatasetWriter:
         whole transaction, so two commands writing the same file (a measurement and an extract) queue
         instead of one silently overwriting the other's commit."""
         import sys
-
-        from costlab.common.locks import take_lock
 
         if not self.path.parent.exists():
             raise InputError(self.path, f"directory {self.path.parent} does not exist")

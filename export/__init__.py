@@ -16,7 +16,7 @@ __all__ = ["CostlabCostModel", "load"]
 
 def __getattr__(name):
     if name in __all__:
-        from costlab.export import cost_model
+        from costlab.export import cost_model  # lazy: pulls torch and tvm; the parser imports this package
 
         return getattr(cost_model, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 
 from costlab.datasets.records import record_latency
+from costlab.export.search.common import replay
+from costlab.metaschedule.traces import plain_json
 
 RTOL, ATOL = 1e-3, 2e-3
 
@@ -77,9 +79,6 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
     measured)."""
     from tvm.support.popen_pool import PopenPoolExecutor
-
-    from costlab.export.search.common import replay
-    from costlab.metaschedule.traces import plain_json
 
     if not database.has_workload(mod):
         return dict(status="none", best_us=None, checked=[], record=None)

@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from costlab import __version__
 from costlab.common.errors import InputError, UsageError
 from costlab.costmodels.artifact import pack_archive, read_artifact, save_artifact
 from costlab.costmodels.predictors import resolve
+from costlab.datasets import open_dataset
 
 
 def _versions() -> dict:
     import torch
-
-    from costlab import __version__
 
     out = dict(costlab=__version__, torch=torch.__version__)
     try:
@@ -38,7 +38,6 @@ def _dataset_info(config: dict) -> dict:
     path = config.get("dataset")
     if not path or not Path(path).exists():
         return {}
-    from costlab.datasets import open_dataset
 
     try:
         with open_dataset(path) as ds:

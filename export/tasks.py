@@ -9,6 +9,10 @@ from dataclasses import dataclass
 
 from costlab.common.errors import UsageError, last_line
 from costlab.common.host import usable_cores
+from costlab.datasets import hf_models
+from costlab.datasets.extract import (network_module, reference_output, te_workload_task, torch_fn_model,
+                                      workload_json_mod)
+from costlab.metaschedule.targets import runnable_target
 
 
 def measuring_target(spec, local: bool = True):
@@ -18,8 +22,6 @@ def measuring_target(spec, local: bool = True):
     ``local``: the host's own CPU or GPU may be named (not for a remote device). One ``UsageError`` line
     otherwise."""
     import tvm
-
-    from costlab.metaschedule.targets import runnable_target
 
     try:
         target = tvm.target.Target(runnable_target(spec, local=local))
@@ -50,9 +52,6 @@ class Task:
 def workload_tasks(opts, target) -> tuple[list[Task], object]:
     """The tasks to tune, and the network's Relax module, inputs and PyTorch's own output on them (None for
     workloads)."""
-    from costlab.datasets.extract import (network_module, reference_output, te_workload_task, torch_fn_model,
-                                          workload_json_mod)
-
     if opts.workloads:
         out, seen = [], {}
         for spec in opts.workloads:
@@ -66,8 +65,6 @@ def workload_tasks(opts, target) -> tuple[list[Task], object]:
             out.append(Task(name, workload_json_mod(func)))
         return out, None
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
-
-    from costlab.datasets import hf_models
 
     try:
         if ":" in opts.network and "=" not in opts.network.split(":", 1)[1]:

@@ -26,8 +26,14 @@ from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
+from costlab.common.host import describe_host, host_difference, host_info, same_host
+from costlab.common.locks import LockHeld, take_lock
+from costlab.datasets.measure import MeasureOptions
+from costlab.metaschedule.builders import make_builder
 from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE
-from costlab.metaschedule.repair import BAD_LINES_FILE
+from costlab.metaschedule.pools import warm_up
+from costlab.metaschedule.repair import BAD_LINES_FILE, repair_work_dir
+from costlab.metaschedule.runners import close_runner, make_runner
 
 LOCK_FILE = ".costlab_tune.lock"
 RUN_FILE = "costlab_run.json"  # the options of the tuning run a work dir holds, and the host that measured it
@@ -121,8 +127,6 @@ class WorkDir:
     def lock(self, command: str = "tune"):
         """The work dir's lock (an open file; closing it releases the lock), or a UsageError when another run
         holds it, naming the command that holds it: the holder writes its command's name into the lock file."""
-        from costlab.common.locks import LockHeld, take_lock
-
         try:
             return take_lock(self.path / self.LOCK, wait=False, holder=command)
         except LockHeld as held:
@@ -136,8 +140,6 @@ class WorkDir:
         per line (``metaschedule.repair.repair_work_dir``), then MetaSchedule's JSON database of the work dir (its files
         made when missing). Called under the work dir's lock."""
         from tvm.s_tir import meta_schedule as ms
-
-        from costlab.metaschedule.repair import repair_work_dir
 
         repaired = repair_work_dir(self.path)
         return ms.database.JSONDatabase(work_dir=str(self.path)), repaired
@@ -170,8 +172,6 @@ class WorkDir:
         """A work dir's records are one machine's timings: a UsageError, in one line, when its run record names
         another host than this one (a command here would mix two machines' records in one database and compare
         them). A work dir without a recorded host (made before hosts were recorded) passes."""
-        from costlab.common.host import describe_host, host_difference, host_info, same_host
-
         there, here = self.host(), host_info()
         if there is not None and not same_host(there, here):
             raise UsageError(f"{self.path} holds a run measured on {describe_host(there)}; this machine is "
@@ -209,10 +209,6 @@ class MeasuringStack:
         if ms_defaults:
             self.builder, self.runner = ms.builder.LocalBuilder(), ms.runner.LocalRunner()
             return self.builder, self.runner
-        from costlab.datasets.measure import MeasureOptions
-        from costlab.metaschedule.builders import make_builder
-        from costlab.metaschedule.pools import warm_up
-        from costlab.metaschedule.runners import make_runner
 
         self.builder = make_builder(builder_timeout, workers=workers, pooled=True)
         self.runner = make_runner(MeasureOptions(target=target.export(), **measure), target, on_lost=on_lost)
@@ -227,8 +223,6 @@ class MeasuringStack:
                 builder.close()
         finally:
             if runner is not None:
-                from costlab.metaschedule.runners import close_runner
-
                 close_runner(runner)
 
 

@@ -39,9 +39,11 @@ import numpy as np
 from costlab.common.errors import last_line
 from costlab.common.host import usable_cores
 from costlab.featurizers.base import Featurizer, register
+from costlab.featurizers.ms_records import feature_context, record_batch, task_module
 from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, target_dict
 from costlab.featurizers.psa.hardware import PlatformSpecs
 from costlab.metaschedule.targets import is_gpu
+from costlab.metaschedule.traces import ReplayError, replay
 
 LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, -, L2, global
 PATTERN_NAMES = (
@@ -203,8 +205,6 @@ class PaCM(PlatformSpecs, Featurizer):
         if key not in self._contexts:
             from tvm.s_tir import meta_schedule as ms
 
-            from costlab.featurizers.ms_records import feature_context
-
             ctx = feature_context(mod, target_dict, threads or int(self.config["num_threads"]))
             args = ms.arg_info.ArgInfo.from_prim_func(_main(mod))
             self._contexts[key] = (ctx, args, ms.feature_extractor.PerStoreFeature())
@@ -242,9 +242,6 @@ class PaCM(PlatformSpecs, Featurizer):
         return out
 
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
-        from costlab.featurizers.ms_records import record_batch, task_module
-        from costlab.metaschedule.traces import ReplayError, replay
-
         rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
         spec = self.spec_for(plat)
         stmt = [np.zeros((0, STMT_FEATURES), np.float32)] * rows.size

@@ -34,6 +34,7 @@ import orjson
 
 from costlab.featurizers.base import Featurizer, register
 from costlab.featurizers.tlp_tokens import DEFAULT_MS_DROP, ansor_tokens, ms_tokens
+from costlab.metaschedule.traces import trace_json
 
 PAD, UNK = 0, 1
 SPECIAL = ("<pad>", "<unk>")
@@ -188,6 +189,4 @@ class TLPFeaturizer(Featurizer):
         """Features of live candidates (``tvm.s_tir.Schedule``): their traces in the form a MetaSchedule JSON
         database stores them (``metaschedule.traces.trace_json``: postprocessing kept, booleans as 0/1), so
         a candidate and the same program read back from a dataset get equal features."""
-        from costlab.metaschedule.traces import trace_json
-
         return self.featurize_schedules([trace_json(s.trace) for s in schedules], "ms")

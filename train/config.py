@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from costlab.common.checks import coerce
 from costlab.common.errors import InputError, UsageError
 from costlab.costmodels import kinds
 
@@ -180,8 +181,6 @@ SECTIONS = ("net", "data_options", "trainer")
 
 def check_config(cfg: dict) -> dict:
     """``cfg`` with every known value checked and numbers converted (``lr: 1e-3`` is text to YAML)."""
-    from costlab.common.checks import coerce
-
     for section in SECTIONS:
         if not isinstance(cfg.get(section), dict):
             raise UsageError(f"{section} must be a mapping of options, not {cfg.get(section)!r}")

@@ -17,7 +17,7 @@ def read_checkpoint(path) -> dict:
     """What a costlab training checkpoint holds: ``kind``, ``net_config``, ``featurizer``, ``platforms`` and
     the net's weights (``state``), every check done: a missing, damaged or foreign file, a checkpoint
     without costlab's hyper-parameters, and weights holding NaN or inf are each an InputError naming it."""
-    from costlab.train.module import net_state_from_checkpoint
+    from costlab.train.module import net_state_from_checkpoint  # lazy: pulls Lightning; evaluating an artifact must not
 
     path = Path(path)
     if not path.exists():

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from costlab.common import jsontext
+from costlab.common.errors import UsageError
 from costlab.costmodels import metrics
 
 KS = range(1, 21)  # the top-k curve's k
@@ -77,8 +78,6 @@ TAIL_NOTES = {"pairwise_q25": " (within each task's best quarter)", "top1_q25": 
 def write_report(result: dict, out) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
-        from costlab.common.errors import UsageError
-
         raise UsageError(f"{out}: exists and is not a directory (the report is a directory of files)")
     out.mkdir(parents=True, exist_ok=True)
     plain = {k: v for k, v in result.items() if not k.startswith("_")}

@@ -7,6 +7,17 @@ import sys
 from pathlib import Path
 
 from costlab.commands.options import directory, positive_int
+from costlab.common import jsontext
+from costlab.common.errors import InputError, UsageError
+from costlab.datasets import DatasetWriter, make_split, open_dataset, summarize
+from costlab.datasets.ansor_log import import_ansor
+from costlab.datasets.extract import extract
+from costlab.datasets.measure import MeasureOptions, measure
+from costlab.datasets.ms_database import export_ms, import_ms
+from costlab.datasets.names import check_platform_id
+from costlab.datasets.pack import pack, unpack
+from costlab.datasets.summary import format_summary
+from costlab.metaschedule.targets import checked_target
 
 
 TARGET_HELP = ("TVM target: 'host' (default) is this machine's CPU by its concrete LLVM name and its cores, e.g. "
@@ -160,15 +171,11 @@ def register(sub) -> None:
 
 
 def _pack(args) -> int:
-    from costlab.datasets.pack import pack
-
     print(pack(args.data, args.output), file=sys.stderr)
     return 0
 
 
 def _unpack(args) -> int:
-    from costlab.datasets.pack import unpack
-
     print(unpack(args.folder, args.output), file=sys.stderr)
     return 0
 
@@ -179,8 +186,6 @@ def _finish_import(report) -> int:
 
 
 def _import_ms(args) -> int:
-    from costlab.datasets.ms_database import import_ms
-
     host = _host_record(args.host) if args.host else None
     return _finish_import(import_ms(args.work_dirs, args.output, platform=args.platform, network=args.network,
                                     host=host))
@@ -189,8 +194,6 @@ def _import_ms(args) -> int:
 def _host_record(path: Path) -> dict:
     """The host record of ``--host``: a JSON object with ``cpu_model`` and ``caches``, or one holding such an
     object under ``host`` (a tuning work dir's costlab_run.json)."""
-    from costlab.common.errors import InputError
-
     try:
         value = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -204,15 +207,11 @@ def _host_record(path: Path) -> dict:
 
 
 def _import_ansor(args) -> int:
-    from costlab.datasets.ansor_log import import_ansor
-
     return _finish_import(import_ansor(args.paths, args.output, platform=args.platform,
                                        network_info=args.network_info, network_per_file=args.network_per_file))
 
 
 def _extract(args) -> int:
-    from costlab.datasets.extract import extract
-
     if not (args.workload or args.hf or args.torch):
         raise SystemExit("costlab dataset extract: name at least one --workload, --hf or --torch")
     summary = extract(args.data, target=args.target, workloads=args.workload, hf=args.hf, torch_fns=args.torch,
@@ -222,8 +221,6 @@ def _extract(args) -> int:
 
 
 def _measure(args) -> int:
-    from costlab.datasets.measure import MeasureOptions, measure
-
     opts = MeasureOptions(
         target=args.target, per_task=args.per_task, platform=args.platform, tasks=args.tasks,
         same_programs_as=args.same_programs_as, batch_size=args.batch_size, seed=args.seed,
@@ -235,10 +232,6 @@ def _measure(args) -> int:
 
 
 def _info(args) -> int:
-    from costlab.common import jsontext
-    from costlab.datasets import open_dataset, summarize
-    from costlab.datasets.summary import format_summary
-
     with open_dataset(args.data) as ds:
         s = summarize(ds)
     print(jsontext.dumps(s, sort_keys=True) if args.json else format_summary(s))
@@ -246,8 +239,6 @@ def _info(args) -> int:
 
 
 def _split(args) -> int:
-    from costlab.datasets import DatasetWriter, make_split, open_dataset
-
     held = [n for n in (args.held_out or "").split(",") if n]
     by = "network" if held else args.by
     with open_dataset(args.data) as ds:
@@ -261,11 +252,6 @@ def _split(args) -> int:
 
 
 def _rename_platform(args) -> int:
-    from costlab.common.errors import UsageError
-    from costlab.datasets import DatasetWriter
-    from costlab.datasets.names import check_platform_id
-    from costlab.metaschedule.targets import checked_target
-
     check_platform_id(args.new)  # checked before the target (which needs TVM) and before any write
     try:
         target = checked_target(args.target) if args.target else None
@@ -278,8 +264,6 @@ def _rename_platform(args) -> int:
 
 
 def _export_ms(args) -> int:
-    from costlab.datasets.ms_database import export_ms
-
     print(export_ms(args.data, args.platform, args.output, include_failed=args.include_failed), file=sys.stderr)
     return 0
 

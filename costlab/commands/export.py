@@ -18,7 +18,7 @@ def register(sub) -> None:
 
 
 def _export(args) -> int:
-    from costlab.export.export_model import export_model
+    from costlab.export.export_model import export_model  # lazy: pulls torch; the parser must not
 
     print(f"exported: {export_model(args.source, args.output, archive=args.archive, force=args.force)}", file=sys.stderr)
     return 0

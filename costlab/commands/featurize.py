@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 from costlab.commands.options import positive_int
+from costlab.common.errors import InputError
+from costlab.datasets import open_dataset
+from costlab.featurizers import create
+from costlab.featurizers.cache import build_cache, fitted_featurizer
 
 EPILOG = """\
 The features are stored in the dataset under features/<featurizer>@<version>/<platform>/, one row per
@@ -45,8 +49,6 @@ def register(sub) -> None:
 
 
 def _config(text: str | None, data: Path) -> dict:
-    from costlab.common.errors import InputError
-
     if not text:
         return {}
     if text.startswith("@"):
@@ -69,11 +71,6 @@ def _config(text: str | None, data: Path) -> dict:
 
 
 def _featurize(args) -> int:
-    from costlab.common.errors import InputError
-    from costlab.datasets import open_dataset
-    from costlab.featurizers import create
-    from costlab.featurizers.cache import build_cache, fitted_featurizer
-
     try:
         featurizer = create(args.featurizer, _config(args.config, args.data))
     except ValueError as exc:  # unknown featurizer or config key

@@ -6,6 +6,11 @@ import json
 import sys
 
 from costlab.commands.options import positive_int
+from costlab.common.errors import InputError, UsageError
+from costlab.common.host import describe_host
+from costlab.export.library.add import add_work_dirs
+from costlab.export.library.store import FILE, default_root, open_library, read_library, starter_library
+from costlab.metaschedule.targets import host_target, platform_id_for
 
 LIBRARY_HELP = ("the libraries' folder (default $COSTLAB_LIBRARY, else ~/.cache/costlab/library); each host "
                 "platform's library is a folder in it")
@@ -58,8 +63,6 @@ def register(sub) -> None:
 
 
 def _this_platform() -> str:
-    from costlab.metaschedule.targets import host_target, platform_id_for
-
     return platform_id_for(host_target())
 
 
@@ -69,9 +72,6 @@ def _library(args) -> int:
 
 def _list(args) -> int:
     from pathlib import Path
-
-    from costlab.common.host import describe_host
-    from costlab.export.library.store import FILE, default_root, read_library, starter_library
 
     root = Path(args.library) if args.library else default_root()
     platforms = [args.platform] if args.platform else sorted(
@@ -96,9 +96,6 @@ def _list(args) -> int:
 def _add(args) -> int:
     from pathlib import Path
 
-    from costlab.export.library.add import add_work_dirs
-    from costlab.export.library.store import default_root
-
     root = Path(args.library) if args.library else default_root()
     for row in add_work_dirs(args.work_dirs, root, per_task=args.per_task, check=not args.no_check,
                              platform=args.platform, progress=not args.no_progress):
@@ -109,9 +106,6 @@ def _add(args) -> int:
 
 def _prune(args) -> int:
     from pathlib import Path
-
-    from costlab.common.errors import UsageError
-    from costlab.export.library.store import default_root, open_library
 
     if args.per_task is None and args.max_tasks is None and not args.remove:
         raise UsageError("say what to prune: --per-task K, --max-tasks N and/or --remove PATTERN")
@@ -126,9 +120,6 @@ def _prune(args) -> int:
 
 def _export(args) -> int:
     from pathlib import Path
-
-    from costlab.common.errors import InputError
-    from costlab.export.library.store import FILE, default_root, read_library
 
     root = Path(args.library) if args.library else default_root()
     platform = args.platform or _this_platform()

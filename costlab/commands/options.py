@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from costlab.common.errors import UsageError
+from costlab.export.library.add import add_finished_run
+
 
 def positive_int(option: str):
     """An integer >= 1 (counts of epochs, records per chunk, candidates, ...)."""
 
     def parse(text: str) -> int:
-        from costlab.common.errors import UsageError  # imported when used: --help stays fast
-
         try:
             value = int(text)
         except ValueError:
@@ -33,8 +34,6 @@ def int_in(option: str, low: int, high: int, why: str = ""):
     "a t-test needs two measurements"), so message and check always agree."""
 
     def parse(text: str) -> int:
-        from costlab.common.errors import UsageError  # imported when used: --help stays fast
-
         reason = f" ({why})" if why else ""
         try:
             value = int(text)
@@ -52,8 +51,6 @@ def fraction(option: str):
     """A number strictly between 0 and 1 (NaN refused: it compares false with both bounds)."""
 
     def parse(text: str) -> float:
-        from costlab.common.errors import UsageError  # imported when used: --help stays fast
-
         try:
             value = float(text)
         except ValueError:
@@ -70,8 +67,6 @@ def directory(option: str):
     """A directory to write into: it may not exist yet, but may not be an existing file."""
 
     def parse(text: str) -> Path:
-        from costlab.common.errors import UsageError  # imported when used: --help stays fast
-
         path = Path(text)
         if path.exists() and not path.is_dir():
             raise UsageError(f"{option} {text}: exists and is not a directory (give a new or existing directory)")
@@ -97,7 +92,6 @@ def add_to_library(args, summary: dict) -> None:
 
     if args.no_library:
         return
-    from costlab.export.library.add import add_finished_run
 
     row = add_finished_run(args.work_dir, args.library, progress=not args.no_progress)
     summary["library"] = row

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 
+from costlab.export.stop import clear_stop, request_stop, stop_requested
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (what `timeout`, `kill` and job schedulers send), raised like Ctrl-C so that every transaction
@@ -16,11 +18,9 @@ class Terminated(KeyboardInterrupt):
 def signals_end_cleanly():
     """Ctrl-C or SIGTERM during tuning ends like any costlab command: one line, exit 130 or 143, the database
     holding every batch measured before. The first signal asks the run to stop after the round in flight
-    (``search.timed.request_stop``: raised inside MetaSchedule's C++ loop, an interrupt can crash the
+    (``export/stop.py``'s ``request_stop``: raised inside MetaSchedule's C++ loop, an interrupt can crash the
     process); a second one interrupts at once."""
     import signal
-
-    from costlab.export.search.timed import clear_stop, request_stop, stop_requested
 
     def interrupt(signum):
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()

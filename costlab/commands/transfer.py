@@ -9,6 +9,9 @@ from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.options import add_to_library, int_in, library_options, positive_int
 from costlab.commands.signals import signals_end_cleanly
 from costlab.costmodels import kinds
+from costlab.export.stop import stop_requested
+from costlab.export.transfer.run import TransferOptions, transfer
+from costlab.metaschedule.repair import moved_aside_note
 
 
 def register(sub) -> None:
@@ -48,9 +51,6 @@ def register(sub) -> None:
 
 
 def _transfer(args) -> int:
-    from costlab.export.search.timed import stop_requested
-    from costlab.export.transfer.run import TransferOptions, transfer
-
     opts = TransferOptions(work_dir=args.work_dir, sources=args.sources, workloads=args.workload, network=args.network,
                            task_filter=args.task_filter, batch=args.batch, seq_len=args.seq_len, target=args.target,
                            model=args.model, top=args.top, per_source=args.per_source,
@@ -60,8 +60,6 @@ def _transfer(args) -> int:
     if stop_requested() is None:  # a finished run's checked best programs go to the library
         add_to_library(args, summary)
     if summary.get("skipped_lines"):
-        from costlab.metaschedule.repair import moved_aside_note
-
         print(moved_aside_note(args.work_dir, summary["skipped_lines"]), file=sys.stderr)
     if args.json:
         print(json.dumps(summary))

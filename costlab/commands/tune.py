@@ -7,9 +7,12 @@ import sys
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.signals import signals_end_cleanly
+from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES
 from costlab.export.search import STRATEGIES, strategy_help
+from costlab.export.transfer.run import usable_sources
+from costlab.export.tune import MAX_TRIALS, TuneOptions, process_start, tune
 
 
 def register(sub) -> None:
@@ -109,9 +112,6 @@ def register(sub) -> None:
 def _counts(text: str) -> tuple:
     """``--first-rounds``: one or more candidate counts, comma-separated, each from 1 to MAX_TRIALS (an empty
     item, as in ``8,,16`` or ``,``, is refused, not skipped)."""
-    from costlab.common.errors import UsageError
-    from costlab.export.tune import MAX_TRIALS
-
     items = [x.strip() for x in str(text).split(",")]
     if not all(x.isascii() and x.isdigit() and 1 <= int(x) <= MAX_TRIALS for x in items):
         raise UsageError(f"--first-rounds takes comma-separated candidate counts from 1 to {MAX_TRIALS:,}, e.g. "
@@ -121,8 +121,6 @@ def _counts(text: str) -> tuple:
 
 def _tune(args) -> int:
     import time
-
-    from costlab.export.tune import TuneOptions, process_start, tune
 
     # seconds count from the command's start: the process's, unless this process has run for a while
     # already (main() called from a longer-lived Python program): then from this call
@@ -142,8 +140,6 @@ def _tune(args) -> int:
                        screen=args.screen, sized_repeats=False if args.full_repeats else None,
                        library=args.library, use_library=not args.no_library)
     if args.transfer_from:  # sources that hold nothing to start from: refused before the work dir is made
-        from costlab.export.transfer.run import usable_sources
-
         usable_sources(args.transfer_from, exclude=[args.work_dir])
     with signals_end_cleanly():
         summary = tune(opts)

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costlab.common.errors import InputError
-from costlab.export.library.store import FILE, Library, open_library, read_library
+from costlab.common.errors import CostlabError, InputError
+from costlab.common.host import host_info, same_host
+from costlab.common.import_report import ImportReport
+from costlab.export.library.collect import work_dir_programs
+from costlab.export.library.store import FILE, Library, default_root, open_library, read_library
+from costlab.export.workdir import WorkDir
+from costlab.metaschedule.databases import RECORD_FILE, database_file, read_records
+from costlab.metaschedule.targets import platform_id_for
 
 
 def _add_library(path: Path, root: Path, per_task: int, platform: str | None = None) -> dict:
@@ -28,11 +34,6 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
                  platform: str | None = None) -> dict:
     """One work dir's checked best programs per task into the library of its platform (or ``platform``'s); what
     was added."""
-    from costlab.common.host import host_info, same_host
-    from costlab.export.library.collect import work_dir_programs
-    from costlab.export.workdir import WorkDir
-    from costlab.metaschedule.targets import platform_id_for
-
     here = host_info()
     host = WorkDir(work).host()
     note = None if host is not None else "no host recorded: taken as this machine's"
@@ -72,10 +73,6 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
 
 def _records_platform(work: Path) -> str | None:
     """The platform of a work dir's first record's target, read without TVM (None when there is none)."""
-    from costlab.common.import_report import ImportReport
-    from costlab.metaschedule.databases import RECORD_FILE, database_file, read_records
-    from costlab.metaschedule.targets import platform_id_for
-
     path = database_file(work, RECORD_FILE)
     if path is None:
         return None
@@ -105,9 +102,6 @@ def add_finished_run(work, library=None, progress: bool = True) -> dict:
     """After ``costlab exploit`` or ``transfer``: the work dir's checked best programs into the library of its
     platform (``library``: the libraries' folder, default ``default_root()``). A library that cannot take them
     (another host's, not writable) is said in the answer, never the end of a finished run."""
-    from costlab.common.errors import CostlabError
-    from costlab.export.library.store import default_root
-
     try:
         return add_work_dir(Path(work), Path(library) if library else default_root(), progress=progress)
     except (CostlabError, OSError) as exc:

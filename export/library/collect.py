@@ -18,20 +18,21 @@ from pathlib import Path
 
 from costlab.common.errors import InputError
 from costlab.datasets.records import record_latency
+from costlab.export.check import check_task
+from costlab.export.transfer.match import structure
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file
+from costlab.metaschedule.traces import plain_json
+from costlab.metaschedule.workloads import describe
 
 
 def structure_json(mod) -> dict:
     """The workload's block structure (``export/transfer/match.structure``) as JSON."""
-    from costlab.export.transfer.match import structure
-
     st = structure(mod)
     return dict(names=list(st.names), signatures=list(st.signatures), anchor=st.anchor,
                 extents=[int(x) for x in st.extents])
 
 
 def _program(rec, source: str, checked: bool) -> dict:
-    from costlab.metaschedule.traces import plain_json
-
     secs = [float(x) for x in rec.run_secs]
     return dict(trace=plain_json(rec.trace.as_json()), run_secs=secs, us=round(record_latency(secs) * 1e6, 3),
                 target=plain_json(rec.target.export()), args_info=[plain_json(a.as_json()) for a in rec.args_info],
@@ -49,8 +50,6 @@ def task_programs(database, mod, per_task: int, source: str, check=None, target=
     if not recs:
         return []
     if check is None and target is not None:
-        from costlab.export.check import check_task
-
         check = check_task(database, mod, target, seed=seed)
     if check is None:
         return [_program(r, source, False) for r in recs[:per_task]]
@@ -65,8 +64,6 @@ def work_dir_database(work):
     """A MetaSchedule work dir's database, opened read-only in effect (gzipped files, as benchmarks archive
     them, are read from a temporary copy); an InputError when the folder holds none."""
     from tvm.s_tir import meta_schedule as ms
-
-    from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file
 
     work = Path(work)
     wl, rec = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
@@ -93,9 +90,6 @@ def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progr
     """Per workload of a work dir's database: ``(shash, base64 workload, name, structure, programs, target)``,
     each task checked here when ``may_check``. ``progress(done, total, name)`` is called after each task."""
     import tvm
-
-    from costlab.metaschedule.traces import plain_json
-    from costlab.metaschedule.workloads import describe
 
     with work_dir_database(work) as database:
         workloads: dict = {}

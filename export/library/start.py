@@ -13,8 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from costlab.common.import_report import ImportReport
+from costlab.export.library.collect import structure_json, task_programs
 from costlab.export.library.store import PER_TASK, Library, default_root, open_library, read_library, starter_library
+from costlab.export.transfer.match import Structure, structure
+from costlab.export.transfer.replay import TransferError
+from costlab.export.transfer.run import TransferOptions, transfer_tasks
+from costlab.export.transfer.sources import SourceTask
 from costlab.export.workdir import WorkDir
+from costlab.metaschedule.workloads import decode_workload
 
 MAX_CANDIDATES = 32  # library programs replayed per task at most (the closest source tasks' first)
 
@@ -24,9 +30,6 @@ class LibrarySource:
     its stored structure, and its module, decoded when first asked for."""
 
     def __init__(self, library: Library, shash: str, entry: dict):
-        from costlab.export.transfer.match import Structure
-        from costlab.export.transfer.sources import SourceTask
-
         st = entry["structure"]
         self.structure = Structure(tuple(st["names"]), tuple(st["signatures"]), int(st["anchor"]),
                                    tuple(st["extents"]))
@@ -37,9 +40,6 @@ class LibrarySource:
     @property
     def mod(self):
         if self._mod is None:
-            from costlab.export.transfer.replay import TransferError
-            from costlab.metaschedule.workloads import decode_workload
-
             try:
                 self._mod = decode_workload(self.task.shash, self.task.workload)
             except Exception as exc:  # noqa: BLE001  a workload this TVM cannot read is nothing to start from
@@ -55,8 +55,6 @@ def run_libraries(root, platform: str) -> list[Library]:
 
 def library_sources(libraries: list[Library], tasks) -> tuple[list[LibrarySource], ImportReport]:
     """The entries of ``libraries`` whose anchor block computes what an anchor of ``tasks`` computes."""
-    from costlab.export.transfer.match import structure
-
     wanted = {structure(t.mod).anchor_signature for t in tasks} - {None}
     report = ImportReport()
     out = []
@@ -78,8 +76,6 @@ def start_from_library(work, tasks, target, database, builder, runner, *, librar
                        seed: int, number: int, repeat: int, progress: bool, should_stop=None) -> dict:
     """Measure, per task, the ``top`` best (by ``model``) of the library's matching programs replayed on it, into
     the run's database. Returns the summary written to ``library_start.json``."""
-    from costlab.export.transfer.run import TransferOptions, transfer_tasks
-
     sources, report = library_sources(libraries, tasks)
     summary = dict(libraries=[str(lib.path) for lib in libraries], matching_entries=len(sources))
     if not sources:
@@ -99,8 +95,6 @@ def add_run(root, platform: str, host: dict, database, tasks, checks: list, work
     """A finished run's programs into the user's library of ``platform``: per task (``export.tasks.Task``) its
     checked best and the next fastest, ``checks`` being each task's ``check_task`` answer (None: not checked,
     then added unchecked). Returns ``{"library": folder, "added": programs, "tasks": tasks with programs}``."""
-    from costlab.export.library.collect import structure_json, task_programs
-
     rows = []
     for task, check in zip(tasks, checks):
         programs = task_programs(database, task.mod, per_task, str(work), check=check)

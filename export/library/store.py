@@ -28,6 +28,9 @@ from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
+from costlab.common.host import describe_host, host_difference, same_host
+from costlab.common.locks import take_lock
+from costlab.metaschedule.databases import write_database
 
 FORMAT = 1
 FILE = "library.json"
@@ -118,8 +121,6 @@ class Library:
     # changing it -----------------------------------------------------------------------------------------
     def check_host(self, host: dict | None, what: str) -> None:
         """A library ranks programs by one machine's timings: refuse another host's (UsageError, one line)."""
-        from costlab.common.host import describe_host, host_difference, same_host
-
         if self.host and host and not same_host(self.host, host):
             raise UsageError(f"{what} was measured on {describe_host(host)}; the library {self.path.parent} holds "
                              f"{describe_host(self.host)}'s programs ({host_difference(self.host, host)}); add it to "
@@ -177,8 +178,6 @@ class Library:
         """The library as a MetaSchedule JSON database (``database_workload.json`` and
         ``database_tuning_record.json``; ``tune_tir``, ``--transfer-from`` and ``dataset import-ms`` read it),
         with ``library.json`` beside it (``costlab library add`` merges it into another library)."""
-        from costlab.metaschedule.databases import write_database
-
         workloads, records = [], []
         for i, (shash, e) in enumerate(self.entries.items()):
             workloads.append((shash, e["workload"]))
@@ -192,8 +191,6 @@ class Library:
 def open_library(root, platform: str):
     """The library of ``platform`` under ``root``, locked for writing while the ``with`` block runs; saved when
     it ends normally."""
-    from costlab.common.locks import take_lock
-
     folder = Path(root) / platform
     if folder.exists() and not folder.is_dir():
         raise InputError(folder, "exists and is not a directory (a schedule library folder)")

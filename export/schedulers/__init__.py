@@ -21,7 +21,7 @@ def make_task_scheduler(name: str, **options):
     ``GainScheduler`` (``options`` are its constructor's), or MetaSchedule's name, which ``tune_tasks``
     turns into its own scheduler."""
     if name == "gain":
-        from costlab.export.schedulers.gain import GainScheduler
+        from costlab.export.schedulers.gain import GainScheduler  # lazy: pulls tvm; the parser must not
 
         return GainScheduler(**options)
     if name in ("gradient", "round-robin"):

@@ -45,19 +45,19 @@ def _evolutionary(*, population, verify_fraction, first_rounds, log):
 
 
 def _draft_verify(*, population, verify_fraction, first_rounds, log):
-    from costlab.export.search.draft_verify import DraftVerifySearch
+    from costlab.export.search.draft_verify import DraftVerifySearch  # lazy: pulls tvm and torch; the parser must not
 
     return DraftVerifySearch(verify_fraction=verify_fraction, population_size=population, log=log)
 
 
 def _model_led(*, population, verify_fraction, first_rounds, log):
-    from costlab.export.search.model_led import ModelLedSearch
+    from costlab.export.search.model_led import ModelLedSearch  # lazy: pulls tvm and torch; the parser must not
 
     return ModelLedSearch(population_size=population, first_rounds=first_rounds, log=log)
 
 
 def _draft_filter_model(model, verify_fraction):
-    from costlab.export.search.draft_filter import DraftFilterModel
+    from costlab.export.search.draft_filter import DraftFilterModel  # lazy: pulls tvm and torch; the parser must not
 
     return DraftFilterModel(model, verify_fraction)
 

@@ -34,13 +34,18 @@ class RoundLog:
         self.add(**row)
 
 
-def _shash(sch) -> int:
+def schedule_hash(sch) -> int:
+    """The structural hash of a candidate's program: what the searches mark measured and picked programs by."""
     import tvm_ffi
 
     return int(tvm_ffi.structural_hash(sch.mod))
 
 
-def _ffi(name: str):
+
+
+def evolution_ffi(name: str):
+    """MetaSchedule's evolutionary-search function ``name`` (``SampleInitPopulation``, ``EvolveWithCostModel``,
+    ...), called on the inner ``EvolutionarySearch`` a strategy wraps."""
     import tvm
 
     return tvm.get_global_func(f"s_tir.meta_schedule.SearchStrategyEvolutionarySearch{name}")
@@ -76,7 +81,7 @@ def measured_hashes(context, database) -> set:
         if str(rec.workload.as_json()[0]) != key:
             continue
         try:
-            out.add(_shash(replay(context.mod, rec.trace, 1)))
+            out.add(schedule_hash(replay(context.mod, rec.trace, 1)))
         except Exception:  # noqa: BLE001  as MetaSchedule, a record that does not replay is ignored
             continue
     return out

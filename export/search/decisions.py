@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from costlab.common.errors import last_line
+from costlab.export.search.common import replay
 
 SAMPLING = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 MAX_TILINGS = 200_000  # tilings of one loop enumerated at most (a loop with more keeps its own)
@@ -180,8 +181,6 @@ def apply(mod, trace, changes: dict, postprocs, seed: int = 1):
     """The program of ``trace`` with ``changes``: replayed without its postprocessing, then the
     postprocessors applied (as on any new candidate). Raises ValueError when a postprocessor rejects it, or
     the instruction a decision feeds no longer applies."""
-    from costlab.export.search.common import replay
-
     try:
         return replay(mod, with_decisions(trace, changes), seed, postprocs)
     except ValueError:

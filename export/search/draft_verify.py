@@ -20,7 +20,8 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from costlab.export.cost_model import CostlabCostModel, draft_model
-from costlab.export.search.common import RoundLog, _ffi, _shash, best_measured, measure_candidates, measured_hashes
+from costlab.export.search.common import (RoundLog, best_measured, evolution_ffi, measure_candidates, measured_hashes,
+                                          schedule_hash)
 
 
 @derived_object
@@ -89,14 +90,14 @@ class DraftVerifySearch(PySearchStrategy):
         o = self.options
         pop = o["population_size"]
         measured = best_measured(self.context, self.database, int(pop * o["init_measured_ratio"]), self.trials + 1)
-        unmeasured = list(_ffi("SampleInitPopulation")(self._inner, pop - len(measured)))
+        unmeasured = list(evolution_ffi("SampleInitPopulation")(self._inner, pop - len(measured)))
         t_sample = time.perf_counter()
         if len(unmeasured) < o["init_min_unmeasured"]:
             return None
         draft_before = dict(self.draft.stats) if hasattr(self.draft, "stats") else {}
         scored = pop * (o["genetic_iters"] + 1)
         n_verify = max(num, int(math.ceil(o["verify_fraction"] * scored)))
-        drafted = list(_ffi("EvolveWithCostModel")(self._inner, measured + unmeasured, n_verify))
+        drafted = list(evolution_ffi("EvolveWithCostModel")(self._inner, measured + unmeasured, n_verify))
         t_draft = time.perf_counter()
         picks, n_verified = self._verify_and_pick(drafted, unmeasured, num)
         t_verify = time.perf_counter()
@@ -135,19 +136,19 @@ class DraftVerifySearch(PySearchStrategy):
             else:
                 scores = np.asarray(self.verify.predict(self.context, cands), np.float64)
             order = [drafted[i] for i in np.argsort(-scores, kind="stable")]
-            order = [s for s in order if _shash(s) not in self._picked]  # measured before a resume
+            order = [s for s in order if schedule_hash(s) not in self._picked]  # measured before a resume
         picks = order[:n_best]
-        seen = self._picked | {_shash(s) for s in drafted}  # drafted ones are marked measured by the FFI call
+        seen = self._picked | {schedule_hash(s) for s in drafted}  # drafted ones are marked measured by the FFI call
         rng = np.random.default_rng(self.trials + 1)
         for i in rng.permutation(len(unmeasured)):
             if len(picks) >= num:
                 break
-            h = _shash(unmeasured[i])
+            h = schedule_hash(unmeasured[i])
             if h not in seen:
                 seen.add(h)
                 picks.append(unmeasured[i])
         picks += order[n_best: n_best + num - len(picks)]  # too few random ones: the next verified
-        self._picked |= {_shash(s) for s in picks}
+        self._picked |= {schedule_hash(s) for s in picks}
         return picks, len(drafted)
 
     def _close_round(self) -> None:

@@ -31,7 +31,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from costlab.export.cost_model import draft_model
-from costlab.export.search.common import RoundLog, _ffi, _shash, best_measured, measure_candidates, measured_hashes
+from costlab.export.search.common import (RoundLog, best_measured, evolution_ffi, measure_candidates, measured_hashes,
+                                          schedule_hash)
 
 
 def round_size(round_index: int, per_iter: int, first_rounds=(8, 16, 32)) -> int:
@@ -110,13 +111,13 @@ class ModelLedSearch(PySearchStrategy):
         self._inner = self._make_inner(pop)
         self._inner.pre_tuning(self.max_trials, self.per_iter, self.design_spaces, self.database, self.verify)
         seeds = best_measured(self.context, self.database, int(pop * o["init_measured_ratio"]), self.trials + 1)
-        sampled = list(_ffi("SampleInitPopulation")(self._inner, int(pop * o["draft_ratio"])))
+        sampled = list(evolution_ffi("SampleInitPopulation")(self._inner, int(pop * o["draft_ratio"])))
         t_sample = time.perf_counter()
         drafted = self._draft(sampled, pop - len(seeds))
         t_draft = time.perf_counter()
         if not drafted and not seeds:
             return None  # the design space yields nothing new
-        evolved = list(_ffi("EvolveWithCostModel")(self._inner, seeds + drafted, 4 * num))
+        evolved = list(evolution_ffi("EvolveWithCostModel")(self._inner, seeds + drafted, 4 * num))
         t_verify = time.perf_counter()
         picks = self._pick(evolved, drafted, num)
         self._pending = dict(
@@ -139,7 +140,7 @@ class ModelLedSearch(PySearchStrategy):
         """PSA's best ``keep`` of the sampled programs never measured."""
         from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
-        fresh = [s for s in sampled if _shash(s) not in self.measured]
+        fresh = [s for s in sampled if schedule_hash(s) not in self.measured]
         if not fresh or keep <= 0:
             return []
         scores = np.asarray(self.draft.predict(self.context, [MeasureCandidate(s, []) for s in fresh]), np.float64)
@@ -152,7 +153,7 @@ class ModelLedSearch(PySearchStrategy):
         n_rand = int(num * self.options["eps_greedy"])
 
         def take(sch) -> None:
-            h = _shash(sch)
+            h = schedule_hash(sch)
             if h not in seen:
                 seen.add(h)
                 picks.append(sch)
@@ -170,7 +171,7 @@ class ModelLedSearch(PySearchStrategy):
             if len(picks) >= num:
                 break
             take(sch)
-        self.measured |= {_shash(s) for s in picks}
+        self.measured |= {schedule_hash(s) for s in picks}
         return picks
 
     def _close_round(self) -> None:

@@ -24,24 +24,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
-
-# The first Ctrl-C / SIGTERM of a tuning run is recorded here (``request_stop``), not raised: raised inside
-# a callback that MetaSchedule's C++ loop called, it unwinds through C++ with worker threads running, which
-# can crash the process. Every round checks it before it starts, so the run ends after the round in flight
-# with every measured batch in the database.
-_STOP: dict = {"signal": None}
-
-
-def request_stop(signum: int) -> None:
-    _STOP["signal"] = signum
-
-
-def stop_requested() -> int | None:
-    return _STOP["signal"]
-
-
-def clear_stop() -> None:
-    _STOP["signal"] = None
+from costlab.export.stop import stop_requested
+from costlab.metaschedule.screening import task_key
 
 
 class RoundClock:
@@ -119,8 +103,6 @@ class TimedSearch(PySearchStrategy):
         self.inner._initialize_with_tune_context(context)
         self.task = None
         if self.clock.tags is not None:  # a screening runner compares each candidate with its own task's best
-            from costlab.metaschedule.screening import task_key
-
             self.task = task_key(context.mod)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from costlab.metaschedule.structure import block_structure
+
 
 @dataclass(frozen=True)
 class Structure:
@@ -38,8 +40,6 @@ class Structure:
 
 
 def structure(mod) -> Structure:
-    from costlab.metaschedule.structure import block_structure
-
     names, sigs, anchor, extents = block_structure(mod)
     return Structure(tuple(names), tuple(sigs), anchor, tuple(extents))
 

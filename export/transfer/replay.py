@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 
 from costlab.common.errors import last_line
+from costlab.export.search.decisions import nearest_tiling
+from costlab.export.transfer.match import structure
 from costlab.metaschedule.traces import ReplayError, replay
 
 
@@ -73,8 +75,6 @@ class _Adapt:
         self.adapted = self.used = 0
 
     def __call__(self, inst, inputs, attrs, decision):
-        from costlab.export.search.decisions import nearest_tiling
-
         kind = inst.kind.name
         if kind == "SampleComputeLocation" and self.drop:
             return None
@@ -123,8 +123,6 @@ def _inline_others(sch, mod, match) -> None:
     """The task's blocks the source has no counterpart of, inlined where TVM can (producers into their
     consumers, epilogues but the last into the next), so that at most one fused epilogue is left for
     ``schedule_using_anchor_trace`` to schedule (it refuses more)."""
-    from costlab.export.transfer.match import structure
-
     st = structure(mod)
     kept = set(match.names.values()) | {st.names[st.anchor]}
     others = [n for n in st.names if n not in kept and n not in match.names]

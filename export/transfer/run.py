@@ -127,7 +127,7 @@ def candidates_for(mod, target, postprocs, sources: list[_Source], measured: set
     """The programs of ``sources`` replayed on ``mod``: ``(schedules, provenance, counts)``; provenance per
     schedule (source, task, rank, source latency, match kind, tilings adapted), counts of what was tried
     and why programs failed."""
-    from costlab.export.search.common import _shash
+    from costlab.export.search.common import schedule_hash
     from costlab.export.transfer.match import match, structure
     from costlab.export.transfer.replay import TransferError, transfer_schedule
 
@@ -156,7 +156,7 @@ def candidates_for(mod, target, postprocs, sources: list[_Source], measured: set
             except TransferError as exc:
                 counts[f"failed: {exc}"] += 1
                 continue
-            h = _shash(sch)
+            h = schedule_hash(sch)
             if h in measured or h in seen:
                 counts["already measured" if h in measured else "duplicate"] += 1
                 continue

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from costlab.common.errors import InputError
 from costlab.common.import_report import ImportReport
-from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file
+from costlab.datasets.store import open_dataset
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file, read_records, read_workloads
+from costlab.metaschedule.results import ERROR_NONE, costs_and_error
 
 
 @dataclass
@@ -28,9 +30,6 @@ class SourceTask:
 
 
 def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
-    from costlab.metaschedule.databases import read_records, read_workloads
-    from costlab.metaschedule.results import ERROR_NONE, costs_and_error
-
     wl_path, rec_path = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
     report.files += 1
     workloads = read_workloads(wl_path, report)
@@ -58,8 +57,6 @@ def _dataset(path: Path, per_task: int, report: ImportReport) -> list[SourceTask
     import json
 
     import numpy as np
-
-    from costlab.datasets.store import open_dataset
 
     report.files += 1
     out = []

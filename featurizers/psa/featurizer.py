@@ -21,7 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from costlab.featurizers.base import Featurizer, register
+from costlab.featurizers.ms_records import record_batch, task_module
+from costlab.featurizers.psa.formula import estimate
 from costlab.featurizers.psa.hardware import PlatformSpecs, target_dict
+from costlab.featurizers.psa.tir_nest import program_of
+from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
+from costlab.metaschedule.targets import is_gpu, normalize_target
+from costlab.metaschedule.traces import ReplayError, parse_trace, replay, trace_json
 
 
 @register
@@ -41,9 +47,6 @@ class PSA(PlatformSpecs, Featurizer):
 
     # -- one program ----------------------------------------------------------------------------------------
     def _task_model(self, task, gpu: bool):
-        from costlab.featurizers.ms_records import task_module
-        from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported
-
         key = (task.workload_hash, task.index, gpu)
         if key not in self._tasks:
             try:
@@ -54,11 +57,6 @@ class PSA(PlatformSpecs, Featurizer):
 
     def program(self, task, schedule, gpu: bool):
         """The ``Program`` of one record (trace simulation, or replay + TIR walk)."""
-        from costlab.featurizers.ms_records import task_module
-        from costlab.featurizers.psa.tir_nest import program_of
-        from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
-        from costlab.metaschedule.traces import ReplayError, parse_trace, replay
-
         trace = parse_trace(schedule)
         if self.config["mode"] == "trace":
             model = self._task_model(task, gpu)
@@ -81,10 +79,6 @@ class PSA(PlatformSpecs, Featurizer):
 
     # -- featurizer interface ----------------------------------------------------------------------------------
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> dict:
-        from costlab.featurizers.ms_records import record_batch
-        from costlab.featurizers.psa.formula import estimate
-        from costlab.metaschedule.traces import ReplayError
-
         rows, plat, gpu, task_ids, schedules = record_batch(ds, platform, rows)
         spec = self.spec_for(plat)
         est = np.full(rows.size, np.inf)
@@ -102,12 +96,6 @@ class PSA(PlatformSpecs, Featurizer):
         workload's analysis (made once per workload and cached), as for dataset records; a trace the
         simulator does not model, and ``tir`` mode, walk the candidate's scheduled TIR, which is at hand."""
         import tvm_ffi
-
-        from costlab.featurizers.psa.formula import estimate
-        from costlab.featurizers.psa.tir_nest import program_of
-        from costlab.featurizers.psa.trace_nest import TaskModel, Unsupported, simulate
-        from costlab.metaschedule.targets import is_gpu, normalize_target
-        from costlab.metaschedule.traces import trace_json
 
         tdict = target_dict(target)
         spec = self.spec_for(target=normalize_target(tdict))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes, usable_cores
+from costlab.metaschedule.targets import local_gpu, normalize_target
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -306,8 +307,6 @@ def spec_from_host(host: dict | None, target) -> CPUSpec:
     """The CPU a dataset's records were measured on, from its host record (``costlab.common.host``: caches,
     ISA flags, threads, clock when recorded), else from ``CPU_TABLE`` by the target's ``-mcpu``, else
     ``CPUSpec``'s generic figures; never from the machine computing it. The ``name`` says which it was."""
-    from costlab.metaschedule.targets import normalize_target
-
     t = normalize_target(target)
     mcpu = str(t.get("mcpu") or "")
     host = host or {}
@@ -377,8 +376,6 @@ def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None
     without, this machine's CPU (``detect_cpu``: the machine tuning now); then ``num-cores`` and the SIMD width
     the code is compiled for from the target (``_target_changes``). ``override`` replaces fields at the end.
     """
-    from costlab.metaschedule.targets import normalize_target
-
     t = normalize_target(target)
     kind = str(t.get("kind", "llvm"))
     if kind in ("cuda", "nvptx"):
@@ -410,8 +407,6 @@ def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None
 
 def _local_gpu_name(target: dict) -> str:
     """The name of this machine's GPU when it is of the target's arch (a target of this GPU), else ''."""
-    from costlab.metaschedule.targets import local_gpu
-
     gpu = local_gpu()
     return gpu["name"] if gpu and gpu["arch"] == str(target.get("arch") or "") else ""
 
@@ -460,7 +455,6 @@ def target_dict(target) -> dict:
         return dict(target)
     if hasattr(target, "export"):
         return _plain(target.export())
-    from costlab.metaschedule.targets import normalize_target
 
     return normalize_target(str(target))
 

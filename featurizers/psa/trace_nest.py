@@ -18,7 +18,7 @@ import json
 from dataclasses import replace
 
 from costlab.featurizers.psa.loopnest import SERIAL, Access, Loop, Program, Stmt, compose_terms, divmod_terms
-from costlab.featurizers.psa.tir_nest import AxisAccess
+from costlab.featurizers.psa.tir_nest import AxisAccess, walk_blocks
 
 
 class Unsupported(Exception):
@@ -68,8 +68,6 @@ class TaskModel:
     """The per-task analysis a trace is simulated on: the workload's blocks, each under its own loops."""
 
     def __init__(self, mod, gpu: bool = False):
-        from costlab.featurizers.psa.tir_nest import walk_blocks
-
         self.gpu = gpu
         self.blocks = []
         for rec in walk_blocks(mod):
