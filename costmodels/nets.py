@@ -43,9 +43,8 @@ class NetKind(ModelKind):
     def predictor(self, art=None, seed: int = 0):
         """The net of an artifact, with its weights, as a ``NetPredictor``: a net config that does not build, or a
         hardware input of another version than this costlab's, is an InputError naming the artifact."""
-        # torch, which listing the kinds (``costlab --help``) must not import
-        from costlab.costmodels.artifact import load_state
-        from costlab.costmodels.predictors import NetPredictor
+        from costlab.costmodels.artifact import load_state  # lazy: pulls torch; listing the kinds (the parser) must not
+        from costlab.costmodels.predictors import NetPredictor  # lazy: pulls torch, as above
 
         config = art.config
         try:
