@@ -402,7 +402,7 @@ def test_a_tuned_networks_output_is_checked_against_pytorchs(tmp_path, capsys, m
     float tolerance, it is reported as checked; when it differs (here PyTorch's reference is made to differ,
     as a wrong program would make the build's), the command says so in one line, exits 1 and the summary keeps
     the check."""
-    import costlab.datasets.extract as extract
+    import costlab.export.tasks as tasks
 
     spec = _torch_net(tmp_path, monkeypatch, "checknet",
                       "import torch\n"
@@ -412,8 +412,8 @@ def test_a_tuned_networks_output_is_checked_against_pytorchs(tmp_path, capsys, m
     assert main(argv + ["--work-dir", str(tmp_path / "ok"), "--json"]) == 0
     check = json.loads(capsys.readouterr().out)["network"]["output_check"]
     assert check["status"] == "ok" and check["max_abs_diff"] <= check["atol"] + check["rtol"]
-    real = extract.reference_output
-    monkeypatch.setattr(extract, "reference_output", lambda m, x: real(m, x) + 0.5)
+    real = tasks.reference_output
+    monkeypatch.setattr(tasks, "reference_output", lambda m, x: real(m, x) + 0.5)  # where tune reads it
     work = tmp_path / "bad"
     assert main(argv + ["--work-dir", str(work)]) == 1
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
