@@ -54,8 +54,8 @@ from costlab.datasets import DatasetWriter, open_dataset  # noqa: E402
 from costlab.datasets.splits import Split  # noqa: E402
 from costlab.featurizers.hardware_vector import DIM  # noqa: E402
 
-ZEN5 = "llvm-znver5-2c"
-PACKS = {"random": ROOT / "corpus", "trajectory": ROOT / "corpus" / "trajectories" / ZEN5}
+ZEN5 = cpus.ZEN5
+PACKS = {"random": cpus.PLATFORMS[cpus.EMR], "trajectory": cpus.PLATFORMS[ZEN5]}
 # kind -> (source dataset, fraction of each task's records kept, training settings of its own)
 BOTH = [f"data_options.row_platforms=[{ZEN5}, {cpus.EMR}]", f"net.hardware_dim={DIM}",
         "data_options.hardware_jitter=0.5"]
