@@ -278,6 +278,7 @@ def pack(args) -> int:
     if not works:
         raise SystemExit(f"{folder}: no finished task to pack")
     dest = Path(args.to) / folder.name
+    works = packed_first(works, dest)
     data = folder / "trajectories.h5"
     with cpu_lock():  # no task writes its database while it is read
         data.unlink(missing_ok=True)
@@ -292,6 +293,17 @@ def pack(args) -> int:
     (dest / "info.json").write_text(json.dumps(info, indent=1, sort_keys=True))
     print(f"{dest}: {len(works)} tasks packed (host {host.get('cpu_model')})")
     return 0
+
+
+def packed_first(works: list[Path], dest: Path) -> list[Path]:
+    """The work dirs in the order a pack is continued in: the tasks ``dest`` holds already, in their packed
+    order, then the newly finished ones. A pack only ever grows at its end (``costlab dataset pack`` refuses a
+    dataset whose first tasks are not the packed ones), and tasks finish out of position order."""
+    info = dest / "info.json"
+    if not info.exists():
+        return works
+    order = {task: i for i, task in enumerate(json.loads(info.read_text())["trajectories"]["tasks"])}
+    return sorted(works, key=lambda w: (order.get(TASKS[int(w.name[:3])], len(order)), w.name))
 
 
 def library(args) -> int:
