@@ -38,6 +38,7 @@ from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES
 from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES
+from costlab.export.finals import WITHIN as FINALS_WITHIN, remeasure
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
 from costlab.export.workdir import WorkDir
 from costlab.metaschedule.traces import plain_json
@@ -90,6 +91,9 @@ class TuneOptions:
     progress: bool = True
     started_at: float | None = None  # when the command started (the CLI's process start); default: the call
     check_output: bool = True  # each task's best programs run beside a reference build before they are reported
+    # a network's tasks: their fastest programs (up to final_top, within finals.WITHIN of the best) measured again
+    # together and the network built from the fastest of that measurement (export/finals.py); 0 or 1: off
+    final_top: int = 4
 
     def check(self) -> None:
         if not self.workloads and not self.network:
@@ -115,6 +119,8 @@ class TuneOptions:
             raise UsageError(f"--exploit takes a number of trials (0 to {MAX_TRIALS:,}), not {self.exploit}")
         if self.transfer_from and self.rpc_key:
             raise UsageError("--transfer-from measures on this machine; it cannot start an --rpc-key run (yet)")
+        if not 0 <= self.final_top <= 64:
+            raise UsageError(f"--final-top must be 0-64 (0: no second measurement), not {self.final_top}")
         if not 1 <= self.transfer_top <= 1024:
             raise UsageError(f"--transfer-top must be 1-1024, not {self.transfer_top}")
         if self.exploit and self.rpc_key:
@@ -299,7 +305,7 @@ def tune(opts: TuneOptions) -> dict:
         lock = work.lock()
     except OSError as exc:
         raise InputError(work.path, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    exploited, transferred, started_from = None, None, None
+    exploited, transferred, started_from, finals, finals_stats = None, None, None, None, None
     # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
     with lock, work.measuring() as stack:
         try:
@@ -362,6 +368,10 @@ def tune(opts: TuneOptions) -> dict:
                                                    target=plain_json(target.export()),
                                                    builder_timeout=opts.builder_timeout, progress=opts.progress),
                                     locked=True, should_stop=clock.expired)
+            if (network is not None and opts.final_top > 1 and not opts.rpc_key and clock.first_batch_at is not None
+                    and stop_requested() is None and clock.lost is None and not clock.expired()):
+                finals, finals_stats = remeasure(database, [t.mod for t in tasks], builder,
+                                                 getattr(runner, "inner", runner), target, top=opts.final_top)
         finally:
             _release_loggers()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),
@@ -394,20 +404,26 @@ def tune(opts: TuneOptions) -> dict:
         return earlier  # a finished run re-run: nothing was measured, its summary stands as it was written
     checked = opts.check_output and not opts.rpc_key  # a remote device's programs are not run here
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
-    for t, n in zip(tasks, _done_per_task(database, tasks)):
+    for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
         record = None
+        if finals is not None and finals[i]:
+            row["final_us"] = [round(s * 1e6, 3) if math.isfinite(s) else None for _, s in finals[i]]
+            record = finals[i][0][0]
         if checked and best is not None:
             from costlab.export.check import check_task
 
-            row["check"] = check_task(database, t.mod, target, seed=opts.seed)
+            row["check"] = check_task(database, t.mod, target, seed=opts.seed,
+                                      records=[r for r, _ in finals[i]] if finals is not None else None)
             record = row["check"].pop("record")
             row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result
         chosen.append(record)
         summary["tasks"].append(row)
     if log.rounds:
         summary["rounds"] = len(log.rounds)
+    if finals is not None:
+        summary["finals"] = dict(top=opts.final_top, within=FINALS_WITHIN, **finals_stats)
     if opts.use_library and not opts.rpc_key:
         summary["library"] = _library_add(opts, tasks, target, database, summary["tasks"], checked)
     if hasattr(cost_model, "stats"):
@@ -419,7 +435,8 @@ def tune(opts: TuneOptions) -> dict:
 
         try:
             summary["network"] = end_to_end(network[0], network[1], target,
-                                            _checked_database(database, tasks, chosen, checked), cores,
+                                            _checked_database(database, tasks, chosen,
+                                                              checked or finals is not None), cores,
                                             reference=network[2] if checked else None)
         except Exception as exc:  # noqa: BLE001  the tuning it follows is complete: its summary is still written
             summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")

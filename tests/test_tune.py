@@ -340,6 +340,10 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     assert any(t["name"].startswith("fused_") for t in summary["tasks"])
     assert net["tuned_functions"] == sum(1 for t in summary["tasks"] if t.get("check", {}).get("status") in ("ok", "replaced"))
     assert net["tuned_functions"] >= 1
+    # each task's contenders were measured again and its rows list them fastest first
+    assert summary["finals"]["top"] == 4 and summary["finals"]["measured"] >= 0
+    finals = [t["final_us"] for t in summary["tasks"] if "final_us" in t]
+    assert finals and all(f == sorted(f, key=lambda x: float("inf") if x is None else x) for f in finals)
 
 
 def test_a_networks_trial_budget_holds_when_its_last_round_would_pass_it(tmp_path, capsys, monkeypatch):

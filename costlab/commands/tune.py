@@ -77,6 +77,10 @@ def register(sub) -> None:
     q.add_argument("--full-repeats", action="store_true",
                    help="with --screen: measure the candidates that pass it with min_repeat_ms 100 whatever their "
                    "time (default: sized to their first run, 20 runs of it and 10-100 ms)")
+    q.add_argument("--final-top", type=int, default=4, metavar="K",
+                   help="a network's tasks: measure their K fastest programs (those within 1.15x of the best) again "
+                   "together after the search and build the network from the fastest of that measurement (0: the "
+                   "search's fastest as measured)")
     q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
     q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
@@ -138,7 +142,7 @@ def _tune(args) -> int:
                        transfer_from=args.transfer_from, transfer_top=args.transfer_top, progress=not args.no_progress,
                        check_output=not args.no_check, started_at=started_at, task_scheduler=args.task_scheduler,
                        screen=args.screen, sized_repeats=False if args.full_repeats else None,
-                       library=args.library, use_library=not args.no_library)
+                       library=args.library, use_library=not args.no_library, final_top=args.final_top)
     if args.transfer_from:  # sources that hold nothing to start from: refused before the work dir is made
         usable_sources(args.transfer_from, exclude=[args.work_dir])
     with signals_end_cleanly():
