@@ -21,8 +21,9 @@ what one run adds to its library never reaches another run (`run` checks every n
 before it starts anything, too). Every run holds /tmp/costlab-cpu.lock while it builds and measures; an arm
 cut short starts again (its seconds are those of one uninterrupted run), a finished one (done.json) is skipped.
 
-Once a network and seed has arms finished, they are timed together: each arm's final build (each task's
-fastest record of its database, compiled by export/network.build, DLight on what has none) and builds of
+Once a network and seed has arms finished, they are timed together: each arm's final build (a costlab arm's
+result database, WORK/result: the programs its run chose, checked and measured again; stock's: each task's
+fastest record of its database; compiled by export/network.build, DLight on what has none) and builds of
 its database as it was at 1/4 and 1/2 of its seconds, with the untuned build, in turn, --rounds times,
 median kept (timed.json). Curves: per arm, sum of weight x task best (from progress.jsonl, or stock's
 task_scheduler.log), untuned task latencies where a task has no program yet, scaled to the final build's
@@ -297,7 +298,9 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
             n_records = len((work / WorkDir.RECORDS).read_text().splitlines())
             offset = max(0, n_records - (hist[-1][1] if hist else 0))  # records the history does not count
             meta[arm] = dict(tune_s=tune_s, records=n_records, checkpoints=[])
-            exe, (hit, n) = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(work)))
+            result = WorkDir(work).result_dir  # a costlab run's result: its checked choices, the second measurement's
+            final_db = result if (result / WorkDir.RECORDS).exists() else work
+            exe, (hit, n) = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(final_db)))
             builds[arm] = exe
             meta[arm].update(tuned_functions=hit, functions=n,
                              output_check=check_output(exe, inputs, tvm.cpu(0), reference))

@@ -420,6 +420,8 @@ def tune(opts: TuneOptions) -> dict:
             row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result
         chosen.append(record)
         summary["tasks"].append(row)
+    if any(r is not None for r in chosen):
+        summary["result"] = _write_result(work, tasks, chosen, finals)
     if log.rounds:
         summary["rounds"] = len(log.rounds)
     if finals is not None:
@@ -511,6 +513,29 @@ def _checked_database(database, tasks: list[Task], chosen: list, checked: bool):
             out.commit_tuning_record(ms.database.TuningRecord(rec.trace, out.commit_workload(task.mod), rec.run_secs,
                                                              rec.target, rec.args_info))
     return out
+
+
+def _write_result(work: WorkDir, tasks: list[Task], chosen: list, finals: list | None) -> str:
+    """The run's result as a MetaSchedule database in ``WORK/result``: per task the record it chose (checked, and
+    the fastest of the second measurement where there was one, with that measurement's seconds), the one a
+    build applies (``MetaScheduleApplyDatabase``). Replaced whole, so it never mixes two runs' choices."""
+    import shutil
+
+    from tvm.s_tir import meta_schedule as ms
+
+    again = {id(rec): secs for per_task in (finals or []) for rec, secs in per_task if math.isfinite(secs)}
+    tmp = work.path / (WorkDir.RESULT + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    db = ms.database.JSONDatabase(work_dir=str(tmp))
+    for task, rec in zip(tasks, chosen):
+        if rec is not None:
+            secs = [again[id(rec)]] if id(rec) in again else rec.run_secs
+            db.commit_tuning_record(ms.database.TuningRecord(rec.trace, db.commit_workload(task.mod), secs,
+                                                             rec.target, rec.args_info))
+    shutil.rmtree(work.result_dir, ignore_errors=True)
+    tmp.rename(work.result_dir)
+    return str(work.result_dir)
 
 
 def _best_latency(database, mod) -> float | None:

@@ -56,6 +56,7 @@ class WorkDir:
     EXPLOIT_STATE = "exploit_state.json"
     TRANSFER_STATE = "transfer.json"
     LIBRARY_STATE = "library_start.json"
+    RESULT = "result"  # a MetaSchedule database of the run's result: per task the program it chose
 
     def __init__(self, path):
         self.path = Path(path)
@@ -94,6 +95,10 @@ class WorkDir:
     @property
     def curve_file(self) -> Path:
         return self.path / self.CURVE
+
+    @property
+    def result_dir(self) -> Path:
+        return self.path / self.RESULT
 
     @property
     def logs_dir(self) -> Path:

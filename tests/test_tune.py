@@ -344,6 +344,11 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     assert summary["finals"]["top"] == 4 and summary["finals"]["measured"] >= 0
     finals = [t["final_us"] for t in summary["tasks"] if "final_us" in t]
     assert finals and all(f == sorted(f, key=lambda x: float("inf") if x is None else x) for f in finals)
+    # the result database holds one record per task whose program was checked: the one the build applied
+    from tvm.s_tir import meta_schedule as ms
+
+    result = ms.database.JSONDatabase(work_dir=summary["result"])
+    assert len(result) == net["tuned_functions"]
 
 
 def test_a_networks_trial_budget_holds_when_its_last_round_would_pass_it(tmp_path, capsys, monkeypatch):
