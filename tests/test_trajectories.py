@@ -109,3 +109,14 @@ def test_the_committed_trajectories_unpack_with_their_host(tmp_path):
             # their records are one task's
             assert len(ds.tasks) == info["tasks"] <= len(info["trajectories"]["tasks"])
             assert len(ds.tasks) >= len(info["trajectories"]["tasks"]) - len(mt.NETWORK_TASKS)
+
+
+def test_a_pack_is_continued_with_its_packed_tasks_first(tmp_path):
+    """Tasks finish out of position order; the pack only grows at its end, so the tasks it holds come first,
+    in their packed order, then the newly finished ones by position."""
+    dest = tmp_path / "pack"
+    dest.mkdir()
+    work = [tmp_path / f"{p:03d}-task" for p in (3, 5, 7, 9)]
+    (dest / "info.json").write_text(json.dumps({"trajectories": {"tasks": [mt.TASKS[7], mt.TASKS[3]]}}))
+    assert mt.packed_first(work, dest) == [work[2], work[0], work[1], work[3]]
+    assert mt.packed_first(work, tmp_path / "new") == work  # nothing packed yet: position order
