@@ -19,6 +19,7 @@ import numpy as np
 from costlab.common.errors import InputError, UsageError
 from costlab.costmodels.kinds import ModelKind, register
 from costlab.featurizers import from_json
+from costlab.featurizers.pacm import STMT_FEATURES
 
 FEATURE = "stmt"
 BOOSTER = "xgboost_json"
@@ -94,7 +95,7 @@ class MLPKind(BaselineKind):
         return trainer.state.model.state_dict()
 
     def scorer(self, tensors: dict, path):
-        from costlab.costmodels.artifact import load_state  # torch: not for listing the kinds
+        from costlab.costmodels.artifact import load_state  # lazy: pulls torch; listing the kinds (the parser) must not
 
         trainer = mlp_trainer(1)
         load_state(trainer.state.model, tensors, path)
@@ -126,8 +127,6 @@ def mlp_trainer(epochs: int, test_split: float = 0.2):
     from tvm.s_tir.meta_schedule.cost_model.mlp_model import (SegmentSumMLPConfig, SegmentSumMLPTrainer, State,
                                                                TrainerConfig)
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-    from costlab.featurizers.pacm import STMT_FEATURES
 
     state = State(SegmentSumMLPConfig(input_dim=STMT_FEATURES), PerStoreFeature(extract_workload=False))
     return SegmentSumMLPTrainer(TrainerConfig(num_epoch_full=max(epochs, 10), test_split=test_split), state)

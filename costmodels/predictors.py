@@ -27,7 +27,11 @@ import torch
 from costlab.common.errors import InputError
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import is_artifact, read_artifact, read_config
+from costlab.costmodels.nets import net_inputs
+from costlab.costmodels.shipped import shipped_path
+from costlab.costmodels.tensors import to_tensors
 from costlab.featurizers import from_json
+from costlab.featurizers.hardware_vector import platform_vector, target_vector
 
 
 @runtime_checkable
@@ -72,8 +76,6 @@ class NetPredictor:
     def use_platform(self, platform) -> None:
         """Score records of a dataset platform: its vector from the dataset, never from this machine."""
         if self.hardware_dim:
-            from costlab.featurizers.hardware_vector import platform_vector
-
             self.hardware = platform_vector(platform)
 
     def use_target(self, target) -> None:
@@ -81,8 +83,6 @@ class NetPredictor:
         if self.hardware_dim:
             key = str(target)
             if key not in self._target_vectors:
-                from costlab.featurizers.hardware_vector import target_vector
-
                 self._target_vectors[key] = target_vector(target)
             self.hardware = self._target_vectors[key]
 
@@ -97,9 +97,6 @@ class NetPredictor:
 
     @torch.no_grad()
     def predict(self, features: dict, batch_size: int = 1024) -> np.ndarray:
-        from costlab.costmodels.nets import net_inputs
-        from costlab.costmodels.tensors import to_tensors
-
         features = self.with_hardware(features)
         n = _count(features)
         outs = []
@@ -117,8 +114,6 @@ def resolve(model) -> Path:
     if (path / "model").is_dir() and is_artifact(path / "model") and not is_artifact(path):
         return path / "model"  # a training run directory
     if not path.exists():
-        from costlab.costmodels.shipped import shipped_path
-
         found = shipped_path(str(model))
         if found is not None:
             return found

@@ -30,6 +30,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from costlab.common.errors import InputError, UsageError
 from costlab.costmodels import kinds, predictors
 from costlab.costmodels.adapt import OnlineAdapter
+from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.datasets.records import record_latency
 
@@ -173,8 +174,6 @@ class CostlabCostModel(PyCostModel):
     # -- persistence -----------------------------------------------------------------------------------------
     def save(self, path: str) -> None:
         """Write the model, with its weights as adapted so far, as an artifact directory."""
-        from costlab.costmodels.artifact import save_artifact
-
         if not isinstance(self.predictor, NetPredictor):
             raise UsageError(f"only learned nets are saved by the cost model; {self.predictor.kind} has no weights")
         config = dict(self.predictor.config, adapted=dict(self.adapter.stats) if self.adapter else None)

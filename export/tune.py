@@ -27,21 +27,35 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from costlab.common.errors import InputError, UsageError, last_line
+from costlab.common.errors import CostlabError, InputError, UsageError, last_line
 from costlab.common.files import write_atomically
 from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES
-from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES
+from costlab.export.check import check_task
+from costlab.export.exploit import ExploitOptions, exploit
 from costlab.export.finals import WITHIN as FINALS_WITHIN, remeasure
+from costlab.export.library.start import add_run, run_libraries, start_from_library
+from costlab.export.network import end_to_end
+from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
+from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES, draft_cost_model, make_strategy
+from costlab.export.search.common import RoundLog
 from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
-from costlab.export.workdir import WorkDir
+from costlab.export.transfer.run import TransferOptions, transfer_tasks
+from costlab.export.workdir import MeasuringStack, WorkDir
+from costlab.metaschedule.rpc import tracker_problem
+from costlab.metaschedule.targets import platform_id_for, runnable_target
 from costlab.metaschedule.traces import plain_json
+from costlab.metaschedule.tune_context import tune_context
+
+# the imports inside functions pull torch and tvm: costlab/commands/tune.py imports this module when the command
+# line's parser is built
 
 MAX_TRIALS = 1_000_000
 MAX_POPULATION = 16_384
@@ -156,8 +170,6 @@ class TuneOptions:
             raise UsageError("sized repeats need the screening runner's first run (--screen RATIO)")
         self.sized_repeats = bool(self.screen) if self.sized_repeats is None else self.sized_repeats
         self.strategy = strategy
-        from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS
-
         self.task_scheduler = self.task_scheduler or (DEFAULT_FOR_NETWORK if self.network else DEFAULT_FOR_WORKLOADS)
         if self.task_scheduler not in TASK_SCHEDULERS:
             raise UsageError(f"--task-scheduler must be one of {', '.join(TASK_SCHEDULERS)}, "
@@ -181,8 +193,7 @@ def _cost_model(opts: TuneOptions, target, cores: int):
         from tvm.s_tir.meta_schedule.cost_model import CostModel
 
         return CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto")
-    from costlab.export.cost_model import CostlabCostModel, check_model_for_target
-    from costlab.export.search import draft_cost_model
+    from costlab.export.cost_model import CostlabCostModel, check_model_for_target  # lazy: pulls torch and tvm
 
     model = CostlabCostModel(opts.model, head=opts.head, adapt=opts.adapt, strict=opts.strict, seed=opts.seed)
     check_model_for_target(model.predictor, target, opts.strict, opts.model)  # before any tuning starts
@@ -190,8 +201,7 @@ def _cost_model(opts: TuneOptions, target, cores: int):
 
 
 def _strategy(opts: TuneOptions, log, clock):
-    from costlab.export.search import make_strategy
-    from costlab.export.search.timed import TimedSearch
+    from costlab.export.search.timed import TimedSearch  # lazy: pulls torch and tvm
 
     inner = make_strategy(opts.strategy, population=opts.population, verify_fraction=opts.verify_fraction,
                           first_rounds=opts.first_rounds, log=log)
@@ -203,8 +213,6 @@ def _measure_stack(opts: TuneOptions, target, cores: int, clock=None, stack=None
     them). costlab's builder keeps one pool of workers for the whole run; an RPC device that stops answering
     ends the run (``clock.lose``) without a failed record; ``ms_defaults``: what "local" makes, as tune_tir
     does."""
-    from costlab.export.workdir import MeasuringStack
-
     stack = stack if stack is not None else MeasuringStack()
     builder, runner = stack.start(target, workers=cores, builder_timeout=opts.builder_timeout,
                                   on_lost=clock.lose if clock is not None else None, warm=True,
@@ -212,7 +220,7 @@ def _measure_stack(opts: TuneOptions, target, cores: int, clock=None, stack=None
                                   rpc_key=opts.rpc_key, rpc_host=opts.rpc_host, rpc_port=opts.rpc_port,
                                   rpc_wait=opts.rpc_wait)
     if opts.screen and clock is not None:  # the search tags candidates with their task, the builder artifacts
-        from costlab.metaschedule.screening import ScreeningRunner, TaskTags
+        from costlab.metaschedule.screening import ScreeningRunner, TaskTags  # lazy: pulls torch and tvm
 
         clock.tags = TaskTags()
         runner = stack.runner = clock.screening = ScreeningRunner(runner, opts.screen, clock.tags,
@@ -287,12 +295,9 @@ def tune(opts: TuneOptions) -> dict:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    from costlab.export.callbacks import run_callbacks
-    from costlab.export.progress import TuneProgress
-    from costlab.export.schedulers import make_task_scheduler
-    from costlab.export.search.common import RoundLog
-    from costlab.export.search.timed import RoundClock, TimedBuilder, stop_requested
-    from costlab.metaschedule.tune_context import tune_context
+    from costlab.export.callbacks import run_callbacks  # lazy: pulls torch and tvm
+    from costlab.export.progress import TuneProgress  # lazy: pulls torch and tvm
+    from costlab.export.search.timed import RoundClock, TimedBuilder, stop_requested  # lazy: pulls torch and tvm
 
     target = measuring_target(opts.target, local=not opts.rpc_key)
     cores = target_cores(target)
@@ -346,7 +351,7 @@ def tune(opts: TuneOptions) -> dict:
                                                      task_name=tasks[i].name, rand_state=rand, num_threads=cores,
                                                      logger=logger).clone())
                     if clock.screening is not None:  # each task's best in the work dir's database (a continued run)
-                        from costlab.metaschedule.screening import task_key
+                        from costlab.metaschedule.screening import task_key  # lazy: pulls torch and tvm
 
                         for i, ctx in zip(group, contexts):
                             clock.screening.seed(task_key(ctx.mod), _best_latency(database, tasks[i].mod))
@@ -362,8 +367,6 @@ def tune(opts: TuneOptions) -> dict:
             finally:
                 progress.close()
             if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
-                from costlab.export.exploit import ExploitOptions, exploit
-
                 exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, seed=opts.seed,
                                                    target=plain_json(target.export()),
                                                    builder_timeout=opts.builder_timeout, progress=opts.progress),
@@ -412,8 +415,6 @@ def tune(opts: TuneOptions) -> dict:
             row["final_us"] = [round(s * 1e6, 3) if math.isfinite(s) else None for _, s in finals[i]]
             record = finals[i][0][0]
         if checked and best is not None:
-            from costlab.export.check import check_task
-
             row["check"] = check_task(database, t.mod, target, seed=opts.seed,
                                       records=[r for r, _ in finals[i]] if finals is not None else None)
             record = row["check"].pop("record")
@@ -433,8 +434,6 @@ def tune(opts: TuneOptions) -> dict:
         if getattr(cost_model, "adapter", None) is not None:
             summary["adaptation"] = dict(cost_model.adapter.stats, rounds=cost_model.adapter.rounds)
     if network is not None:
-        from costlab.export.network import end_to_end
-
         try:
             summary["network"] = end_to_end(network[0], network[1], target,
                                             _checked_database(database, tasks, chosen,
@@ -444,7 +443,7 @@ def tune(opts: TuneOptions) -> dict:
             summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")
     write_atomically(work.summary_file, json.dumps(summary, indent=2, default=str).encode())
     try:
-        from costlab.export.progress import plot_history
+        from costlab.export.progress import plot_history  # lazy: pulls torch and tvm
 
         plot_history(work.progress_file, work.curve_file)
     except Exception as exc:  # noqa: BLE001  a picture is never worth failing a finished run for
@@ -457,8 +456,7 @@ def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, r
     tasks transferred already). A workload's transfer stays within its ``--trials``; a network's budget is for
     all its tasks: each gets its ``--transfer-top``, and the search has what is left (none with ``--trials 1``:
     transfer alone)."""
-    from costlab.export.search.timed import stop_requested
-    from costlab.export.transfer.run import TransferOptions, transfer_tasks
+    from costlab.export.search.timed import stop_requested  # lazy: pulls torch and tvm
 
     topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model,
                             top=min(opts.transfer_top, opts.trials) if opts.workloads else opts.transfer_top,
@@ -471,10 +469,7 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
     """Each task starts from the library: its ``--transfer-top`` best replayed programs of the library's matching
     tasks (``export/library/start``), measured into the database before the search, within a workload's
     ``--trials``; a network's tasks each get theirs, as with ``--transfer-from``."""
-    from costlab.export.library.start import run_libraries, start_from_library
-    from costlab.export.search.timed import stop_requested
-    from costlab.metaschedule.targets import platform_id_for
-    from costlab.metaschedule.traces import plain_json
+    from costlab.export.search.timed import stop_requested  # lazy: pulls torch and tvm
 
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())))
     return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
@@ -487,10 +482,6 @@ def _library_add(opts: TuneOptions, tasks: list[Task], target, database, rows: l
     """The run's checked best programs into the library of its platform; nothing when they were not checked
     (``--no-check``): a library holds programs known to compute the right result. A library that cannot be
     written is said in the summary, never the end of a finished run."""
-    from costlab.common.errors import CostlabError
-    from costlab.export.library.start import add_run
-    from costlab.metaschedule.targets import platform_id_for
-
     if not checked:
         return dict(added=0, why="not added: the run's programs were not checked (--no-check)")
     try:
@@ -519,8 +510,6 @@ def _write_result(work: WorkDir, tasks: list[Task], chosen: list, finals: list |
     """The run's result as a MetaSchedule database in ``WORK/result``: per task the record it chose (checked, and
     the fastest of the second measurement where there was one, with that measurement's seconds), the one a
     build applies (``MetaScheduleApplyDatabase``). Replaced whole, so it never mixes two runs' choices."""
-    import shutil
-
     from tvm.s_tir import meta_schedule as ms
 
     again = {id(rec): secs for per_task in (finals or []) for rec, secs in per_task if math.isfinite(secs)}
@@ -551,8 +540,6 @@ def _best_latency(database, mod) -> float | None:
 def _check_tracker(opts: TuneOptions) -> None:
     """An RPC tracker that answers, and has a device of the key, before any tuning: otherwise every trial of
     the budget would be a failed record."""
-    from costlab.metaschedule.rpc import tracker_problem
-
     why = tracker_problem(opts.rpc_host, opts.rpc_port, opts.rpc_key)
     if why is not None:
         raise UsageError(why + ("; start one, or check --rpc-host/--rpc-port" if why.startswith("no RPC") else ""))
@@ -561,8 +548,6 @@ def _check_tracker(opts: TuneOptions) -> None:
 def _same_target(value):
     """A recorded target as the JSON dict it resolves to ("host" and the host written out are one target)."""
     import tvm
-
-    from costlab.metaschedule.targets import runnable_target
 
     try:
         return plain_json(tvm.target.Target(runnable_target(value)).export())
@@ -580,7 +565,7 @@ def resolved_adapt(opts: TuneOptions, work: Path) -> str:
     old = WorkDir(work).recorded("adapt")
     if old in ADAPT_MODES:
         return old
-    from costlab.costmodels.predictors import kind_of  # torch: a run with MetaSchedule's default needs none
+    from costlab.costmodels.predictors import kind_of  # lazy: pulls torch; MetaSchedule's default needs none
 
     return "momentum" if kind_of(opts.model) in kinds.learned() else "none"
 

@@ -11,13 +11,6 @@ from conftest import REPO
 # the package's folders (costlab/ holds links to the others in a development checkout: read its own files only)
 FOLDERS = ("metaschedule", "datasets", "featurizers", "costmodels", "train", "export")
 
-# modules whose imports inside functions are not moved yet (the next step; each is cleared from here as it is)
-BEING_REWRITTEN = {
-    "costmodels/predictors.py", "costmodels/baselines.py", "train/baselines.py", "train/evaluate.py",
-    "export/cost_model.py", "export/tune.py", "export/transfer/run.py", "costlab/commands/models.py",
-    "costlab/commands/train.py",
-}
-
 
 def _modules():
     """(path relative to the repository, dotted package of the module, parsed module) of every module of costlab."""
@@ -58,8 +51,6 @@ def test_costlab_imports_at_the_top_or_lazy_with_a_reason():
     and its line says so: ``# lazy: <reason>``."""
     bare = []
     for rel, package, tree in _modules():
-        if rel in BEING_REWRITTEN:
-            continue
         lines = (REPO / rel).read_text().splitlines()
         for node in _function_imports(tree):
             module = _costlab_module(node, package)
@@ -74,8 +65,6 @@ def test_no_private_name_imported_from_another_module():
     """``from costlab.x import _name`` across modules: a name used by two modules is public."""
     private = []
     for rel, package, tree in _modules():
-        if rel in BEING_REWRITTEN:
-            continue
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and _costlab_module(node, package):
                 private += [f"{rel}:{node.lineno} imports {a.name} from {_costlab_module(node, package)}"

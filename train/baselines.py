@@ -27,12 +27,11 @@ from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.baselines import FEATURE
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
+from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.run_dir import run_dir
 
 
 def _training_data(cfg: dict):
-    from costlab.train.data import CostDataModule, DataConfig
-
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=kinds.create(cfg["model"]).featurizer,
                                    platforms=list(cfg["platforms"]),
                                    split=cfg["split"], seed=int(cfg["seed"]), val_fraction=0.0))

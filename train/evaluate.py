@@ -15,6 +15,7 @@ from costlab.costmodels import kinds, metrics
 from costlab.datasets import open_dataset
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
+from costlab.featurizers.psa.hardware import spec_for
 from costlab.costmodels.predictors import head_of
 from costlab.train.predict import load_predictor
 
@@ -119,8 +120,6 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         if hasattr(pred_obj.featurizer, "spec_for"):  # features that depend on the platform's hardware: whose
             result["hardware_spec"] = pred_obj.featurizer.spec_for(ds.platforms[platform]).name
         elif getattr(pred_obj, "hardware_dim", 0):  # a net fed the platform's hardware vector: whose
-            from costlab.featurizers.psa.hardware import spec_for
-
             result["hardware_spec"] = spec_for(ds.platforms[platform]).name
         result["_arrays"] = dict(task=task, pred=pred, latency=latency, score=score, networks=networks)
         if baselines:

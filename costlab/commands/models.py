@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 
 def _models(args) -> int:
-    from costlab.costmodels.listing import models_table, shipped_models
+    from costlab.costmodels.listing import models_table, shipped_models  # lazy: pulls torch; the parser must not
 
     rows = shipped_models()
     print(json.dumps(rows, default=str) if args.json else models_table(rows))

@@ -6,9 +6,13 @@ import sys
 from pathlib import Path
 
 from costlab.commands.options import directory, fraction, positive_int
+from costlab.common import jsontext
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import DEFAULT, FIT_LISTS, RECIPES, TRAINER, recipe
+from costlab.datasets import open_dataset
+from costlab.train.config import load_config
+from costlab.train.report import write_report
 
 
 def _common(q) -> None:
@@ -77,9 +81,7 @@ def register(sub) -> None:
 
 
 def _run(cfg, args) -> int:
-    from costlab.train.fit import train
-
-    from costlab.common import jsontext
+    from costlab.train.fit import train  # lazy: pulls torch and Lightning; the parser must not
 
     summary = train(cfg, progress=not args.no_progress, resume=getattr(args, "resume", False))
     print(jsontext.dumps(summary, indent=2), file=sys.stderr)
@@ -91,8 +93,6 @@ def _overrides(args) -> list:
 
 
 def _train(args) -> int:
-    from costlab.train.config import load_config
-
     cfg = load_config(args.config, _overrides(args), model=args.model, data=args.data and str(args.data),
                       split=args.split, platforms=args.platforms, out=args.out and str(args.out))
     return _run(cfg, args)
@@ -101,7 +101,7 @@ def _train(args) -> int:
 def _refuse_existing_model(out: Path, overwrite: bool) -> None:
     """A fine-tuning run never replaces a model it was not told to: ``--out`` holding one (a run dir's
     ``model/``, or a model dir or archive itself) is refused unless ``--overwrite``."""
-    from costlab.costmodels.artifact import is_artifact
+    from costlab.costmodels.artifact import is_artifact  # lazy: pulls torch; the parser must not
 
     held = next((p for p in (out / "model", out) if is_artifact(p)), None)
     if held is not None and not overwrite:
@@ -110,8 +110,7 @@ def _refuse_existing_model(out: Path, overwrite: bool) -> None:
 
 
 def _finetune(args) -> int:
-    from costlab.train.config import load_config
-    from costlab.train.fit import source_meta
+    from costlab.train.fit import source_meta  # lazy: pulls torch and Lightning; the parser must not
 
     _refuse_existing_model(Path(args.out), args.overwrite)
     trainer_options = args.momentum is not None or args.epochs is not None or args.overrides
@@ -119,8 +118,7 @@ def _finetune(args) -> int:
     if r.runner == FIT_LISTS:
         if trainer_options:
             raise UsageError(f"--momentum, --epochs and --set belong to --recipe {TRAINER}")
-        from costlab.common import jsontext
-        from costlab.train.finetune import finetune
+        from costlab.train.finetune import finetune  # lazy: pulls torch; the parser must not
 
         summary = finetune(args.source, args.data, args.platform, args.out, r.name, split=args.split, seed=args.seed)
         print(jsontext.dumps(summary, indent=2), file=sys.stderr)
@@ -139,17 +137,17 @@ def _model_config(model) -> dict:
     """The config a model records (its training split, platforms and targets), read without loading its
     weights; {} for a kind that needs no weights (psa, random) and anything whose config does not read (evaluate
     then says why)."""
-    from costlab.costmodels.predictors import resolve
+    from costlab.costmodels.predictors import resolve  # lazy: pulls torch; the parser must not
 
     if str(model) in kinds.untrained():
         return {}
     try:
         path = resolve(model)
         if path.suffix == ".ckpt":
-            from costlab.train.predict import load_checkpoint
+            from costlab.train.predict import load_checkpoint  # lazy: pulls torch; the parser must not
 
             return dict(load_checkpoint(path).config or {})
-        from costlab.costmodels.artifact import read_config
+        from costlab.costmodels.artifact import read_config  # lazy: pulls torch; the parser must not
 
         return read_config(path, trust_unhashed=True)
     except Exception:  # noqa: BLE001  evaluate loads it again and reports what is wrong in one line
@@ -159,8 +157,6 @@ def _model_config(model) -> dict:
 def _train_part_split(data, split, config: dict) -> None:
     """``--part train`` scores the records a split trains on: a dataset without that split has none to
     pick, and is refused (scoring every record would pass test records off as training ones)."""
-    from costlab.datasets import open_dataset
-
     with open_dataset(data) as ds:
         names = ds.split_names()
     chosen = config.get("split") if split == "auto" else split
@@ -175,8 +171,6 @@ def _train_part_split(data, split, config: dict) -> None:
 def _platform_note(config: dict, data, platform: str) -> str | None:
     """A note when the evaluated platform is another CPU or GPU (``mcpu`` / ``arch``) of the same target kind
     than every platform the model trained on: its scores are a transfer to another machine."""
-    from costlab.datasets import open_dataset
-
     targets = {p: t for p, t in (config.get("targets") or {}).items() if isinstance(t, dict)}
     if not targets or platform in targets:
         return None
@@ -193,9 +187,7 @@ def _platform_note(config: dict, data, platform: str) -> str | None:
 
 
 def _evaluate(args) -> int:
-    from costlab.common import jsontext
-    from costlab.train.evaluate import evaluate
-    from costlab.train.report import write_report
+    from costlab.train.evaluate import evaluate  # lazy: pulls torch; the parser must not
 
     split = None if args.split == "none" else args.split
     config = _model_config(args.model)

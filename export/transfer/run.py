@@ -30,8 +30,16 @@ from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.costmodels import kinds
+from costlab.datasets.records import record_latency
+from costlab.export.search.common import measure_candidates, measured_hashes, model_order, schedule_hash
 from costlab.export.tasks import measuring_target, target_cores, workload_tasks
+from costlab.export.transfer.match import match, structure
+from costlab.export.transfer.replay import TransferError, transfer_schedule
+from costlab.export.transfer.sources import read_sources
 from costlab.export.workdir import WorkDir, read_state, write_state
+from costlab.metaschedule.runners import build_and_run
+from costlab.metaschedule.tune_context import tune_context
+from costlab.metaschedule.workloads import decode_workload, workload_json
 
 MAX_SEED = 2**31 - 1  # seeds of MetaSchedule's random state are 0 to 2^31 - 2
 
@@ -76,14 +84,10 @@ class _Source:
     """A source task decoded: its module and structure."""
 
     def __init__(self, st, mod):
-        from costlab.export.transfer.match import structure
-
         self.task, self.mod, self.structure = st, mod, structure(mod)
 
 
 def _decode(sources, report) -> list[_Source]:
-    from costlab.metaschedule.workloads import decode_workload
-
     out, mods = [], {}
     for st in sources:
         try:
@@ -104,8 +108,6 @@ def usable_sources(paths, per_source: int = 4, exclude=()) -> tuple[list[_Source
     InputError when there is nothing to start from: no line read as a workload and record, no successfully
     measured program, or no workload that decodes. Called before anything is written (the work dir, its
     database, ``transfer.json``), so that a wrong ``--from`` leaves nothing behind and marks no task done."""
-    from costlab.export.transfer.sources import read_sources
-
     raw, report = read_sources(paths, per_source, exclude=exclude)
     sources = _decode(raw, report)
     if not sources:
@@ -127,10 +129,6 @@ def candidates_for(mod, target, postprocs, sources: list[_Source], measured: set
     """The programs of ``sources`` replayed on ``mod``: ``(schedules, provenance, counts)``; provenance per
     schedule (source, task, rank, source latency, match kind, tilings adapted), counts of what was tried
     and why programs failed."""
-    from costlab.export.search.common import schedule_hash
-    from costlab.export.transfer.match import match, structure
-    from costlab.export.transfer.replay import TransferError, transfer_schedule
-
     st = structure(mod)
     matched = []
     for src in sources:
@@ -175,11 +173,6 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     ``state_path``). ``sources``: ``usable_sources``' answer when the caller has it; read here otherwise (an
     InputError, before any task is marked done, when they hold nothing to start from)."""
     from tvm.s_tir import meta_schedule as ms
-
-    from costlab.datasets.records import record_latency
-    from costlab.export.search.common import measure_candidates, measured_hashes, model_order
-    from costlab.metaschedule.runners import build_and_run
-    from costlab.metaschedule.tune_context import tune_context
 
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
     state["sources"] = [str(s) for s in opts.sources]
@@ -237,16 +230,14 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
 def ranking_model(opts: TransferOptions) -> tuple:
     """``(predictor, head)`` that rank the replayed programs: ``--model`` loaded as every tuning command loads
     one (``cost_model.tuning_predictor``), the draft kind (PSA) without one."""
-    from costlab.costmodels.predictors import head_of
-    from costlab.export.cost_model import tuning_predictor
+    from costlab.costmodels.predictors import head_of  # lazy: pulls torch; the parser imports this module
+    from costlab.export.cost_model import tuning_predictor  # lazy: pulls torch and tvm; the parser must not
 
     predictor = tuning_predictor(opts.model or kinds.draft())
     return predictor, head_of(predictor, None)
 
 
 def _key(database, mod) -> str:
-    from costlab.metaschedule.workloads import workload_json
-
     return workload_json(mod)[0]
 
 
