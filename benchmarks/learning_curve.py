@@ -38,6 +38,7 @@ import json
 import sys
 import time
 import zlib
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
@@ -56,11 +57,21 @@ from costlab.featurizers.hardware_vector import DIM  # noqa: E402
 
 ZEN5 = cpus.ZEN5
 PACKS = {"random": cpus.PLATFORMS[cpus.EMR], "trajectory": cpus.PLATFORMS[ZEN5]}
-# kind -> (source dataset, fraction of each task's records kept, training settings of its own)
-BOTH = [f"data_options.row_platforms=[{ZEN5}, {cpus.EMR}]", f"net.hardware_dim={DIM}",
-        "data_options.hardware_jitter=0.5"]
-KINDS = {"random": ("random", 1.0, []), "trajectory": ("trajectory", 1.0, []),
-         "trajectory64": ("trajectory", 1 / 3, []), "both": ("cpus", 1.0, BOTH)}
+
+
+class Kind(NamedTuple):
+    """A training set of the curve: its source dataset, the fraction of each task's records kept, training
+    settings of its own, and the platform it is trained for (None: the source's one platform)."""
+    source: str
+    keep: float = 1.0
+    settings: tuple = ()
+    platform: str | None = None
+
+
+BOTH = (f"data_options.row_platforms=[{ZEN5}, {cpus.EMR}]", f"net.hardware_dim={DIM}",
+        "data_options.hardware_jitter=0.5")
+KINDS = {"random": Kind("random"), "trajectory": Kind("trajectory"), "trajectory64": Kind("trajectory", 1 / 3),
+         "both": Kind("cpus", 1.0, BOTH, ZEN5)}
 SIZES = (20, 40, 80, 0)  # 0: every task there is
 KEYS = ("pairwise", "pairwise_q25", "pairwise_q10", "top1", "top1_q25", "pick1", "pick8", "pick32")
 HELD_OUT_SPLIT = "curve-heldout"
@@ -101,13 +112,13 @@ def training_tasks(data: Path, banned_hashes: set, seed: int) -> tuple[list[int]
 
 
 def train(data: Path, run: Path, tasks: list[int], all_tasks: int, keep: float, platform: str, args,
-          extra: list[str]) -> Path:
+          extra: tuple) -> Path:
     if (run / "model" / "config.json").exists():
         return run
     name = f"curve-{run.name}"
     _store(data, name, set(range(all_tasks)) - set(tasks))
     sets = ["net.d_model=128", "data_options.lists_per_batch=4", "data_options.val_fraction=0.1",
-            f"seed={args.seed}"] + extra
+            f"seed={args.seed}"] + list(extra)
     if keep < 1:
         sets.append(f"data_options.keep_fraction={{{platform}: {keep:.4f}}}")
     argv = ["train", "--model", "pacm", "--data", str(data), "--split", name, "--platform", platform,
@@ -167,7 +178,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     kinds = args.kinds.split(",")
     data = {source: unpack(args.out, source) for source in PACKS}
-    if any(KINDS[k][0] == "cpus" for k in kinds):
+    if any(KINDS[k].source == "cpus" for k in kinds):
         data["cpus"] = cpus.build(args.out)
     traj_order, traj_heldout, banned = training_tasks(data["trajectory"], set(), args.seed)
     _store(data["trajectory"], HELD_OUT_SPLIT, traj_heldout)
@@ -193,9 +204,9 @@ def main(argv=None) -> int:
         for on, (path, split) in sets.items():
             add(dict(kind=model, tasks=0, on=on) | score(model, path, split))
     for kind in kinds:
-        source, keep, extra = KINDS[kind]
+        source, keep, extra, platform = KINDS[kind]
         with open_dataset(data[source]) as ds:
-            platform, n_tasks = (ZEN5 if extra is BOTH else ds.record_platforms()[0]), len(ds.tasks)
+            platform, n_tasks = platform or ds.record_platforms()[0], len(ds.tasks)
         for size in (int(s) for s in args.sizes.split(",")):
             tasks = orders[source] if size == 0 else orders[source][:size]
             if size > len(orders[source]):
