@@ -89,3 +89,24 @@ def test_library_holding_a_network_task_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(networks, "_network", lambda net, target: ([mine], None))
     with pytest.raises(SystemExit, match="holds 1 of net's 1 tasks"):
         networks._start_library(lib, tmp_path / "run" / "library", "net", "host")
+
+
+def test_the_table_reads_finals_as_median_or_fastest_round(tmp_path):
+    """A final is the median of its rounds timed together, or their fastest; the curve is scaled to it."""
+    import networks
+
+    runs = tmp_path / "runs" / "net" / "s0"
+    for arm, rounds in (("a", [5.0, 9.0, 6.0]), ("k", [4.0, 8.0, 7.0])):
+        work = runs / arm
+        work.mkdir(parents=True)
+        _progress(work, [(10, "mm", 8, 50.0)])
+        (work / "costlab_tune.json").write_text(json.dumps(dict(tasks=[dict(name="mm", weight=2.0)], wall_s=12)))
+    timed = dict(untuned_tasks_us=UNTUNED, untuned_ms=300.0, timed={
+        arm: dict(rounds_ms=rounds, final_ms=sorted(rounds)[1], tune_s=10.0, checkpoints=[],
+                  output_check=dict(status="ok")) for arm, rounds in (("a", [5.0, 9.0, 6.0]), ("k", [4.0, 8.0, 7.0]))})
+    (runs / "timed.json").write_text(json.dumps(timed))
+    med, _ = networks.collect(tmp_path)
+    fast, _ = networks.collect(tmp_path, "min")
+    assert med[("net", 0)]["a"]["final_ms"] == 6.0 and med[("net", 0)]["k"]["final_ms"] == 7.0
+    assert fast[("net", 0)]["a"]["final_ms"] == 5.0 and fast[("net", 0)]["k"]["final_ms"] == 4.0
+    assert fast[("net", 0)]["k"]["curve"][-1][2] == pytest.approx(4.0)
