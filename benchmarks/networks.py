@@ -35,6 +35,10 @@ counted at its own full seconds (netcurves.figures).
     .venv/bin/python benchmarks/networks.py run --out bench/networks --library LIBRARY --trials 1500 --seeds 0,1
     .venv/bin/python benchmarks/networks.py run --out bench/networks --networks bert --arms stock --seeds 1 ...
     .venv/bin/python benchmarks/networks.py table --out bench/networks --to benchmarks/results/networks-HOST
+    .venv/bin/python benchmarks/networks.py finals --out bench/networks --networks llama --seeds 0
+
+`finals` times each costlab arm's result (WORK/result) against the build of its database's fastest records:
+what choosing a network's programs by a second measurement is worth, in one process.
 """
 
 from __future__ import annotations
@@ -327,6 +331,47 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
           + f", untuned {res['untuned_ms']:.4g} ms", flush=True)
 
 
+def finals(args) -> int:
+    """What the second measurement of a network's final programs (``export/finals.py``) is worth: per finished
+    costlab arm with a result database, the build of its database's fastest records (what the arm built before
+    that measurement existed) against the build of its result (the run's choices), timed together in turn,
+    ``--rounds`` times, into OUT/runs/NET/sSEED/finals.json."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.export.network import build, time_network
+    from costlab.export.tasks import measuring_target, target_cores
+
+    tgt = measuring_target(args.target)
+    os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
+    out = Path(args.out).resolve()
+    for net in args.networks:
+        for seed in args.seeds:
+            runs = out / "runs" / net / f"s{seed}"
+            arms = [arm for arm in ARMS if arm != "stock" and (WorkDir(runs / arm).result_dir / WorkDir.RECORDS).exists()]
+            if not arms:
+                continue
+            with cpu_lock():
+                _tasks, (mod, inputs, _reference) = _network(net, tgt)
+                builds = {}
+                for arm in arms:
+                    builds[f"{arm}:fastest-record"] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(runs / arm)))[0]
+                    builds[f"{arm}:result"] = build(mod, tgt, ms.database.JSONDatabase(
+                        work_dir=str(WorkDir(runs / arm).result_dir)))[0]
+                times: dict = {k: [] for k in builds}
+                for _ in range(args.rounds):
+                    for k, exe in builds.items():
+                        times[k].append(round(time_network(exe, inputs, tvm.cpu(0)) * 1e3, 4))
+            res = {k: dict(median_ms=statistics.median(v), fastest_ms=min(v), rounds_ms=v) for k, v in times.items()}
+            (runs / "finals.json").write_text(json.dumps(dict(rounds=args.rounds, builds=res,
+                                                              at=time.strftime("%Y-%m-%d %H:%M:%S")), indent=1))
+            for arm in arms:
+                a, b = res[f"{arm}:fastest-record"], res[f"{arm}:result"]
+                print(f"{net} s{seed} {arm}: fastest records {a['median_ms']:.4g} ms, result {b['median_ms']:.4g} ms "
+                      f"(median of {args.rounds}; result / fastest records {b['median_ms'] / a['median_ms']:.3f})")
+    return 0
+
+
 def _untuned_tasks(path: Path, tasks, target) -> dict:
     """Each task's latency (µs) as the untuned build runs it (DLight's CPU rules where they apply), once per
     network: what a task counts in a curve before its first program is measured."""
@@ -403,6 +448,17 @@ def table(args) -> int:
         tgt = netcurves.TARGETS.get(name)
         lines.append(f"| final {name.replace('_over_', ' / ')} (geomean) | {v['geomean']:.3f} | {v['runs']} runs | "
                      f"{v['worst']:.3f} | {fastest['final'][name]['geomean']:.3f} | {'<= %g' % tgt if tgt else '-'} |")
+    ablation = sorted(out.glob("runs/*/s*/finals.json"))
+    if ablation:
+        lines += ["", "| network | seed | arm | its database's fastest records, ms | its result (second measurement), ms |"
+                  " result / fastest records |", "|---|---|---|---|---|---|"]
+    for path in ablation:
+        builds = json.loads(path.read_text())["builds"]
+        for arm in ARMS:
+            if f"{arm}:result" in builds:
+                a, b = builds[f"{arm}:fastest-record"]["median_ms"], builds[f"{arm}:result"]["median_ms"]
+                lines.append(f"| {path.parent.parent.name} | {path.parent.name[1:]} | {arm} | {a:.4g} | {b:.4g} | "
+                             f"{b / a:.3f} |")
     bench = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
     checks = [json.loads(p.read_text()) for p in out.glob("runs/*/s*/k/library_check.json")]
     lines += ["", f"Host: {bench.get('host', {}).get('cpu_model')} ({bench.get('host', {}).get('threads')} threads); "
@@ -439,6 +495,12 @@ def main(argv=None) -> int:
     r.add_argument("--trials", type=int, default=1500)
     r.add_argument("--rounds", type=int, default=5, help="rounds of timing the builds together")
     r.add_argument("--target", default="host")
+    f = sub.add_parser("finals", help="time each costlab arm's result against its database's fastest records")
+    f.add_argument("--out", required=True)
+    f.add_argument("--networks", type=lambda s: s.split(","), default=["llama", "bert", "resnet18"])
+    f.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1])
+    f.add_argument("--rounds", type=int, default=5)
+    f.add_argument("--target", default="host")
     t = sub.add_parser("table")
     t.add_argument("--out", required=True)
     t.add_argument("--to", help="write results.md/json and curves.png here (e.g. benchmarks/results/networks-HOST)")
@@ -447,7 +509,7 @@ def main(argv=None) -> int:
         p.error(f"unknown network {bad!r} (known: {', '.join(NETWORKS)})")
     for bad in set(getattr(a, "arms", [])) - set(ARMS):
         p.error(f"unknown arm {bad!r} (known: {', '.join(ARMS)})")
-    return run(a) if a.cmd == "run" else table(a)
+    return {"run": run, "finals": finals, "table": table}[a.cmd](a)
 
 
 if __name__ == "__main__":
