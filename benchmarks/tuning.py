@@ -306,7 +306,7 @@ def retime(args) -> int:
     if args.rounds < 1:
         raise SystemExit(f"error: --rounds must be at least 1, not {args.rounds}")
     by_workload: dict = {}
-    for summary in sorted(out.glob("runs/*/*/s*/costlab_tune.json")):
+    for summary in sorted(out.glob(f"runs/*/*/s*/{WorkDir.SUMMARY}")):
         by_workload.setdefault(summary.parent.parent.name, []).append(summary.parent)
     for wl, works in sorted(by_workload.items()):
         if args.workloads and wl not in args.workloads:
