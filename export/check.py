@@ -14,9 +14,8 @@ from __future__ import annotations
 import math
 
 from costlab.datasets.records import record_latency
-from costlab.export.search.common import replay
 from costlab.metaschedule.targets import is_gpu
-from costlab.metaschedule.traces import plain_json
+from costlab.metaschedule.traces import plain_json, replay
 
 RTOL, ATOL = 1e-3, 2e-3
 
