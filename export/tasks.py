@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from costlab.common.errors import UsageError, last_line
 from costlab.common.host import usable_cores
 from costlab.datasets import hf_models
-from costlab.datasets.extract import (network_module, reference_output, te_workload_task, torch_fn_model,
-                                      workload_json_mod)
+from costlab.datasets.extract import network_module, reference_output, te_workload_task, torch_fn_model
 from costlab.metaschedule.targets import MEASURABLE_KINDS, runnable_target
+from costlab.metaschedule.workloads import workload_json_mod
 
 
 def measuring_target(spec, local: bool = True):
