@@ -128,8 +128,8 @@ ADAPT_MODES = {m.name: m for m in (
 
 
 def adapts(mode: str) -> bool:
-    """Whether the adaptation mode ``mode`` adapts the net (a name that is no mode counts as adapting: what adapts
-    refuses it)."""
+    """Whether the adaptation mode ``mode`` adapts the net; a name that is no mode counts as adapting, so that
+    ``adapt.OnlineAdapter`` refuses it by name."""
     return mode not in ADAPT_MODES or ADAPT_MODES[mode].adapts
 
 
