@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costlab.costmodels import kinds
 from costlab.export.workdir import WorkDir
 
 
@@ -88,7 +89,7 @@ def features(args) -> dict:
     out.update(records=int(len(valid)), measured_ok=int(ok.sum()), featurized=int(valid.sum()), levels=levels,
                finite=checks, all_finite=all(c["non_finite"] == 0 for c in checks.values()))
     out["ranking"] = {}
-    for model in ("psa", "random"):
+    for model in kinds.untrained():
         r = evaluate(model, args.data, split=None, platform=platform)
         out["ranking"][model] = {k: r[k] for k in ("top1", "top5", "pairwise", "ndcg")}
         out["ranking"][model]["per_task"] = r.get("per_task")

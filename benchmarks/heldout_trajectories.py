@@ -36,9 +36,9 @@ def build(out: Path, arm: str, seed: int = 0) -> Path:
     if data.exists():
         return data
     from costlab.export.workdir import WorkDir
+    from costlab.metaschedule.databases import database_file
 
-    works = sorted(p for p in (RUNS / arm).glob(f"*/s{seed}") if (p / f"{WorkDir.RECORDS}.gz").exists()
-                   or (p / WorkDir.RECORDS).exists())
+    works = sorted(p for p in (RUNS / arm).glob(f"*/s{seed}") if database_file(p, WorkDir.RECORDS) is not None)
     if not works:
         raise SystemExit(f"error: no archived run of arm {arm} seed {seed} under {RUNS}")
     tmp = data.with_suffix(".h5.tmp")

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from costlab.cli import main as costlab
-from costlab.costmodels import metrics
+from costlab.costmodels import kinds, metrics
 from costlab.featurizers.cache import build_cache
 from costlab.train.config import load_config
 from costlab.train.evaluate import evaluate
@@ -125,7 +125,7 @@ def _models(args, work: Path, split) -> list:
         s = _train(args.data, run, kind, split, [platform], args.epochs, extra=[x for x in sets.split("+") if x])
         results[model] = evaluate(str(run), args.data, split=split, platform=platform)
         rows.append(_row(model, results[model], s))
-    for name in ("psa", "random"):
+    for name in kinds.untrained():
         results[name] = evaluate(name, args.data, split=split, platform=platform)
         rows.append(_row(name, results[name]))
     for model in args.fuse_psa:

@@ -32,20 +32,19 @@ that nothing else costlab starts under that lock measures at the same time.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from costlab.common.cpu_lock import cpu_lock
+from costlab.common.errors import InputError
 from costlab.export.workdir import WorkDir
+from costlab.metaschedule.databases import work_dir_database
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
@@ -180,34 +179,15 @@ def _mean(secs) -> float:
     return sum(vals) / len(vals)
 
 
-@contextlib.contextmanager
-def _plain_database(work: Path):
-    """The folder of a run's database as MetaSchedule reads it: the work dir, or for a run archived with its
-    database gzipped (``archive``), a temporary folder with the two files unpacked."""
-    names = (WorkDir.WORKLOADS, WorkDir.RECORDS)
-    if all((work / n).exists() for n in names):
-        yield work
-        return
-    if not all((work / f"{n}.gz").exists() for n in names):
-        yield None  # no database kept (an archive may leave it out): nothing to read, nothing created
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in names:
-            with gzip.open(work / f"{n}.gz", "rb") as src, open(Path(tmp) / n, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        yield Path(tmp)
-
-
 def _best_programs(work: Path, top: int) -> list:
     """``(record, trace JSON)`` of a run's ``top`` fastest distinct programs by their tuning measurement."""
-    from tvm.s_tir import meta_schedule as ms
-
     from costlab.metaschedule.traces import plain_json
 
-    with _plain_database(work) as where:
-        if where is None:
-            return []
-        records = ms.database.JSONDatabase(work_dir=str(where)).get_all_tuning_records()
+    try:
+        with work_dir_database(work) as database:  # a run archived gzipped (``archive``) too
+            records = database.get_all_tuning_records()
+    except InputError:  # no database kept (an archive may leave it out): nothing to read
+        return []
     ranked = sorted((r for r in records if r.run_secs), key=lambda r: _mean(r.run_secs))
     best, seen = [], set()
     for r in ranked:
@@ -306,7 +286,7 @@ def retime(args) -> int:
     if args.rounds < 1:
         raise SystemExit(f"error: --rounds must be at least 1, not {args.rounds}")
     by_workload: dict = {}
-    for summary in sorted(out.glob("runs/*/*/s*/costlab_tune.json")):
+    for summary in sorted(out.glob(f"runs/*/*/s*/{WorkDir.SUMMARY}")):
         by_workload.setdefault(summary.parent.parent.name, []).append(summary.parent)
     for wl, works in sorted(by_workload.items()):
         if args.workloads and wl not in args.workloads:

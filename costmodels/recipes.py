@@ -107,13 +107,14 @@ def recipe(spec, runner: str | None = FIT_LISTS) -> Recipe:
 @dataclass(frozen=True)
 class AdaptMode:
     """An online adaptation mode of a tuning run: its ``costlab tune --adapt`` help, whether it adapts the net at
-    all, and how ``adapt.OnlineAdapter`` adapts it: in place by the online recipe, or through MoA's momentum
-    copy (``momentum.MomentumTransfer``)."""
+    all, how ``adapt.OnlineAdapter`` adapts it: in place by the online recipe, or through MoA's momentum
+    copy (``momentum.MomentumTransfer``), and whether ``--adapt auto`` picks it for a learned net."""
 
     name: str
     help: str
     adapts: bool = True
     momentum: bool = False
+    default: bool = False
 
 
 # The online adaptation modes of a tuning run (``adapt.OnlineAdapter`` runs those that adapt, as each record
@@ -122,5 +123,17 @@ ADAPT_MODES = {m.name: m for m in (
     AdaptMode("none", "the model as trained", adapts=False),
     AdaptMode("finetune", "the net adapted by the online recipe after every round"),
     AdaptMode("momentum", "the net adapted by MoA's Siamese rule, from a momentum copy that follows it slowly",
-              momentum=True),
+              momentum=True, default=True),
 )}
+
+
+def adapts(mode: str) -> bool:
+    """Whether the adaptation mode ``mode`` adapts the net; a name that is no mode counts as adapting, so that
+    ``adapt.OnlineAdapter`` refuses it by name."""
+    return mode not in ADAPT_MODES or ADAPT_MODES[mode].adapts
+
+
+def auto_adapt_mode(learned: bool) -> str:
+    """The mode ``--adapt auto`` picks for a new run: the default one for a learned net, else the one that does
+    not adapt."""
+    return next(name for name, m in ADAPT_MODES.items() if (m.default if learned else not m.adapts))

@@ -32,7 +32,7 @@ from costlab.datasets import hf_models
 from costlab.datasets.relax_fixes import repair_frontend_types
 from costlab.datasets.store import DatasetWriter
 from costlab.metaschedule.targets import normalize_target
-from costlab.metaschedule.workloads import describe, workload_json
+from costlab.metaschedule.workloads import describe, workload_json, workload_json_mod
 
 
 @dataclass
@@ -187,14 +187,6 @@ def _store(data, net: ExtractedNetwork) -> tuple[int, int]:
             weights.append((t, weight))
         w.set_network(net.name, weights)
         return len({t for t, _ in weights}), len(w.tasks) - before
-
-
-def workload_json_mod(mod):
-    """The IRModule MetaSchedule tunes for ``mod`` (a PrimFunc is normalized as ``tune_tir`` does)."""
-    from tvm import tirx
-    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
-
-    return _normalize_mod(mod) if isinstance(mod, tirx.PrimFunc) else mod
 
 
 def extract(data, target="host", workloads=(), hf=(), torch_fns=(), batch: int = 1,

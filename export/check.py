@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from costlab.datasets.records import record_latency
-from costlab.export.search.common import replay
-from costlab.metaschedule.traces import plain_json
+from costlab.metaschedule.targets import is_gpu
+from costlab.metaschedule.traces import plain_json, replay
 
 RTOL, ATOL = 1e-3, 2e-3
 
@@ -29,10 +29,10 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
     from tvm.s_tir.meta_schedule.arg_info import TensorInfo
 
     target = tvm.target.Target(target_json)
-    dev = tvm.cpu(0) if str(target.kind.name) == "llvm" else tvm.device(str(target.kind.name), 0)
+    gpu = is_gpu(target_json)
+    dev = tvm.device(str(target.kind.name), 0) if gpu else tvm.cpu(0)
     # A GPU reference runs on the host CPU: the unscheduled module binds no threads, which a GPU build refuses.
-    ref_target, ref_dev = (target, dev) if str(target.kind.name) == "llvm" else (tvm.target.Target({"kind": "llvm"}),
-                                                                                  tvm.cpu(0))
+    ref_target, ref_dev = (tvm.target.Target({"kind": "llvm"}), tvm.cpu(0)) if gpu else (target, dev)
     rng = np.random.default_rng(seed)
     infos = TensorInfo.from_prim_func(reference["main"])
     inputs = []

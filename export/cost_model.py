@@ -32,6 +32,7 @@ from costlab.costmodels import kinds, predictors
 from costlab.costmodels.adapt import OnlineAdapter
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
+from costlab.costmodels.recipes import adapts
 from costlab.datasets.records import record_latency
 
 
@@ -98,7 +99,7 @@ class CostlabCostModel(PyCostModel):
         self.head = head_of(self.predictor, head)
         self.strict, self.batch_size, self.memo = strict, batch_size, memo
         self.adapter = None
-        if adapt != "none":
+        if adapts(adapt):
             if not isinstance(self.predictor, NetPredictor):
                 raise UsageError(f"online adaptation needs a learned net; {self.predictor.kind} cannot adapt")
             self.adapter = OnlineAdapter(self.predictor, adapt, head=self.head, seed=seed, **(adapt_options or {}))

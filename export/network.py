@@ -18,6 +18,9 @@ import os
 
 import numpy as np
 
+from costlab.metaschedule.targets import is_gpu
+from costlab.metaschedule.traces import plain_json
+
 BASELINE = "Relax's default CPU pipeline with s_tir.dlight.cpu rules (GEMV, Reduction) where they apply"
 
 
@@ -38,7 +41,7 @@ def _lower_passes(target) -> list:
     them up on the ``cpu_generic`` package, which does not export them (AttributeError)."""
     from tvm.relax import pipeline as relax_pipeline
 
-    if target.kind.name == "llvm":
+    if not is_gpu(plain_json(target.export())):
         from tvm.relax.backend.cpu_generic import pipeline as cpu
 
         return [*cpu.dataflow_lower_passes(target), *cpu.finalize_passes(target)]
@@ -113,7 +116,7 @@ def end_to_end(mod, inputs, target, database, cores: int, reference=None) -> dic
     import tvm
 
     os.environ["TVM_NUM_THREADS"] = str(cores)  # this process runs the network: the target's threads
-    device = tvm.cpu(0) if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
+    device = tvm.device(target.kind.name, 0) if is_gpu(plain_json(target.export())) else tvm.cpu(0)
     tuned, (hit, n) = build(mod, target, database)
     t_tuned = time_network(tuned, inputs, device)
     t_untuned = time_network(build(mod, target)[0], inputs, device)

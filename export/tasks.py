@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from costlab.common.errors import UsageError, last_line
 from costlab.common.host import usable_cores
 from costlab.datasets import hf_models
-from costlab.datasets.extract import (network_module, reference_output, te_workload_task, torch_fn_model,
-                                      workload_json_mod)
-from costlab.metaschedule.targets import runnable_target
+from costlab.datasets.extract import network_module, reference_output, te_workload_task, torch_fn_model
+from costlab.metaschedule.targets import MEASURABLE_KINDS, runnable_target
+from costlab.metaschedule.workloads import workload_json_mod
 
 
 def measuring_target(spec, local: bool = True):
@@ -27,7 +27,7 @@ def measuring_target(spec, local: bool = True):
         target = tvm.target.Target(runnable_target(spec, local=local))
     except Exception as exc:  # noqa: BLE001  TVM reports a bad target in several ways
         raise UsageError(f"bad target {spec!r}: {last_line(exc)}") from None
-    if str(target.kind.name) not in ("llvm", "cuda"):
+    if str(target.kind.name) not in MEASURABLE_KINDS:
         raise UsageError(f"bad target {spec!r}: costlab measures CPU (llvm) and NVIDIA GPU (cuda) targets; a "
                          f"{target.kind.name} target is not supported yet")
     cores = target.attrs.get("num-cores")

@@ -37,7 +37,7 @@ from costlab.common.files import write_atomically
 from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
-from costlab.costmodels.recipes import ADAPT_MODES
+from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
 from costlab.export.check import check_task
 from costlab.export.exploit import ExploitOptions, exploit
 from costlab.export.finals import WITHIN as FINALS_WITHIN, remeasure
@@ -151,10 +151,11 @@ class TuneOptions:
         if strategy not in STRATEGIES:
             raise UsageError(f"--strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
         if STRATEGIES[strategy].needs_model and not self.model:
-            raise UsageError(f"--strategy {strategy} needs a --model to verify with (a model dir, psa or random)")
+            raise UsageError(f"--strategy {strategy} needs a --model to verify with (a model dir, "
+                             f"{kinds.spoken(kinds.untrained())})")
         if self.adapt != "auto" and self.adapt not in ADAPT_MODES:  # auto: resolved_adapt picks a mode
             raise UsageError(f"--adapt must be one of auto, {', '.join(ADAPT_MODES)}, not {self.adapt!r}")
-        if self.adapt not in ("auto", "none") and not self.model:
+        if self.adapt != "auto" and adapts(self.adapt) and not self.model:
             raise UsageError("--adapt needs a --model to adapt")
         if self.ms_defaults and self.rpc_key:
             raise UsageError("--ms-defaults runs MetaSchedule's local builder and runner; it cannot use --rpc-key")
@@ -567,7 +568,7 @@ def resolved_adapt(opts: TuneOptions, work: Path) -> str:
         return old
     from costlab.costmodels.predictors import kind_of  # lazy: pulls torch; MetaSchedule's default needs none
 
-    return "momentum" if kind_of(opts.model) in kinds.learned() else "none"
+    return auto_adapt_mode(kind_of(opts.model) in kinds.learned())
 
 
 def _finished_summary(work: Path, tasks: list, done: list) -> dict | None:

@@ -14,8 +14,8 @@ described by one object, ``WorkDir``.
 - Its state: the JSON state files are read and written by ``read_state`` / ``write_state``; the run record
   by ``recorded`` (one field, leniently) and ``run_record`` (the whole record, a damaged one refused).
 - Its measuring stack: ``measuring()`` is a ``with`` block in which ``MeasuringStack.start`` builds the
-  builder and runner (costlab's, built by ``datasets/measure.py``, or MetaSchedule's own) and which releases
-  them when it ends, however it ends.
+  builder and runner (costlab's, made by ``metaschedule/builders.py`` and ``metaschedule/runners.py``, or
+  MetaSchedule's own) and which releases them when it ends, however it ends.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ class MeasuringStack:
     def start(self, target, *, workers: int, builder_timeout: float = 30.0, on_lost=None, warm: bool = False,
               ms_defaults: bool = False, **measure) -> tuple:
         """``(builder, runner)``: costlab's pooled builder (``workers`` processes) and its runner
-        (``datasets/measure.make_runner``; ``measure``: ``MeasureOptions`` fields, ``number``, ``repeat``, the
+        (``metaschedule/runners.make_runner``; ``measure``: ``MeasureOptions`` fields, ``number``, ``repeat``, the
         RPC tracker's; ``on_lost(reason)`` when an RPC device stops answering), their workers started now with
         ``warm``; or, with ``ms_defaults``, MetaSchedule's ``LocalBuilder`` and ``LocalRunner`` exactly as
         "local" makes them."""

@@ -31,6 +31,8 @@ def register(cls: type["Featurizer"]) -> type["Featurizer"]:
 
 
 def available() -> list[str]:
+    """The names of every featurizer, the built-in ones loaded first."""
+    _load_builtins()
     return sorted(_REGISTRY)
 
 

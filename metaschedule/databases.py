@@ -11,7 +11,8 @@ A MetaSchedule work directory holds two JSON-lines files:
 
 Either file may be gzip-compressed (``database_workload.json.gz``, ``database_tuning_record.json.gz``, as
 ``benchmarks/results/`` archives runs): ``database_file`` finds the plain or the compressed one and
-``read_workloads`` / ``read_records`` read both. Lines are shape-checked without TVM; a bad line is counted
+``read_workloads`` / ``read_records`` read both, ``work_dir_database`` opens them as MetaSchedule's
+``JSONDatabase``. Lines are shape-checked without TVM; a bad line is counted
 in the caller's report (``costlab.common.import_report.ImportReport``) as ``FILE:LINE: what`` and skipped.
 ``write_database`` writes a database that ``JSONDatabase`` loads.
 """
@@ -21,7 +22,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
+import tempfile
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -40,6 +44,32 @@ def database_file(work_dir, name: str) -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+@contextmanager
+def work_dir_database(work):
+    """A MetaSchedule work dir's database (``JSONDatabase``), opened read-only in effect: gzip-compressed files,
+    as benchmarks archive them, are read from a temporary copy, removed when the block ends; an InputError when
+    the folder holds none."""
+    from tvm.s_tir import meta_schedule as ms  # lazy: pulls tvm; reading the files' lines needs none
+
+    work = Path(work)
+    wl, rec = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
+    if not work.is_dir() or wl is None or rec is None:
+        raise InputError(work, f"is not a MetaSchedule work dir ({WORKLOAD_FILE} and {RECORD_FILE}, or .gz)")
+    tmp = None
+    try:
+        if wl.suffix == ".gz" or rec.suffix == ".gz":
+            tmp = Path(tempfile.mkdtemp(prefix="costlab-database-"))
+            for src, name in ((wl, WORKLOAD_FILE), (rec, RECORD_FILE)):
+                opener = gzip.open if src.suffix == ".gz" else open
+                with opener(src, "rb") as fi, open(tmp / name, "wb") as fo:
+                    shutil.copyfileobj(fi, fo)
+            wl, rec = tmp / WORKLOAD_FILE, tmp / RECORD_FILE
+        yield ms.database.JSONDatabase(path_workload=str(wl), path_tuning_record=str(rec), allow_missing=False)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_lines(path: Path):

@@ -15,6 +15,10 @@ from costlab.common.host import usable_cores
 
 # Target kinds whose kernels run on a GPU (a target with the key ``gpu`` is one too: ``is_gpu``)
 GPU_KINDS = ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx")
+# Target kinds of NVIDIA GPUs (PSA's GPU specs are theirs)
+NVIDIA_KINDS = ("cuda", "nvptx")
+# Target kinds costlab builds and measures programs for: a CPU (llvm) and an NVIDIA GPU (cuda)
+MEASURABLE_KINDS = ("llvm", "cuda")
 
 
 def _parse_value(text: str):

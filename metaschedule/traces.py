@@ -3,9 +3,10 @@ and replayed on a workload.
 
 - ``trace_json`` / ``compact_json``: a trace as MetaSchedule's database writes it, and its canonical text
   (what program ids hash); ``plain_json`` makes any of TVM's ``as_json()`` / ``export()`` values plain;
-- ``replay``: a trace (JSON text or value) applied to a workload module, the one replay every layer uses
-  (featurizers, measurement, transfer-tuning, exploitation); ``replay_candidate`` makes the result a
-  measure candidate.
+- ``replay``: a trace (JSON text or value, or a tuning record's ``Trace``, optionally with a seed and the
+  postprocessors) applied to a workload module, the one replay every layer uses (featurizers, measurement,
+  transfer-tuning, exploitation, the search strategies, the check of tuned programs); ``replay_candidate``
+  makes the result a measure candidate.
 
 TVM is imported lazily, by the functions that need it.
 """
@@ -98,15 +99,35 @@ def parse_trace(text):
     return value
 
 
-def replay(mod, trace):
-    """A ``tvm.s_tir.Schedule`` of ``mod`` with the trace (JSON text or value, as a database holds it) applied,
-    postprocessing steps included; ReplayError saying why when it does not apply."""
+def replay(mod, trace, seed: int | None = None, postprocs=None):
+    """A ``tvm.s_tir.Schedule`` of ``mod`` (its random state ``seed``; default TVM's) with a trace applied.
+
+    ``trace`` as a database holds it, JSON text or value: applied with its postprocessing steps; ReplayError
+    saying why when it does not apply. A ``Trace`` object (a tuning record's): applied with its postprocessing
+    steps, TVM's error raised as it comes; with ``postprocs``, replayed as MetaSchedule's ``ThreadedTraceApply``
+    does for a new population member: the postprocessors' instructions are dropped, applied again, and marked
+    as postprocessing (``enter_postproc``), so that the evolution's replays of its mutants drop them (a layout
+    rewrite replayed as a schedule instruction changes the blocks' outputs); ValueError when a postprocessor
+    rejects the program."""
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
+    if hasattr(trace, "apply_to_schedule"):  # a Trace object
+        sch = Schedule(mod) if seed is None else Schedule(mod, seed=seed)
+        if postprocs is None:
+            trace.apply_to_schedule(sch, remove_postproc=False)
+            return sch
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        sch.enter_postproc()
+        for post in postprocs:
+            if not post.apply(sch):
+                raise ValueError("postprocessor rejected the program")
+        return sch
+    if postprocs is not None:
+        raise TypeError("replay applies postprocessors to a Trace object, not to a trace's JSON")
     trace = parse_trace(trace)
     try:
-        sch = Schedule(mod)
+        sch = Schedule(mod) if seed is None else Schedule(mod, seed=seed)
         Trace.apply_json_to_schedule(trace, sch)
     except Exception as exc:  # noqa: BLE001  TVM says why a trace does not apply
         reason = last_line(exc)

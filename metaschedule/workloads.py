@@ -25,20 +25,25 @@ class WorkloadInfo:
     flops: float
 
 
-def workload_json(mod) -> tuple[str, str]:
-    """``(shash, base64 IR)`` of an IRModule (or PrimFunc), exactly as MetaSchedule's database writes it.
-
-    A PrimFunc is normalized the way ``tune_tir`` / ``TuneContext`` do it (one function named ``main``
-    with ``tirx.noalias``), so that a tuning run on the same function gives the same hash.
-    """
-    from tvm.s_tir.meta_schedule.database import Workload
+def workload_json_mod(mod):
+    """The IRModule MetaSchedule tunes for ``mod``: a PrimFunc normalized the way ``tune_tir`` /
+    ``TuneContext`` do it (one function named ``main`` with ``tirx.noalias``), an IRModule as it is."""
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     from tvm import tirx
 
-    if isinstance(mod, tirx.PrimFunc):
-        mod = _normalize_mod(mod)
-    shash, b64 = Workload(mod).as_json()
+    return _normalize_mod(mod) if isinstance(mod, tirx.PrimFunc) else mod
+
+
+def workload_json(mod) -> tuple[str, str]:
+    """``(shash, base64 IR)`` of an IRModule (or PrimFunc), exactly as MetaSchedule's database writes it.
+
+    A PrimFunc is normalized first (``workload_json_mod``), so that a tuning run on the same function gives
+    the same hash.
+    """
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    shash, b64 = Workload(workload_json_mod(mod)).as_json()
     return str(shash), str(b64)
 
 

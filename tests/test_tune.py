@@ -35,7 +35,7 @@ def _program_hashes(work, workload: str) -> set:
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.extract import te_workload_task, workload_json_mod
-    from costlab.export.search.common import replay
+    from costlab.metaschedule.traces import replay
 
     mod = workload_json_mod(te_workload_task(workload)[1])
     db = ms.database.JSONDatabase(work_dir=str(work))

@@ -16,6 +16,7 @@ from costlab.datasets.measure import MeasureOptions, measure
 from costlab.datasets.ms_database import export_ms, import_ms
 from costlab.datasets.names import check_platform_id
 from costlab.datasets.pack import pack, unpack
+from costlab.datasets.splits import SPLIT_KINDS
 from costlab.datasets.summary import format_summary
 from costlab.metaschedule.targets import checked_target
 
@@ -123,7 +124,7 @@ def register(sub) -> None:
                       description="Split by task, by network (whole networks held out; name them with "
                       "--held-out) or within task, from a seed. The split is stored in the dataset.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
-    q.add_argument("--by", choices=["task", "network", "within-task"], default="task")
+    q.add_argument("--by", choices=list(SPLIT_KINDS), default="task")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--test-fraction", type=float, default=0.2)
     q.add_argument("--held-out", help="comma-separated network names to hold out (implies --by network)")

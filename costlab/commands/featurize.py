@@ -10,7 +10,7 @@ from pathlib import Path
 from costlab.commands.options import positive_int
 from costlab.common.errors import InputError
 from costlab.datasets import open_dataset
-from costlab.featurizers import create
+from costlab.featurizers import available, create
 from costlab.featurizers.cache import build_cache, fitted_featurizer
 
 EPILOG = """\
@@ -29,14 +29,14 @@ examples:
 def register(sub) -> None:
     p = sub.add_parser(
         "featurize",
-        help="compute and cache features of a dataset's records (tlp, pacm, psa)",
+        help=f"compute and cache features of a dataset's records ({', '.join(available())})",
         description="Featurize the records of a dataset with TLP (schedule primitive tokens), PaCM\n"
         "(data-flow patterns) or PSA (static analyzer estimates) and cache the features in the dataset.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("data", type=Path, metavar="DATA.h5")
-    p.add_argument("--featurizer", required=True, metavar="NAME", help="tlp, pacm or psa")
+    p.add_argument("--featurizer", required=True, metavar="NAME", help=", ".join(available()))
     p.add_argument("--platform", action="append", metavar="ID",
                    help="featurize this platform's records (repeatable, or comma-separated; default: all)")
     p.add_argument("--config", metavar="JSON|@FILE",

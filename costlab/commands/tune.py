@@ -9,7 +9,8 @@ from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.signals import signals_end_cleanly
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
-from costlab.costmodels.recipes import ADAPT_MODES
+from costlab.costmodels.recipes import ADAPT_MODES, auto_adapt_mode
+from costlab.export.schedulers import TASK_SCHEDULERS
 from costlab.export.search import STRATEGIES, strategy_help
 from costlab.export.transfer.run import usable_sources
 from costlab.export.tune import MAX_TRIALS, TuneOptions, process_start, tune
@@ -47,7 +48,7 @@ def register(sub) -> None:
                    help="a costlab model: model dir or archive (costlab export), training run dir, shipped model "
                    f"name (costlab models), {kinds.spoken(kinds.untrained())}; default: MetaSchedule's XGBoost model")
     q.add_argument("--strategy", choices=list(STRATEGIES), help=strategy_help())
-    q.add_argument("--task-scheduler", choices=["gain", "gradient", "round-robin"],
+    q.add_argument("--task-scheduler", choices=list(TASK_SCHEDULERS),
                    help="which of a network's tasks gets the next round: gain (default for a network): after every "
                    "task's first round, the task expected to save the most end-to-end time per second of tuning "
                    "(weight x best latency x predicted improvement / seconds per round); gradient, round-robin: "
@@ -55,7 +56,7 @@ def register(sub) -> None:
     q.add_argument("--adapt", choices=["auto", *ADAPT_MODES], default="auto",
                    help="online adaptation of the model to the run's measurements: "
                    + "; ".join(f"{name}: {mode.help}" for name, mode in ADAPT_MODES.items())
-                   + "; auto, the default: momentum for a learned model, none for "
+                   + f"; auto, the default: {auto_adapt_mode(True)} for a learned model, {auto_adapt_mode(False)} for "
                    + f"{', '.join(kinds.untrained())} or a baseline")
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
     q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")

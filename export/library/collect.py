@@ -11,16 +11,11 @@ added unchecked.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
-from contextlib import contextmanager
-from pathlib import Path
 
-from costlab.common.errors import InputError
 from costlab.datasets.records import record_latency
 from costlab.export.check import check_task
 from costlab.export.transfer.match import structure
-from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file
+from costlab.metaschedule.databases import work_dir_database
 from costlab.metaschedule.traces import plain_json
 from costlab.metaschedule.workloads import describe
 
@@ -57,33 +52,6 @@ def task_programs(database, mod, per_task: int, source: str, check=None, target=
         return []  # none of its checked programs computes the right result: nothing to start from
     first = len(check["checked"]) - 1  # the programs checked before the right one were wrong
     return [_program(r, source, i == first) for i, r in enumerate(recs[first:first + per_task], start=first)]
-
-
-@contextmanager
-def work_dir_database(work):
-    """A MetaSchedule work dir's database, opened read-only in effect (gzipped files, as benchmarks archive
-    them, are read from a temporary copy); an InputError when the folder holds none."""
-    from tvm.s_tir import meta_schedule as ms
-
-    work = Path(work)
-    wl, rec = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
-    if not work.is_dir() or wl is None or rec is None:
-        raise InputError(work, f"is not a MetaSchedule work dir ({WORKLOAD_FILE} and {RECORD_FILE}, or .gz)")
-    tmp = None
-    try:
-        if wl.suffix == ".gz" or rec.suffix == ".gz":
-            import gzip
-
-            tmp = Path(tempfile.mkdtemp(prefix="costlab-library-"))
-            for src, name in ((wl, WORKLOAD_FILE), (rec, RECORD_FILE)):
-                opener = gzip.open if src.suffix == ".gz" else open
-                with opener(src, "rb") as fi, open(tmp / name, "wb") as fo:
-                    shutil.copyfileobj(fi, fo)
-            wl, rec = tmp / WORKLOAD_FILE, tmp / RECORD_FILE
-        yield ms.database.JSONDatabase(path_workload=str(wl), path_tuning_record=str(rec), allow_missing=False)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progress=None):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from costlab.metaschedule.traces import replay
+
 
 class RoundLog:
     """One JSON line per search round: what each stage scored and how long it took."""
@@ -49,25 +51,6 @@ def evolution_ffi(name: str):
     import tvm
 
     return tvm.get_global_func(f"s_tir.meta_schedule.SearchStrategyEvolutionarySearch{name}")
-
-
-def replay(mod, trace, seed: int, postprocs=None):
-    """The program of a measured trace; with ``postprocs``, replayed as MetaSchedule's ``ThreadedTraceApply``
-    does for a new population member: the postprocessors' instructions are dropped, applied again, and
-    marked as postprocessing (``enter_postproc``), so that the evolution's replays of its mutants drop them
-    (a layout rewrite replayed as a schedule instruction changes the blocks' outputs)."""
-    from tvm.s_tir.schedule import Schedule
-
-    sch = Schedule(mod, seed=seed)
-    if postprocs is None:
-        trace.apply_to_schedule(sch, remove_postproc=False)
-        return sch
-    trace.apply_to_schedule(sch, remove_postproc=True)
-    sch.enter_postproc()
-    for post in postprocs:
-        if not post.apply(sch):
-            raise ValueError("postprocessor rejected the program")
-    return sch
 
 
 def measured_hashes(context, database) -> set:

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from costlab.common.errors import last_line
-from costlab.export.search.common import replay
+from costlab.metaschedule.traces import replay
 
 SAMPLING = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 MAX_TILINGS = 200_000  # tilings of one loop enumerated at most (a loop with more keeps its own)

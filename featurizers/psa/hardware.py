@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes, usable_cores
-from costlab.metaschedule.targets import local_gpu, normalize_target
+from costlab.metaschedule.targets import NVIDIA_KINDS, local_gpu, normalize_target
+from costlab.metaschedule.traces import plain_json
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -183,17 +184,6 @@ def _read(path) -> str | None:
         return Path(path).read_text()
     except OSError:
         return None
-
-
-def _cpu_count(cpu_list: str) -> int:
-    n = 0
-    for part in cpu_list.strip().split(","):
-        if "-" in part:
-            a, b = part.split("-")
-            n += int(b) - int(a) + 1
-        elif part:
-            n += 1
-    return max(1, n)
 
 
 def detect_cpu(override=None, cpuinfo_path=None, cache_dir=None, cpufreq_path=None) -> CPUSpec:
@@ -378,7 +368,7 @@ def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None
     """
     t = normalize_target(target)
     kind = str(t.get("kind", "llvm"))
-    if kind in ("cuda", "nvptx"):
+    if kind in NVIDIA_KINDS:
         spec = None
         for name in (str(t.get("model") or ""), str(t.get("tag") or ""), gpu_name or _local_gpu_name(t)):
             if name and name != "unknown":
@@ -454,21 +444,9 @@ def target_dict(target) -> dict:
     if isinstance(target, dict):
         return dict(target)
     if hasattr(target, "export"):
-        return _plain(target.export())
+        return plain_json(target.export())
 
     return normalize_target(str(target))
-
-
-def _plain(value):
-    if isinstance(value, (str, bool, int, float)) or value is None:
-        return value
-    if hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "value") and isinstance(value.value, (int, float)):
-        return value.value
-    if hasattr(value, "__iter__"):
-        return [_plain(v) for v in value]
-    return str(value)
 
 
 def _load_obj(obj, where: str = "hardware spec"):
