@@ -281,13 +281,32 @@ def _retime(runs: Path, net: str, args) -> None:
         _retime_locked(runs, net, arms, args)
 
 
+def _result_dir(work: Path) -> Path | None:
+    """A costlab arm's result database (WORK/result: the programs its run chose), None when it has none."""
+    result = WorkDir(work).result_dir
+    return result if (result / WorkDir.RECORDS).exists() else None
+
+
+def _time_together(builds: dict, inputs, rounds: int) -> dict:
+    """Each build's end-to-end milliseconds per round, the builds run in turn in every round."""
+    import tvm
+
+    from costlab.export.network import time_network
+
+    times: dict = {k: [] for k in builds}
+    for _ in range(rounds):
+        for k, exe in builds.items():
+            times[k].append(round(time_network(exe, inputs, tvm.cpu(0)) * 1e3, 4))
+    return times
+
+
 def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
     import tempfile
 
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.export.network import build, check_output, time_network
+    from costlab.export.network import build, check_output
     from costlab.export.tasks import measuring_target, target_cores
 
     tgt = measuring_target(args.target)
@@ -302,8 +321,7 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
             n_records = len((work / WorkDir.RECORDS).read_text().splitlines())
             offset = max(0, n_records - (hist[-1][1] if hist else 0))  # records the history does not count
             meta[arm] = dict(tune_s=tune_s, records=n_records, checkpoints=[])
-            result = WorkDir(work).result_dir  # a costlab run's result: its checked choices, the second measurement's
-            final_db = result if (result / WorkDir.RECORDS).exists() else work
+            final_db = _result_dir(work) or work  # a costlab run's result: its checked choices, measured again
             exe, (hit, n) = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(final_db)))
             builds[arm] = exe
             meta[arm].update(tuned_functions=hit, functions=n,
@@ -316,10 +334,7 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
                 db = _prefix_db(work, point[0] + offset, Path(tmp) / f"{arm}-{frac}")
                 builds[f"{arm}@{frac}"] = build(mod, tgt, db)[0]
                 meta[arm]["checkpoints"].append(dict(fraction=frac, at_s=frac * tune_s, trials=point[0]))
-        times: dict = {k: [] for k in builds}
-        for _ in range(args.rounds):
-            for k, exe in builds.items():
-                times[k].append(round(time_network(exe, inputs, tvm.cpu(0)) * 1e3, 4))
+        times = _time_together(builds, inputs, args.rounds)
     for arm in arms:
         meta[arm].update(final_ms=statistics.median(times[arm]), rounds_ms=times[arm])
         for cp in meta[arm]["checkpoints"]:
@@ -336,10 +351,9 @@ def finals(args) -> int:
     costlab arm with a result database, the build of its database's fastest records (what the arm built before
     that measurement existed) against the build of its result (the run's choices), timed together in turn,
     ``--rounds`` times, into OUT/runs/NET/sSEED/finals.json."""
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from costlab.export.network import build, time_network
+    from costlab.export.network import build
     from costlab.export.tasks import measuring_target, target_cores
 
     tgt = measuring_target(args.target)
@@ -348,20 +362,16 @@ def finals(args) -> int:
     for net in args.networks:
         for seed in args.seeds:
             runs = out / "runs" / net / f"s{seed}"
-            arms = [arm for arm in ARMS if arm != "stock" and (WorkDir(runs / arm).result_dir / WorkDir.RECORDS).exists()]
+            arms = [arm for arm in ARMS if arm != "stock" and _result_dir(runs / arm) is not None]
             if not arms:
                 continue
             with cpu_lock():
                 _tasks, (mod, inputs, _reference) = _network(net, tgt)
                 builds = {}
                 for arm in arms:
-                    builds[f"{arm}:fastest-record"] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(runs / arm)))[0]
-                    builds[f"{arm}:result"] = build(mod, tgt, ms.database.JSONDatabase(
-                        work_dir=str(WorkDir(runs / arm).result_dir)))[0]
-                times: dict = {k: [] for k in builds}
-                for _ in range(args.rounds):
-                    for k, exe in builds.items():
-                        times[k].append(round(time_network(exe, inputs, tvm.cpu(0)) * 1e3, 4))
+                    for name, db in (("fastest-record", runs / arm), ("result", _result_dir(runs / arm))):
+                        builds[f"{arm}:{name}"] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(db)))[0]
+                times = _time_together(builds, inputs, args.rounds)
             res = {k: dict(median_ms=statistics.median(v), fastest_ms=min(v), rounds_ms=v) for k, v in times.items()}
             (runs / "finals.json").write_text(json.dumps(dict(rounds=args.rounds, builds=res,
                                                               at=time.strftime("%Y-%m-%d %H:%M:%S")), indent=1))
@@ -422,7 +432,8 @@ def table(args) -> int:
     out = Path(args.out).resolve()
     runs, checkpoints = collect(out)
     figs = netcurves.figures(runs)
-    fastest = netcurves.figures(collect(out, "min")[0])  # the same figures from each build's fastest round
+    fastest_runs = collect(out, "min")[0]
+    fastest = netcurves.figures(fastest_runs)  # the same figures from each build's fastest round
     lines = ["| network | seed | arm | trials | tuning s | final ms (timed together: median / fastest round) | "
              "untuned ms | output | checkpoints: est / timed ms |", "|---|---|---|---|---|---|---|---|---|"]
     for (net, seed), run in sorted(runs.items()):
@@ -431,10 +442,8 @@ def table(args) -> int:
                 r = run[arm]
                 cps = "; ".join(f"{c['at_s']:.0f} s: {netcurves.at_time(r['curve'], c['at_s'])[1]:.4g} / "
                                 f"{c['median_ms']:.4g}" for c in checkpoints[(net, seed)][arm])
-                best = min(json.loads((out / "runs" / net / f"s{seed}" / "timed.json").read_text())
-                           ["timed"][arm]["rounds_ms"])
                 lines.append(f"| {net} | {seed} | {arm} | {r['trials']} | {r['tune_s']:.0f} | {r['final_ms']:.4g} / "
-                             f"{best:.4g} | "
+                             f"{fastest_runs[(net, seed)][arm]['final_ms']:.4g} | "
                              f"{r['untuned_ms']:.4g} | {r['output']} | {cps or '-'} |")
     lines += ["", "| figure | value (medians) | runs reached | worst run | value (fastest rounds) | target |",
               "|---|---|---|---|---|---|"]

@@ -72,20 +72,27 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
     return out
 
 
+def fastest_records(database, mod, top: int) -> list:
+    """The task's fastest records in ``database`` (up to ``top``), those with a latency only (failures left out)."""
+    if not database.has_workload(mod):
+        return []
+    return [r for r in database.get_top_k(database.commit_workload(mod), top)
+            if math.isfinite(record_latency(r.run_secs))]
+
+
 def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: float = 300.0,
                records: list | None = None) -> dict:
     """The task's fastest programs (up to ``top``; ``records``: these, in this order, e.g. ordered by a second
-    measurement, ``export/finals.py``) checked against the reference, fastest first, until one matches. Returns ``best_us`` and ``record`` (of the first that matches, None if none does), ``checked`` (what each
+    measurement, ``export/finals.py``) checked against the reference, fastest first, until one matches.
+    Returns ``best_us`` and ``record`` (of the first that matches, None if none does), ``checked`` (what each
     checked program got, with its tuning latency) and ``status``: ``ok`` (the fastest matched), ``replaced``
     (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
     measured)."""
     from tvm.support.popen_pool import PopenPoolExecutor
 
-    if not database.has_workload(mod):
-        return dict(status="none", best_us=None, checked=[], record=None)
     recs = list(records or ())
     given = {str(r.trace.as_json()) for r in recs}  # then the fastest others, should all of those be wrong
-    recs += [r for r in database.get_top_k(database.commit_workload(mod), top) if str(r.trace.as_json()) not in given]
+    recs += [r for r in fastest_records(database, mod, top) if str(r.trace.as_json()) not in given]
     recs = [r for r in recs[:max(top, len(records or ()))] if math.isfinite(record_latency(r.run_secs))]
     if not recs:
         return dict(status="none", best_us=None, checked=[], record=None)

@@ -15,6 +15,7 @@ import math
 import time
 
 from costlab.datasets.records import record_latency
+from costlab.export.check import fastest_records
 from costlab.metaschedule.runners import build_and_run
 
 TOP, WITHIN, ROUNDS = 4, 1.15, 2
@@ -22,10 +23,7 @@ TOP, WITHIN, ROUNDS = 4, 1.15, 2
 
 def contenders(database, mod, top: int = TOP, within: float = WITHIN) -> list:
     """The task's fastest measured records (up to ``top``) whose latency is within ``within`` x the fastest's."""
-    if not database.has_workload(mod):
-        return []
-    recs = [r for r in database.get_top_k(database.commit_workload(mod), top)
-            if math.isfinite(record_latency(r.run_secs))]
+    recs = fastest_records(database, mod, top)
     return [r for r in recs if record_latency(r.run_secs) <= within * record_latency(recs[0].run_secs)]
 
 

@@ -38,7 +38,7 @@ from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
-from costlab.export.check import check_task
+from costlab.export.check import check_task, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
 from costlab.export.finals import WITHIN as FINALS_WITHIN, remeasure
 from costlab.export.library.start import add_run, run_libraries, start_from_library
@@ -529,13 +529,8 @@ def _write_result(work: WorkDir, tasks: list[Task], chosen: list, finals: list |
 
 
 def _best_latency(database, mod) -> float | None:
-    if not database.has_workload(mod):
-        return None
-    top = database.get_top_k(database.commit_workload(mod), 1)
-    if not top:
-        return None
-    latency = record_latency(top[0].run_secs)
-    return latency if latency < math.inf else None
+    top = fastest_records(database, mod, 1)
+    return record_latency(top[0].run_secs) if top else None
 
 
 def _check_tracker(opts: TuneOptions) -> None:

@@ -10,10 +10,8 @@ added unchecked.
 
 from __future__ import annotations
 
-import math
-
 from costlab.datasets.records import record_latency
-from costlab.export.check import check_task
+from costlab.export.check import check_task, fastest_records
 from costlab.export.transfer.match import structure
 from costlab.metaschedule.databases import work_dir_database
 from costlab.metaschedule.traces import plain_json
@@ -38,10 +36,7 @@ def task_programs(database, mod, per_task: int, source: str, check=None, target=
     """The library programs of ``mod``'s records in ``database``: ``check`` is ``check_task``'s answer when the
     caller has it; otherwise the task is checked here on ``target`` when one is given (the programs were
     measured on this machine), else its programs are added unchecked."""
-    if not database.has_workload(mod):
-        return []
-    recs = [r for r in database.get_top_k(database.commit_workload(mod), per_task + 3)
-            if math.isfinite(record_latency(r.run_secs))]
+    recs = fastest_records(database, mod, per_task + 3)
     if not recs:
         return []
     if check is None and target is not None:
