@@ -510,7 +510,8 @@ def _checked_database(database, tasks: list[Task], chosen: list, checked: bool):
 def _write_result(work: WorkDir, tasks: list[Task], chosen: list, finals: list | None) -> str:
     """The run's result as a MetaSchedule database in ``WORK/result``: per task the record it chose (checked, and
     the fastest of the second measurement where there was one, with that measurement's seconds), the one a
-    build applies (``MetaScheduleApplyDatabase``). Replaced whole, so it never mixes two runs' choices."""
+    build applies (``MetaScheduleApplyDatabase``). Replaced whole, so it never mixes two runs' choices; the
+    previous one is moved aside, not deleted, until the new one is in its place."""
     from tvm.s_tir import meta_schedule as ms
 
     again = {id(rec): secs for per_task in (finals or []) for rec, secs in per_task if math.isfinite(secs)}
@@ -523,8 +524,12 @@ def _write_result(work: WorkDir, tasks: list[Task], chosen: list, finals: list |
             secs = [again[id(rec)]] if id(rec) in again else rec.run_secs
             db.commit_tuning_record(ms.database.TuningRecord(rec.trace, db.commit_workload(task.mod), secs,
                                                              rec.target, rec.args_info))
-    shutil.rmtree(work.result_dir, ignore_errors=True)
+    old = work.path / (WorkDir.RESULT + ".old")  # the previous result stays whole until the new one is in place
+    shutil.rmtree(old, ignore_errors=True)
+    if work.result_dir.exists():
+        work.result_dir.rename(old)
     tmp.rename(work.result_dir)
+    shutil.rmtree(old, ignore_errors=True)
     return str(work.result_dir)
 
 
