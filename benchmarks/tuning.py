@@ -181,7 +181,7 @@ def _mean(secs) -> float:
 
 def _best_programs(work: Path, top: int) -> list:
     """``(record, trace JSON)`` of a run's ``top`` fastest distinct programs by their tuning measurement."""
-    from costlab.metaschedule.traces import plain_json
+    from costlab.metaschedule.traces import trace_text
 
     try:
         with work_dir_database(work) as database:  # a run archived gzipped (``archive``) too
@@ -191,7 +191,7 @@ def _best_programs(work: Path, top: int) -> list:
     ranked = sorted((r for r in records if r.run_secs), key=lambda r: _mean(r.run_secs))
     best, seen = [], set()
     for r in ranked:
-        trace = json.dumps(plain_json(r.trace.as_json()))
+        trace = trace_text(r.trace)
         if trace not in seen:
             seen.add(trace)
             best.append((r, trace))

@@ -15,7 +15,7 @@ import math
 
 from costlab.datasets.records import record_latency
 from costlab.metaschedule.targets import is_gpu
-from costlab.metaschedule.traces import plain_json, replay
+from costlab.metaschedule.traces import plain_json, replay, trace_text
 
 RTOL, ATOL = 1e-3, 2e-3
 
@@ -91,8 +91,8 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     from tvm.support.popen_pool import PopenPoolExecutor
 
     recs = list(records or ())
-    given = {str(r.trace.as_json()) for r in recs}  # then the fastest others, should all of those be wrong
-    recs += [r for r in fastest_records(database, mod, top) if str(r.trace.as_json()) not in given]
+    given = {trace_text(r.trace) for r in recs}  # then the fastest others, should all of those be wrong
+    recs += [r for r in fastest_records(database, mod, top) if trace_text(r.trace) not in given]
     recs = [r for r in recs[:max(top, len(records or ()))] if math.isfinite(record_latency(r.run_secs))]
     if not recs:
         return dict(status="none", best_us=None, checked=[], record=None)

@@ -1,8 +1,8 @@
 """MetaSchedule traces: as JSON (the form a tuning database stores and a dataset keeps as a record's schedule),
 and replayed on a workload.
 
-- ``trace_json`` / ``compact_json``: a trace as MetaSchedule's database writes it, and its canonical text
-  (what program ids hash); ``plain_json`` makes any of TVM's ``as_json()`` / ``export()`` values plain;
+- ``trace_json`` / ``compact_json`` / ``trace_text``: a trace as MetaSchedule's database writes it, its
+  canonical text (what program ids hash), and the two together: a trace's identity wherever it is compared; ``plain_json`` makes any of TVM's ``as_json()`` / ``export()`` values plain;
 - ``replay``: a trace (JSON text or value, or a tuning record's ``Trace``, optionally with a seed and the
   postprocessors) applied to a workload module, the one replay every layer uses (featurizers, measurement,
   transfer-tuning, exploitation, the search strategies, the check of tuned programs); ``replay_candidate``
@@ -71,6 +71,14 @@ def compact_json(value) -> str:
     if _orjson_may_differ(out):
         return json.dumps(value, separators=(",", ":"))
     return out.decode()
+
+
+def trace_text(trace) -> str:
+    """A trace's identity: the canonical text of its one JSON form (``compact_json(trace_json(trace))``), for a
+    ``Trace`` or a trace's JSON value (booleans written either way: a ``Trace.as_json()`` value with ``true``
+    and the database's ``1`` give one text)."""
+    value = trace_json(trace) if hasattr(trace, "as_json") else plain_json(trace, bools_as_ints=True)
+    return compact_json(value)
 
 
 class ReplayError(ValueError):

@@ -60,6 +60,35 @@ def test_add_keeps_checked_programs_per_task_with_structure(library):
         assert entry["structure"]["anchor"] >= 0 and entry["structure"]["extents"]
 
 
+def test_a_programs_identity_is_one_text_whichever_form_its_trace_was_written_in(library, tmp_path):
+    """Traces are stored as the database writes them (booleans as 1/0); a library written when they were
+    stored as ``Trace.as_json()`` gives them (true/false) holds the same programs: adding the same run to it
+    again adds nothing."""
+    from costlab.export.library.store import trace_key
+    from costlab.metaschedule.databases import work_dir_database
+    from costlab.metaschedule.traces import plain_json, trace_json, trace_text
+
+    with work_dir_database(FIXTURE) as db:
+        records = db.get_all_tuning_records()
+    old_form = {trace_text(r.trace): plain_json(r.trace.as_json()) for r in records}
+    assert any("true" in json.dumps(t) for t in old_form.values())  # the two forms differ on these traces
+    for r in records:
+        assert trace_key(plain_json(r.trace.as_json())) == trace_key(trace_json(r.trace)) == trace_text(r.trace)
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    file = root / _platform() / "library.json"
+    lib = json.loads(file.read_text())
+    count = 0
+    for entry in lib["entries"].values():
+        for prog in entry["programs"]:
+            assert "true" not in json.dumps(prog["trace"])  # stored as the database writes it
+            prog["trace"] = old_form[trace_text(prog["trace"])]
+            count += 1
+    file.write_text(json.dumps(lib))
+    assert main(["library", "add", str(FIXTURE), "--library", str(root), "--platform", _platform()]) == 0
+    assert sum(len(e["programs"]) for e in _library(root)["entries"].values()) == count
+
+
 @pytest.mark.slow
 def test_a_run_starts_from_the_library_and_adds_its_best(library, tmp_path):
     root = tmp_path / "lib"

@@ -14,7 +14,7 @@ from costlab.datasets.records import record_latency
 from costlab.export.check import check_task, fastest_records
 from costlab.export.transfer.match import structure
 from costlab.metaschedule.databases import work_dir_database
-from costlab.metaschedule.traces import plain_json
+from costlab.metaschedule.traces import plain_json, trace_json
 from costlab.metaschedule.workloads import describe
 
 
@@ -27,7 +27,7 @@ def structure_json(mod) -> dict:
 
 def _program(rec, source: str, checked: bool) -> dict:
     secs = [float(x) for x in rec.run_secs]
-    return dict(trace=plain_json(rec.trace.as_json()), run_secs=secs, us=round(record_latency(secs) * 1e6, 3),
+    return dict(trace=trace_json(rec.trace), run_secs=secs, us=round(record_latency(secs) * 1e6, 3),
                 target=plain_json(rec.target.export()), args_info=[plain_json(a.as_json()) for a in rec.args_info],
                 checked=checked, source=source)
 

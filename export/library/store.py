@@ -31,6 +31,7 @@ from costlab.common.files import write_atomically
 from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.locks import take_lock
 from costlab.metaschedule.databases import write_database
+from costlab.metaschedule.traces import trace_text
 
 FORMAT = 1
 FILE = "library.json"
@@ -49,8 +50,9 @@ def default_root() -> Path:
 
 
 def trace_key(trace) -> str:
-    """One program's identity within a workload: its trace as canonical JSON text."""
-    return json.dumps(trace, sort_keys=True, separators=(",", ":"))
+    """One program's identity within a workload: its trace's canonical text (``trace_text``; libraries written
+    before traces were stored as ``trace_json`` hold booleans as true/false, which give the same text)."""
+    return trace_text(trace)
 
 
 class Library:
