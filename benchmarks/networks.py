@@ -307,7 +307,8 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.network import build, check_output
-    from costlab.export.tasks import measuring_target, target_cores
+    from costlab.export.tasks import measuring_target
+    from costlab.metaschedule.targets import target_cores
 
     tgt = measuring_target(args.target)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))

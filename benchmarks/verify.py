@@ -31,7 +31,7 @@ def population(task, target, size: int, seed: int) -> list:
     from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
     from costlab.export.search.common import evolution_ffi
-    from costlab.export.tasks import target_cores
+    from costlab.metaschedule.targets import target_cores
     from costlab.metaschedule.tune_context import tune_context
 
     ctx = tune_context(task.mod, target, EvolutionarySearch(population_size=size), rand_state=seed,

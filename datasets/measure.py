@@ -34,7 +34,7 @@ from costlab.metaschedule.builders import make_builder
 from costlab.metaschedule.results import ERROR_NONE
 from costlab.metaschedule.rpc import LOST, is_lost
 from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
-from costlab.metaschedule.targets import local_gpu, platform_id_for, runnable_target
+from costlab.metaschedule.targets import local_gpu, platform_id_for, runnable_target, target_cores
 from costlab.metaschedule.traces import ReplayError, compact_json, plain_json, replay_candidate, trace_json
 from costlab.metaschedule.tune_context import tune_context
 from costlab.metaschedule.workloads import decode_workload
@@ -74,7 +74,6 @@ class _Sampler:
 
     def __init__(self, mod, target, seed: int, per_iter: int):
         from tvm.s_tir import meta_schedule as ms
-        from tvm.s_tir.meta_schedule.utils import cpu_count
 
         self.ms = ms
         self.per_iter = max(1, per_iter)
@@ -84,7 +83,7 @@ class _Sampler:
             ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32),
         )):
             ctx = tune_context(mod, target, strategy, rand_state=seed + stream,
-                               num_threads=cpu_count(logical=False))
+                               num_threads=target_cores(target))
             self.contexts.append(ctx)
         self.spaces = self.contexts[0].generate_design_space()
         for ctx in self.contexts:
@@ -176,7 +175,6 @@ def check_host(ds, pid: str, host: dict) -> None:
 def measure(data, opts: MeasureOptions) -> str:
     """Measure candidates of the dataset's MetaSchedule tasks on one platform; returns a summary."""
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     try:
         target = tvm.target.Target(runnable_target(opts.target, local=not opts.rpc_key))

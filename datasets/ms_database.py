@@ -23,7 +23,7 @@ from costlab.datasets import records as rec
 from costlab.datasets.store import DatasetWriter, open_dataset
 from costlab.metaschedule.databases import (RECORD_FILE, WORKLOAD_FILE, content_size, read_records, read_workloads,
                                             work_dir_files, write_database)
-from costlab.metaschedule.results import ERROR_MS_FAILED, ERROR_MS_NO_RESULT, ERROR_NONE, MS_FAILURE_SECS, costs_and_error
+from costlab.metaschedule.results import ERROR_MS_NO_RESULT, ERROR_NONE, MS_FAILURE_SECS, costs_and_error
 from costlab.metaschedule.targets import platform_id_for
 from costlab.metaschedule.traces import compact_json, plain_json
 from costlab.metaschedule.workloads import decode_workload, describe_json

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costlab.common.errors import UsageError, last_line
-from costlab.common.host import usable_cores
 from costlab.datasets import hf_models
 from costlab.datasets.extract import network_module, reference_output, te_workload_task, torch_fn_model
 from costlab.metaschedule.targets import MEASURABLE_KINDS, runnable_target
@@ -34,12 +33,6 @@ def measuring_target(spec, local: bool = True):
     if cores is not None and int(cores) < 1:
         raise UsageError(f"bad target {spec!r}: num-cores must be at least 1, not {int(cores)}")
     return target
-
-
-def target_cores(target) -> int:
-    """The threads a program runs on for ``target``: its ``num-cores``, else this machine's cores (a GPU
-    target's: the threads the search and the featurizer use on the host)."""
-    return int(target.attrs.get("num-cores", 0) or 0) or usable_cores()
 
 
 @dataclass

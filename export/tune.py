@@ -46,11 +46,11 @@ from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
 from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES, draft_cost_model, make_strategy
 from costlab.export.search.common import RoundLog
-from costlab.export.tasks import Task, measuring_target, target_cores, workload_tasks
+from costlab.export.tasks import Task, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, transfer_tasks
 from costlab.export.workdir import MeasuringStack, WorkDir
 from costlab.metaschedule.rpc import tracker_problem
-from costlab.metaschedule.targets import platform_id_for, runnable_target
+from costlab.metaschedule.targets import platform_id_for, runnable_target, target_cores
 from costlab.metaschedule.traces import plain_json
 from costlab.metaschedule.tune_context import tune_context
 

@@ -206,6 +206,12 @@ def sanitize_platform_id(text: str) -> str:
     return out or "unknown"
 
 
+def target_cores(target) -> int:
+    """The threads a program runs on for ``target`` (a ``tvm.target.Target``): its ``num-cores``, else this
+    machine's cores (a GPU target's: the threads the search and the featurizer use on the host)."""
+    return int(target.attrs.get("num-cores", 0) or 0) or usable_cores()
+
+
 def is_gpu(target: dict) -> bool:
     """Whether a target (its JSON dict) compiles for a GPU."""
     return str(target.get("kind", "")) in GPU_KINDS or "gpu" in (target.get("keys") or [])

@@ -32,12 +32,13 @@ from costlab.common.errors import InputError, UsageError, last_line
 from costlab.costmodels import kinds
 from costlab.datasets.records import record_latency
 from costlab.export.search.common import measure_candidates, measured_hashes, model_order, schedule_hash
-from costlab.export.tasks import measuring_target, target_cores, workload_tasks
+from costlab.export.tasks import measuring_target, workload_tasks
 from costlab.export.transfer.match import match, structure
 from costlab.export.transfer.replay import TransferError, transfer_schedule
 from costlab.export.transfer.sources import read_sources
 from costlab.export.workdir import WorkDir, read_state, write_state
 from costlab.metaschedule.runners import build_and_run
+from costlab.metaschedule.targets import target_cores
 from costlab.metaschedule.tune_context import tune_context
 from costlab.metaschedule.workloads import decode_workload, workload_json
 
