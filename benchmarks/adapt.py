@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from costlab.common.errors import UsageError
 from costlab.common.host import describe_host, host_info
+from costlab.costmodels import kinds
 from costlab.costmodels.predictors import weights_sha256
 from costlab.costmodels import metrics
 from costlab.costmodels.recipe import fit_lists, scores_of, task_lists
@@ -48,12 +50,13 @@ def _metrics(task, pred, latency) -> dict:
 
 
 def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
-    """MetaSchedule's XGBoost or SegmentSum MLP trained on train_idx (per-store features), scores of test_idx."""
+    """A baseline kind of the registry (MetaSchedule's XGBoost or SegmentSum MLP) fitted on train_idx (per-store
+    features), its scores of test_idx; None when the kind cannot fit these tasks (the MLP needs two)."""
     import random
 
     import torch
 
-    from costlab.costmodels.baselines import FEATURE, mlp_trainer, score_stores, xgb_model
+    from costlab.costmodels.baselines import FEATURE, score_stores
 
     random.seed(seed)
     np.random.seed(seed)
@@ -62,28 +65,13 @@ def _baseline(kind: str, feats, task, latency, train_idx, test_idx, seed: int):
     xs = [np.asarray(feats[FEATURE][i], np.float32) for i in ok]
     lat = np.asarray(latency, np.float64)[ok]
     cost = np.where(np.isfinite(lat), lat, 1e10).astype(np.float32)
-    t = np.asarray(task)[ok]
-    if kind == "xgb":
-        model = xgb_model()
-        best = {g: cost[t == g].min() for g in np.unique(t)}
-        model._train(xs, np.array([best[g] for g in t], np.float32) / cost)
-        scorer = model._predict
-    else:
-        from tvm.s_tir.meta_schedule.cost_model.mlp_model import FeatureGroup
-
-        from costlab.costmodels.baselines import steplr_accepting_verbose
-
-        n_tasks = len(np.unique(t))
-        if n_tasks < 2:
-            return None
-        trainer = mlp_trainer(50, max(0.2, 1.0 / n_tasks))
-        for g in np.unique(t):
-            idx = np.flatnonzero(t == g)
-            trainer.state.data[str(g)] = FeatureGroup(str(g), [xs[i] for i in idx], cost[idx])
-        with steplr_accepting_verbose():
-            trainer.train_full()
-        scorer = trainer.predict_incremental
-    return score_stores(scorer, take_rows(feats, test_idx))
+    _, t = np.unique(np.asarray(task)[ok], return_inverse=True)
+    baseline = kinds.create(kind)
+    try:
+        tensors = baseline.fit(xs, t, cost, epochs=50)
+    except UsageError:
+        return None
+    return score_stores(baseline.scorer(tensors, kind), take_rows(feats, test_idx))
 
 
 def run_cell(pred0, feats, psa_scores, task, latency, held, train_tasks, recipes, seed: int) -> dict:
@@ -102,7 +90,7 @@ def run_cell(pred0, feats, psa_scores, task, latency, held, train_tasks, recipes
         row[name] = dict(_metrics(tt, scores_of(net, kind, take_rows(feats, test_idx), head), tl),
                          seconds=round(time.perf_counter() - t0, 2), steps=info["steps"],
                          kept_pretrained=info["kept_pretrained"])
-    for kind_b in ("xgb", "mlp"):
+    for kind_b in kinds.baselines():
         s = _baseline(kind_b, feats, task, latency, train_idx, test_idx, seed)
         row[kind_b] = _metrics(tt, s, tl) if s is not None else None
     return row
@@ -198,7 +186,7 @@ def main(argv=None) -> int:
             results.write_text(json.dumps(state, indent=1))
             print(f"  {key}: " + "  ".join(f"{arm} {v['top1']:.3f}" for arm, v in state["cells"][key].items()
                                             if isinstance(v, dict)), file=sys.stderr, flush=True)
-    arms = ["zero-shot", *recipes, "xgb", "mlp", "psa"]
+    arms = ["zero-shot", *recipes, *kinds.baselines(), "psa"]
     state["summary"] = summarise(state["cells"], ks, arms)
     results.write_text(json.dumps(state, indent=1))
     plot(state["summary"], arms, a.out / "top1_vs_k.png")

@@ -155,3 +155,31 @@ def test_shipped_model_by_name_in_evaluate_and_export(zen5, tmp_path, capsys):
     from costlab.export import CostlabCostModel
 
     assert CostlabCostModel("x86-cpu").predictor.kind == "pacm"
+
+
+def test_the_adapt_benchmarks_baselines_come_from_the_kinds_registry(zen5):
+    """benchmarks/adapt.py fits every baseline kind the registry lists on the pool's tasks and scores the
+    held-out ones; the SegmentSum MLP, which validates on a held-out task, sits out a pool of one task."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import adapt
+
+    from costlab.costmodels import kinds
+    from costlab.featurizers.base import create
+    from costlab.featurizers.cache import features_of
+
+    with open_dataset(zen5) as ds:
+        table = ds.records(PLATFORM)
+        rows = np.arange(len(table))
+        feats = features_of(ds, create(kinds.create("mlp").featurizer), PLATFORM, rows)
+        task, latency = table.task.astype(np.int64), table.latency()
+    t_ids = np.unique(task)
+    train, test = np.flatnonzero(np.isin(task, t_ids[:3])), np.flatnonzero(np.isin(task, t_ids[3:]))
+    assert kinds.baselines() == ("xgb", "mlp")
+    for kind in kinds.baselines():
+        s = adapt._baseline(kind, feats, task, latency, train, test, seed=0)
+        assert s.shape[0] == len(test) and np.all(np.isfinite(s))
+    one_task = np.flatnonzero(task == t_ids[0])
+    assert adapt._baseline("mlp", feats, task, latency, one_task, test, seed=0) is None
+    assert adapt._baseline("xgb", feats, task, latency, one_task, test, seed=0) is not None
