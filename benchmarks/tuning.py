@@ -43,8 +43,9 @@ from pathlib import Path
 
 from costlab.common.cpu_lock import cpu_lock
 from costlab.common.errors import InputError
+from costlab.common.import_report import ImportReport
 from costlab.export.workdir import WorkDir
-from costlab.metaschedule.databases import work_dir_database
+from costlab.metaschedule.databases import database_file, read_records, work_dir_database
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
@@ -336,25 +337,16 @@ def _progress(work: Path) -> list[dict]:
     return rows
 
 
-def _records_text(work: Path) -> str:
-    """The run's MetaSchedule tuning records (``.json``, or ``.json.gz`` as ``archive`` keeps them)."""
-    path = work / WorkDir.RECORDS
-    if path.exists():
-        return path.read_text()
-    packed = path.with_name(path.name + ".gz")
-    return gzip.decompress(packed.read_bytes()).decode() if packed.exists() else ""
-
-
 def _curve(work: Path) -> list[float]:
-    """Latency (µs) of every trial in the order measured (the database's order); failures are inf."""
+    """Latency (µs) of every trial in the order measured (the database's order, ``.json`` or the ``.json.gz``
+    ``archive`` keeps); failures are inf, lines that are no record are skipped."""
+    path = database_file(work, WorkDir.RECORDS)
     out = []
-    for line in _records_text(work).splitlines():
-        try:
-            secs = json.loads(line)[1][1]
-        except (ValueError, IndexError, TypeError):
-            continue
-        lat = sum(secs) / len(secs) * 1e6 if secs else math.inf
-        out.append(lat if lat < 1e9 else math.inf)
+    for _, _, parsed in read_records(path, ImportReport()) if path is not None else ():
+        if parsed is not None:
+            secs = parsed[2]
+            lat = sum(secs) / len(secs) * 1e6 if secs else math.inf
+            out.append(lat if lat < 1e9 else math.inf)
     return out
 
 
