@@ -20,7 +20,7 @@ from costlab.export.transfer.replay import TransferError
 from costlab.export.transfer.run import TransferOptions, transfer_tasks
 from costlab.export.transfer.sources import SourceTask
 from costlab.export.workdir import WorkDir
-from costlab.metaschedule.workloads import decode_workload
+from costlab.metaschedule.workloads import decode_workload, workload_json
 
 MAX_CANDIDATES = 32  # library programs replayed per task at most (the closest source tasks' first)
 
@@ -99,14 +99,9 @@ def add_run(root, platform: str, host: dict, database, tasks, checks: list, work
     for task, check in zip(tasks, checks):
         programs = task_programs(database, task.mod, per_task, str(work), check=check)
         if programs:
-            shash, b64 = _workload_json(database, task.mod)
+            shash, b64 = workload_json(task.mod)
             rows.append((shash, b64, task.name, structure_json(task.mod), programs))
     root = Path(root or default_root())
     with open_library(root, platform) as lib:
         added = lib.take(host, f"the run in {work}", rows, per_task)
     return dict(library=str(root / platform), added=added, tasks=len(rows))
-
-
-def _workload_json(database, mod) -> tuple[str, str]:
-    shash, b64 = database.commit_workload(mod).as_json()
-    return str(shash), str(b64)
