@@ -271,14 +271,23 @@ def history(work: Path, arm: str) -> tuple[list, dict, float]:
 
 def _retime(runs: Path, net: str, args) -> None:
     """Every finished arm of one network and seed timed together (see the module's doc), into timed.json;
-    skipped when the same arms were timed already."""
+    skipped when these runs were timed already."""
     arms = [arm for arm in ARMS if (runs / arm / "done.json").exists()]
-    path = runs / "timed.json"
-    if path.exists() and json.loads(path.read_text()).get("arms") == arms:
+    if timed_already(runs, arms):
         return
     print(f"[{time.strftime('%H:%M:%S')}] timing {net} s{runs.name[1:]}: {', '.join(arms)}", flush=True)
     with cpu_lock():
         _retime_locked(runs, net, arms, args)
+
+
+def timed_already(runs: Path, arms: list[str]) -> bool:
+    """Whether runs/timed.json holds these arms' runs: the same arms, none of them finished after the timing
+    (an arm run again, its old work dir moved aside, is timed again with the others)."""
+    path = runs / "timed.json"
+    if not path.exists() or json.loads(path.read_text()).get("arms") != arms:
+        return False
+    timed_at = path.stat().st_mtime
+    return all((runs / arm / "done.json").stat().st_mtime <= timed_at for arm in arms)
 
 
 def _result_dir(work: Path) -> Path | None:

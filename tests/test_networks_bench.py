@@ -110,3 +110,25 @@ def test_the_table_reads_finals_as_median_or_fastest_round(tmp_path):
     assert med[("net", 0)]["a"]["final_ms"] == 6.0 and med[("net", 0)]["k"]["final_ms"] == 7.0
     assert fast[("net", 0)]["a"]["final_ms"] == 5.0 and fast[("net", 0)]["k"]["final_ms"] == 4.0
     assert fast[("net", 0)]["k"]["curve"][-1][2] == pytest.approx(4.0)
+
+
+def test_an_arm_run_again_is_timed_again(tmp_path):
+    """timed.json stands for the runs it timed: the same arms, none finished after it; an arm added or run
+    again (its done.json newer) makes the network and seed be timed again."""
+    import os
+
+    import networks
+
+    runs = tmp_path / "s0"
+    for arm in ("stock", "a"):
+        (runs / arm).mkdir(parents=True)
+        (runs / arm / "done.json").write_text("{}")
+    assert not networks.timed_already(runs, ["stock", "a"])  # never timed
+    (runs / "timed.json").write_text(json.dumps(dict(arms=["stock", "a"])))
+    t = (runs / "timed.json").stat().st_mtime
+    for arm in ("stock", "a"):
+        os.utime(runs / arm / "done.json", (t - 10, t - 10))
+    assert networks.timed_already(runs, ["stock", "a"])
+    assert not networks.timed_already(runs, ["stock", "a", "k"])  # another arm finished
+    os.utime(runs / "a" / "done.json", (t + 10, t + 10))  # a run again after the timing
+    assert not networks.timed_already(runs, ["stock", "a"])
