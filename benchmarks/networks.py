@@ -364,7 +364,8 @@ def finals(args) -> int:
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.network import build
-    from costlab.export.tasks import measuring_target, target_cores
+    from costlab.export.tasks import measuring_target
+    from costlab.metaschedule.targets import target_cores
 
     tgt = measuring_target(args.target)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))

@@ -147,7 +147,8 @@ def _retime(runs: Path, network: str, target: str, rounds: int = 5) -> None:
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.network import build, time_network
-    from costlab.export.tasks import measuring_target, target_cores, workload_tasks
+    from costlab.export.tasks import measuring_target, workload_tasks
+    from costlab.metaschedule.targets import target_cores
 
     tgt = measuring_target(target)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
