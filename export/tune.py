@@ -40,7 +40,7 @@ from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
 from costlab.export.check import check_task, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
-from costlab.export.finals import WITHIN as FINALS_WITHIN, remeasure
+from costlab.export.finals import MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN, remeasure
 from costlab.export.library.start import add_run, run_libraries, start_from_library
 from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
@@ -50,7 +50,7 @@ from costlab.export.tasks import Task, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, transfer_tasks
 from costlab.export.workdir import MeasuringStack, WorkDir
 from costlab.metaschedule.rpc import tracker_problem
-from costlab.metaschedule.targets import platform_id_for, runnable_target, target_cores
+from costlab.metaschedule.targets import is_gpu, platform_id_for, runnable_target, target_cores
 from costlab.metaschedule.traces import plain_json
 from costlab.metaschedule.tune_context import tune_context
 
@@ -108,6 +108,9 @@ class TuneOptions:
     # a network's tasks: their fastest programs (up to final_top, within finals.WITHIN of the best) measured again
     # together and the network built from the fastest of that measurement (export/finals.py); 0 or 1: off
     final_top: int = 4
+    # how that second measurement times them: "cold" (CPU caches flushed of the kernel's weights before every
+    # run, as inside the network; a CPU target) or "warm" (as the search measures)
+    final_measure: str = "cold"
 
     def check(self) -> None:
         if not self.workloads and not self.network:
@@ -135,6 +138,8 @@ class TuneOptions:
             raise UsageError("--transfer-from measures on this machine; it cannot start an --rpc-key run (yet)")
         if not 0 <= self.final_top <= 64:
             raise UsageError(f"--final-top must be 0-64 (0: no second measurement), not {self.final_top}")
+        if self.final_measure not in FINAL_MEASURES:
+            raise UsageError(f"--final-measure is one of {', '.join(FINAL_MEASURES)}, not {self.final_measure!r}")
         if not 1 <= self.transfer_top <= 1024:
             raise UsageError(f"--transfer-top must be 1-1024, not {self.transfer_top}")
         if self.exploit and self.rpc_key:
@@ -374,8 +379,10 @@ def tune(opts: TuneOptions) -> dict:
                                     locked=True, should_stop=clock.expired)
             if (network is not None and opts.final_top > 1 and not opts.rpc_key and clock.first_batch_at is not None
                     and stop_requested() is None and clock.lost is None and not clock.expired()):
+                cold = opts.final_measure == "cold" and not is_gpu(plain_json(target.export()))
                 finals, finals_stats = remeasure(database, [t.mod for t in tasks], builder,
-                                                 getattr(runner, "inner", runner), target, top=opts.final_top)
+                                                 getattr(runner, "inner", runner), target, top=opts.final_top,
+                                                 cold=cold)
         finally:
             _release_loggers()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+from contextlib import contextmanager
 
 from costlab.metaschedule.pools import shutdown_pool
 from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS, costs_and_error
@@ -45,6 +46,25 @@ def make_runner(opts, target, on_lost=None):
     cores = int(target.attrs.get("num-cores", 0) or 0)
     init = functools.partial(_pin_threads, cores) if cores > 0 else None
     return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
+
+
+COLD_REPEATS = 10  # timed runs of a program measured cold, each after a flush
+
+
+@contextmanager
+def cold_runs(runner):
+    """Within the block, ``runner`` (a ``LocalRunner``) times every run of a program with the CPU's caches
+    flushed of all its arguments but the first (MetaSchedule's ``cache_flush_cpu_non_first_arg``): one run per
+    repeat, ``COLD_REPEATS`` of them. Inside a network a kernel's input has just been written by the kernel
+    before it while its weights come from memory; tuning's warm, repeated runs time it with the weights in
+    cache, and programs alike when warm differ by up to 1.5x this way (docs/search.md). Restored after."""
+    saved = runner.evaluator_config
+    runner.evaluator_config = saved._replace(number=1, repeat=max(COLD_REPEATS, saved.repeat), min_repeat_ms=0,
+                                             enable_cpu_cache_flush=True)
+    try:
+        yield runner
+    finally:
+        runner.evaluator_config = saved
 
 
 def close_runner(runner) -> None:

@@ -87,3 +87,40 @@ def test_final_top_is_checked(tmp_path, capsys):
     assert main(["tune", "--workload", "GMM:1,8,8,8", "--final-top", "-1", "--work-dir", str(tmp_path / "w"),
                  "--no-progress"]) == 2
     assert "--final-top must be 0-64" in capsys.readouterr().err
+
+
+def test_the_cold_second_measurement_flushes_the_caches_and_restores_the_runner(tmp_path):
+    """Measured cold (caches flushed of the weights before each of COLD_REPEATS runs), the contenders are still
+    ordered by real runs (the tiled program first); the runner's own settings are back afterwards, and the
+    stats say how they were measured."""
+    from costlab.export.finals import remeasure
+    from costlab.metaschedule.runners import COLD_REPEATS, cold_runs
+
+    db, mod, target, (naive, fast, _far) = _lucky_database(tmp_path / "w")
+    stack, builder, runner = _stack(target)
+    try:
+        before = runner.evaluator_config
+        with cold_runs(runner):
+            cfg = runner.evaluator_config
+            assert cfg.enable_cpu_cache_flush and cfg.number == 1 and cfg.repeat >= COLD_REPEATS
+            assert cfg.min_repeat_ms == 0
+        assert runner.evaluator_config == before and not before.enable_cpu_cache_flush
+        [order], stats = remeasure(db, [mod], builder, runner, target, cold=True)
+        assert runner.evaluator_config == before
+    finally:
+        stack.close()
+    assert [str(r.trace) for r, _ in order] == [str(fast.trace), str(naive.trace)]
+    assert stats["measure"] == "cold" and stats["measured"] == 2
+
+
+def test_final_measure_is_checked(tmp_path, capsys):
+    from costlab.cli import main
+
+    with pytest.raises(SystemExit) as exc:  # refused by the parser: its choices
+        main(["tune", "--workload", "GMM:1,8,8,8", "--final-measure", "hot", "--work-dir", str(tmp_path / "w")])
+    assert exc.value.code == 2 and "--final-measure" in capsys.readouterr().err
+    from costlab.common.errors import UsageError
+    from costlab.export.tune import TuneOptions
+
+    with pytest.raises(UsageError, match="--final-measure"):
+        TuneOptions(str(tmp_path / "w"), workloads=["GMM:1,8,8,8"], final_measure="hot").check()
