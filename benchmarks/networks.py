@@ -35,7 +35,7 @@ counted at its own full seconds (netcurves.figures).
     .venv/bin/python benchmarks/networks.py run --out bench/networks --library LIBRARY --trials 1500 --seeds 0,1
     .venv/bin/python benchmarks/networks.py run --out bench/networks --networks bert --arms stock --seeds 1 ...
     .venv/bin/python benchmarks/networks.py table --out bench/networks --to benchmarks/results/networks-HOST
-    .venv/bin/python benchmarks/networks.py finals --out bench/networks --networks llama --seeds 0
+    .venv/bin/python benchmarks/networks.py finals --out bench/networks --networks llama --seeds 0 [--again cold,warm]
 
 `finals` times each costlab arm's result (WORK/result) against the build of its database's fastest records:
 what choosing a network's programs by a second measurement is worth, in one process.
@@ -359,9 +359,10 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
 def finals(args) -> int:
     """What the second measurement of a network's final programs (``export/finals.py``) is worth: per finished
     costlab arm with a result database, the build of its database's fastest records (what the arm built before
-    that measurement existed) against the build of its result (the run's choices) and, with ``--cold``, the
-    build of the contenders chosen by a cold second measurement made now (``remeasure(cold=True)``: caches
-    flushed before each run), timed together in turn, ``--rounds`` times, into OUT/runs/NET/sSEED/finals.json."""
+    that measurement existed) against the build of its result (the run's choices) and, with ``--again``, the
+    builds of the contenders chosen by a second measurement made now, cold (``remeasure(cold=True)``: caches
+    flushed before each run) or warm (as the search measures: the control for "made now"), timed together in
+    turn, ``--rounds`` times, into OUT/runs/NET/sSEED/finals.json."""
     import tempfile
 
     import tvm
@@ -371,6 +372,8 @@ def finals(args) -> int:
     from costlab.export.tasks import measuring_target
     from costlab.metaschedule.targets import target_cores
 
+    if set(args.again) - {"cold", "warm"}:
+        raise SystemExit(f"--again takes cold and/or warm, not {','.join(args.again)}")
     tgt = measuring_target(args.target)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     out = Path(args.out).resolve()
@@ -386,8 +389,8 @@ def finals(args) -> int:
                 builds = {}
                 for arm in arms:
                     dbs = [("fastest-record", runs / arm), ("result", _result_dir(runs / arm))]
-                    if args.cold:
-                        dbs.append(("cold", _cold_choice(runs / arm, tasks, tgt, Path(tmp) / arm)))
+                    for how in args.again:
+                        dbs.append((how, _choice_now(runs / arm, tasks, tgt, Path(tmp) / f"{arm}-{how}", how == "cold")))
                     for name, db in dbs:
                         builds[f"{arm}:{name}"] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(db)))[0]
                         checks[f"{arm}:{name}"] = check_output(builds[f"{arm}:{name}"], inputs, tvm.cpu(0),
@@ -399,15 +402,15 @@ def finals(args) -> int:
                                                               at=time.strftime("%Y-%m-%d %H:%M:%S")), indent=1))
             for arm in arms:
                 a, b = res[f"{arm}:fastest-record"], res[f"{arm}:result"]
-                cold = res.get(f"{arm}:cold")
+                now = "".join(f", {how} now {res[f'{arm}:{how}']['median_ms']:.4g} ms ({res[f'{arm}:{how}']['output_check']})"
+                              for how in args.again)
                 print(f"{net} s{seed} {arm}: fastest records {a['median_ms']:.4g} ms, result {b['median_ms']:.4g} ms"
-                      + (f", cold choice {cold['median_ms']:.4g} ms ({cold['output_check']})" if cold else "")
-                      + f" (median of {args.rounds}; result / fastest records {b['median_ms'] / a['median_ms']:.3f})")
+                      + now + f" (median of {args.rounds}; result / fastest records {b['median_ms'] / a['median_ms']:.3f})")
     return 0
 
 
-def _cold_choice(work: Path, tasks, target, into: Path) -> Path:
-    """A database of each task's first contender by a cold second measurement of the arm's records."""
+def _choice_now(work: Path, tasks, target, into: Path, cold: bool) -> Path:
+    """A database of each task's first contender by a second measurement of the arm's records made now."""
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.finals import remeasure
@@ -417,10 +420,10 @@ def _cold_choice(work: Path, tasks, target, into: Path) -> Path:
     stack = MeasuringStack()
     builder, runner = stack.start(target, workers=2)
     try:
-        orders, stats = remeasure(source, [t.mod for t in tasks], builder, runner, target, cold=True)
+        orders, stats = remeasure(source, [t.mod for t in tasks], builder, runner, target, cold=cold)
     finally:
         stack.close()
-    print(f"  {work.name}: cold second measurement {stats}", flush=True)
+    print(f"  {work.name}: second measurement {stats}", flush=True)
     into.mkdir(parents=True)
     db = ms.database.JSONDatabase(work_dir=str(into))
     for task, order in zip(tasks, orders):
@@ -558,7 +561,8 @@ def main(argv=None) -> int:
     f.add_argument("--networks", type=lambda s: s.split(","), default=["llama", "bert", "resnet18"])
     f.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1])
     f.add_argument("--rounds", type=int, default=5)
-    f.add_argument("--cold", action="store_true", help="also build each arm from a cold second measurement made now")
+    f.add_argument("--again", type=lambda s: [x for x in s.split(",") if x], default=[], metavar="cold,warm",
+                   help="also build each arm from a second measurement made now: cold, warm or both")
     f.add_argument("--target", default="host")
     t = sub.add_parser("table")
     t.add_argument("--out", required=True)
