@@ -132,3 +132,12 @@ def test_an_arm_run_again_is_timed_again(tmp_path):
     assert not networks.timed_already(runs, ["stock", "a", "k"])  # another arm finished
     os.utime(runs / "a" / "done.json", (t + 10, t + 10))  # a run again after the timing
     assert not networks.timed_already(runs, ["stock", "a"])
+
+
+def test_in_network_order_agreement_counts_pairs_within_a_task():
+    import in_network
+
+    rows = [dict(task="mm", warm_us=1.0, in_network_us=2.0), dict(task="mm", warm_us=1.1, in_network_us=1.5),
+            dict(task="mm", warm_us=1.2, in_network_us=3.0), dict(task="sm", warm_us=5.0, in_network_us=9.0)]
+    # mm pairs: (0,1) warm says 0 first, the network 1: wrong; (0,2) right; (1,2) right; sm alone: no pair
+    assert in_network.order_agreement(rows, "warm_us") == (2, 3)
