@@ -389,8 +389,8 @@ def finals(args) -> int:
                 builds = {}
                 for arm in arms:
                     dbs = [("fastest-record", runs / arm), ("result", _result_dir(runs / arm))]
-                    for how in args.again:
-                        dbs.append((how, _choice_now(runs / arm, tasks, tgt, Path(tmp) / f"{arm}-{how}", how == "cold")))
+                    dbs += [(how, _choice_now(runs / arm, tasks, tgt, Path(tmp) / f"{arm}-{how}", how == "cold"))
+                            for how in args.again]
                     for name, db in dbs:
                         builds[f"{arm}:{name}"] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(db)))[0]
                         checks[f"{arm}:{name}"] = check_output(builds[f"{arm}:{name}"], inputs, tvm.cpu(0),
@@ -402,10 +402,11 @@ def finals(args) -> int:
                                                               at=time.strftime("%Y-%m-%d %H:%M:%S")), indent=1))
             for arm in arms:
                 a, b = res[f"{arm}:fastest-record"], res[f"{arm}:result"]
-                now = "".join(f", {how} now {res[f'{arm}:{how}']['median_ms']:.4g} ms ({res[f'{arm}:{how}']['output_check']})"
-                              for how in args.again)
-                print(f"{net} s{seed} {arm}: fastest records {a['median_ms']:.4g} ms, result {b['median_ms']:.4g} ms"
-                      + now + f" (median of {args.rounds}; result / fastest records {b['median_ms'] / a['median_ms']:.3f})")
+                parts = [f"fastest records {a['median_ms']:.4g} ms", f"result {b['median_ms']:.4g} ms"]
+                parts += [f"{how} now {res[f'{arm}:{how}']['median_ms']:.4g} ms ({res[f'{arm}:{how}']['output_check']})"
+                          for how in args.again]
+                print(f"{net} s{seed} {arm}: {', '.join(parts)} (median of {args.rounds}; result / fastest records "
+                      f"{b['median_ms'] / a['median_ms']:.3f})")
     return 0
 
 

@@ -2,7 +2,8 @@
 and replayed on a workload.
 
 - ``trace_json`` / ``compact_json`` / ``trace_text``: a trace as MetaSchedule's database writes it, its
-  canonical text (what program ids hash), and the two together: a trace's identity wherever it is compared; ``plain_json`` makes any of TVM's ``as_json()`` / ``export()`` values plain;
+  canonical text (what program ids hash), and the two together: a trace's identity wherever it is compared;
+  ``plain_json`` makes any of TVM's ``as_json()`` / ``export()`` values plain;
 - ``replay``: a trace (JSON text or value, or a tuning record's ``Trace``, optionally with a seed and the
   postprocessors) applied to a workload module, the one replay every layer uses (featurizers, measurement,
   transfer-tuning, exploitation, the search strategies, the check of tuned programs); ``replay_candidate``

@@ -30,6 +30,7 @@ def test_the_curve_of_an_archived_run_and_of_its_plain_records(tmp_path):
     # a damaged line and a failed trial among good ones: the first is skipped, the second is inf
     failed = json.loads(lines[0])
     failed[1][1] = [1e10]
-    (plain / "database_tuning_record.json").write_text("\n".join([lines[0], "{not json", json.dumps(failed), *lines[1:]]) + "\n")
+    records = [lines[0], "{not json", json.dumps(failed), *lines[1:]]
+    (plain / "database_tuning_record.json").write_text("\n".join(records) + "\n")
     assert tuning._curve(plain) == [expected[0], math.inf, *expected[1:]]
     assert tuning._curve(tmp_path / "nothing") == []
