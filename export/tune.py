@@ -206,12 +206,12 @@ def _cost_model(opts: TuneOptions, target, cores: int):
     return draft_cost_model(opts.strategy, model, opts.verify_fraction)
 
 
-def _strategy(opts: TuneOptions, log, clock):
+def _strategy(opts: TuneOptions, log, clock, reached: bool = True):
     from costlab.export.search.timed import TimedSearch  # lazy: pulls torch and tvm
 
     inner = make_strategy(opts.strategy, population=opts.population, verify_fraction=opts.verify_fraction,
                           first_rounds=opts.first_rounds, log=log)
-    return TimedSearch(inner, clock)
+    return TimedSearch(inner, clock, reached)
 
 
 def _measure_stack(opts: TuneOptions, target, cores: int, clock=None, stack=None):
@@ -353,7 +353,7 @@ def tune(opts: TuneOptions) -> dict:
                     names = [tasks[i].name for i in group]
                     contexts = []
                     for i, logger, rand in zip(group, _task_loggers(work, names), fork_seed(opts.seed, n=len(group))):
-                        contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock),
+                        contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock, done[i] > 0),
                                                      task_name=tasks[i].name, rand_state=rand, num_threads=cores,
                                                      logger=logger).clone())
                     if clock.screening is not None:  # each task's best in the work dir's database (a continued run)
@@ -363,6 +363,7 @@ def tune(opts: TuneOptions) -> dict:
                             clock.screening.seed(task_key(ctx.mod), _best_latency(database, tasks[i].mod))
                     progress.focus(group)
                     clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
+                    clock.unreached = sum(done[i] == 0 for i in group)  # their first batches share it
                     ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
                                   max_trials_global=remaining, max_trials_per_task=remaining,
                                   num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),

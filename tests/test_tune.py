@@ -368,6 +368,41 @@ def test_a_networks_trial_budget_holds_when_its_last_round_would_pass_it(tmp_pat
     assert len((work / "database_tuning_record.json").read_text().splitlines()) == 6
 
 
+@pytest.mark.slow
+def test_every_task_of_a_network_is_measured_when_first_rounds_together_pass_the_budget(tmp_path, capsys, monkeypatch):
+    """Three tasks, rounds of 4, a budget of 6: MetaSchedule's evolutionary search asks 4 for each task's first
+    round, so the third task in the order would never be measured (as ResNet-18's last tasks were at 1,000
+    trials and rounds of 64). Each first round is cut to its share of the trials left among the tasks not yet
+    measured: 2, 2, 2."""
+    spec = _torch_net(tmp_path, monkeypatch, "threetasks",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 24), "
+                      "torch.nn.ReLU(), torch.nn.Linear(24, 8)), (torch.randn(2, 16),)\n")
+    assert main(["tune", "--network", spec, "--trials", "6", "--per-iter", "4", "--work-dir", str(tmp_path / "w"),
+                 "--no-progress", "--no-check", "--json"]) == 0
+    tasks = json.loads(capsys.readouterr().out)["tasks"]
+    assert len(tasks) == 3
+    assert [t["trials"] for t in tasks] == [2, 2, 2], tasks
+
+
+def test_a_tasks_first_batch_is_cut_to_its_share_of_the_trials_left():
+    """RoundClock.affordable: a first batch gets at most trials_left // unreached (at least 1); later batches
+    only the trials left."""
+    from costlab.export.search.timed import RoundClock
+
+    clock = RoundClock()
+    clock.trials_left, clock.unreached = 10, 3
+    assert clock.affordable(64, first=True) == 3  # 10 // 3
+    assert (clock.trials_left, clock.unreached) == (7, 2)
+    assert clock.affordable(64) == 7  # a task's second batch: no share
+    clock.trials_left, clock.unreached = 1, 3
+    assert clock.affordable(64, first=True) == 1
+    assert clock.affordable(64, first=True) == 0 and clock.unreached == 1
+    clock.trials_left, clock.unreached = 100, 1
+    assert clock.affordable(64, first=True) == 64 and clock.unreached == 0
+
+
 def test_a_finished_run_re_run_keeps_its_summary(tmp_path, capsys):
     """The same command on a finished work dir measures nothing and leaves costlab_tune.json as the run wrote
     it: its first batch's seconds, wall seconds and per-task checks (with --no-check added too)."""

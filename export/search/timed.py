@@ -10,7 +10,10 @@ The clock also holds the budgets every batch is cut to (``RoundClock.affordable`
 (``trials_left``, shared by all tasks of a network: MetaSchedule's task scheduler checks its global budget only
 before a round, so its last round would run past it), and, once a batch has been measured, the deadline: a
 batch is cut to the programs that the last batch's build and run seconds per program say can be measured
-before it, and none starts when not one fits.
+before it, and none starts when not one fits. A task's first batch is also cut to its share of the trials left
+among the tasks not yet measured (``unreached``): a network of many tasks whose first rounds together exceed the
+budget (19 tasks x 64 candidates > 1,000 trials) still has every task measured once, each first round a little
+smaller, instead of the last tasks in the order never measured at all.
 
 With a screening runner (``metaschedule/screening.py``) the clock also carries its ``TaskTags``: ``TimedSearch`` tags
 the candidates it returns with its task, ``TimedBuilder`` maps each artifact built from them to that task.
@@ -37,6 +40,7 @@ class RoundClock:
         self.stopped_by_deadline = False
         self.lost: str | None = None  # why the remote device was given up (``metaschedule.rpc``)
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
+        self.unreached = 0  # tasks sharing trials_left that have not had a batch yet (their first batches share it)
         self.per_program_s: float | None = None  # the last batch's build and run seconds per program
         self._batch_n = 0
         self.tags = None  # a metaschedule.screening.TaskTags when the runner screens: candidates tagged with their task
@@ -54,11 +58,17 @@ class RoundClock:
             return True
         return False
 
-    def affordable(self, n: int) -> int:
+    def affordable(self, n: int, first: bool = False) -> int:
         """How many of a batch of ``n`` candidates may be measured: no more than the trials left, and no more than
-        fit before the deadline at the last batch's seconds per program; counted against the trials left."""
+        fit before the deadline at the last batch's seconds per program; counted against the trials left.
+        ``first``: the task's first batch, one of ``unreached``: no more than its share of the trials left, at
+        least one."""
         if self.trials_left is not None:
             n = min(n, self.trials_left)
+            if first and self.unreached > 1:
+                n = min(n, max(1, self.trials_left // self.unreached))
+        if first and self.unreached > 0:
+            self.unreached -= 1
         if self.deadline is not None and self.per_program_s:
             fit = int((self.deadline - time.time()) / self.per_program_s)
             if fit < n:
@@ -94,10 +104,11 @@ class RoundClock:
 
 @derived_object
 class TimedSearch(PySearchStrategy):
-    """A search strategy (MetaSchedule's or costlab's) timed by a ``RoundClock`` and stopped by its deadline."""
+    """A search strategy (MetaSchedule's or costlab's) timed by a ``RoundClock`` and stopped by its deadline.
+    ``reached``: the task already has measured programs (a continued run), so its next batch is not a first one."""
 
-    def __init__(self, inner, clock: RoundClock):
-        self.inner, self.clock = inner, clock
+    def __init__(self, inner, clock: RoundClock, reached: bool = True):
+        self.inner, self.clock, self.reached = inner, clock, reached
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -119,7 +130,8 @@ class TimedSearch(PySearchStrategy):
         self.clock.search_s += time.perf_counter() - t0
         if out is None:
             return None
-        n = self.clock.affordable(len(out))
+        n = self.clock.affordable(len(out), first=not self.reached)
+        self.reached = True
         out = list(out)[:n] if n > 0 else None
         if out and self.clock.tags is not None and getattr(self, "task", None) is not None:
             self.clock.tags.candidates(out, self.task)
@@ -129,7 +141,7 @@ class TimedSearch(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self):
-        return TimedSearch(self.inner.clone(), self.clock)
+        return TimedSearch(self.inner.clone(), self.clock, self.reached)
 
 
 @derived_object
