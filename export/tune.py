@@ -52,6 +52,7 @@ from costlab.export.workdir import MeasuringStack, WorkDir
 from costlab.metaschedule.rpc import tracker_problem
 from costlab.metaschedule.targets import is_gpu, platform_id_for, runnable_target, target_cores
 from costlab.metaschedule.traces import plain_json
+from costlab.metaschedule.workloads import unique_buffer_names
 from costlab.metaschedule.tune_context import tune_context
 
 # the imports inside functions pull torch and tvm: costlab/commands/tune.py imports this module when the command
@@ -353,7 +354,10 @@ def tune(opts: TuneOptions) -> dict:
                     names = [tasks[i].name for i in group]
                     contexts = []
                     for i, logger, rand in zip(group, _task_loggers(work, names), fork_seed(opts.seed, n=len(group))):
-                        contexts.append(tune_context(tasks[i].mod, target, _strategy(opts, log, clock, done[i] > 0),
+                        # buffers named apart (the same workload to the database: names are not in its hash), so
+                        # that the model's features of the live candidates need no replay (ms_records.named_apart)
+                        contexts.append(tune_context(unique_buffer_names(tasks[i].mod), target,
+                                                     _strategy(opts, log, clock, done[i] > 0),
                                                      task_name=tasks[i].name, rand_state=rand, num_threads=cores,
                                                      logger=logger).clone())
                     if clock.screening is not None:  # each task's best in the work dir's database (a continued run)

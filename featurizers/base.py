@@ -84,6 +84,9 @@ class Featurizer(ABC):
 
     #: config keys filled in by ``fit`` (e.g. vocabulary, sequence length)
     learned_keys: ClassVar[tuple] = ()
+    #: a fix that changes some records' features without changing what the features are: caches made before it
+    #: are rebuilt (it is part of the cache fingerprint), models trained before it still load (the version holds)
+    revision: ClassVar[int] = 0
 
     @property
     def key(self) -> str:
@@ -92,8 +95,10 @@ class Featurizer(ABC):
 
     @property
     def fingerprint(self) -> str:
-        """Hash of the config; a cache made under another config is rebuilt."""
+        """Hash of the config (and the revision, once there is one); a cache made under another is rebuilt."""
         text = json.dumps(self.config, sort_keys=True, default=str)
+        if self.revision:
+            text += f"@r{self.revision}"
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def platform_fingerprint(self, ds, platform: str) -> str:

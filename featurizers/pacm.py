@@ -39,7 +39,7 @@ import numpy as np
 from costlab.common.errors import last_line
 from costlab.common.host import usable_cores
 from costlab.featurizers.base import Featurizer, register
-from costlab.featurizers.ms_records import feature_context, record_batch, task_module
+from costlab.featurizers.ms_records import feature_context, named_apart, record_batch, task_module
 from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, target_dict
 from costlab.featurizers.psa.hardware import PlatformSpecs
 from costlab.metaschedule.targets import is_gpu
@@ -193,6 +193,7 @@ class PaCM(PlatformSpecs, Featurizer):
     name = "pacm"
     # 2: the tokens' column 19 is the access's own footprint (1 repeated the reuse distance); 3: ``program``
     version = 3
+    revision = 1  # 1: a workload's buffers that share a name are told apart (ms_records.named_apart)
     default_config = {"spec": None, "num_threads": 1}
 
     def __init__(self, config=None):
@@ -293,7 +294,8 @@ class PaCM(PlatformSpecs, Featurizer):
 
         threads = live_threads(tdict, int(self.config["num_threads"]))
         key = ("live", int(tvm_ffi.structural_hash(mod)), repr(sorted(tdict.items(), key=str)), threads)
-        return candidate_arrays(self._features(key, mod, tdict, list(schedules), spec, is_gpu(tdict), threads))
+        mod, schedules = named_apart(mod, list(schedules))
+        return candidate_arrays(self._features(key, mod, tdict, schedules, spec, is_gpu(tdict), threads))
 
 
 def candidate_arrays(feats: list) -> dict:

@@ -54,6 +54,60 @@ def decode_workload(shash: str, b64: str):
     return Workload.from_json([shash, b64]).mod
 
 
+def duplicate_buffer_names(mod) -> list[str]:
+    """Names that two different buffers of ``mod``'s PrimFuncs share (te's unnamed placeholders are all
+    ``placeholder``: a depthwise convolution's input and weight). The blocks' reads, writes and allocations
+    are walked, which name every buffer of a workload before it is scheduled."""
+    seen: dict = {}
+
+    def add(buf):
+        seen.setdefault(str(buf.name), set()).add(buf.__chandle__())
+
+    def visit(node):
+        kind = type(node).__name__
+        if kind == "SBlockRealize":
+            block = node.block
+            for region in (*block.reads, *block.writes):
+                add(region.source)
+            for buf in block.alloc_buffers:
+                add(buf)
+            if block.init is not None:
+                visit(block.init)
+            visit(block.body)
+        elif kind == "SeqStmt":
+            for stmt in node.seq:
+                visit(stmt)
+        elif kind == "IfThenElse":
+            visit(node.then_case)
+            if node.else_case is not None:
+                visit(node.else_case)
+        elif getattr(node, "body", None) is not None:  # For, AttrStmt, Bind, LetStmt, AllocBuffer, ...
+            visit(node.body)
+
+    for _, func in mod.functions_items():
+        if type(func).__name__ == "PrimFunc":
+            visit(func.body)
+    return sorted(name for name, datas in seen.items() if len(datas) > 1)
+
+
+def unique_buffer_names(mod):
+    """``mod`` with every buffer named apart (a TVMScript round trip, whose printer suffixes repeated names:
+    ``placeholder``, ``placeholder_1``), or ``mod`` itself when its names already are, or when the copy is
+    not structurally equal to it. Names are no part of a workload's identity (its structural hash ignores
+    them), but TVM's per-store features order tied buffers by name and then by address, so two buffers of
+    one name come out in either order from one process to the next; and PSA follows a buffer by its name."""
+    if not duplicate_buffer_names(mod):
+        return mod
+    import tvm
+    import tvm_ffi
+
+    try:
+        renamed = tvm.script.from_source(mod.script())
+    except Exception:  # noqa: BLE001  a module TVMScript cannot round-trip keeps its names
+        return mod
+    return renamed if tvm_ffi.structural_equal(renamed, mod) else mod
+
+
 def _clean_name(text: str) -> str:
     """``T_matmul_NT`` -> ``matmul_NT``, ``conv2d_nhwc_1`` -> ``conv2d_nhwc``."""
     text = re.sub(r"^T_", "", text)

@@ -93,6 +93,24 @@ def test_a_cache_made_under_one_spec_is_not_read_under_another(zen5, tmp_path):
     assert build_cache(data, "psa", PLATFORM, progress=False)["cached_before"] == 0
 
 
+def test_a_cache_made_before_a_featurizers_revision_is_rebuilt_and_its_models_still_load(zen5, tmp_path,
+                                                                                          monkeypatch):
+    """A fix that changes some records' features (PSA's revision 1: buffers of one name told apart) makes the
+    caches made before it stale; the version, which a trained model is checked against, stays."""
+    from costlab.featurizers import from_json
+    from costlab.featurizers.psa.featurizer import PSA
+
+    data = tmp_path / "z.h5"
+    data.write_bytes(zen5.read_bytes())
+    build_cache(data, "psa", PLATFORM, progress=False)
+    saved = create("psa").to_json()
+    monkeypatch.setattr(PSA, "revision", PSA.revision + 1)
+    with open_dataset(data) as ds:
+        assert open_cache(ds, create("psa"), PLATFORM) is None
+    assert build_cache(data, "psa", PLATFORM, progress=False)["cached_before"] == 0
+    assert from_json(saved).version == PSA.version
+
+
 def test_import_ms_records_the_host_that_measured_the_records(tmp_path, capsys):
     """`import-ms --host FILE` records the measuring machine with the platform, so its features are that
     machine's (its L1 of 32 KB here, not the -mcpu table's 48 KB); records of another machine for the same

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from costlab.featurizers.base import Featurizer, register
-from costlab.featurizers.ms_records import record_batch, task_module
+from costlab.featurizers.ms_records import named_apart, record_batch, task_module
 from costlab.featurizers.psa.formula import estimate
 from costlab.featurizers.psa.hardware import PlatformSpecs, target_dict
 from costlab.featurizers.psa.tir_nest import program_of
@@ -36,6 +36,7 @@ class PSA(PlatformSpecs, Featurizer):
     # 2: on GPU, registers beyond what one block may hold spill (nvcc caps them under TVM's __launch_bounds__)
     # and a shared-memory bound over the block's limit is capped at it, instead of the launch being impossible
     version = 2
+    revision = 1  # 1: a workload's buffers that share a name are told apart (ms_records.named_apart)
     default_config = {"mode": "trace", "spec": None}
 
     def __init__(self, config=None):
@@ -100,6 +101,7 @@ class PSA(PlatformSpecs, Featurizer):
         tdict = target_dict(target)
         spec = self.spec_for(target=normalize_target(tdict))
         gpu = is_gpu(tdict)
+        mod, schedules = named_apart(mod, list(schedules))
         model = None
         if self.config["mode"] == "trace":
             key = ("live", int(tvm_ffi.structural_hash(mod)), gpu)
