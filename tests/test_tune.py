@@ -323,11 +323,13 @@ def test_a_network_that_fails_end_to_end_keeps_its_tuning_and_says_why_in_one_li
 
 def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     """`--network` compiles the whole network with the tuning database and beside the untuned build, and
-    times both (what the end-to-end comparison of every network run rests on)."""
+    times both (what the end-to-end comparison of every network run rests on). GELU's fused task has two
+    buffers named ``T_multiply``: it is tuned under names told apart, and its records still apply to the
+    network's own function."""
     spec = _torch_net(tmp_path, monkeypatch, "tinynet",
                       "import torch\n"
                       "def f():\n"
-                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), "
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)), "
                       "(torch.randn(2, 16),)\n")
     assert main(["tune", "--network", spec, "--trials", "4", "--per-iter", "2", "--work-dir",
                  str(tmp_path / "w"), "--no-progress", "--json"]) == 0
@@ -340,6 +342,7 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     assert any(t["name"].startswith("fused_") for t in summary["tasks"])
     assert net["tuned_functions"] == sum(1 for t in summary["tasks"] if t.get("check", {}).get("status") in ("ok", "replaced"))
     assert net["tuned_functions"] >= 1
+    assert any("gelu" in t["name"] and t.get("check", {}).get("status") in ("ok", "replaced") for t in summary["tasks"])
     # each task's contenders were measured again and its rows list them fastest first
     assert summary["finals"]["top"] == 4 and summary["finals"]["measured"] >= 0
     finals = [t["final_us"] for t in summary["tasks"] if "final_us" in t]
