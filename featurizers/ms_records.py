@@ -66,6 +66,7 @@ def named_apart(mod, schedules: list):
 
     if not schedules:
         return mod, schedules
+
     def make():  # None: the names are apart already
         renamed = unique_buffer_names(mod)
         return None if renamed is mod else renamed

@@ -3,7 +3,8 @@
 - ``targets``: TVM targets as JSON dicts (from the string form too), this machine as a target, which kinds
   are GPUs (``GPU_KINDS``, ``is_gpu``), platform ids derived from targets;
 - ``workloads``: a workload's database form (``[shash, base64 IR]``), decoded, and a task's name, kernel
-  class and FLOPs; its buffers named apart when two share a name (``unique_buffer_names``); ``structure``: its blocks, anchor block, kernel class and block signatures;
+  class and FLOPs; its buffers named apart when two share a name (``unique_buffer_names``); ``structure``:
+  its blocks, anchor block, kernel class and block signatures;
 - ``traces``: a trace as the JSON a database stores (``trace_json``, ``compact_json``) and replayed on a
   workload (``replay``, ``replay_candidate``: the one replay every layer uses);
 - ``databases``: MetaSchedule's JSON databases, the one reader (plain or gzip) and the one writer;

@@ -342,7 +342,8 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
     assert any(t["name"].startswith("fused_") for t in summary["tasks"])
     assert net["tuned_functions"] == sum(1 for t in summary["tasks"] if t.get("check", {}).get("status") in ("ok", "replaced"))
     assert net["tuned_functions"] >= 1
-    assert any("gelu" in t["name"] and t.get("check", {}).get("status") in ("ok", "replaced") for t in summary["tasks"])
+    assert any("gelu" in t["name"] and t.get("check", {}).get("status") in ("ok", "replaced")
+               for t in summary["tasks"])
     # each task's contenders were measured again and its rows list them fastest first
     assert summary["finals"]["top"] == 4 and summary["finals"]["measured"] >= 0
     finals = [t["final_us"] for t in summary["tasks"] if "final_us" in t]
