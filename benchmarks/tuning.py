@@ -8,6 +8,7 @@ Arms, each a `costlab tune` run (a0 excepted) on the host's own target:
   b   costlab tune's default with the pre-trained model (--model), frozen: model-led (PSA drafts the pool, the
       model leads the evolution, small first rounds)
   c   b with online momentum adaptation (MoA)
+  b2, c2  b and c with a second pre-trained model (--model2), so that two models are compared in one benchmark
   d   draft-verify, frozen: PSA leads the evolution, the model re-ranks its drafts (the earlier default)
   f   draft-filter, frozen: MetaSchedule's evolutionary search with a cost model that drafts with PSA inside
       every call
@@ -64,19 +65,21 @@ WORKLOADS = {
                      "--task", "fused_softmax*"],
 }
 GMM_FLOPS = 2 * 128 * 128 * 128
-ARMS = ("a0", "a", "a1000", "b", "c", "d", "f")
+ARMS = ("a0", "a", "a1000", "b", "c", "b2", "c2", "d", "f")
 SEED0_ONLY = ("a0", "a1000")
-COSTLAB_ARMS = ("b", "c", "d", "f")
+COSTLAB_ARMS = ("b", "c", "b2", "c2", "d", "f")
+SECOND_MODEL = ("b2", "c2")  # the arms of --model2
 
 
-def _arm_args(arm: str, model: str | None) -> list[str]:
+def _arm_args(arm: str, model: str | None, model2: str | None = None) -> list[str]:
     if arm in ("a", "a1000"):
         return ["--strategy", "evolutionary"]
     if arm in COSTLAB_ARMS:
+        model, flag = (model2, "--model2") if arm in SECOND_MODEL else (model, "--model")
         if not model:
-            raise SystemExit(f"arm {arm} needs --model (a model pre-trained on other tasks of this target)")
-        strategy = {"b": "model-led", "c": "model-led", "d": "draft-verify", "f": "draft-filter"}[arm]
-        return ["--model", model, "--strategy", strategy, "--adapt", "momentum" if arm == "c" else "none"]
+            raise SystemExit(f"arm {arm} needs {flag} (a model pre-trained on other tasks of this target)")
+        strategy = {"d": "draft-verify", "f": "draft-filter"}.get(arm, "model-led")
+        return ["--model", model, "--strategy", strategy, "--adapt", "momentum" if arm in ("c", "c2") else "none"]
     raise ValueError(arm)
 
 
@@ -115,7 +118,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
         cmd = [sys.executable, __file__, "_a0", "--work", str(work), "--trials", str(args.trials), "--seed", str(seed),
                "--target", args.target, "--", *_workload_args(workload)]
     else:
-        cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model), "--trials", str(_trials(arm, args)),
+        cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model, args.model2), "--trials", str(_trials(arm, args)),
                "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress",
                "--no-library"]  # the search and model alone, no schedule library start
     work.mkdir(parents=True, exist_ok=True)
@@ -302,16 +305,24 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "benchmark.json"
-    from costlab.common.host import host_info
+    from costlab.common.host import host_info, same_host
     from costlab.costmodels.predictors import weights_sha256
     from costlab.metaschedule.targets import runnable_target
 
     info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model,
-                model_sha256=weights_sha256(args.model))
-    if meta.exists():
+                model_sha256=weights_sha256(args.model), model2=args.model2, model2_sha256=weights_sha256(args.model2))
+    if meta.exists():  # a benchmark continued: same machine and budget, and each arm's runs by one model
         old = json.loads(meta.read_text())
-        if old["host"] != info["host"] or old["trials"] != info["trials"]:
+        if not same_host(old["host"], info["host"]) or old["trials"] != info["trials"]:
             raise SystemExit(f"{out} holds a benchmark of another host or budget: use another --out")
+        for key in ("model", "model2"):
+            if not info[key]:  # not given this time: the arms already run keep theirs
+                info[key], info[f"{key}_sha256"] = old.get(key), old.get(f"{key}_sha256")
+            elif old.get(key) and old.get(f"{key}_sha256") != info[f"{key}_sha256"]:
+                raise SystemExit(f"{out} was run with --{key} {old[key]} (weights {str(old.get(f'{key}_sha256'))[:12]}), "
+                                 f"not {info[key]} ({str(info[f'{key}_sha256'])[:12]}): use another --out")
+        info["host"] = old["host"]
+    args.model, args.model2 = info["model"], info["model2"]
     meta.write_text(json.dumps(info, indent=1))
     for workload in args.workloads:
         for seed in [int(s) for s in args.seeds.split(",")]:
@@ -437,7 +448,8 @@ def table(args) -> int:
         from costlab.common.host import describe_host
 
         lines.append(f"host: {describe_host(meta['host'])}; target {json.dumps(meta['target'])}; "
-                     f"budget {meta['trials']} trials; model {meta.get('model')} {meta.get('model_sha256', '')}")
+                     f"budget {meta['trials']} trials; model {meta.get('model')} {meta.get('model_sha256', '')}"
+                     + (f"; model2 (b2, c2) {meta['model2']} {meta.get('model2_sha256', '')}" if meta.get("model2") else ""))
     head = ("| workload | arm | seeds | start-up s | final µs (geomean, min–max) | after 64 µs (min–max) | wall s | "
             "reach a: trials (seeds) | reach a: s | reach a1000: trials (seeds) | reach a1000: s |")
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
@@ -637,6 +649,7 @@ def main(argv=None) -> int:
     r = sub.add_parser("run", help="run (or continue) every arm, then print the table")
     r.add_argument("--out", required=True)
     r.add_argument("--model", help="the pre-trained model of arms b and c")
+    r.add_argument("--model2", help="a second pre-trained model, of arms b2 and c2")
     r.add_argument("--arms", default="a,a1000,b,c")
     r.add_argument("--workloads", nargs="+", default=list(WORKLOADS),
                    help=f"names of the benchmark's workloads ({', '.join(WORKLOADS)}) or te_workload specs")

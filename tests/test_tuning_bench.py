@@ -34,3 +34,48 @@ def test_the_curve_of_an_archived_run_and_of_its_plain_records(tmp_path):
     (plain / "database_tuning_record.json").write_text("\n".join(records) + "\n")
     assert tuning._curve(plain) == [expected[0], math.inf, *expected[1:]]
     assert tuning._curve(tmp_path / "nothing") == []
+
+
+def test_two_models_in_one_benchmark_each_with_its_own_arms():
+    assert tuning._arm_args("b", "m1", "m2") == ["--model", "m1", "--strategy", "model-led", "--adapt", "none"]
+    assert tuning._arm_args("c", "m1", "m2") == ["--model", "m1", "--strategy", "model-led", "--adapt", "momentum"]
+    assert tuning._arm_args("b2", "m1", "m2") == ["--model", "m2", "--strategy", "model-led", "--adapt", "none"]
+    assert tuning._arm_args("c2", "m1", "m2") == ["--model", "m2", "--strategy", "model-led", "--adapt", "momentum"]
+    assert tuning._arm_args("a", None) == ["--strategy", "evolutionary"]
+    try:
+        tuning._arm_args("c2", "m1", None)
+    except SystemExit as exc:
+        assert "--model2" in str(exc)
+    else:
+        raise AssertionError("arm c2 ran without --model2")
+
+
+def test_a_benchmark_is_continued_only_with_the_models_its_arms_ran_with(tmp_path, monkeypatch):
+    from costlab.common.host import host_info
+    from costlab.costmodels.predictors import weights_sha256
+
+    out = tmp_path / "bench"
+    out.mkdir()
+    host = {k: v for k, v in host_info().items() if k != "mhz"}  # the clock is no part of a host's identity
+    (out / "benchmark.json").write_text(json.dumps(dict(host=host, target={}, trials=200, model="x86-cpu",
+                                                        model_sha256=weights_sha256("x86-cpu-v1"))))
+    ran = []
+    monkeypatch.setattr(tuning, "_run_one", lambda arm, wl, seed, args, out: ran.append((arm, args.model, args.model2)))
+    monkeypatch.setattr(tuning, "table", lambda args: 0)
+    args = tuning.argparse.Namespace(out=str(out), model="x86-cpu-v2", model2=None, trials=200, target="host",
+                                     workloads=["gmm"], seeds="0", arms="b")
+    try:
+        tuning.run(args)
+    except SystemExit as exc:
+        assert "x86-cpu-v2" in str(exc) and "another --out" in str(exc)
+    else:
+        raise AssertionError("arm b was continued with another model than its runs'")
+    assert ran == []
+    # the same weights under their versioned name, and a second model for b2/c2: continued, both recorded
+    args = tuning.argparse.Namespace(out=str(out), model=None, model2="x86-cpu-v2", trials=200, target="host",
+                                     workloads=["gmm"], seeds="0", arms="b,c2")
+    assert tuning.run(args) == 0
+    assert ran == [("b", "x86-cpu", "x86-cpu-v2"), ("c2", "x86-cpu", "x86-cpu-v2")]
+    meta = json.loads((out / "benchmark.json").read_text())
+    assert meta["model_sha256"] == weights_sha256("x86-cpu-v1") and meta["model2_sha256"] == weights_sha256("x86-cpu-v2")
+    assert meta["host"] == host
