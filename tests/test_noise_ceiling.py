@@ -53,3 +53,51 @@ def test_scores_leave_out_programs_that_failed_a_round_and_report_the_spread():
     assert s["oracle"]["pairwise_q25"] == pytest.approx(2 / 3)  # (1.1, 1.2) swapped by the re-measurement
     assert s["repeat"]["pairwise_q25"] == pytest.approx(2 / 3)
     assert s["oracle"]["pairwise_q10"] == 1.0
+
+
+def test_a_kept_measurement_is_read_back_and_new_settings_measure_again(tmp_path, monkeypatch):
+    m = dict(row=np.array([3, 1]), task=np.array([0, 0]), recorded=np.array([1.0, 2.0]), first=np.array([1.1, 2.1]),
+             second=np.array([1.2, 2.2]), in_q10=np.array([True, False]), names=np.array(["gmm", "gmm"]))
+    calls = []
+    monkeypatch.setattr(nc, "measure", lambda *a: calls.append(a) or m)
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "lock"))  # a test run holds the machine's own lock
+    args = nc.argparse.Namespace(limit=96, number=3, repeat=1, min_repeat_ms=100, again=False)
+    saved = tmp_path / "measured-a.npz"
+    first = nc.load_or_measure(tmp_path / "d.h5", saved, args)
+    again = nc.load_or_measure(tmp_path / "d.h5", saved, args)
+    assert len(calls) == 1 and saved.exists()
+    assert all(np.array_equal(again[k], first[k]) for k in m) and again["names"].tolist() == ["gmm", "gmm"]
+    args.limit = 48  # other settings: the kept one does not answer for them
+    nc.load_or_measure(tmp_path / "d.h5", saved, args)
+    args.again = True
+    nc.load_or_measure(tmp_path / "d.h5", saved, args)
+    assert len(calls) == 3
+
+
+def test_a_model_scored_against_labels_that_did_not_move_scores_the_same(tmp_path):
+    import shutil
+
+    from conftest import FIXTURES
+
+    from costlab.datasets import open_dataset
+
+    data = tmp_path / "d.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    with open_dataset(data) as ds:
+        table = ds.records(ds.record_platforms()[0])
+        task, latency = table.task, table.latency()
+    rows, in_q10 = nc.picks(task, latency, limit=100)
+    lat = latency[rows]
+    m = dict(row=rows, task=task[rows], recorded=lat, first=lat, second=lat, in_q10=in_q10)
+    s = nc.model_scores("psa", data, m)
+    assert s["recorded"] == s["remeasured"] and 0.0 <= s["recorded"]["pairwise_q25"] <= 1.0
+    # re-measurements that reverse each task's order (picks keeps a task's rows together, fastest first):
+    # every pair the model got right against the recorded labels it gets wrong against these
+    flipped = lat.copy()
+    for t in np.unique(task[rows]):
+        where = np.flatnonzero(task[rows] == t)
+        flipped[where] = lat[where][::-1]
+    m["first"] = m["second"] = flipped
+    assert len(np.unique(lat)) == len(lat)  # no tied labels, so the pairs are the same in both
+    assert s["recorded"]["pairwise_q25"] + nc.model_scores("psa", data, m)["remeasured"]["pairwise_q25"] == (
+        pytest.approx(1.0))
