@@ -83,6 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("--featurizers", default="tlp,pacm,psa")
     p.add_argument("--work", required=True, type=Path, help="folder for the two copies and results.json")
     args = p.parse_args(argv)
+    from costlab.common.files import write_atomically
     from costlab.common.host import describe_host, host_info
 
     if not args.data.is_file():
@@ -99,9 +100,9 @@ def main(argv=None) -> int:
                 raise SystemExit(f"error: costlab featurize {copy} --featurizer {name} failed:\n{res.stderr[-2000:]}")
             seconds.setdefault(name, []).append(round(time.time() - started, 1))
     result = compare(*copies)
-    (args.work / "results.json").write_text(json.dumps(dict(data=str(args.data), host=host_info(), seconds=seconds,
-                                                            at=time.strftime("%Y-%m-%d %H:%M:%S"), arrays=result),
-                                                       indent=1))
+    write_atomically(args.work / "results.json", json.dumps(
+        dict(data=str(args.data), host=host_info(), seconds=seconds, at=time.strftime("%Y-%m-%d %H:%M:%S"),
+             arrays=result), indent=1).encode())
     print(f"host: {describe_host(host_info())}; {args.data}; featurize seconds per copy {seconds}")
     for name, r in result.items():
         print(f"{name}: " + ("identical" if r["identical"] else r.get("why") or

@@ -29,6 +29,7 @@ re-measurements. Writes ``results.json`` (host, settings, per workload and overa
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -40,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from heldout_trajectories import RUNS, build  # noqa: E402
+
+from costlab.common.files import write_atomically  # noqa: E402
 
 
 def picks(task: np.ndarray, latency: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,13 +125,18 @@ def measure(data: Path, limit: int, number: int, repeat: int, min_repeat_ms: int
                 names=np.array([names[int(t)] for t in task[rows]]))
 
 
+def measured(m: dict) -> np.ndarray:
+    """Which re-measured programs ran in both rounds (a failure in either leaves a program out)."""
+    return np.isfinite(m["first"]) & np.isfinite(m["second"])
+
+
 def model_scores(model: str, data: Path, m: dict) -> dict:
     """A model's pairwise and top-1 on the re-measured programs against their recorded labels (as
     ``heldout_trajectories.py`` scores it) and against the mean of the two re-measurements, taken together
     minutes apart: a model that ranks the tail better than the recorded labels can show gains on the second."""
     from costlab.train.evaluate import evaluate
 
-    ok = np.isfinite(m["first"]) & np.isfinite(m["second"])
+    ok = measured(m)
     pred = evaluate(model, data, split=None)["_arrays"]["pred"][m["row"][ok]]
     task, q10 = m["task"][ok], m["in_q10"][ok]
     return dict(recorded=pair_scores(task, pred, m["recorded"][ok], q10),
@@ -147,14 +155,14 @@ def load_or_measure(data: Path, saved: Path, args) -> dict:
                 return {k: z[k] for k in z.files if k != "settings"}
     with cpu_lock():
         m = measure(data, args.limit, args.number, args.repeat, args.min_repeat_ms)
-    tmp = saved.with_suffix(".tmp.npz")
-    np.savez(tmp, settings=settings, **m)
-    tmp.replace(saved)
+    buf = io.BytesIO()
+    np.savez(buf, settings=settings, **m)
+    write_atomically(saved, buf.getvalue())
     return m
 
 
 def scores(m: dict) -> dict:
-    ok = np.isfinite(m["first"]) & np.isfinite(m["second"])
+    ok = measured(m)
     task, rec, a, b, q10 = (m[k][ok] for k in ("task", "recorded", "first", "second", "in_q10"))
     # A prediction is "higher is better": the negated latency.
     return dict(programs=int(ok.sum()), failed=int((~ok).sum()), tasks=int(len(np.unique(task))),
@@ -193,7 +201,7 @@ def main(argv=None) -> int:
                                     models={model: model_scores(model, data, m) for model in results["models"]})
         print(f"[{time.strftime('%H:%M:%S')}] {arm}: {results['arms'][arm]['all']['programs']} programs re-measured "
               f"(or read back) in {results['arms'][arm]['seconds']} s", flush=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    write_atomically(args.out / "results.json", json.dumps(results, indent=1).encode())
     print(f"host: {describe_host(results['host'])}")
     print("| held out | workload | programs | best ¼ spread | oracle pairwise ¼ | oracle pairwise ⅒ | oracle top-1 ¼ | "
           "repeat pairwise ¼ | repeat pairwise ⅒ |")
