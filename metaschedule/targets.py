@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 
-from costlab.common.host import usable_cores
+from costlab.common.host import faked_llvm_cpu, usable_cores
 
 # Target kinds whose kernels run on a GPU (a target with the key ``gpu`` is one too: ``is_gpu``)
 GPU_KINDS = ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx")
@@ -157,7 +157,12 @@ def local_gpu(index: int = 0) -> dict | None:
 
 def host_cpu_name() -> str:
     """LLVM's concrete name of this machine's CPU (``znver4``, ``sapphirerapids``, ...), as TVM's LLVM
-    detects it: the same name ``-mcpu=native`` would resolve to here, written out."""
+    detects it: the same name ``-mcpu=native`` would resolve to here, written out. A folder of faked host files
+    (``$COSTLAB_HOST_FILES``) names its CPU in its file ``llvm_cpu``, so that the suite sees another CPU's name
+    as it sees that CPU's caches and flags."""
+    faked = faked_llvm_cpu()
+    if faked:
+        return faked
     from tvm.target import codegen
 
     return str(codegen.llvm_get_system_cpu())

@@ -13,6 +13,22 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @pytest.fixture
+def another_host(monkeypatch) -> Path:
+    """A folder of a real CPU's description (``COSTLAB_HOST_FILES``) that is not this machine's: a Zen 4's, or an
+    Emerald Rapids' where this machine is that Zen 4, so that a test of what another machine is refused holds on
+    every host. The test sets the variable where the other machine should begin."""
+    from costlab.common.host import FAKE_HOST_ENV, host_info, same_host
+
+    here = host_info()
+    for name in ("zen4", "emeraldrapids"):
+        with monkeypatch.context() as m:
+            m.setenv(FAKE_HOST_ENV, str(FIXTURES / "hosts" / name))
+            if not same_host(host_info(), here):
+                return FIXTURES / "hosts" / name
+    raise AssertionError("both faked hosts describe this machine")
+
+
+@pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"the public logs in {SHARED_DATA} are not beside this checkout")

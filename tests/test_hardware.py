@@ -160,11 +160,13 @@ def test_simd_width_of_cpu_names_matches_llvm(mcpu):
     assert table == want
 
 
-def test_host_target_names_this_cpu():
+def test_host_target_names_this_cpu(monkeypatch):
     from tvm.target import codegen
 
+    from costlab.common.host import FAKE_HOST_ENV
     from costlab.metaschedule.targets import host_target, normalize_target
 
+    monkeypatch.delenv(FAKE_HOST_ENV, raising=False)  # LLVM's own detection, whatever the suite fakes
     t = host_target()
     assert t["kind"] == "llvm" and t["mcpu"] == codegen.llvm_get_system_cpu() and t["mcpu"] != "native"
     assert t["num-cores"] >= 1
@@ -184,3 +186,15 @@ def test_runnable_target_checks_the_cpu_and_completes_the_cores():
     with pytest.raises(ValueError, match="needs its num-cores"):
         runnable_target("llvm -mcpu=znver4", local=False)
     assert runnable_target({"kind": "cuda", "arch": "sm_90"}, local=False)["arch"] == "sm_90"  # tests/test_gpu.py
+
+
+def test_faked_host_files_name_their_llvm_cpu(monkeypatch):
+    """A folder of faked host files names its CPU for LLVM too (``llvm_cpu``), so a host target made under the
+    fake is that CPU's, as on the machine itself."""
+    from pathlib import Path
+
+    from costlab.common.host import FAKE_HOST_ENV
+    from costlab.metaschedule.targets import host_target
+
+    monkeypatch.setenv(FAKE_HOST_ENV, str(Path(__file__).parent / "fixtures" / "hosts" / "zen4"))
+    assert host_target()["mcpu"] == "znver4"

@@ -5,21 +5,19 @@ refuses, and the committed pack that unpacks with its host."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 
 from costlab.cli import main
-from costlab.common.host import FAKE_HOST_ENV
+from costlab.common.host import FAKE_HOST_ENV, host_info
 from costlab.datasets import open_dataset
 
 sys.path.insert(0, str(REPO / "scripts"))
 import make_trajectories as mt  # noqa: E402
-
-ZEN4 = Path(__file__).parent / "fixtures" / "hosts" / "zen4"
 
 
 def test_the_task_list_is_long_enough_and_holds_no_benchmark_workload():
@@ -83,14 +81,20 @@ def test_a_run_resumes_without_measuring_a_program_twice(tmp_path, monkeypatch):
         assert len(traces) == len(set(traces)) and len(lines) > len(before.splitlines())
 
 
-def test_another_cpu_is_refused_its_folder(tmp_path, monkeypatch, capsys):
-    """The folder of a platform is one machine's: a run on another CPU (a Zen 4 faked) stops at once, naming
-    both machines, with nothing measured."""
+def test_another_cpu_is_refused_its_folder(tmp_path, monkeypatch, capsys, another_host):
+    """The folder of a platform is one machine's: a run on another CPU that LLVM names alike (another model of
+    the same generation: another CPU's files faked, under this machine's LLVM name) stops at once, naming both
+    machines, with nothing measured."""
+    from costlab.metaschedule.targets import host_cpu_name
+
     folder, host, _ = mt.platform_dir(tmp_path)
     mt.check_host(folder, host)
-    monkeypatch.setenv(FAKE_HOST_ENV, str(ZEN4))
+    faked = shutil.copytree(another_host, tmp_path / "host")
+    (faked / "llvm_cpu").write_text(host_cpu_name())
+    monkeypatch.setenv(FAKE_HOST_ENV, str(faked))
+    other = host_info()
     monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8"])
-    with pytest.raises(SystemExit, match="measured on .* this host is .*family 25 model 17"):
+    with pytest.raises(SystemExit, match=f"measured on .* this host is .*family {other['family']} model {other['model']}"):
         mt.main(["run", "--out", str(tmp_path), "--trials", "2"])
     assert not (folder / "runs").exists()
 

@@ -36,6 +36,13 @@ def host_paths() -> tuple[str, str, str]:
     return CPUINFO, CACHE_DIR, CPUFREQ
 
 
+def faked_llvm_cpu() -> str | None:
+    """LLVM's name of the CPU the folder ``$COSTLAB_HOST_FILES`` describes (its file ``llvm_cpu``), or None when
+    no folder is set or it names none: then LLVM's detection of this machine stands."""
+    root = os.environ.get(FAKE_HOST_ENV)
+    return (_read(Path(root) / "llvm_cpu").strip() or None) if root else None
+
+
 def _read(path) -> str:
     try:
         return Path(path).read_text()
