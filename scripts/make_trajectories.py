@@ -6,7 +6,7 @@ Each task of ``TASKS`` (TVM benchmark workloads at the shapes users tune: dense 
 512-4096, attention batch matmuls, norms, softmax, convolutions of vision nets; none of them a workload of
 ``benchmarks/tuning.py`` or of the network benchmark, see ``EXCLUDED``) is tuned once for ``--trials``
 trials by ``costlab tune``, alternately with MetaSchedule's own search (even positions: evolutionary search +
-XGBoost) and costlab's model-led search with ``x86-cpu`` (odd positions), so the records are not one search's
+XGBoost) and costlab's model-led search with ``x86-cpu-v1`` (odd positions), so the records are not one search's
 blind spots. The seed of a task is its position. After the te workloads come Relax tasks of small networks
 (``NET:FUNCTION:TASK``: a task of ``scripts/trajectory_nets.py``'s FUNCTION, at sizes no benchmark uses): dense
 layers with 2-D weights, norms, softmax and activations in the form Relax gives them, which te_workload lacks.
@@ -239,13 +239,20 @@ def run_order(limit: int, first: str | None) -> list[int]:
     return [*head, *(p for p in range(limit) if p not in head)]
 
 
+def packed_tasks(dest: Path) -> list[str]:
+    """The task entries the pack in ``dest`` holds already, in their packed order (none without a pack)."""
+    info = dest / "info.json"
+    return json.loads(info.read_text())["trajectories"]["tasks"] if info.exists() else []
+
+
 def run(args) -> int:
     folder, host, target = platform_dir(Path(args.out))
     check_host(folder, host)
+    packed = set(packed_tasks(Path(args.to) / folder.name))  # a fresh checkout has the pack, not its work dirs
     limit = min(args.limit, len(TASKS))
     for position in run_order(limit, args.first):
         work = work_dir(folder, position)
-        if finished(work, args.trials):
+        if finished(work, args.trials) or TASKS[position] in packed:
             continue
         work.mkdir(parents=True, exist_ok=True)
         started = time.time()
@@ -266,8 +273,9 @@ def run(args) -> int:
 
 def status(args) -> int:
     folder, _, _ = platform_dir(Path(args.out))
-    done = [p for p in range(len(TASKS)) if finished(work_dir(folder, p), args.trials)]
-    print(f"{folder}: {len(done)} of {len(TASKS)} tasks finished ({args.trials} trials each)")
+    packed = set(packed_tasks(Path(args.to) / folder.name))
+    done = [p for p in range(len(TASKS)) if finished(work_dir(folder, p), args.trials) or TASKS[p] in packed]
+    print(f"{folder}: {len(done)} of {len(TASKS)} tasks finished ({args.trials} trials each; {len(packed)} packed)")
     return 0
 
 
@@ -279,19 +287,28 @@ def pack(args) -> int:
         raise SystemExit(f"{folder}: no finished task to pack")
     dest = Path(args.to) / folder.name
     works = packed_first(works, dest)
+    packed = packed_tasks(dest)
     data = folder / "trajectories.h5"
     with cpu_lock():  # no task writes its database while it is read
         data.unlink(missing_ok=True)
+        if packed:  # the pack's records first, as packed (its tasks' work dirs may be on another checkout)
+            subprocess.run([*COSTLAB, "dataset", "unpack", str(dest), "-o", str(data)], check=True)
+        # import-ms adds nothing twice: a packed task's own work dir, where it is here, adds no record
         subprocess.run([*COSTLAB, "dataset", "import-ms", *map(str, works), "-o", str(data), "--platform", folder.name,
                         "--host", str(folder / "host.json")], check=True)
     subprocess.run([*COSTLAB, "dataset", "pack", str(data), "-o", str(dest)], check=True)
     info = json.loads(subprocess.run([*COSTLAB, "dataset", "info", str(data), "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     info.pop("path", None)
-    info["trajectories"] = {"tasks": [TASKS[int(w.name[:3])] for w in works], "trials": args.trials,
-                            "arms": {w.name: arm_of(int(w.name[:3])) for w in works}, "model": args.model}
+    before = json.loads((dest / "info.json").read_text())["trajectories"] if packed else {}
+    tasks = packed + [TASKS[int(w.name[:3])] for w in works if TASKS[int(w.name[:3])] not in packed]
+    arms = dict(before.get("arms") or {}, **{w.name: arm_of(int(w.name[:3])) for w in works})
+    tuned_with = {"x86-cpu": "x86-cpu-v1"}.get(before.get("model"), before.get("model"))  # the alias's version then
+    if before and tuned_with != args.model:
+        raise SystemExit(f"{dest} was tuned with --model {tuned_with}, not {args.model}: pack into another --to")
+    info["trajectories"] = {"tasks": tasks, "trials": args.trials, "arms": arms, "model": args.model}
     (dest / "info.json").write_text(json.dumps(info, indent=1, sort_keys=True))
-    print(f"{dest}: {len(works)} tasks packed (host {host.get('cpu_model')})")
+    print(f"{dest}: {len(tasks)} tasks packed (host {host.get('cpu_model')})")
     return 0
 
 
@@ -329,11 +346,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("step", choices=["run", "status", "pack", "library"])
     p.add_argument("--out", default=str(ROOT / "bench" / "trajectories"), help="base folder of the work dirs")
-    p.add_argument("--to", default=str(ROOT / "corpus" / "trajectories"), help="pack: where the packed files go")
+    p.add_argument("--to", default=str(ROOT / "corpus" / "trajectories"),
+                   help="where the packed files go (pack), and whose packed tasks are not tuned again (run, status)")
     p.add_argument("--limit", type=int, default=len(TASKS), help="tune the first N tasks of the list")
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--first", metavar="A-B", help="run: tune these positions before the others (e.g. 202-)")
-    p.add_argument("--model", default="x86-cpu", help="the model of the model-led arm")
+    p.add_argument("--model", default="x86-cpu-v1",
+                   help="the model of the model-led arm (the one every packed task of the corpus was tuned with)")
     args = p.parse_args(argv)
     return {"run": run, "status": status, "pack": pack, "library": library}[args.step](args)
 

@@ -62,23 +62,52 @@ def test_a_run_resumes_without_measuring_a_program_twice(tmp_path, monkeypatch):
     monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8", "GMM:1,8,16,8"])
     monkeypatch.setattr(mt, "YIELD_S", 0)
     monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))  # the suite may run under the machine's
-    out = tmp_path / "traj"
-    assert mt.main(["run", "--out", str(out), "--trials", "3"]) == 0
+    out, to = tmp_path / "traj", ["--to", str(tmp_path / "pack")]
+    assert mt.main(["run", "--out", str(out), "--trials", "3", *to]) == 0
     folder = next(out.iterdir())
     assert json.loads((folder / "host.json").read_text())["cpu_model"]
     works = [mt.work_dir(folder, p) for p in range(2)]
     assert all(mt.finished(w, 3) for w in works)
     first = [(w / "database_tuning_record.json").read_text() for w in works]
-    assert mt.main(["run", "--out", str(out), "--trials", "3"]) == 0  # finished: nothing measured again
+    assert mt.main(["run", "--out", str(out), "--trials", "3", *to]) == 0  # finished: nothing measured again
     assert [(w / "database_tuning_record.json").read_text() for w in works] == first
     for w in works:  # a larger budget continues the same work dir: its programs are not measured again
         (w / mt.DONE).unlink()
-    assert mt.main(["run", "--out", str(out), "--trials", "6"]) == 0
+    assert mt.main(["run", "--out", str(out), "--trials", "6", *to]) == 0
     for w, before in zip(works, first):
         lines = (w / "database_tuning_record.json").read_text().splitlines()
         assert lines[: len(before.splitlines())] == before.splitlines()
         traces = [json.dumps(json.loads(line)[1][0]) for line in lines]
         assert len(traces) == len(set(traces)) and len(lines) > len(before.splitlines())
+
+
+@pytest.mark.slow
+def test_a_fresh_checkout_continues_the_committed_pack(tmp_path, monkeypatch):
+    """The pack is committed, its work dirs are not: on a fresh checkout `run` skips the tasks the pack holds and
+    `pack` adds the new tasks' records after the packed ones, dropping none."""
+    monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8"])
+    monkeypatch.setattr(mt, "YIELD_S", 0)
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+    out, dest = tmp_path / "traj", tmp_path / "pack"
+    common = ["--out", str(out), "--to", str(dest), "--trials", "3"]
+    assert mt.main(["run", *common]) == 0 and mt.main(["pack", *common]) == 0
+    folder = next(out.iterdir())
+    packed = json.loads((dest / folder.name / "info.json").read_text())
+    shutil.rmtree(folder / "runs")  # a fresh checkout: the pack without its work dirs
+    monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8", "GMM:1,8,16,8"])
+    assert mt.main(["run", *common]) == 0
+    assert not mt.work_dir(folder, 0).exists() and mt.finished(mt.work_dir(folder, 1), 3)  # the packed one skipped
+    assert mt.main(["pack", *common]) == 0
+    info = json.loads((dest / folder.name / "info.json").read_text())
+    assert info["trajectories"]["tasks"] == ["GMM:1,8,8,8", "GMM:1,8,16,8"] and info["tasks"] == 2
+    assert info["records"][folder.name] > packed["records"][folder.name]
+    assert info["trajectories"]["model"] == "x86-cpu-v1"
+    data = tmp_path / "all.h5"
+    assert main(["dataset", "unpack", str(dest / folder.name), "-o", str(data)]) == 0
+    with open_dataset(data) as ds:
+        assert ds.num_records(folder.name) == info["records"][folder.name]
+    with pytest.raises(SystemExit, match="tuned with --model x86-cpu-v1, not x86-cpu-v2"):
+        mt.main(["pack", *common, "--model", "x86-cpu-v2"])
 
 
 def test_another_cpu_is_refused_its_folder(tmp_path, monkeypatch, capsys, another_host):
