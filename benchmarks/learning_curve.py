@@ -11,7 +11,9 @@ Kinds of record:
   many as ``random``), which tells the kind of record apart from the number of records;
 - ``both``: both CPUs' records in one dataset (``cpus.py``), every task of either as rows labelled on their own
   CPU, with the hardware input (``featurizers/hardware_vector.py``, spec jitter in training): the candidate for
-  the next shipped model. N counts tasks of either CPU.
+  the next shipped model. N counts tasks of either CPU;
+- ``trajectory-gain8``, ``both-gain8``: the same data trained with ``gain_scale=8``, LambdaRank's gains steep
+  toward each task's best, so that pairs among its near-best programs weigh more in the loss.
 
 For each kind and each size N (20, 40, 80, all), a PaCM model trains on N tasks (the first N of a seeded
 permutation) and is scored zero-shot, with ``costlab evaluate``'s metrics, on held-out trajectories:
@@ -70,8 +72,10 @@ class Kind(NamedTuple):
 
 BOTH = (f"data_options.row_platforms=[{ZEN5}, {cpus.EMR}]", f"net.hardware_dim={DIM}",
         "data_options.hardware_jitter=0.5")
+GAIN8 = ("gain_scale=8",)  # LambdaRank's gains steep toward each task's best (docs/training.md)
 KINDS = {"random": Kind("random"), "trajectory": Kind("trajectory"), "trajectory64": Kind("trajectory", 1 / 3),
-         "both": Kind("cpus", 1.0, BOTH, ZEN5)}
+         "both": Kind("cpus", 1.0, BOTH, ZEN5), "trajectory-gain8": Kind("trajectory", 1.0, GAIN8),
+         "both-gain8": Kind("cpus", 1.0, BOTH + GAIN8, ZEN5)}
 SIZES = (20, 40, 80, 0)  # 0: every task there is
 KEYS = ("pairwise", "pairwise_q25", "pairwise_q10", "top1", "top1_q25", "pick1", "pick8", "pick32")
 HELD_OUT_SPLIT = "curve-heldout"

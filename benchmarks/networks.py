@@ -217,8 +217,16 @@ def _stock(argv) -> int:
 def run(args) -> int:
     from costlab.common.host import host_info
 
+    from costlab.costmodels.predictors import pinned_name, weights_sha256
+
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    args.model = pinned_name(args.model)  # versioned: the alias may stand for another version later
+    ran = {json.loads(p.read_text()).get("model_sha256") for p in out.glob("runs/*/s*/k*/done.json")} - {None}
+    if ran and ran != {weights_sha256(args.model)}:  # every k run of one benchmark by the same weights
+        names = [pinned_name(args.model, sha) or sha[:12] for sha in sorted(ran)]
+        raise SystemExit(f"{out}'s k runs were made with {', '.join(names)}, not {args.model}: give that --model, "
+                         "or use another --out")
     meta = dict(host=host_info(), trials=args.trials, target=args.target, model=args.model,
                 library=str(Path(args.library).resolve()) if args.library else None)
     if (out / "benchmark.json").exists():

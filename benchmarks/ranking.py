@@ -43,6 +43,7 @@ from costlab.featurizers.cache import build_cache
 from costlab.train.config import load_config
 from costlab.train.evaluate import evaluate
 from costlab.train.fit import train
+from costlab.train.report import TAIL_KEYS
 
 
 OVERRIDES: list = []
@@ -59,21 +60,27 @@ def _train(data, out, model, split, platforms, epochs, extra=(), **updates):
 def _row(name, result, train_summary=None):
     rps = (train_summary or {}).get("train_records_per_s")
     return dict(model=name, top1=result["top1"], top5=result["top5"], pairwise=result["pairwise"],
-                ndcg=result["ndcg"], pairwise_q25=result["pairwise_q25"], pairwise_q10=result["pairwise_q10"],
-                top1_q25=result["top1_q25"], top1_q10=result["top1_q10"], train_records_per_s=rps)
+                ndcg=result["ndcg"], **{k: result[k] for k in TAIL_KEYS}, train_records_per_s=rps)
+
+
+# the tail metrics' columns (TAIL_KEYS: within each task's best quarter / tenth, and the model's k picks)
+TAIL_HEADS = {"pairwise_q25": "pairwise, best ¼", "top1_q25": "top-1, best ¼", "pairwise_q10": "pairwise, best ⅒",
+              "top1_q10": "top-1, best ⅒", "pick1": "best of 1 pick", "pick8": "best of 8 picks",
+              "pick32": "best of 32 picks"}
 
 
 def _print_table(rows, title, baseline="xgb"):
     base = next((r for r in rows if r["model"] == baseline), None)
     print(f"\n## {title}\n")
-    print("| model | top-1 | top-5 | pairwise | NDCG | pairwise, best ¼ | pairwise, best ⅒ | top-1, best ¼ | top-1, best ⅒ "
-          "| top-1 − baseline | train records/s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    heads = ["model", "top-1", "top-5", "pairwise", "NDCG", *(TAIL_HEADS[k] for k in TAIL_KEYS), "top-1 − baseline",
+             "train records/s"]
+    print("| " + " | ".join(heads) + " |")
+    print("|" + " --- |" * len(heads))
     for r in rows:
         diff = f"{r['top1'] - base['top1']:+.4f}" if base else "—"
         rps = f"{r['train_records_per_s']:.0f}" if r.get("train_records_per_s") else "—"
         tail = " | ".join(f"{r[k]:.4f}" if r.get(k) is not None else "—"
-                          for k in ("pairwise_q25", "pairwise_q10", "top1_q25", "top1_q10"))
+                          for k in TAIL_KEYS)
         print(f"| {r['model']} | {r['top1']:.4f} | {r['top5']:.4f} | {r['pairwise']:.4f} | {r['ndcg']:.4f} | {tail} "
               f"| {diff} | {rps} |")
     sys.stdout.flush()
@@ -84,8 +91,7 @@ def _mean_rows(runs: list[list[dict]]) -> list[dict]:
     out = []
     for same in zip(*runs):
         row = dict(model=same[0]["model"], splits=len(same))
-        for key in ("top1", "top5", "pairwise", "ndcg", "pairwise_q25", "pairwise_q10", "top1_q25", "top1_q10",
-                    "train_records_per_s"):
+        for key in ("top1", "top5", "pairwise", "ndcg", *TAIL_KEYS, "train_records_per_s"):
             vals = [r[key] for r in same if r.get(key) is not None]
             row[key] = sum(vals) / len(vals) if vals else None
         out.append(row)

@@ -306,18 +306,24 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "benchmark.json"
     from costlab.common.host import host_info, same_host
-    from costlab.costmodels.predictors import weights_sha256
+    from costlab.costmodels.predictors import pinned_name, weights_sha256
     from costlab.metaschedule.targets import runnable_target
 
-    info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=args.model,
-                model_sha256=weights_sha256(args.model), model2=args.model2, model2_sha256=weights_sha256(args.model2))
+    model, model2 = pinned_name(args.model), pinned_name(args.model2)  # versioned: an alias may move on
+    info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=model,
+                model_sha256=weights_sha256(model), model2=model2, model2_sha256=weights_sha256(model2))
     if meta.exists():  # a benchmark continued: same machine and budget, and each arm's runs by one model
         old = json.loads(meta.read_text())
         if not same_host(old["host"], info["host"]) or old["trials"] != info["trials"]:
             raise SystemExit(f"{out} holds a benchmark of another host or budget: use another --out")
         for key in ("model", "model2"):
-            if not info[key]:  # not given this time: the arms already run keep theirs
-                info[key], info[f"{key}_sha256"] = old.get(key), old.get(f"{key}_sha256")
+            if not info[key]:  # not given this time: the arms already run keep their weights, by a name that has them
+                info[key] = pinned_name(old.get(key), old.get(f"{key}_sha256"))
+                if old.get(key) and not info[key]:
+                    raise SystemExit(f"{out} was run with --{key} {old[key]} (weights "
+                                     f"{str(old.get(f'{key}_sha256'))[:12]}), which no model shipped now has: "
+                                     f"use another --out")
+                info[f"{key}_sha256"] = old.get(f"{key}_sha256")
             elif old.get(key) and old.get(f"{key}_sha256") != info[f"{key}_sha256"]:
                 raise SystemExit(f"{out} was run with --{key} {old[key]} (weights {str(old.get(f'{key}_sha256'))[:12]}), "
                                  f"not {info[key]} ({str(info[f'{key}_sha256'])[:12]}): use another --out")

@@ -13,7 +13,8 @@ ranks that part better). The modes (``recipes.ADAPT_MODES``; each record says ho
 
 Each update is reported (``rounds``): the net's pairwise ranking accuracy of the batch just measured before
 the update (it chose that batch: an honest estimate on programs it had not seen) and after it, over the whole
-batch and within its best quarter (``before_q25``, ``after_q25``: the programs the search decides between).
+batch and within its best quarter (``before_q25``, ``after_q25``: the programs the search decides between), and
+every tail metric of the batch (``before_tail``, ``after_tail``: ``metrics.tail_metrics``).
 
 Nothing about the features changes online: the featurizer's config (vocabulary, sequence length, any
 normalisation) is the pre-trained model's and is never refitted on the run's records, so the pre-trained
@@ -27,7 +28,7 @@ import time
 
 import numpy as np
 
-from costlab.costmodels.metrics import TAILS, best_part, pairwise_accuracy
+from costlab.costmodels.metrics import pairwise_accuracy, tail_metrics
 from costlab.costmodels.momentum import MomentumTransfer
 from costlab.costmodels.recipe import fit_lists, ranking_list, scores_of, take
 from costlab.costmodels.recipes import ADAPT_MODES, Recipe, recipe
@@ -60,11 +61,12 @@ class OnlineAdapter:
         self.rounds: list[dict] = []  # per update: the new batch's pairwise before and after
 
     def add(self, task_key, features: dict, latency) -> None:
-        """Measured candidates of one task: their features and mean latencies (``inf`` = failed)."""
+        """Measured candidates of one task: their features and mean latencies (``inf`` = failed). A net with a
+        hardware input trains on the vector it scores with (the platform the predictor was told of)."""
         latency = np.asarray(latency, np.float64)
         if not len(latency):
             return
-        self._feats.setdefault(task_key, []).append(features)
+        self._feats.setdefault(task_key, []).append(self.predictor.with_hardware(features))
         self._lat.setdefault(task_key, []).append(latency)
         # each record is a training or a validation record for the whole run: a net adapted by earlier updates
         # has never trained on what validates it now
@@ -93,14 +95,13 @@ class OnlineAdapter:
         return self.batch_metrics(features, latency)["pairwise"]
 
     def batch_metrics(self, features: dict, latency) -> dict:
-        """The net's pairwise ranking accuracy of one measured batch, over all of it and within its best quarter
-        (``pairwise_q25``: the programs the search decides between); NaN where there is no ordered pair."""
+        """The net's pairwise ranking accuracy of one measured batch (``pairwise``) and its tail metrics
+        (``metrics.tail_metrics``: pairwise and top-1 within the batch's best quarter and tenth, the programs the
+        search decides between, and the top-k score of its 1/8/32 picks); NaN where there is no ordered pair."""
         latency = np.asarray(latency, np.float64)
         task = np.zeros(len(latency), np.int64)
-        pred = scores_of(self.predictor.net, self.predictor.kind, features, self.head)
-        best = best_part(task, latency, TAILS["q25"])
-        return dict(pairwise=float(pairwise_accuracy(task, pred, latency)),
-                    pairwise_q25=float(pairwise_accuracy(task[best], pred[best], latency[best])))
+        pred = scores_of(self.predictor.net, self.predictor.kind, self.predictor.with_hardware(features), self.head)
+        return dict(pairwise=float(pairwise_accuracy(task, pred, latency)), **tail_metrics(task, pred, latency))
 
     def update(self, batch: tuple | None = None) -> bool:
         """One round's update; returns whether the net changed. ``batch`` (features, latencies) is the round's
@@ -111,6 +112,7 @@ class OnlineAdapter:
             row["batch"] = len(batch[1])
             m = self.batch_metrics(*batch)
             row["before"], row["before_q25"] = m["pairwise"], m["pairwise_q25"]
+            row["before_tail"] = _rounded({k: v for k, v in m.items() if k != "pairwise"})
         lists, val_lists = self._lists()
         trained = False
         if lists:
@@ -136,6 +138,12 @@ class OnlineAdapter:
         if batch is not None:
             m = self.batch_metrics(*batch)
             row["after"], row["after_q25"] = m["pairwise"], m["pairwise_q25"]
+            row["after_tail"] = _rounded({k: v for k, v in m.items() if k != "pairwise"})
         row["trained"] = trained
-        self.rounds.append({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+        self.rounds.append(_rounded(row))
         return trained
+
+
+def _rounded(row: dict) -> dict:
+    """A record's floats to 4 decimals, for the adaptation record."""
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}

@@ -27,11 +27,15 @@ def group_lists(pred: torch.Tensor, label: torch.Tensor, group: torch.Tensor):
 
 
 def lambdarank_loss(pred: torch.Tensor, label: torch.Tensor, mask: torch.Tensor | None = None,
-                    sigma: float = 1.0) -> torch.Tensor:
+                    sigma: float = 1.0, gain_scale: float = 1.0) -> torch.Tensor:
     """LambdaRank over lists (G, M): for each pair with ``label_i > label_j`` in one list,
     ``|ΔNDCG_ij| · log2(1 + exp(−σ (s_i − s_j)))``, where ``|ΔNDCG_ij| = |G_i − G_j| · |1/log2(1+r_i) −
-    1/log2(1+r_j)| / maxDCG`` with gains ``G = 2^label − 1`` and ranks ``r`` by the current prediction.
-    Summed per list, averaged over lists that have at least one such pair.
+    1/log2(1+r_j)| / maxDCG`` with gains ``G = 2^(gain_scale · label) − 1`` and ranks ``r`` by the current
+    prediction. Summed per list, averaged over lists that have at least one such pair.
+
+    With labels in (0, 1] (``best / latency``), ``gain_scale`` 1 makes two near-best programs' gains nearly
+    equal; a larger one (e.g. 8) makes gains grow steeply toward the task's best, so the pairs among its
+    near-best programs, which a search decides between, weigh more than pairs among slow ones.
     """
     if pred.dim() == 1:
         pred, label = pred[None], label[None]
@@ -47,7 +51,7 @@ def lambdarank_loss(pred: torch.Tensor, label: torch.Tensor, mask: torch.Tensor 
         ar = torch.arange(1, pred.shape[1] + 1, device=pred.device, dtype=pred.dtype).expand_as(pred)
         rank.scatter_(1, order, ar)
         disc = torch.where(mask, 1.0 / torch.log2(1.0 + rank), torch.zeros_like(rank))
-        gains = torch.pow(2.0, label) - 1.0
+        gains = torch.pow(2.0, gain_scale * label) - 1.0
         ideal_disc = 1.0 / torch.log2(1.0 + ar)
         ideal = (torch.sort(gains, dim=1, descending=True).values * ideal_disc).sum(1).clamp_min(1e-12)
         pair = (label[:, :, None] > label[:, None, :]) & mask[:, :, None] & mask[:, None, :]

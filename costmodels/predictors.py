@@ -28,7 +28,7 @@ from costlab.common.errors import InputError
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import is_artifact, read_artifact, read_config
 from costlab.costmodels.nets import net_inputs
-from costlab.costmodels.shipped import shipped_path
+from costlab.costmodels.shipped import aliases, shipped_path, versioned_names
 from costlab.costmodels.tensors import to_tensors
 from costlab.featurizers import from_json
 from costlab.featurizers.hardware_vector import platform_vector, target_vector
@@ -144,6 +144,19 @@ def weights_sha256(model) -> str | None:
         return json.loads((resolve(model) / "config.json").read_text()).get("weights_sha256")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def pinned_name(model, sha256: str | None = None) -> str | None:
+    """The name that keeps meaning the same weights: a shipped alias as the version it stands for now
+    (``x86-cpu`` -> ``x86-cpu-v2``), or, given the hash of the weights recorded with it earlier, the shipped
+    version holding them (a benchmark begun when the alias stood for another version); a path or a versioned
+    name as given. None when ``sha256`` is given and neither the name nor any shipped version has those weights.
+    """
+    if not model:
+        return model
+    if sha256 is None or weights_sha256(model) == sha256:
+        return aliases().get(str(model), model)
+    return next((v for v in versioned_names() if weights_sha256(v) == sha256), None)
 
 
 def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:

@@ -164,8 +164,7 @@ class CostlabCostModel(PyCostModel):
             return
         feats = self.predictor.featurizer.featurize_candidates(context.mod, context.target,
                                                                [c.sch for c in candidates])
-        self.predictor.use_target(context.target)
-        feats = self.predictor.with_hardware(feats)  # the adapter trains on the vector the net scores with
+        self.predictor.use_target(context.target)  # the adapter trains on the vector the net scores with
         latency = [_latency(r) for r in results]
         self.adapter.add(_task_key(context), feats, latency)
         if self.adapter.update((feats, latency)):

@@ -130,6 +130,8 @@ def test_online_update_moves_scores_toward_the_measured_order(zen5):
     pred = load_predictor("x86-cpu")
     adapter = OnlineAdapter(pred, "finetune", seed=0)
     with open_dataset(zen5) as ds:
+        if pred.hardware_dim:  # a model with a hardware input scores the records' own platform
+            pred.use_platform(ds.platforms[PLATFORM])
         table = ds.records(PLATFORM)
         for task in np.unique(table.task):
             rows = np.flatnonzero(table.task == task)
@@ -141,6 +143,10 @@ def test_online_update_moves_scores_toward_the_measured_order(zen5):
     assert row["after"] > row["before"] and row["batch"] == len(rows) and row["trained"]
     assert row["val_after"] > row["val_before"] and not row["kept_pretrained"]
     assert adapter.batch_pairwise(feats, latency) == pytest.approx(row["after"], abs=1e-4)  # reported to 4 places
+    # the batch's every tail metric, before and after, the best quarter's pairwise among them
+    tail = {"pairwise_q25", "top1_q25", "pairwise_q10", "top1_q10", "pick1", "pick8", "pick32"}
+    assert set(row["before_tail"]) == set(row["after_tail"]) == tail
+    assert row["after_tail"]["pairwise_q25"] == row["after_q25"] and 0 < row["after_tail"]["pick8"] <= 1
 
 
 def test_shipped_model_by_name_in_evaluate_and_export(zen5, tmp_path, capsys):

@@ -67,6 +67,25 @@ def test_lambdarank_hand_example():
     assert pred.grad[0] < 0 < pred.grad[1]  # push the best program up, the over-rated one down
 
 
+def test_gain_scale_weighs_the_near_best_pairs():
+    """Gains 2^(scale * label) - 1: scale 1 is the plain loss; a swap of the two near-best programs costs more
+    than a swap of the two slowest (1.25x at scale 1, ranks' discounts alone), and far more at scale 8 (1.82x)."""
+    label = torch.tensor([1.0, 0.9, 0.3, 0.2], dtype=torch.float64)
+    top_swapped = torch.tensor([3.0, 4.0, 2.0, 1.0], dtype=torch.float64)
+    low_swapped = torch.tensor([4.0, 3.0, 1.0, 2.0], dtype=torch.float64)
+
+    def ratio(scale):
+        return (losses.lambdarank_loss(top_swapped, label, gain_scale=scale)
+                / losses.lambdarank_loss(low_swapped, label, gain_scale=scale)).item()
+
+    pred = torch.tensor([0.0, 1.0, 0.5], dtype=torch.float64)
+    plain = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+    assert losses.lambdarank_loss(pred, plain, gain_scale=1.0) == losses.lambdarank_loss(pred, plain)
+    assert losses.lambdarank_loss(pred, plain, gain_scale=2.0) == pytest.approx(
+        losses.lambdarank_loss(pred, plain * 2.0).item(), rel=1e-12)  # the scale multiplies the label in the gain
+    assert ratio(1.0) == pytest.approx(1.2515, abs=1e-3) and ratio(8.0) == pytest.approx(1.8224, abs=1e-3)
+
+
 def test_lambdarank_lists_never_mix_tasks():
     torch.manual_seed(0)
     pred, label = torch.randn(7, dtype=torch.float64), torch.rand(7, dtype=torch.float64)

@@ -141,3 +141,20 @@ def test_in_network_order_agreement_counts_pairs_within_a_task():
             dict(task="mm", warm_us=1.2, in_network_us=3.0), dict(task="sm", warm_us=5.0, in_network_us=9.0)]
     # mm pairs: (0,1) warm says 0 first, the network 1: wrong; (0,2) right; (1,2) right; sm alone: no pair
     assert in_network.order_agreement(rows, "warm_us") == (2, 3)
+
+
+def test_k_runs_are_continued_only_with_their_weights(tmp_path):
+    """A benchmark whose k runs were made with one model's weights (x86-cpu-v1, the alias's version then) is not
+    continued with another's (the alias's version now): refused before anything runs, naming the versioned model
+    that has those weights."""
+    import argparse
+
+    import networks
+    from costlab.costmodels.predictors import weights_sha256
+
+    done = tmp_path / "runs" / "llama" / "s0" / "k"
+    done.mkdir(parents=True)
+    (done / "done.json").write_text(json.dumps(dict(model="x86-cpu", model_sha256=weights_sha256("x86-cpu-v1"))))
+    with pytest.raises(SystemExit, match="made with x86-cpu-v1, not x86-cpu-v2"):
+        networks.run(argparse.Namespace(out=str(tmp_path), model="x86-cpu-v2"))
+    assert not (tmp_path / "benchmark.json").exists()

@@ -10,6 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import tuning  # noqa: E402
@@ -71,11 +73,18 @@ def test_a_benchmark_is_continued_only_with_the_models_its_arms_ran_with(tmp_pat
     else:
         raise AssertionError("arm b was continued with another model than its runs'")
     assert ran == []
-    # the same weights under their versioned name, and a second model for b2/c2: continued, both recorded
+    # no --model: the runs' own weights, by the versioned name that has them now that the alias names another
+    # version; a second model for b2/c2: continued, both recorded
     args = tuning.argparse.Namespace(out=str(out), model=None, model2="x86-cpu-v2", trials=200, target="host",
                                      workloads=["gmm"], seeds="0", arms="b,c2")
     assert tuning.run(args) == 0
-    assert ran == [("b", "x86-cpu", "x86-cpu-v2"), ("c2", "x86-cpu", "x86-cpu-v2")]
+    assert ran == [("b", "x86-cpu-v1", "x86-cpu-v2"), ("c2", "x86-cpu-v1", "x86-cpu-v2")]
     meta = json.loads((out / "benchmark.json").read_text())
     assert meta["model_sha256"] == weights_sha256("x86-cpu-v1") and meta["model2_sha256"] == weights_sha256("x86-cpu-v2")
-    assert meta["host"] == host
+    assert meta["host"] == host and meta["model"] == "x86-cpu-v1"
+    meta["model_sha256"] = "0" * 64  # weights no shipped model has: refused, nothing run
+    (out / "benchmark.json").write_text(json.dumps(meta))
+    args.model = None
+    with pytest.raises(SystemExit, match="which no model shipped now has"):
+        tuning.run(args)
+    assert len(ran) == 2

@@ -8,6 +8,7 @@ command line as ``--set section.key=value``.
     out: runs/tlp
     seed: 0
     loss: lambdarank            # or mse
+    gain_scale: 1.0             # lambdarank's gains 2^(gain_scale * score) - 1: above 1, pairs of near-best weigh more
     lr: 0.0007
     lr_schedule: constant       # or cosine (decays to 1% of lr over max_epochs)
     weight_decay: 1.0e-6
@@ -43,6 +44,7 @@ DEFAULTS = {
     "out": "runs/model",
     "seed": 0,
     "loss": "lambdarank",
+    "gain_scale": 1.0,
     "lr": 7e-4,
     "lr_schedule": "constant",
     "weight_decay": 1e-6,
@@ -158,6 +160,7 @@ CHECKS = {
     "model": (str, lambda x: x in kinds.trainable(), lambda: f"one of {', '.join(kinds.trainable())}"),
     "loss": (str, lambda x: x in LOSSES, f"one of {', '.join(LOSSES)}"),
     "lr_schedule": (str, lambda x: x in LR_SCHEDULES, f"one of {', '.join(LR_SCHEDULES)}"),
+    "gain_scale": (float, _positive, "a positive number"),
     "seed": (int, _non_negative, "an integer >= 0"),
     "lr": (float, _positive, "a positive number"),
     "weight_decay": (float, _non_negative, "a number >= 0"),

@@ -151,7 +151,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
         module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
                                  lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
                                  momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]),
-                                 lr_schedule=cfg["lr_schedule"])
+                                 lr_schedule=cfg["lr_schedule"], gain_scale=float(cfg["gain_scale"]))
     except (TypeError, ValueError) as exc:  # net options of the wrong name, type or size
         raise UsageError(f"net options: {exc}") from None
     if source:

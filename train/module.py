@@ -30,7 +30,7 @@ def net_state_from_checkpoint(ckpt: dict) -> dict:
 class CostModelModule(L.LightningModule):
     def __init__(self, kind: str, net_config: dict, featurizer: dict, platforms: list, loss: str = "lambdarank",
                  lr: float = 7e-4, weight_decay: float = 1e-6, momentum: float | None = None,
-                 momentum_every: int = 1, lr_schedule: str = "constant"):
+                 momentum_every: int = 1, lr_schedule: str = "constant", gain_scale: float = 1.0):
         super().__init__()
         self.save_hyperparameters()
         net = build_net(kind, net_config)
@@ -56,7 +56,7 @@ class CostModelModule(L.LightningModule):
                 total = total + mse_loss(pred[has, h], score[has, h])
             else:
                 p, y, m = group_lists(pred[has, h], score[has, h], lists[has])
-                total = total + lambdarank_loss(p, y, m)
+                total = total + lambdarank_loss(p, y, m, gain_scale=self.hparams.get("gain_scale", 1.0))
         return total
 
     def training_step(self, batch, batch_idx):

@@ -1,0 +1,35 @@
+"""benchmarks/ranking.py without training: its table carries every tail metric (best quarter and tenth, the
+model's 1/8/32 picks) of each model's row, and split means average them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import ranking  # noqa: E402
+
+from costlab.costmodels import metrics  # noqa: E402
+from costlab.train.report import TAIL_KEYS  # noqa: E402
+
+
+def _result(pred):
+    task = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    latency = np.array([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0])
+    score = latency.min() / latency
+    return metrics.summary(task, np.asarray(pred, float), latency, score)
+
+
+def test_rows_and_table_carry_every_tail_metric(capsys):
+    good = ranking._row("good", _result([4, 3, 2, 1, 4, 3, 2, 1]))
+    bad = ranking._row("bad", _result([1, 2, 3, 4, 1, 2, 3, 4]))
+    assert set(TAIL_KEYS) <= set(good) and good["pick1"] == 1.0 and bad["pick1"] == 0.25
+    ranking._print_table([good, bad], "t", baseline="bad")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("|")]
+    head, rule, row = (ln.strip("|").split("|") for ln in lines[:3])
+    assert len(head) == len(rule) == len(row) and "best of 8 picks" in lines[0]
+    assert row[[h.strip() for h in head].index("best of 1 pick")].strip() == "1.0000"
+    mean = ranking._mean_rows([[good], [bad]])[0]
+    assert mean["pick1"] == (1.0 + 0.25) / 2 and mean["splits"] == 2
