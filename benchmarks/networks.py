@@ -216,7 +216,6 @@ def _stock(argv) -> int:
 
 def run(args) -> int:
     from costlab.common.host import host_info
-
     from costlab.costmodels.predictors import pinned_name, weights_sha256
 
     out = Path(args.out).resolve()

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from costlab.common.cpu_lock import cpu_lock
+from costlab.common.files import write_atomically
 from costlab.export.workdir import WorkDir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,6 +289,10 @@ def pack(args) -> int:
     dest = Path(args.to) / folder.name
     works = packed_first(works, dest)
     packed = packed_tasks(dest)
+    before = json.loads((dest / "info.json").read_text())["trajectories"] if packed else {}
+    tuned_with = {"x86-cpu": "x86-cpu-v1"}.get(before.get("model"), before.get("model"))  # the alias's version then
+    if before and tuned_with != args.model:  # refused before anything is written
+        raise SystemExit(f"{dest} was tuned with --model {tuned_with}, not {args.model}: pack into another --to")
     data = folder / "trajectories.h5"
     with cpu_lock():  # no task writes its database while it is read
         data.unlink(missing_ok=True)
@@ -300,14 +305,10 @@ def pack(args) -> int:
     info = json.loads(subprocess.run([*COSTLAB, "dataset", "info", str(data), "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     info.pop("path", None)
-    before = json.loads((dest / "info.json").read_text())["trajectories"] if packed else {}
     tasks = packed + [TASKS[int(w.name[:3])] for w in works if TASKS[int(w.name[:3])] not in packed]
     arms = dict(before.get("arms") or {}, **{w.name: arm_of(int(w.name[:3])) for w in works})
-    tuned_with = {"x86-cpu": "x86-cpu-v1"}.get(before.get("model"), before.get("model"))  # the alias's version then
-    if before and tuned_with != args.model:
-        raise SystemExit(f"{dest} was tuned with --model {tuned_with}, not {args.model}: pack into another --to")
     info["trajectories"] = {"tasks": tasks, "trials": args.trials, "arms": arms, "model": args.model}
-    (dest / "info.json").write_text(json.dumps(info, indent=1, sort_keys=True))
+    write_atomically(dest / "info.json", json.dumps(info, indent=1, sort_keys=True).encode())
     print(f"{dest}: {len(tasks)} tasks packed (host {host.get('cpu_model')})")
     return 0
 

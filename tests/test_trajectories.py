@@ -106,8 +106,10 @@ def test_a_fresh_checkout_continues_the_committed_pack(tmp_path, monkeypatch):
     assert main(["dataset", "unpack", str(dest / folder.name), "-o", str(data)]) == 0
     with open_dataset(data) as ds:
         assert ds.num_records(folder.name) == info["records"][folder.name]
+    before = {p: p.read_bytes() for p in (dest / folder.name).rglob("*") if p.is_file()}
     with pytest.raises(SystemExit, match="tuned with --model x86-cpu-v1, not x86-cpu-v2"):
         mt.main(["pack", *common, "--model", "x86-cpu-v2"])
+    assert {p: p.read_bytes() for p in (dest / folder.name).rglob("*") if p.is_file()} == before  # nothing written
 
 
 def test_another_cpu_is_refused_its_folder(tmp_path, monkeypatch, capsys, another_host):
