@@ -138,3 +138,44 @@ def test_import_ms_records_the_host_that_measured_the_records(tmp_path, capsys):
     assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(tmp_path / "e.h5"), "--host",
                  str(tmp_path / "bad.json")]) != 0
     assert "is not a host record" in capsys.readouterr().err
+
+
+def test_set_machine_states_the_spec_or_host_of_records_that_came_without_one(zen5, tmp_path, capsys):
+    """`dataset set-machine` records the machine of an imported platform (a spec's fields, or a host record), so
+    its features are that machine's; a cache made before is rebuilt; another machine's host, a bad spec or an
+    unknown platform is one error line, the dataset unchanged."""
+    from conftest import error_line
+
+    data = tmp_path / "z.h5"
+    data.write_bytes(zen5.read_bytes())
+    build_cache(data, "psa", PLATFORM, progress=False)
+    (tmp_path / "s.json").write_text('{"l1_bytes": 32768}')
+    assert main(["dataset", "set-machine", str(data), "--platform", PLATFORM, "--spec", str(tmp_path / "s.json")]) == 0
+    assert "s.json (given)" in capsys.readouterr().err
+    with open_dataset(data) as ds:
+        spec = spec_for_platform(ds.platforms[PLATFORM])
+        assert open_cache(ds, create("psa"), PLATFORM) is None  # made under znver5's table spec
+    table = CPU_TABLE["znver5"]
+    assert (spec.l1_bytes, spec.l2_bytes, spec.simd_bits) == (32768, table["l2_bytes"], 512)
+
+    data.write_bytes(zen5.read_bytes())
+    zen4 = {"cpu_model": "AMD EPYC 9454P", "family": "25", "model": "17", "flags": ["avx512f", "fma"],
+            "caches": {"L1d": "32K", "L2": "1024K", "L3": "32768K"}, "threads": 2, "mhz": 2750}
+    (tmp_path / "h.json").write_text(__import__("json").dumps({"host": zen4}))
+    assert main(["dataset", "set-machine", str(data), "--platform", PLATFORM, "--host", str(tmp_path / "h.json")]) == 0
+    capsys.readouterr()
+    with open_dataset(data) as ds:
+        spec = spec_for_platform(ds.platforms[PLATFORM])
+    assert spec.name == "AMD EPYC 9454P (host record)" and spec.l1_bytes == 32768 and spec.freq_ghz == 2.75
+    before = data.read_bytes()
+    (tmp_path / "o.json").write_text(__import__("json").dumps(dict(zen4, cpu_model="Other", model="99")))
+    (tmp_path / "bad.json").write_text('{"l1_bites": 1}')
+    for argv, says in ((["--host", str(tmp_path / "o.json")], "is another machine"),
+                       (["--spec", str(tmp_path / "bad.json")], "unknown cpu spec field 'l1_bites'"),
+                       (["--spec", str(tmp_path / "missing.json")], "is not a readable JSON hardware spec")):
+        assert main(["dataset", "set-machine", str(data), "--platform", PLATFORM, *argv]) != 0
+        line = error_line(capsys)
+        assert says in line and argv[1] in line, line
+    assert main(["dataset", "set-machine", str(data), "--platform", "nope", "--spec", str(tmp_path / "s.json")]) != 0
+    assert "no platform 'nope'" in error_line(capsys)
+    assert data.read_bytes() == before

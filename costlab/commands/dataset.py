@@ -145,6 +145,21 @@ def register(sub) -> None:
                    "'llvm -mcpu=znver4 -num-cores=1')")
     q.set_defaults(func=_rename_platform)
 
+    q = ds.add_parser("set-machine", help="state the machine a platform's records were measured on",
+                      description="Record the machine that measured a platform's records, for records that came "
+                      "without one (an imported MetaSchedule database or Ansor log): its host record (--host: caches, "
+                      "clock, ISA flags, as costlab records a machine) or a hardware spec (--spec: a JSON spec with "
+                      "\"kind\": \"cpu\" or \"gpu\", or fields replacing those of the spec the platform has now, "
+                      "e.g. {\"l1_bytes\": 32768}). The platform's features (PSA, PaCM, a hardware input) then come "
+                      "from it, wherever they are computed; feature caches made under another spec are rebuilt by "
+                      "the next featurize. A recorded host is never replaced by another machine's.")
+    q.add_argument("data", type=Path, metavar="DATA.h5")
+    q.add_argument("--platform", required=True, help="the platform's id (costlab dataset info lists them)")
+    g = q.add_mutually_exclusive_group(required=True)
+    g.add_argument("--host", metavar="FILE", type=Path, help="a JSON host record, or a work dir's costlab_run.json")
+    g.add_argument("--spec", metavar="FILE", type=Path, help="a JSON hardware spec, whole or fields to replace")
+    q.set_defaults(func=_set_machine)
+
     q = ds.add_parser("export-ms", help="write a platform's records as a MetaSchedule database",
                       description="Write the records of one platform as database_workload.json + "
                       "database_tuning_record.json, loadable by MetaSchedule's JSONDatabase.")
@@ -261,6 +276,41 @@ def _rename_platform(args) -> int:
     with DatasetWriter(args.data) as w:
         w.rename_platform(args.old, args.new, target)
     print(f"{args.data}: platform {args.old!r} is now {args.new!r}", file=sys.stderr)
+    return 0
+
+
+def _set_machine(args) -> int:
+    from costlab.common.host import describe_host, host_difference, same_host
+    from costlab.featurizers.psa.hardware import spec_for, spec_for_platform
+
+    with open_dataset(args.data) as ds:
+        plat = ds.platforms.get(args.platform)
+        if plat is None:
+            raise InputError(args.data, f"no platform {args.platform!r} (platforms: "
+                                        f"{', '.join(sorted(ds.platforms)) or 'none'})")
+    host = spec = None
+    if args.host:
+        host = _host_record(args.host)
+        if plat.host and not same_host(plat.host, host):
+            raise InputError(args.host, f"is another machine than the one platform {args.platform!r} was measured on "
+                                        f"({describe_host(plat.host)}; {host_difference(plat.host, host)}): a "
+                                        "platform is one machine's records")
+    else:
+        try:
+            given = json.loads(args.spec.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(args.spec, f"is not a readable JSON hardware spec ({type(exc).__name__})") from None
+        if not isinstance(given, dict):
+            raise InputError(args.spec, "is not a hardware spec (a JSON object of spec fields)")
+        try:
+            spec = spec_for(plat, override=dict({"name": f"{args.spec.name} (given)"}, **given)).to_json()
+        except ValueError as exc:
+            raise InputError(args.spec, str(exc).split(": ", 1)[-1]) from None
+    with DatasetWriter(args.data) as w:
+        w.add_platform(args.platform, plat.target, spec=spec, host=host)
+    with open_dataset(args.data) as ds:
+        now = spec_for_platform(ds.platforms[args.platform])
+    print(f"{args.data}: platform {args.platform!r}'s features now use the hardware spec of {now.name}", file=sys.stderr)
     return 0
 
 
