@@ -164,7 +164,8 @@ def main(argv=None) -> int:
         rows = np.arange(len(table))
         task = table.task.astype(np.int64)
         latency = table.latency()
-        feats = features_of(ds, pred0.featurizer, platform, rows)
+        pred0.use_platform(ds.platforms[platform])  # a hardware input reads the platform's spec
+        feats = pred0.with_hardware(features_of(ds, pred0.featurizer, platform, rows))
         psa_scores = psa.predict(features_of(ds, psa.featurizer, platform, rows))[:, 0]
         n_records = len(table)
     t_ids, counts = np.unique(task, return_counts=True)

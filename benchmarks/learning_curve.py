@@ -4,14 +4,14 @@ training tasks and the kind of record, so that the next decision about data is a
 Kinds of record:
 
 - ``random``: the corpus's random samples of the design space (``corpus/``, Intel Emerald Rapids, 64 per
-  task), the data today's ``x86-cpu`` learned from;
+  task), the data ``x86-cpu-v1`` learned from;
 - ``trajectory``: the trajectory corpus (``corpus/trajectories/<platform>``: every record of 200-trial tuning
   runs, MetaSchedule's search and costlab's model-led one alternately) on this project's Zen 5;
 - ``trajectory64``: the same tasks' trajectories with a third of their records kept (about 64 per task, as
   many as ``random``), which tells the kind of record apart from the number of records;
 - ``both``: both CPUs' records in one dataset (``cpus.py``), every task of either as rows labelled on their own
-  CPU, with the hardware input (``featurizers/hardware_vector.py``, spec jitter in training): the candidate for
-  the next shipped model. N counts tasks of either CPU;
+  CPU, with the hardware input (``featurizers/hardware_vector.py``, spec jitter in training): the recipe of
+  ``x86-cpu-v2``, the shipped model. N counts tasks of either CPU;
 - ``trajectory-gain8``, ``both-gain8``: the same data trained with ``gain_scale=8``, LambdaRank's gains steep
   toward each task's best, so that pairs among its near-best programs weigh more in the loss.
 

@@ -307,6 +307,7 @@ def run(args) -> int:
     meta = out / "benchmark.json"
     from costlab.common.host import host_info, same_host
     from costlab.costmodels.predictors import pinned_name, weights_sha256
+    from costlab.costmodels.shipped import aliases
     from costlab.metaschedule.targets import runnable_target
 
     model, model2 = pinned_name(args.model), pinned_name(args.model2)  # versioned: an alias may move on
@@ -318,6 +319,10 @@ def run(args) -> int:
             raise SystemExit(f"{out} holds a benchmark of another host or budget: use another --out")
         for key in ("model", "model2"):
             if not info[key]:  # not given this time: the arms already run keep their weights, by a name that has them
+                if old.get(key) and not old.get(f"{key}_sha256") and old[key] in aliases():
+                    raise SystemExit(f"{out} was run with --{key} {old[key]} and no record of its weights; the name "
+                                     f"now stands for {aliases()[old[key]]}: give the --{key} it ran with (its "
+                                     "version), or use another --out")
                 info[key] = pinned_name(old.get(key), old.get(f"{key}_sha256"))
                 if old.get(key) and not info[key]:
                     raise SystemExit(f"{out} was run with --{key} {old[key]} (weights "

@@ -108,6 +108,7 @@ def main(argv=None) -> int:
     if getattr(predictor.featurizer, "name", None) != "pacm":
         print(f"{args.model}: not a PaCM model; this benchmark times PaCM's extraction", file=sys.stderr)
         return 2
+    predictor.use_target(target)  # a hardware input scores the machine tuning now
     rows = {}
     print(f"{'workload':<14}{'programs':>9}{'threads':>8}{'1 thread ms':>13}{'live ms':>9}{'speed-up':>10}"
           f"{'net ms':>8}  features")

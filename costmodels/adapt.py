@@ -145,5 +145,5 @@ class OnlineAdapter:
 
 
 def _rounded(row: dict) -> dict:
-    """A record's floats to 4 decimals, for the adaptation record."""
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+    """A record's floats to 4 decimals, NaN (no ordered pair) as None, for the adaptation record (strict JSON)."""
+    return {k: ((None if v != v else round(v, 4)) if isinstance(v, float) else v) for k, v in row.items()}

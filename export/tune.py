@@ -38,6 +38,7 @@ from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
+from costlab.costmodels.shipped import aliases
 from costlab.export.check import check_task, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
 from costlab.export.finals import MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN, remeasure
@@ -603,6 +604,9 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
             "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler")
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
     mine["target"] = plain_json(target.export())
+    # a shipped alias recorded as the version it stands for: once the alias moves on, continuing the run with it
+    # is refused (two models' choices in one search), as is a run recorded under the bare alias
+    mine["model"] = aliases().get(opts.model, opts.model) if isinstance(opts.model, str) else mine["model"]
     old = work.run_record()
     if old is not None:
         if "target" in old:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job end to end on a small embedded default: extract tasks, measure candidates on this machine's
-# own target, inspect, split by task, fine-tune the shipped x86-cpu model (trained on another CPU) on this
+# own target, inspect, split by task, fine-tune the shipped x86-cpu model (pre-trained on the corpus's CPUs) on this
 # machine's tasks and evaluate it on the held-out one beside zero-shot, PSA and random, export it, tune a
 # workload no model has seen with it (model-led search) and with MetaSchedule's default at the same budget, side by side in seconds and trials, and hand the measured programs back to MetaSchedule. Re-running continues where it stopped.
 set -euo pipefail
@@ -29,7 +29,7 @@ PLATFORM=$($COSTLAB dataset info "$DATA" --json | "$PY" -c 'import json,sys; pri
 echo "== 5. featurize (PaCM data-flow patterns, the shipped model's featurizer; cached in the dataset)" >&2
 $COSTLAB featurize "$DATA" --featurizer pacm
 
-echo "== 6. fine-tune the shipped x86-cpu model (another CPU's) on this machine's tasks; held-out task beside zero-shot, PSA, random" >&2
+echo "== 6. fine-tune the shipped x86-cpu model (pre-trained on the corpus's CPUs) on this machine's tasks; held-out task beside zero-shot, PSA, random" >&2
 $COSTLAB finetune --from x86-cpu --data "$DATA" --platform "$PLATFORM" --split demo --out "$OUT/run"
 $COSTLAB evaluate --model "$OUT/run" --data "$DATA" --report "$OUT/run/report"
 for M in x86-cpu psa random; do

@@ -34,6 +34,7 @@ and flagged), records the platform's host, and writes ``costlab dataset pack``'s
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -183,18 +184,30 @@ def platform_dir(base: Path) -> tuple[Path, dict, str]:
     return base / platform_id_for(target), host_info(), json.dumps(target)
 
 
-def check_host(folder: Path, host: dict) -> None:
-    """Refuse a folder measured on another CPU; record this host in a new one."""
+def packed_host(dest: Path) -> dict | None:
+    """The host recorded with the pack in ``dest`` (its platform's), None without a pack."""
+    try:
+        platforms = json.loads(gzip.decompress((dest / "dataset.json.gz").read_bytes()))["platforms"]
+    except OSError:
+        return None
+    return (platforms.get(dest.name) or {}).get("host")
+
+
+def check_host(folder: Path, host: dict, pack: Path | None = None) -> None:
+    """Refuse a folder measured on another CPU, or, on a fresh checkout, the platform of a committed pack
+    (``pack``) measured on another CPU; record this host in a new folder."""
     from costlab.common.host import describe_host, host_difference, same_host
 
     path = folder / "host.json"
-    if path.exists():
-        known = json.loads(path.read_text())
+    known = json.loads(path.read_text()) if path.exists() else (packed_host(pack) if pack else None)
+    if known is not None:
         if not same_host(known, host):
-            raise SystemExit(f"{folder} holds trajectories measured on {describe_host(known)}; this host is "
+            raise SystemExit(f"{path if path.exists() else pack} holds trajectories measured on "
+                             f"{describe_host(known)}; this host is "
                              f"{describe_host(host)} ({host_difference(known, host)}): a platform is one machine, "
-                             f"so this host's trajectories go to a folder of their own (--out another base)")
-        return
+                             f"so this host's trajectories go to a folder of their own (--out and --to another base)")
+        if path.exists():
+            return
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(host, indent=1, sort_keys=True))
@@ -248,7 +261,7 @@ def packed_tasks(dest: Path) -> list[str]:
 
 def run(args) -> int:
     folder, host, target = platform_dir(Path(args.out))
-    check_host(folder, host)
+    check_host(folder, host, Path(args.to) / folder.name)
     packed = set(packed_tasks(Path(args.to) / folder.name))  # a fresh checkout has the pack, not its work dirs
     limit = min(args.limit, len(TASKS))
     for position in run_order(limit, args.first):

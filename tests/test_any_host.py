@@ -158,9 +158,17 @@ def test_set_machine_states_the_spec_or_host_of_records_that_came_without_one(ze
     table = CPU_TABLE["znver5"]
     assert (spec.l1_bytes, spec.l2_bytes, spec.simd_bits) == (32768, table["l2_bytes"], 512)
 
-    data.write_bytes(zen5.read_bytes())
     zen4 = {"cpu_model": "AMD EPYC 9454P", "family": "25", "model": "17", "flags": ["avx512f", "fma"],
-            "caches": {"L1d": "32K", "L2": "1024K", "L3": "32768K"}, "threads": 2, "mhz": 2750}
+            "caches": {"L1d": "48K", "L2": "1024K", "L3": "32768K"}, "threads": 2, "mhz": 2750}
+    (tmp_path / "h.json").write_text(__import__("json").dumps({"host": zen4}))
+    # a host stated after a spec: the host decides (48K, not the spec's 32K), the spec dropped and said so
+    assert main(["dataset", "set-machine", str(data), "--platform", PLATFORM, "--host", str(tmp_path / "h.json")]) == 0
+    assert "s.json (given), is dropped" in capsys.readouterr().err
+    with open_dataset(data) as ds:
+        assert spec_for_platform(ds.platforms[PLATFORM]).l1_bytes == 48 * 1024
+
+    data.write_bytes(zen5.read_bytes())
+    zen4["caches"]["L1d"] = "32K"
     (tmp_path / "h.json").write_text(__import__("json").dumps({"host": zen4}))
     assert main(["dataset", "set-machine", str(data), "--platform", PLATFORM, "--host", str(tmp_path / "h.json")]) == 0
     capsys.readouterr()

@@ -82,9 +82,12 @@ def test_a_run_resumes_without_measuring_a_program_twice(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_fresh_checkout_continues_the_committed_pack(tmp_path, monkeypatch):
+def test_a_fresh_checkout_continues_the_committed_pack(tmp_path, monkeypatch, another_host):
     """The pack is committed, its work dirs are not: on a fresh checkout `run` skips the tasks the pack holds and
-    `pack` adds the new tasks' records after the packed ones, dropping none."""
+    `pack` adds the new tasks' records after the packed ones, dropping none; another CPU's run is refused the
+    pack's platform before anything is measured."""
+    from costlab.metaschedule.targets import host_cpu_name
+
     monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8"])
     monkeypatch.setattr(mt, "YIELD_S", 0)
     monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
@@ -93,8 +96,15 @@ def test_a_fresh_checkout_continues_the_committed_pack(tmp_path, monkeypatch):
     assert mt.main(["run", *common]) == 0 and mt.main(["pack", *common]) == 0
     folder = next(out.iterdir())
     packed = json.loads((dest / folder.name / "info.json").read_text())
-    shutil.rmtree(folder / "runs")  # a fresh checkout: the pack without its work dirs
+    shutil.rmtree(folder)  # a fresh checkout: the pack without its work dirs
     monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8", "GMM:1,8,16,8"])
+    with monkeypatch.context() as m:  # another machine LLVM names alike may not add to this machine's pack
+        faked = shutil.copytree(another_host, tmp_path / "host")
+        (faked / "llvm_cpu").write_text(host_cpu_name())
+        m.setenv(FAKE_HOST_ENV, str(faked))
+        with pytest.raises(SystemExit, match="pack.* holds trajectories measured on"):
+            mt.main(["run", *common])
+    assert not folder.exists()
     assert mt.main(["run", *common]) == 0
     assert not mt.work_dir(folder, 0).exists() and mt.finished(mt.work_dir(folder, 1), 3)  # the packed one skipped
     assert mt.main(["pack", *common]) == 0

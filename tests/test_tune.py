@@ -467,3 +467,24 @@ def test_a_tuned_networks_output_is_checked_against_pytorchs(tmp_path, capsys, m
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "differs from PyTorch's" in err[0] and "0.5" in err[0]
     assert json.loads((work / "costlab_tune.json").read_text())["network"]["output_check"]["status"] == "differs"
+
+
+def test_a_run_records_the_version_a_shipped_alias_stands_for(tmp_path, capsys):
+    """`--model x86-cpu` is recorded as the version the alias stands for; a run recorded under the bare alias
+    (before versions were recorded, or after the alias moved on) is not continued with another version's
+    weights: refused in one line, nothing measured."""
+    from costlab.costmodels.shipped import aliases
+
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--trials", "2", "--work-dir", str(work), "--no-check",
+            "--model", "x86-cpu", "--adapt", "none", *SMALL_SEARCH]
+    assert main(argv) == 0
+    run = json.loads((work / "costlab_run.json").read_text())
+    assert run["model"] == aliases()["x86-cpu"]
+    (work / "costlab_run.json").write_text(json.dumps(dict(run, model="x86-cpu")))
+    records = len(_records(work))
+    capsys.readouterr()
+    assert main(argv[:4] + ["4"] + argv[5:]) == 2
+    err = capsys.readouterr().err
+    assert "model: 'x86-cpu' -> " in err and "another --work-dir" in err
+    assert len(_records(work)) == records

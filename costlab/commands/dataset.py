@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 from costlab.commands.options import directory, positive_int
 from costlab.common import jsontext
 from costlab.common.errors import InputError, UsageError
+from costlab.common.host import describe_host, host_difference, same_host
 from costlab.datasets import DatasetWriter, make_split, open_dataset, summarize
 from costlab.datasets.ansor_log import import_ansor
 from costlab.datasets.extract import extract
@@ -18,6 +20,7 @@ from costlab.datasets.names import check_platform_id
 from costlab.datasets.pack import pack, unpack
 from costlab.datasets.splits import SPLIT_KINDS
 from costlab.datasets.summary import format_summary
+from costlab.featurizers.psa.hardware import spec_for, spec_for_platform
 from costlab.metaschedule.targets import checked_target
 
 
@@ -280,9 +283,6 @@ def _rename_platform(args) -> int:
 
 
 def _set_machine(args) -> int:
-    from costlab.common.host import describe_host, host_difference, same_host
-    from costlab.featurizers.psa.hardware import spec_for, spec_for_platform
-
     with open_dataset(args.data) as ds:
         plat = ds.platforms.get(args.platform)
         if plat is None:
@@ -306,11 +306,16 @@ def _set_machine(args) -> int:
             spec = spec_for(plat, override=dict({"name": f"{args.spec.name} (given)"}, **given)).to_json()
         except ValueError as exc:
             raise InputError(args.spec, str(exc).split(": ", 1)[-1]) from None
+    dropped = host is not None and plat.spec is not None  # a stored spec would win over the host record
     with DatasetWriter(args.data) as w:
         w.add_platform(args.platform, plat.target, spec=spec, host=host)
+        if dropped:
+            w.platforms[args.platform] = dataclasses.replace(w.platforms[args.platform], spec=None)
     with open_dataset(args.data) as ds:
         now = spec_for_platform(ds.platforms[args.platform])
-    print(f"{args.data}: platform {args.platform!r}'s features now use the hardware spec of {now.name}", file=sys.stderr)
+    print(f"{args.data}: platform {args.platform!r}'s features now use the hardware spec of {now.name}"
+          + (f" (the spec stored before, {plat.spec.get('name', 'unnamed')}, is dropped)" if dropped else ""),
+          file=sys.stderr)
     return 0
 
 
