@@ -89,7 +89,8 @@ def models_table(rows: list[dict]) -> str:
         if held.get("mean"):
             splits = held.get("splits") or []
             how = f", {held['held_out']}" if held.get("held_out") else ""
-            lines.append(f"{r['name']}: held-out top-1 is the mean over {len(splits) or 'its'} split"
-                         f"{'' if len(splits) == 1 else 's'}{how}")
+            over = f"the mean over {len(splits) or 'its'} splits{how}" if len(splits) != 1 else \
+                (held.get("held_out") or f"on split {splits[0]}")
+            lines.append(f"{r['name']}: held-out top-1 is {over}")
     lines.append("use a model by name (--model NAME); costlab models --json prints every figure")
     return "\n".join(lines)

@@ -190,6 +190,13 @@ def _records_jsonl(table, rows: np.ndarray) -> bytes:
         for i in range(len(rows)))
 
 
+def pack_platforms(folder) -> dict | None:
+    """The platforms a pack holds, as its meta file records them (id -> target, spec, host), read
+    with the checks of ``unpack``; None where ``folder`` holds no pack."""
+    meta_path = Path(folder) / META
+    return _read_meta(meta_path)["platforms"] if meta_path.exists() else None
+
+
 def unpack(folder, out) -> str:
     """Build a dataset from its packed form (the output must not exist yet); returns a summary.
 

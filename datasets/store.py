@@ -566,6 +566,13 @@ class DatasetWriter:
                                            (old and old.host) or host)
         return pid
 
+    def set_machine(self, pid: str, spec: dict | None = None, host: dict | None = None) -> None:
+        """State the machine an existing platform's records were measured on: a hardware spec, replacing the one
+        stored, or a host record (set where none is), which drops a stored spec, since a stored spec wins over
+        the host record when features are computed."""
+        old = self.platforms[pid]
+        self.platforms[pid] = Platform(pid, old.target, None if host is not None else spec, old.host or host)
+
     def rename_platform(self, old: str, new: str, target: dict | None = None) -> None:
         """Give a platform's records (and feature caches) another id, and optionally another target: for a
         platform named after the wrong machine or measured under the wrong settings."""

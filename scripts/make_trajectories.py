@@ -34,7 +34,6 @@ and flagged), records the platform's host, and writes ``costlab dataset pack``'s
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import subprocess
@@ -186,11 +185,9 @@ def platform_dir(base: Path) -> tuple[Path, dict, str]:
 
 def packed_host(dest: Path) -> dict | None:
     """The host recorded with the pack in ``dest`` (its platform's), None without a pack."""
-    try:
-        platforms = json.loads(gzip.decompress((dest / "dataset.json.gz").read_bytes()))["platforms"]
-    except OSError:
-        return None
-    return (platforms.get(dest.name) or {}).get("host")
+    from costlab.datasets.pack import pack_platforms
+
+    return ((pack_platforms(dest) or {}).get(dest.name) or {}).get("host")
 
 
 def check_host(folder: Path, host: dict, pack: Path | None = None) -> None:
@@ -294,6 +291,8 @@ def status(args) -> int:
 
 
 def pack(args) -> int:
+    from costlab.costmodels.predictors import pinned_name
+
     folder, _, _ = platform_dir(Path(args.out))
     host = json.loads((folder / "host.json").read_text())
     works = [work_dir(folder, p) for p in range(len(TASKS)) if finished(work_dir(folder, p), args.trials)]
@@ -303,9 +302,10 @@ def pack(args) -> int:
     works = packed_first(works, dest)
     packed = packed_tasks(dest)
     before = json.loads((dest / "info.json").read_text())["trajectories"] if packed else {}
-    tuned_with = {"x86-cpu": "x86-cpu-v1"}.get(before.get("model"), before.get("model"))  # the alias's version then
-    if before and tuned_with != args.model:  # refused before anything is written
-        raise SystemExit(f"{dest} was tuned with --model {tuned_with}, not {args.model}: pack into another --to")
+    tuned_with = before.get("model")  # a versioned name (an alias would move to other weights)
+    model = pinned_name(args.model)  # an alias as the version it stands for now
+    if before and tuned_with != model:  # refused before anything is written
+        raise SystemExit(f"{dest} was tuned with --model {tuned_with}, not {model}: pack into another --to")
     data = folder / "trajectories.h5"
     with cpu_lock():  # no task writes its database while it is read
         data.unlink(missing_ok=True)
@@ -320,7 +320,7 @@ def pack(args) -> int:
     info.pop("path", None)
     tasks = packed + [TASKS[int(w.name[:3])] for w in works if TASKS[int(w.name[:3])] not in packed]
     arms = dict(before.get("arms") or {}, **{w.name: arm_of(int(w.name[:3])) for w in works})
-    info["trajectories"] = {"tasks": tasks, "trials": args.trials, "arms": arms, "model": args.model}
+    info["trajectories"] = {"tasks": tasks, "trials": args.trials, "arms": arms, "model": model}
     write_atomically(dest / "info.json", json.dumps(info, indent=1, sort_keys=True).encode())
     print(f"{dest}: {len(tasks)} tasks packed (host {host.get('cpu_model')})")
     return 0

@@ -9,7 +9,9 @@
 #   DATA=both: the two-CPU model (x86-cpu-v2): Emerald Rapids' random samples (corpus/) and Zen 5's tuning
 #     trajectories (corpus/trajectories/llvm-znver5-2c) as rows of one PaCM with the hardware input, exactly the
 #     `both` kind of benchmarks/learning_curve.py at all tasks (a fifth of the trajectory tasks, by name, and
-#     every task of their workloads held out), so that the curve's held-out figures are this model's
+#     every task of their workloads held out), so that the curve's held-out figures are this model's;
+#     KIND=both-gain8 takes that curve kind instead (LambdaRank gains steep toward each task's best).
+#     The curve's scores of that kind (WORK/results.json, else CURVE_RESULTS) become its held-out figures.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${1:-$ROOT/build/x86-cpu}"
@@ -18,10 +20,10 @@ VERSION="${VERSION:?set VERSION (v1, v2, ...): the model goes to costmodels/mode
 DEST="$ROOT/costmodels/models/x86-cpu-$VERSION"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
 if [ "$STEP" = all ] && [ "${DATA:-}" = both ]; then
-  "${COSTLAB%/costlab}/python" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds both --sizes 0 \
+  "${COSTLAB%/costlab}/python" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds "${KIND:-both}" --sizes 0 \
     --epochs "${EPOCHS:-60}"
   rm -rf "$DEST"
-  "$COSTLAB" export "$(ls -d "$WORK"/both-n*-s0 | head -1)" -o "$DEST" --force
+  "$COSTLAB" export "$(ls -d "$WORK/${KIND:-both}"-n*-s0 | head -1)" -o "$DEST" --force
 elif [ "$STEP" = all ]; then
   mkdir -p "$WORK"
   if [ ! -f "$WORK/corpus.h5" ]; then
@@ -35,13 +37,28 @@ fi
 # what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
 # HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits (its --json), those
 # figures: each model's mean over the splits and its top-1 per split
-"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" "$DEST" "${DATA:-}" "$WORK" <<'PY'
+"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" "$DEST" "${DATA:-}" "$WORK" "${KIND:-both}" \
+  "${CURVE_RESULTS:-$WORK/results.json}" <<'PY'
 import json, sys
 from pathlib import Path
 root, held_out, dest, data = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+kind, curve = sys.argv[6], Path(sys.argv[7])
 path = dest / "config.json"
 config = json.loads(path.read_text())
-if data == "both":  # what each row platform gave to training: its tasks and records outside the held-out split
+if data == "both" and curve.exists():  # the curve's zero-shot scores of this model (its kind at all tasks)
+    from costlab.common.host import describe_host
+    results = json.loads(curve.read_text())
+    rows = [r for r in results["scores"] if r["kind"] == kind]
+    rows = [r for r in rows if r["tasks"] == max(r["tasks"] for r in rows)]
+    keys = ("top1", "pairwise", "pairwise_q25", "pairwise_q10", "pick8")
+    per_set = {r["on"]: {k: round(r[k], 4) for k in keys if r.get(k) is not None} for r in rows}
+    config["held_out"] = dict(
+        splits=["traj-heldout"], mean={config["kind"]: per_set["traj-heldout"]}, per_set=per_set,
+        held_out=f"zero-shot on the {results['heldout_tasks']} trajectory tasks held out of training "
+                 "(benchmarks/learning_curve.py, traj-heldout); per_set adds the six tuning-benchmark workloads' "
+                 "MetaSchedule runs (a: 200 trials, a1000: 1000)",
+        host=describe_host(results.get("host") or {}))
+if data == "both" and (Path(sys.argv[5]) / "cpus.h5").exists():  # each row platform's share of training
     import numpy as np
     from costlab.datasets import open_dataset
     parts = []
@@ -57,7 +74,7 @@ if data == "both":  # what each row platform gave to training: its tasks and rec
     config["corpus"] = dict(tasks=sum(p["tasks"] for p in parts), records=sum(p["records"] for p in parts),
                             platforms=parts, held_out="a fifth of the trajectory tasks by name "
                             "(benchmarks/learning_curve.py held_out) and every task of their workloads")
-else:
+elif data != "both":
     info = json.loads((root / "corpus" / "info.json").read_text())
     pid = config["platforms"][0]
     host = (config.get("hosts") or {}).get(pid) or {}

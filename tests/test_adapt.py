@@ -103,14 +103,14 @@ def test_finetune_writes_a_model_of_the_target_platform(zen5, tmp_path):
     import json
 
     from costlab.costmodels.artifact import read_artifact
-    from costlab.costmodels.shipped import shipped_path
+    from costlab.costmodels.shipped import aliases, shipped_path
 
     assert main(["finetune", "--from", "x86-cpu", "--data", str(zen5), "--platform", PLATFORM, "--split", SPLIT,
                  "--out", str(tmp_path / "ft")]) == 0
     shipped, tuned = read_artifact(shipped_path("x86-cpu")), read_artifact(tmp_path / "ft" / "model")
     assert tuned.config["platforms"] == [PLATFORM] and tuned.config["featurizer"] == shipped.config["featurizer"]
     summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
-    assert summary["recipe"]["name"] == "safe" and summary["tasks"] == 2 and summary["finetuned_from"] == "x86-cpu"
+    assert summary["recipe"]["name"] == "safe" and summary["tasks"] == 2 and summary["finetuned_from"] == aliases()["x86-cpu"]
 
 
 def test_recipe_options_that_belong_to_lightning_are_refused(zen5, tmp_path, capsys):

@@ -29,7 +29,7 @@ from costlab.common.errors import InputError
 from costlab.costmodels.artifact import (CONFIG_MAX, WEIGHTS_MAX, config_digest, read_artifact, read_config,
                                          save_artifact, seal_config)
 from costlab.costmodels.predictors import load
-from costlab.costmodels.shipped import shipped_path
+from costlab.costmodels.shipped import shipped_path, versioned_names
 
 SHIPPED = shipped_path("x86-cpu")
 
@@ -428,6 +428,11 @@ def test_models_prints_a_table(capsys):
     assert row.split()[-2:] == [f"{mean['pacm']['top1']:.3f}", f"{mean['xgb']['top1']:.3f}"]
     assert row.index("pacm") == out[0].index("KIND")  # columns aligned under their titles
     assert any(f"mean over {len(c['held_out']['splits'])} splits" in ln for ln in out)
+    for name in versioned_names():  # every version says what its held-out figure is, scored on one set or several
+        held = _config(shipped_path(name))["held_out"]
+        row = next(ln for ln in out if ln.startswith(name + " "))
+        assert f"{held['mean']['pacm']['top1']:.3f}" in row.split()
+        assert any(ln.startswith(f"{name}: held-out top-1 is ") and held["held_out"] in ln for ln in out)
     assert main(["models", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["x86-cpu-v1"]["held_out"] == c["held_out"] and rows["x86-cpu-v1"]["kind"] == "pacm"

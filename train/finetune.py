@@ -20,7 +20,7 @@ from costlab.common import jsontext
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
-from costlab.costmodels.predictors import NetPredictor, head_of
+from costlab.costmodels.predictors import NetPredictor, head_of, pinned_name
 from costlab.costmodels.recipe import fit_lists, task_lists
 from costlab.costmodels.recipes import DEFAULT, recipe
 from costlab.datasets import open_dataset
@@ -60,7 +60,8 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     t0 = time.perf_counter()
     info = fit_lists(pred.net, pred.kind, lists, r, head=head, seed=seed)
     out = run_dir(out)
-    summary = dict(model=pred.kind, finetuned_from=str(source), platform=platform, recipe=r.to_dict(),
+    summary = dict(model=pred.kind, finetuned_from=str(pinned_name(str(source))),  # a shipped alias as its version
+                   platform=platform, recipe=r.to_dict(),
                    tasks=len(lists), records=int(sum(len(s) for _, s in lists)), wall_seconds=time.perf_counter() - t0,
                    **{k: v for k, v in info.items() if k != "recipe"})
     config = {k: v for k, v in pred.config.items() if k not in ("weights_sha256", "config_sha256")}

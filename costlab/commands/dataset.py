@@ -308,9 +308,7 @@ def _set_machine(args) -> int:
             raise InputError(args.spec, str(exc).split(": ", 1)[-1]) from None
     dropped = host is not None and plat.spec is not None  # a stored spec would win over the host record
     with DatasetWriter(args.data) as w:
-        w.add_platform(args.platform, plat.target, spec=spec, host=host)
-        if dropped:
-            w.platforms[args.platform] = dataclasses.replace(w.platforms[args.platform], spec=None)
+        w.set_machine(args.platform, spec=spec, host=host)
     with open_dataset(args.data) as ds:
         now = spec_for_platform(ds.platforms[args.platform])
     print(f"{args.data}: platform {args.platform!r}'s features now use the hardware spec of {now.name}"
