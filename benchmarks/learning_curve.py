@@ -155,9 +155,12 @@ def plot(results: dict, path: Path) -> None:
                 pts = sorted((r["tasks"], r[key]) for r in results["scores"] if r["on"] == on and r["kind"] == kind)
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=kind)
-            for r in results["scores"]:  # models scored beside the curve: a level line each
+            others = sorted({r["kind"] for r in results["scores"] if r["kind"] not in KINDS})
+            for r in results["scores"]:  # models scored beside the curve: a level line each, told apart by style
                 if r["on"] == on and r["kind"] not in KINDS:
-                    ax.axhline(r[key], ls="--", lw=1, color="grey", label=r["kind"])
+                    i = others.index(r["kind"])
+                    ax.axhline(r[key], ls=("--", ":", "-.")[i % 3], lw=1.2, color=("grey", "black", "tab:brown")[i % 3],
+                               label=r["kind"])
             ax.set_xscale("log", base=2)
             ax.set_title(f"{on}: {key}", fontsize=9)
             ax.set_xlabel("training tasks")

@@ -89,17 +89,18 @@ def at_time(curve, seconds: float) -> tuple[int, float] | None:
     return pts[-1] if pts else None
 
 
-def figures(runs: dict) -> dict:
+def figures(runs: dict, earlier: dict | None = None) -> dict:
     """The benchmark's figures from ``runs[(network, seed)] = {arm: dict(curve, final_ms, tune_s)}`` (curves
     calibrated): per arm X other than stock, X's seconds to reach stock's final over stock's seconds, and k's
     to reach a's over a's (a run that never reaches counted at its own full seconds), summed over networks
-    and seeds; X's final over stock's (geometric mean, worst); per run, every figure."""
+    and seeds; X's final over stock's (geometric mean, worst); per run, every figure. ``earlier``: per-run
+    figures of runs not in ``runs`` (``"net/sSEED"`` -> row, as an earlier table recorded them), summed in too."""
     def reach_or_full(run, arm, goal_arm):
         r = reach(run[arm]["curve"], run[goal_arm]["final_ms"])
         return (r if r is not None else run[arm]["tune_s"]), r is not None
 
     pairs = [("a", "stock"), ("k-nolib", "stock"), ("k", "stock"), ("k", "a"), ("k", "k-nolib")]
-    out: dict = {"per_run": {}, "reach": {}, "final": {}}
+    out: dict = {"per_run": dict(earlier or {}), "reach": {}, "final": {}}
     for (net, seed), run in sorted(runs.items()):
         row = {}
         for arm, goal in pairs:

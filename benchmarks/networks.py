@@ -35,10 +35,13 @@ counted at its own full seconds (netcurves.figures).
     .venv/bin/python benchmarks/networks.py run --out bench/networks --library LIBRARY --trials 1500 --seeds 0,1
     .venv/bin/python benchmarks/networks.py run --out bench/networks --networks bert --arms stock --seeds 1 ...
     .venv/bin/python benchmarks/networks.py table --out bench/networks --to benchmarks/results/networks-HOST
+    .venv/bin/python benchmarks/networks.py table --out bench/networks-s1 --with benchmarks/results/networks-HOST/results.json
     .venv/bin/python benchmarks/networks.py finals --out bench/networks --networks llama --seeds 0 [--again cold,warm]
 
 `finals` times each costlab arm's result (WORK/result) against the build of its database's fastest records:
-what choosing a network's programs by a second measurement is worth, in one process.
+what choosing a network's programs by a second measurement is worth, in one process. `table --with` sums in
+the runs an earlier table recorded (its results.json, of the same host and budget): seeds run in another
+session, whose work dirs are gone.
 """
 
 from __future__ import annotations
@@ -488,12 +491,40 @@ def collect(out: Path, statistic: str = "median") -> tuple[dict, dict]:
     return runs, checkpoints
 
 
+def earlier_runs(paths: list, bench: dict) -> tuple[dict, dict, dict, list[str]]:
+    """Runs of earlier tables (their results.json) beside this benchmark's: the runs (curves, median finals, and
+    fastest-round finals where recorded), their checkpoints, their per-run fastest-round figures, and a line per
+    table saying where they come from. Refused unless measured on this host at this budget: figures of other
+    machines or budgets are never summed."""
+    from costlab.common.host import describe_host, same_host
+
+    runs, checkpoints, fastest, notes = {}, {}, {}, []
+    for path in paths:
+        old = json.loads(Path(path).read_text())
+        was = old.get("benchmark") or {}
+        if bench and (not same_host(was.get("host") or {}, bench.get("host") or {}) or was.get("trials") != bench.get("trials")):
+            raise SystemExit(f"error: {path} holds runs of another host or budget ({describe_host(was.get('host') or {})}, "
+                             f"{was.get('trials')} trials): only runs of one host and budget are summed")
+        for key, run in old["runs"].items():
+            net, seed = key.rsplit("/s", 1)
+            runs[(net, int(seed))] = {arm: dict(r, curve=[tuple(p) for p in r["curve"]]) for arm, r in run.items()}
+            checkpoints[(net, int(seed))] = old.get("checkpoints", {}).get(key, {})
+            fastest[key] = old["figures_fastest_round"]["per_run"][key]
+        notes.append(f"{', '.join(sorted(old['runs']))} from {path} (model {was.get('model')}"
+                     + (f", weights {was['model_sha256'][:12]}" if was.get("model_sha256") else "") + ")")
+    return runs, checkpoints, fastest, notes
+
+
 def table(args) -> int:
     out = Path(args.out).resolve()
+    bench = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
     runs, checkpoints = collect(out)
-    figs = netcurves.figures(runs)
     fastest_runs = collect(out, "min")[0]
-    fastest = netcurves.figures(fastest_runs)  # the same figures from each build's fastest round
+    old_runs, old_checkpoints, old_fastest, notes = earlier_runs(getattr(args, "with_", None) or [], bench)
+    old_runs = {k: v for k, v in old_runs.items() if k not in runs}  # a run of this benchmark wins
+    runs, checkpoints = old_runs | runs, {k: v for k, v in old_checkpoints.items() if k in old_runs} | checkpoints
+    figs = netcurves.figures(runs)
+    fastest = netcurves.figures(fastest_runs, {f"{n}/s{s}": old_fastest[f"{n}/s{s}"] for n, s in old_runs})
     lines = ["| network | seed | arm | trials | tuning s | final ms (timed together: median / fastest round) | "
              "untuned ms | output | checkpoints: est / timed ms |", "|---|---|---|---|---|---|---|---|---|"]
     for (net, seed), run in sorted(runs.items()):
@@ -502,8 +533,9 @@ def table(args) -> int:
                 r = run[arm]
                 cps = "; ".join(f"{c['at_s']:.0f} s: {netcurves.at_time(r['curve'], c['at_s'])[1]:.4g} / "
                                 f"{c['median_ms']:.4g}" for c in checkpoints[(net, seed)][arm])
+                least = fastest_runs[(net, seed)][arm]["final_ms"] if (net, seed) in fastest_runs else r.get("fastest_ms")
                 lines.append(f"| {net} | {seed} | {arm} | {r['trials']} | {r['tune_s']:.0f} | {r['final_ms']:.4g} / "
-                             f"{fastest_runs[(net, seed)][arm]['final_ms']:.4g} | "
+                             f"{'-' if least is None else format(least, '.4g')} | "
                              f"{r['untuned_ms']:.4g} | {r['output']} | {cps or '-'} |")
     lines += ["", "| figure | value (medians) | runs reached | worst run | value (fastest rounds) | target |",
               "|---|---|---|---|---|---|"]
@@ -528,20 +560,23 @@ def table(args) -> int:
                 a, b = builds[f"{arm}:fastest-record"]["median_ms"], builds[f"{arm}:result"]["median_ms"]
                 lines.append(f"| {path.parent.parent.name} | {path.parent.name[1:]} | {arm} | {a:.4g} | {b:.4g} | "
                              f"{b / a:.3f} |")
-    bench = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
     checks = [json.loads(p.read_text()) for p in out.glob("runs/*/s*/k/library_check.json")]
     lines += ["", f"Host: {bench.get('host', {}).get('cpu_model')} ({bench.get('host', {}).get('threads')} threads); "
               f"{bench.get('trials')} trials per run; model {bench.get('model')}; library {bench.get('library')}.",
               "The library holds none of the networks' tasks: " + (
                   f"each k run's copy was checked ({len(checks)} runs, {checks[0]['how']}), 0 overlap."
-                  if checks else "no k run yet.")]
+                  if checks else "no k run yet.")] + [f"Earlier runs summed in: {n}." for n in notes]
     text = "\n".join(lines)
     print(text)
     dest = Path(args.to) if getattr(args, "to", None) else out
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "results.md").write_text(text + "\n")
+    def fastest_ms(key, arm):
+        return fastest_runs[key][arm]["final_ms"] if key in fastest_runs else runs[key][arm].get("fastest_ms")
+
     (dest / "results.json").write_text(json.dumps(dict(benchmark=bench, figures=figs, figures_fastest_round=fastest, runs={
-        f"{n}/s{s}": {a: {k: v for k, v in r.items() if k != "curve"} | dict(curve=[list(p) for p in r["curve"]])
+        f"{n}/s{s}": {a: {k: v for k, v in r.items() if k != "curve"} | dict(curve=[list(p) for p in r["curve"]],
+                                                                              fastest_ms=fastest_ms((n, s), a))
                       for a, r in run.items()} for (n, s), run in runs.items()},
         checkpoints={f"{n}/s{s}": c for (n, s), c in checkpoints.items()}), indent=1))
     netcurves.plot(runs, checkpoints, dest / "curves.png")
@@ -575,6 +610,9 @@ def main(argv=None) -> int:
     t = sub.add_parser("table")
     t.add_argument("--out", required=True)
     t.add_argument("--to", help="write results.md/json and curves.png here (e.g. benchmarks/results/networks-HOST)")
+    t.add_argument("--with", dest="with_", action="append", metavar="RESULTS_JSON",
+                   help="an earlier table's results.json (same host and budget) whose runs are summed in beside these "
+                        "(seeds whose work dirs are gone)")
     a = p.parse_args(argv)
     for bad in set(getattr(a, "networks", [])) - set(NETWORKS):
         p.error(f"unknown network {bad!r} (known: {', '.join(NETWORKS)})")

@@ -158,3 +158,46 @@ def test_k_runs_are_continued_only_with_their_weights(tmp_path):
     with pytest.raises(SystemExit, match="made with x86-cpu-v1, not x86-cpu-v2"):
         networks.run(argparse.Namespace(out=str(tmp_path), model="x86-cpu-v2"))
     assert not (tmp_path / "benchmark.json").exists()
+
+
+def _timed_run(out: Path, seed: int, rounds: dict, host: dict) -> None:
+    """A benchmark out dir with one network and seed timed: arms a and k, each a one-line history."""
+    runs = out / "runs" / "net" / f"s{seed}"
+    for arm in rounds:
+        (runs / arm).mkdir(parents=True)
+        _progress(runs / arm, [(10, "mm", 8, 50.0)])
+        (runs / arm / "costlab_tune.json").write_text(json.dumps(dict(tasks=[dict(name="mm", weight=2.0)], wall_s=12)))
+    (runs / "timed.json").write_text(json.dumps(dict(untuned_tasks_us=UNTUNED, untuned_ms=300.0, timed={
+        arm: dict(rounds_ms=r, final_ms=sorted(r)[1], tune_s=100.0, checkpoints=[], output_check=dict(status="ok"))
+        for arm, r in rounds.items()})))
+    (out / "benchmark.json").write_text(json.dumps(dict(host=host, trials=1000, model="x86-cpu-v1")))
+
+
+def test_an_earlier_tables_seeds_are_summed_in_only_from_the_same_host(tmp_path, monkeypatch):
+    """A seed whose work dirs are gone counts through its table's results.json: its runs, median and fastest
+    figures beside this benchmark's own; a table of another machine or budget is refused."""
+    import networks
+
+    from costlab.common.host import host_info
+
+    monkeypatch.setattr(netcurves, "plot", lambda *a, **k: None)
+    host = host_info()
+    # seed 0: k's median (8.9) reaches a's (9) at 10 s, its fastest round (8.5) does not reach a's (8)
+    _timed_run(tmp_path / "old", 0, {"a": [8.0, 10.0, 9.0], "k": [8.5, 9.5, 8.9]}, host)
+    assert networks.main(["table", "--out", str(tmp_path / "old"), "--to", str(tmp_path / "old-results")]) == 0
+    _timed_run(tmp_path / "new", 1, {"a": [4.0, 5.0, 6.0], "k": [5.5, 7.0, 6.5]}, host)  # seed 1: never reaches
+    earlier = tmp_path / "old-results" / "results.json"
+    assert networks.main(["table", "--out", str(tmp_path / "new"), "--with", str(earlier), "--to",
+                          str(tmp_path / "both")]) == 0
+    res = json.loads((tmp_path / "both" / "results.json").read_text())
+    assert sorted(res["runs"]) == ["net/s0", "net/s1"]
+    med, fast = res["figures"]["reach"]["k_to_a"], res["figures_fastest_round"]["reach"]["k_to_a"]
+    assert med == dict(ratio=pytest.approx((10 + 100) / 200), runs=2, reached=1, worst=pytest.approx(1.0))
+    assert fast["ratio"] == pytest.approx(1.0) and fast["runs"] == 2 and fast["reached"] == 0
+    assert res["runs"]["net/s0"]["k"]["fastest_ms"] == 8.5  # kept, so that a later table can sum it in again
+    assert f"net/s0 from {earlier}" in (tmp_path / "both" / "results.md").read_text()
+    other = json.loads(earlier.read_text())
+    other["benchmark"]["trials"] = 2000
+    earlier.write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="another host or budget"):
+        networks.main(["table", "--out", str(tmp_path / "new"), "--with", str(earlier)])
