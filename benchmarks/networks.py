@@ -525,6 +525,10 @@ def table(args) -> int:
     runs, checkpoints = old_runs | runs, {k: v for k, v in old_checkpoints.items() if k in old_runs} | checkpoints
     figs = netcurves.figures(runs)
     fastest = netcurves.figures(fastest_runs, {f"{n}/s{s}": old_fastest[f"{n}/s{s}"] for n, s in old_runs})
+
+    def fastest_ms(key, arm):  # a run timed here, or as an earlier table recorded it (None where it did not)
+        return fastest_runs[key][arm]["final_ms"] if key in fastest_runs else runs[key][arm].get("fastest_ms")
+
     lines = ["| network | seed | arm | trials | tuning s | final ms (timed together: median / fastest round) | "
              "untuned ms | output | checkpoints: est / timed ms |", "|---|---|---|---|---|---|---|---|---|"]
     for (net, seed), run in sorted(runs.items()):
@@ -533,7 +537,7 @@ def table(args) -> int:
                 r = run[arm]
                 cps = "; ".join(f"{c['at_s']:.0f} s: {netcurves.at_time(r['curve'], c['at_s'])[1]:.4g} / "
                                 f"{c['median_ms']:.4g}" for c in checkpoints[(net, seed)][arm])
-                least = fastest_runs[(net, seed)][arm]["final_ms"] if (net, seed) in fastest_runs else r.get("fastest_ms")
+                least = fastest_ms((net, seed), arm)
                 lines.append(f"| {net} | {seed} | {arm} | {r['trials']} | {r['tune_s']:.0f} | {r['final_ms']:.4g} / "
                              f"{'-' if least is None else format(least, '.4g')} | "
                              f"{r['untuned_ms']:.4g} | {r['output']} | {cps or '-'} |")
@@ -571,9 +575,6 @@ def table(args) -> int:
     dest = Path(args.to) if getattr(args, "to", None) else out
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "results.md").write_text(text + "\n")
-    def fastest_ms(key, arm):
-        return fastest_runs[key][arm]["final_ms"] if key in fastest_runs else runs[key][arm].get("fastest_ms")
-
     (dest / "results.json").write_text(json.dumps(dict(benchmark=bench, figures=figs, figures_fastest_round=fastest, runs={
         f"{n}/s{s}": {a: {k: v for k, v in r.items() if k != "curve"} | dict(curve=[list(p) for p in r["curve"]],
                                                                               fastest_ms=fastest_ms((n, s), a))

@@ -60,7 +60,7 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     t0 = time.perf_counter()
     info = fit_lists(pred.net, pred.kind, lists, r, head=head, seed=seed)
     out = run_dir(out)
-    summary = dict(model=pred.kind, finetuned_from=str(pinned_name(str(source))),  # a shipped alias as its version
+    summary = dict(model=pred.kind, finetuned_from=pinned_name(str(source)),  # a shipped alias as its version
                    platform=platform, recipe=r.to_dict(),
                    tasks=len(lists), records=int(sum(len(s) for _, s in lists)), wall_seconds=time.perf_counter() - t0,
                    **{k: v for k, v in info.items() if k != "recipe"})
