@@ -500,7 +500,13 @@ def earlier_runs(paths: list, bench: dict) -> tuple[dict, dict, dict, list[str]]
 
     runs, checkpoints, fastest, notes = {}, {}, {}, []
     for path in paths:
-        old = json.loads(Path(path).read_text())
+        try:
+            old = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"error: {path}: not a readable results.json of this benchmark ({type(exc).__name__})")
+        if not isinstance(old, dict) or not all(k in old for k in ("benchmark", "runs", "figures_fastest_round")):
+            raise SystemExit(f"error: {path}: not a results.json of benchmarks/networks.py table (no benchmark, runs "
+                             "or figures_fastest_round)")
         was = old.get("benchmark") or {}
         if bench and (not same_host(was.get("host") or {}, bench.get("host") or {}) or was.get("trials") != bench.get("trials")):
             raise SystemExit(f"error: {path} holds runs of another host or budget ({describe_host(was.get('host') or {})}, "

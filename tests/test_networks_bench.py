@@ -201,3 +201,8 @@ def test_an_earlier_tables_seeds_are_summed_in_only_from_the_same_host(tmp_path,
     earlier.write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="another host or budget"):
         networks.main(["table", "--out", str(tmp_path / "new"), "--with", str(earlier)])
+    for bad, text in ((tmp_path / "missing.json", None), (tmp_path / "other.json", '{"runs": {}}')):
+        if text is not None:
+            bad.write_text(text)
+        with pytest.raises(SystemExit, match=f"error: {bad}: not a"):
+            networks.main(["table", "--out", str(tmp_path / "new"), "--with", str(bad)])
