@@ -213,6 +213,61 @@ def test_make_strategy_knows_every_name():
         make_strategy("nope")
 
 
+def test_evolutionary_never_measures_a_program_of_the_database_again():
+    """A continued run: the database holds programs of the task, and a cost model ranking exactly those best
+    makes MetaSchedule's own search send them to be measured again; costlab's ``evolutionary`` drops them."""
+    import numpy as np
+    import tvm
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.search.common import schedule_hash
+    from costlab.metaschedule.tune_context import tune_context
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    mod = workload_json_mod(te_workload_task("GMM:1,8,8,8")[1])
+    db = ms.database.MemoryDatabase()
+    sampler = tune_context(mod, target, ms.search_strategy.ReplayTrace(), rand_state=0)
+    spaces = sampler.space_generator.generate_design_space(sampler.mod)
+    sampler.search_strategy.pre_tuning(4, 4, spaces, db, ms.cost_model.RandomModel())
+    earlier = list(sampler.search_strategy.generate_measure_candidates())
+    sampler.search_strategy.post_tuning()
+    workload = db.commit_workload(sampler.mod)
+    for i, c in enumerate(earlier):  # the earlier run's records
+        db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [1e-6 * (i + 1)], target,
+                                                         c.args_info))
+    known = {schedule_hash(c.sch) for c in earlier}
+    assert len(known) == 4
+
+    @derived_object
+    class RanksTheMeasuredBest(PyCostModel):
+        def load(self, path):
+            pass
+
+        def save(self, path):
+            pass
+
+        def update(self, context, candidates, results):
+            pass
+
+        def predict(self, context, candidates):
+            return np.array([1.0 if schedule_hash(c.sch) in known else 0.0 for c in candidates])
+
+    def first_batch(strategy) -> set:
+        ctx = tune_context(mod, target, strategy, rand_state=1)
+        ctx.search_strategy.pre_tuning(8, 4, spaces, db, RanksTheMeasuredBest())
+        out = {schedule_hash(c.sch) for c in ctx.search_strategy.generate_measure_candidates()}
+        ctx.search_strategy.post_tuning()
+        return out
+
+    # MetaSchedule's own search measures the database's programs again (its initial population holds them)
+    assert first_batch(ms.search_strategy.EvolutionarySearch(population_size=64)) <= known
+    batch = first_batch(make_strategy("evolutionary", population=64))
+    assert batch and not batch & known
+
+
 def _start_tune(work, model, trials: int):
     import signal
 

@@ -5,7 +5,8 @@
 - ``draft-verify`` (``draft_verify.py``): PSA leads the evolution, the learned model re-ranks its drafts.
 - ``draft-filter`` (``draft_filter.py``): MetaSchedule's evolutionary search with a cost model that drafts
   with PSA inside every call.
-- ``evolutionary``: MetaSchedule's own ``EvolutionarySearch`` (the default without a model).
+- ``evolutionary``: MetaSchedule's own ``EvolutionarySearch`` (the default without a model), which
+  (``evolutionary.py``) never measures a program of the database again, in a continued run too.
 
 ``STRATEGIES`` maps each name to a ``Strategy``: its help line, whether it needs a model, its default
 population and the factory that makes it. The command line (``--strategy`` choices and help), the option
@@ -39,9 +40,9 @@ class Strategy:
 
 
 def _evolutionary(*, population, verify_fraction, first_rounds, log):
-    from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
+    from costlab.export.search.evolutionary import UnmeasuredEvolutionarySearch  # lazy: pulls tvm
 
-    return EvolutionarySearch(population_size=population)
+    return UnmeasuredEvolutionarySearch(population_size=population)
 
 
 def _draft_verify(*, population, verify_fraction, first_rounds, log):
