@@ -20,6 +20,31 @@ sys.path.insert(0, str(REPO / "scripts"))
 import make_trajectories as mt  # noqa: E402
 
 
+def test_a_job_waiting_for_the_cpu_lock_says_so(tmp_path, capfd):
+    """A job started under ``flock`` on the lock file waits for itself: it says what it waits for and why."""
+    import threading
+
+    from costlab.common.cpu_lock import cpu_lock
+    from costlab.common.locks import take_lock
+
+    lock = tmp_path / "cpu.lock"
+    held = take_lock(lock)
+    entered = threading.Event()
+
+    def job():
+        with cpu_lock(str(lock)):
+            entered.set()
+
+    worker = threading.Thread(target=job)
+    worker.start()
+    assert not entered.wait(1.0)  # blocked while another holder has the lock
+    held.close()
+    worker.join(10)
+    assert entered.is_set()
+    err = capfd.readouterr().err
+    assert f"waiting for {lock}" in err and "start it without flock" in err
+
+
 def test_the_task_list_is_long_enough_and_holds_no_benchmark_workload():
     sys.path.insert(0, str(REPO / "benchmarks"))
     from tuning import WORKLOADS

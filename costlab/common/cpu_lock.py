@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 from costlab.common.locks import take_lock
@@ -20,6 +21,14 @@ LOCK_ENV = "COSTLAB_CPU_LOCK"  # another lock file (a test of a job, run while t
 
 @contextlib.contextmanager
 def cpu_lock(path: str | None = None) -> Iterator[None]:
-    """Hold the machine's measuring lock for the ``with`` block (waits while another job holds it)."""
-    with take_lock(path or os.environ.get(LOCK_ENV) or CPU_LOCK):
+    """Hold the machine's measuring lock for the ``with`` block (waits while another job holds it, saying so on
+    stderr: a command started under ``flock`` on the same file would otherwise wait for itself in silence)."""
+    lock = path or os.environ.get(LOCK_ENV) or CPU_LOCK
+
+    def waiting() -> None:
+        print(f"waiting for {lock}: another job holds it (a test run, benchmark or corpus job). A command started "
+              f"under `flock {lock}` waits here for itself: start it without flock, it takes the lock on its own",
+              file=sys.stderr, flush=True)
+
+    with take_lock(lock, on_wait=waiting):
         yield
