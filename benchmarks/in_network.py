@@ -6,7 +6,8 @@ network benchmark run (benchmarks/networks.py), each big task's chosen program (
   warm         alone, as the search measures it (repeated runs, caches warm), median
   cold         alone, the CPU caches flushed of its weights and output before each run (export/finals, cold)
 
-so that what predicts the network's time can be read off. Written to OUT/in_network-NET-sSEED.json.
+so that what predicts the network's time can be read off; and, per arm, every function the network calls with its
+microseconds inside (``calls_us``). Written to OUT/in_network-NET-sSEED.json.
 
     .venv/bin/python benchmarks/in_network.py --out bench/networks-1000 --network llama --seed 0
 """
@@ -94,7 +95,7 @@ def main() -> int:
     tgt = measuring_target(a.target)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     dev = tvm.cpu(0)
-    rows = []
+    rows, calls = [], {}
     with cpu_lock():
         tasks, (mod, inputs, _ref) = networks._network(a.network, tgt)
         args = [tvm.runtime.tensor(np.asarray(x.detach().numpy() if hasattr(x, "detach") else x), dev) for x in inputs]
@@ -104,6 +105,7 @@ def main() -> int:
                 continue
             db = ms.database.JSONDatabase(work_dir=str(networks._result_dir(runs / arm) or runs / arm))
             inside = in_network(build(mod, tgt, db)[0], args, dev)
+            calls[arm] = inside
             for t in tasks:
                 recs = db.get_top_k(db.commit_workload(t.mod), 1) if any(s in t.name for s in BIG) else []
                 if recs:
@@ -114,10 +116,12 @@ def main() -> int:
             for row, us in zip(rows, alone(cands, tgt, flush)):
                 row[key] = us
     out = Path(a.out) / f"in_network-{a.network}-s{a.seed}.json"
-    out.write_text(json.dumps(dict(host=describe_host(host_info()), rows=rows), indent=1))
+    out.write_text(json.dumps(dict(host=describe_host(host_info()), rows=rows, calls_us=calls), indent=1))
     print(f"{'arm':8s} {'task':32s} {'in network':>10s} {'warm':>8s} {'cold':>8s}  (us per call)")
     for r in rows:
         print(f"{r['arm']:8s} {r['task'][:32]:32s} {r['in_network_us']:10.1f} {r['warm_us']:8.1f} {r['cold_us']:8.1f}")
+    for arm, inside in calls.items():  # every call of the network, the small tasks and the VM's own included
+        print(f"{arm:8s} all calls inside the network: {sum(inside.values()):.0f} us")
     for key in ("warm_us", "cold_us"):
         agree, pairs = order_agreement(rows, key)
         print(f"{key[:-3]}: orders the arms' programs of a task as the network does in {agree} of {pairs} pairs")
