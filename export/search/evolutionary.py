@@ -28,7 +28,6 @@ class UnmeasuredEvolutionarySearch(PySearchStrategy):
         self.options = options
         self.context = self.inner = None
         self.measured: set = set()
-        self.dropped = 0  # programs of the database the inner search proposed again, over the run
 
     def _initialize_with_tune_context(self, context) -> None:
         from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
@@ -51,7 +50,6 @@ class UnmeasuredEvolutionarySearch(PySearchStrategy):
             if out is None or not self.measured:
                 return out
             fresh = [c for c in out if schedule_hash(c.sch) not in self.measured]
-            self.dropped += len(out) - len(fresh)
             if fresh or not out:
                 return fresh
         return None
