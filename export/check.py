@@ -85,7 +85,8 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     """The task's fastest programs (up to ``top``; ``records``: these, in this order, e.g. ordered by a second
     measurement, ``export/finals.py``) checked against the reference, fastest first, until one matches.
     Returns ``best_us`` and ``record`` (of the first that matches, None if none does), ``checked`` (what each
-    checked program got, with its tuning latency) and ``status``: ``ok`` (the fastest matched), ``replaced``
+    checked program got, with its tuning latency), ``tried`` (the records checked, in that order: all but a
+    matching last one computed a wrong result) and ``status``: ``ok`` (the fastest matched), ``replaced``
     (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
     measured)."""
     from tvm.support.popen_pool import PopenPoolExecutor
@@ -95,7 +96,7 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     recs += [r for r in fastest_records(database, mod, top) if trace_text(r.trace) not in given]
     recs = [r for r in recs[:max(top, len(records or ()))] if math.isfinite(record_latency(r.run_secs))]
     if not recs:
-        return dict(status="none", best_us=None, checked=[], record=None)
+        return dict(status="none", best_us=None, checked=[], record=None, tried=[])
     scheduled = [replay(mod, rec.trace, seed + 1).mod for rec in recs]
     pool = PopenPoolExecutor(max_workers=1, timeout=timeout)
     try:
@@ -108,5 +109,5 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     for i, v in enumerate(verdicts):
         if v == "ok":
             return dict(status="ok" if i == 0 else "replaced", best_us=checked[i]["tuned_us"],
-                        checked=checked[:i + 1], record=recs[i])
-    return dict(status="wrong", best_us=None, checked=checked, record=None)
+                        checked=checked[:i + 1], record=recs[i], tried=recs[:i + 1])
+    return dict(status="wrong", best_us=None, checked=checked, record=None, tried=recs)

@@ -380,9 +380,9 @@ def tune(opts: TuneOptions) -> dict:
                 progress.close()
             if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
                 exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, seed=opts.seed,
-                                                   target=plain_json(target.export()),
+                                                   target=plain_json(target.export()), cumulative=True,
                                                    builder_timeout=opts.builder_timeout, progress=opts.progress),
-                                    locked=True, should_stop=clock.expired)
+                                    database=database, locked=True, should_stop=clock.expired)
             if (network is not None and opts.final_top > 1 and not opts.rpc_key and clock.first_batch_at is not None
                     and stop_requested() is None and clock.lost is None and not clock.expired()):
                 cold = opts.final_measure == "cold" and not is_gpu(plain_json(target.export()))
@@ -417,23 +417,27 @@ def tune(opts: TuneOptions) -> dict:
     if stop_requested() is not None:  # interrupted: the database is complete; no checks, no summary
         return summary
     earlier = _finished_summary(work, tasks, _done_per_task(database, tasks))
-    if earlier is not None and clock.first_batch_at is None and exploited is None and transferred is None:
+    exploited_now = exploited is not None and exploited["trials"] > 0
+    if earlier is not None and clock.first_batch_at is None and not exploited_now and transferred is None:
         return earlier  # a finished run re-run: nothing was measured, its summary stands as it was written
     checked = opts.check_output and not opts.rpc_key  # a remote device's programs are not run here
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
+    answers = []  # per task: check_task's whole answer (its records too), None when not checked
     for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
-        record = None
+        record, answer = None, None
         if finals is not None and finals[i]:
             row["final_us"] = [round(s * 1e6, 3) if math.isfinite(s) else None for _, s in finals[i]]
             record = finals[i][0][0]
         if checked and best is not None:
-            row["check"] = check_task(database, t.mod, target, seed=opts.seed,
-                                      records=[r for r, _ in finals[i]] if finals is not None else None)
-            record = row["check"].pop("record")
+            answer = check_task(database, t.mod, target, seed=opts.seed,
+                                records=[r for r, _ in finals[i]] if finals is not None else None)
+            record = answer["record"]
+            row["check"] = {k: v for k, v in answer.items() if k not in ("record", "tried")}
             row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result
         chosen.append(record)
+        answers.append(answer)
         summary["tasks"].append(row)
     if any(r is not None for r in chosen):
         summary["result"] = _write_result(work, tasks, chosen, finals)
@@ -442,7 +446,7 @@ def tune(opts: TuneOptions) -> dict:
     if finals is not None:
         summary["finals"] = dict(top=opts.final_top, within=FINALS_WITHIN, **finals_stats)
     if opts.use_library and not opts.rpc_key:
-        summary["library"] = _library_add(opts, tasks, target, database, summary["tasks"], checked)
+        summary["library"] = _library_add(opts, tasks, target, database, answers, checked)
     if hasattr(cost_model, "stats"):
         summary["cost_model"] = dict(cost_model.stats)
         if getattr(cost_model, "adapter", None) is not None:
@@ -492,15 +496,15 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
                               progress=opts.progress, should_stop=lambda: stop_requested() is not None)
 
 
-def _library_add(opts: TuneOptions, tasks: list[Task], target, database, rows: list, checked: bool) -> dict:
-    """The run's checked best programs into the library of its platform; nothing when they were not checked
-    (``--no-check``): a library holds programs known to compute the right result. A library that cannot be
-    written is said in the summary, never the end of a finished run."""
+def _library_add(opts: TuneOptions, tasks: list[Task], target, database, answers: list, checked: bool) -> dict:
+    """The run's checked best programs (``answers``: each task's ``check_task`` answer) into the library of its
+    platform; nothing when they were not checked (``--no-check``): a library holds programs known to compute
+    the right result. A library that cannot be written is said in the summary, never the end of a finished run."""
     if not checked:
         return dict(added=0, why="not added: the run's programs were not checked (--no-check)")
     try:
         return add_run(opts.library, platform_id_for(plain_json(target.export())), host_info(), database, tasks,
-                       [row.get("check") for row in rows], Path(opts.work_dir))
+                       answers, Path(opts.work_dir))
     except (CostlabError, OSError) as exc:
         return dict(added=0, why=f"not added: {exc}")
 

@@ -191,3 +191,31 @@ def test_a_damaged_library_is_one_clear_error(tmp_path, capsys):
     assert main(["tune", "--workload", CONV, "--trials", "2", "--work-dir", str(tmp_path / "w"), "--no-progress",
                  "--library", str(root)]) == 2
     assert "library.json" in capsys.readouterr().err
+
+
+def test_a_run_adds_the_program_its_check_vouched_for_when_a_second_measurement_reordered_them():
+    """A network's check follows the order of its second measurement (finals), not the database's. Finals
+    put the database's second fastest (B) first; B computed a wrong result and the fastest (A) the right one:
+    A is the checked program, B is left out, and only programs slower than A follow it, unchecked."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.records import record_latency
+    from costlab.export.check import fastest_records
+    from costlab.export.library.collect import task_programs
+    from costlab.metaschedule.traces import trace_json
+
+    db = ms.database.JSONDatabase(work_dir=str(FIXTURE))
+    mod = db.get_all_tuning_records()[0].workload.mod
+    recs = fastest_records(db, mod, 10)
+    assert len(recs) >= 5 and record_latency(recs[0].run_secs) < record_latency(recs[1].run_secs)
+    a, b = recs[0], recs[1]
+    check = dict(status="replaced", best_us=1.0, checked=[{}, {}], record=a, tried=[b, a])
+    programs = task_programs(db, mod, 4, "run", check=check)
+
+    def key(trace) -> str:
+        return json.dumps(trace, sort_keys=True)
+
+    keys = [key(p["trace"]) for p in programs]
+    assert keys[0] == key(trace_json(a.trace)) and programs[0]["checked"] is True
+    assert key(trace_json(b.trace)) not in keys and not any(p["checked"] for p in programs[1:])
+    assert len(programs) == 4 and all(p["us"] >= programs[0]["us"] for p in programs)

@@ -14,7 +14,7 @@ from costlab.datasets.records import record_latency
 from costlab.export.check import check_task, fastest_records
 from costlab.export.transfer.match import structure
 from costlab.metaschedule.databases import work_dir_database
-from costlab.metaschedule.traces import plain_json, trace_json
+from costlab.metaschedule.traces import plain_json, trace_json, trace_text
 from costlab.metaschedule.workloads import describe
 
 
@@ -45,8 +45,13 @@ def task_programs(database, mod, per_task: int, source: str, check=None, target=
         return [_program(r, source, False) for r in recs[:per_task]]
     if check.get("status") not in ("ok", "replaced"):
         return []  # none of its checked programs computes the right result: nothing to start from
-    first = len(check["checked"]) - 1  # the programs checked before the right one were wrong
-    return [_program(r, source, i == first) for i, r in enumerate(recs[first:first + per_task], start=first)]
+    # the checked program, then the next fastest after it; those checked before it (in the check's order, which a
+    # second measurement may have set) computed a wrong result, and faster ones not checked are not vouched for
+    right = check["record"]
+    floor = record_latency(right.run_secs)
+    left_out = {trace_text(r.trace) for r in check["tried"]}
+    rest = [r for r in recs if trace_text(r.trace) not in left_out and record_latency(r.run_secs) >= floor]
+    return [_program(right, source, True)] + [_program(r, source, False) for r in rest[:per_task - 1]]
 
 
 def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progress=None):
