@@ -336,10 +336,15 @@ def tune(opts: TuneOptions) -> dict:
             cost_model = _cost_model(opts, target, cores)
             work.write_run_record(run_options)  # the run has started
             database, repaired = work.open_database()  # lines an interrupted run cut short: moved aside, reported
-            if opts.transfer_from:  # the search starts from the transferred programs: they are in the database
-                transferred = _transfer(opts, tasks, target, database, builder, runner)
-            if opts.use_library and not opts.rpc_key:  # and from the library's programs of the same kernel classes
-                started_from = _library_start(opts, tasks, target, database, builder, runner)
+            # a task's search starts from programs transferred from elsewhere: those of a task not measured yet (a
+            # continued run's tasks go on from their own), the transferred ones first, the library's after them
+            unmeasured = [t for t, n in zip(tasks, _done_per_task(database, tasks)) if n == 0]
+            taken = 0  # what the transfer may have measured of a workload's --trials
+            if opts.transfer_from and unmeasured:
+                transferred = _transfer(opts, unmeasured, target, database, builder, runner)
+                taken = opts.transfer_top
+            if opts.use_library and not opts.rpc_key and unmeasured:
+                started_from = _library_start(opts, unmeasured, target, database, builder, runner, taken)
             done = _done_per_task(database, tasks)
             # workloads are tuned one after the other, each with its own budget; a network's tasks share one
             groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
@@ -383,7 +388,10 @@ def tune(opts: TuneOptions) -> dict:
                                                    target=plain_json(target.export()), cumulative=True,
                                                    builder_timeout=opts.builder_timeout, progress=opts.progress),
                                     database=database, locked=True, should_stop=clock.expired)
-            if (network is not None and opts.final_top > 1 and not opts.rpc_key and clock.first_batch_at is not None
+            # a re-run whose run was stopped after its last batch (no summary) measures its finals now
+            unfinished = clock.first_batch_at is not None or _finished_summary(work, tasks, _done_per_task(
+                database, tasks)) is None
+            if (network is not None and opts.final_top > 1 and not opts.rpc_key and unfinished
                     and stop_requested() is None and clock.lost is None and not clock.expired()):
                 cold = opts.final_measure == "cold" and not is_gpu(plain_json(target.export()))
                 finals, finals_stats = remeasure(database, [t.mod for t in tasks], builder,
@@ -483,16 +491,19 @@ def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, r
                           should_stop=lambda: stop_requested() is not None)
 
 
-def _library_start(opts: TuneOptions, tasks: list[Task], target, database, builder, runner) -> dict:
+def _library_start(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, taken: int = 0) -> dict:
     """Each task starts from the library: its ``--transfer-top`` best replayed programs of the library's matching
-    tasks (``export/library/start``), measured into the database before the search, within a workload's
-    ``--trials``; a network's tasks each get theirs, as with ``--transfer-from``."""
+    tasks (``export/library/start``), measured into the database before the search, within what ``taken`` (the
+    transfer's share) leaves of a workload's ``--trials``; a network's tasks each get theirs, as with
+    ``--transfer-from``."""
     from costlab.export.search.timed import stop_requested  # lazy: pulls torch and tvm
 
+    top = min(opts.transfer_top, opts.trials - min(taken, opts.trials)) if opts.workloads else opts.transfer_top
+    if top <= 0:
+        return dict(skipped="the transfer took the workload's --trials")
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())))
     return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
-                              model=opts.model, top=min(opts.transfer_top, opts.trials) if opts.workloads
-                              else opts.transfer_top, seed=opts.seed, number=opts.number, repeat=opts.repeat,
+                              model=opts.model, top=top, seed=opts.seed, number=opts.number, repeat=opts.repeat,
                               progress=opts.progress, should_stop=lambda: stop_requested() is not None)
 
 

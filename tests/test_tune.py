@@ -331,8 +331,13 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
                       "def f():\n"
                       "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)), "
                       "(torch.randn(2, 16),)\n")
-    assert main(["tune", "--network", spec, "--trials", "4", "--per-iter", "2", "--work-dir",
-                 str(tmp_path / "w"), "--no-progress", "--json"]) == 0
+    command = ["tune", "--network", spec, "--trials", "4", "--per-iter", "2", "--work-dir", str(tmp_path / "w"),
+               "--no-progress", "--json"]
+    assert main(command) == 0
+    summary = json.loads(capsys.readouterr().out)
+    # a run stopped after its last batch (before its summary): the same command measures its finals then
+    (tmp_path / "w" / "costlab_tune.json").unlink()
+    assert main(command) == 0
     summary = json.loads(capsys.readouterr().out)
     net = summary["network"]
     assert net["tuned_ms"] > 0 and net["untuned_ms"] > 0 and "dlight" in net["untuned"]
