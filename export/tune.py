@@ -374,13 +374,14 @@ def tune(opts: TuneOptions) -> dict:
                     progress.focus(group)
                     clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
                     clock.unreached = sum(done[i] == 0 for i in group)  # their first batches share it
+                    run_model = cost_model if opts.model else _cost_model(opts, target, cores)
+                    scheduler = make_task_scheduler(opts.task_scheduler, **(
+                        {"cost_model": run_model} if opts.task_scheduler == "gain" else {}))
                     ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
                                   max_trials_global=remaining, max_trials_per_task=remaining,
                                   num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
-                                  runner=runner, database=database,
-                                  cost_model=cost_model if opts.model else _cost_model(opts, target, cores),
-                                  measure_callbacks=run_callbacks(progress.callback()),
-                                  task_scheduler=make_task_scheduler(opts.task_scheduler))
+                                  runner=runner, database=database, cost_model=run_model,
+                                  measure_callbacks=run_callbacks(progress.callback()), task_scheduler=scheduler)
             finally:
                 progress.close()
             if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():

@@ -227,3 +227,32 @@ def test_a_network_tuned_with_the_gain_scheduler(tmp_path, capsys, monkeypatch):
     assert json.loads((work / "costlab_run.json").read_text())["task_scheduler"] == "gain"
     picks = (work / "logs" / "task_scheduler.log").read_text().count("gain scheduler picks task")
     assert picks > len(trials)  # the first rounds, then at least one choice by predicted gain
+
+
+def test_the_models_view_of_a_round_leaves_its_score_map_to_the_next_population():
+    """The scheduler scores a measured round with the run's costlab model by its raw scores: the model's
+    ``predict`` would fix the task's map of scores (``CostlabCostModel._scales``, set once from the first
+    population it scores) from these few measured programs instead of the next search population."""
+    from types import SimpleNamespace
+
+    import _sched_cases as cases
+    from tvm.s_tir.meta_schedule import MeasureCandidate
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from costlab.export.cost_model import CostlabCostModel, _task_key
+    from costlab.featurizers.ms_records import feature_context
+
+    mod = cases.matmul()
+    ctx = feature_context(mod, cases.LLVM)
+    args = ArgInfo.from_prim_func(mod["main"])
+    schedules = [cases.cpu_tiled(mod), cases.naive(mod), cases.cpu_tiled(mod, unroll=0),
+                 cases.cpu_tiled(mod, i_tiles=(1, 8, 2, 8), unroll=16)]
+    cands = [MeasureCandidate(s, args) for s in schedules]
+    model = CostlabCostModel("psa")
+    scheduler = make_task_scheduler("gain", cost_model=model)
+    scheduler._best_candidate[0] = cands[0]
+    share = scheduler._model_share(SimpleNamespace(cost_model_=None), 0, SimpleNamespace(ctx=ctx), cands)
+    assert share is not None and 0.0 <= share <= 1.0
+    assert _task_key(ctx) not in model._scales
+    model.predict(ctx, cands)  # what the search does with its population: the map is fixed then
+    assert _task_key(ctx) in model._scales

@@ -185,14 +185,18 @@ class GainScheduler(PyTaskScheduler):
 
     ``predictor``: a ``GainPredictor`` (default ``ProgressGainPredictor()``). ``use_model``: score each task's
     latest round with the run's cost model against its best program for ``TaskState.model_share`` (a model
-    that fails to score gives no signal, never a failed run). ``max_trials_per_task``: a task with this many
-    trials is finished (MetaSchedule's own per-task budget is enforced by its loop in any case)."""
+    that fails to score gives no signal, never a failed run). ``cost_model``: that model as the Python object
+    (costlab's ``CostlabCostModel``), whose raw scores are read: its ``predict`` would fix the task's score map from
+    this handful of measured programs instead of the next search population; None: the ``tune_tasks`` call's
+    cost model, through MetaSchedule. ``max_trials_per_task``: a task with this many trials is finished
+    (MetaSchedule's own per-task budget is enforced by its loop in any case)."""
 
     def __init__(self, predictor: GainPredictor | None = None, use_model: bool = True,
-                 max_trials_per_task: int | None = None):
+                 max_trials_per_task: int | None = None, cost_model=None):
         super().__init__()
         self.predictor = predictor if predictor is not None else ProgressGainPredictor()
         self.use_model = use_model
+        self.cost_model = cost_model
         self.max_trials_per_task = max_trials_per_task
         self.states: list[TaskState] = []
         self.decisions: list[dict] = []  # per pick: the task and the priorities it was chosen by
@@ -246,13 +250,14 @@ class GainScheduler(PyTaskScheduler):
         """The share of the round's candidates that the run's cost model scores above the task's best
         program (itself excluded); None without a model, a best program or other candidates, or when the
         model scores them all alike."""
-        model = outer.cost_model_
+        model = self.cost_model if self.cost_model is not None else outer.cost_model_
         best = self._best_candidate.get(i)
         others = [c for c in candidates if best is None or not c.same_as(best)]
         if model is None or best is None or not others:
             return None
+        score = getattr(model, "raw_scores", None) or model.predict  # the order is all that counts here
         try:
-            scores = np.asarray(model.predict(rec.ctx, [best, *others]), dtype=np.float64)
+            scores = np.asarray(score(rec.ctx, [best, *others]), dtype=np.float64)
         except Exception as exc:  # noqa: BLE001  a model that cannot score gives no signal; tuning goes on
             logger.warning("task %d: the cost model did not score its round (%s); progress alone is used", i, exc)
             return None
