@@ -29,7 +29,7 @@ from costlab.common.import_report import ImportReport
 from costlab.datasets.ansor_keys import BadLine, parse_workload_key
 from costlab.datasets.ansor_networks import load_network_info
 from costlab.datasets.names import check_platform_id
-from costlab.datasets.records import RecordBatch
+from costlab.datasets.records import ERROR_MAX, ERROR_MIN, RecordBatch
 from costlab.datasets.store import DatasetWriter
 from costlab.metaschedule.targets import platform_id_for, target_from_string
 
@@ -172,9 +172,11 @@ class _Importer:
                     costs = res[0]
                     err = res[1]
                     ts = res[3] if len(res) > 3 else 0.0
-                    if rec["v"] not in known_versions:
+                    if rec["v"].__class__ is not str or rec["v"] not in known_versions:
                         raise BadLine(_version_problem(rec["v"]))
                     if steps.__class__ is not list or costs.__class__ is not list or err.__class__ is not int:
+                        raise TypeError
+                    if not ERROR_MIN <= err <= ERROR_MAX:
                         raise TypeError
                     for c in costs:
                         if c.__class__ is not float and c.__class__ is not int:
@@ -232,7 +234,7 @@ def _diagnose(rec) -> str:
     for k in ("i", "r", "v"):
         if k not in rec:
             return f"not an Ansor record: no {k!r} field"
-    if rec["v"] not in KNOWN_VERSIONS:
+    if not isinstance(rec["v"], str) or rec["v"] not in KNOWN_VERSIONS:
         return _version_problem(rec["v"])
     inp = rec["i"]
     if not isinstance(inp, list) or len(inp) < 2 or not isinstance(inp[0], list):
@@ -255,6 +257,8 @@ def _diagnose(rec) -> str:
         return f"costs ('r'[0]) must be a list of numbers, got {str(costs)[:60]}"
     if type(res[1]) is not int:
         return f"error_no ('r'[1]) must be an integer, got {res[1]!r}"
+    if not ERROR_MIN <= res[1] <= ERROR_MAX:
+        return f"error_no ('r'[1]) {res[1]} is out of range ({ERROR_MIN}..{ERROR_MAX})"
     if len(res) > 3 and type(res[3]) not in (int, float):
         return f"timestamp ('r'[3]) must be a number, got {res[3]!r}"
     return "malformed record"

@@ -28,7 +28,7 @@ import orjson
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
 from costlab.datasets.names import check_name
-from costlab.datasets.records import RecordBatch
+from costlab.datasets.records import ERROR_MAX, ERROR_MIN, RecordBatch
 from costlab.datasets.splits import SPLIT_KINDS, Split
 from costlab.datasets.store import DatasetWriter, open_dataset
 
@@ -269,7 +269,7 @@ def _read_shard(path: Path, first: int, end: int, ntasks: int, seen: set) -> Rec
             raise InputError(path, f"program id {_shown(prog)} is not a 64-bit unsigned integer", line=n)
         if prog in seen:
             raise InputError(path, f"program id {prog} repeats an earlier record's", line=n)
-        if type(error) is not int or not -(1 << 15) <= error < 1 << 15:
+        if type(error) is not int or not ERROR_MIN <= error <= ERROR_MAX:
             raise InputError(path, f"error code {_shown(error)} is not a 16-bit integer", line=n)
         if type(stamp) not in (int, float):
             raise InputError(path, f"timestamp {_shown(stamp)} is not a number", line=n)

@@ -12,6 +12,7 @@ from costlab.metaschedule.results import ERROR_NONE, MS_FAILURE_SECS
 
 # Error codes stored with each record: Ansor/TenSet logs keep their own `error_no` (1..8); MetaSchedule
 # records get those of ``costlab.metaschedule.results`` (0 = ok).
+ERROR_MIN, ERROR_MAX = -(1 << 15), (1 << 15) - 1  # the stored error column is int16
 # a mean of run_secs at or above this is no latency: MetaSchedule's failure value averaged with a few real runs
 LATENCY_MAX_SECS = 1e9
 

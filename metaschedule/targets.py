@@ -207,7 +207,10 @@ def platform_id_for(target: dict) -> str:
 
 
 def sanitize_platform_id(text: str) -> str:
-    out = re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")
+    """``text`` made a valid platform id (``datasets.names``): letters, digits and ``. _ + -``, beginning with a
+    letter or digit, at most 200 characters; ``unknown`` when nothing of it is left."""
+    out = re.sub(r"[^A-Za-z0-9._+-]+", "-", text)
+    out = re.sub(r"^[^A-Za-z0-9]+", "", out)[:200].rstrip("-")
     return out or "unknown"
 
 

@@ -69,6 +69,8 @@ BAD_LINES = {
     "no steps": (lambda: _record(i__1=[[]]), "'i'[1] must be [stages, steps]"),
     "costs": (lambda: _record(r__0=["fast"]), "costs ('r'[0]) must be a list of numbers"),
     "error_no": (lambda: _record(r__1="0"), "error_no ('r'[1]) must be an integer"),
+    "error_no range": (lambda: _record(r__1=40000), "error_no ('r'[1]) 40000 is out of range (-32768..32767)"),
+    "version a list": (lambda: _record(v=["v0.6"]), "unknown Ansor log version ['v0.6']"),
     "not a record": (lambda: b"[1, 2, 3]", "not an Ansor record (a JSON list"),
 }
 
@@ -89,6 +91,18 @@ def test_bad_line_among_good_is_skipped_and_named(tmp_path, capsys, kind):
     assert f"skipped {log}:5: {message}" in err
     with open_dataset(out) as ds:
         assert len(ds.records("platinum-8358")) == 10
+
+
+def test_a_target_naming_an_odd_machine_gets_a_valid_platform_id(tmp_path, capsys):
+    """A ``-model`` that begins with a character a platform id may not begin with is trimmed to one, never the
+    end of the import."""
+    rec = orjson.loads(_good_lines(1)[0])
+    rec["i"][0][1] = rec["i"][0][1].replace("-model=platinum-8358", "-model=_box+1")
+    out = tmp_path / "d.h5"
+    code, err = _run(capsys, _log(tmp_path, _good_lines(4) + [orjson.dumps(rec)]), "-o", out)
+    assert code == 0, err
+    with open_dataset(out) as ds:
+        assert sorted(ds.record_platforms()) == ["box+1", "platinum-8358"]
 
 
 def test_report_counts_every_bad_line_and_shows_the_first(tmp_path):
