@@ -70,7 +70,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
             mtime = tr_path.stat().st_mtime
             batches: dict[str, rec.RecordBatch] = {}
             task_of: dict[int, int] = {}
-            last_target, last_pid, pending, read = None, None, 0, 0
+            last_target, last_pid, last_added, pending, read = None, None, None, 0, 0
             for i, size, parsed in read_records(tr_path, report):
                 read += size
                 if pending >= CHUNK:  # bounded memory: hand full chunks to the writer as they fill
@@ -96,10 +96,9 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 else:
                     report.problem(f"{where}: record without a target (pass --platform to name one)")
                     continue
-                if pid not in writer.platforms:
-                    writer.add_platform(pid, target or {}, host=host)
-                elif not writer.platforms[pid].target and target:
-                    writer.add_platform(pid, target)
+                if pid not in writer.platforms or (target and target != last_added):
+                    writer.add_platform(pid, target or {}, host=host)  # a platform of another target: refused
+                    last_added = target
                 if host and pid not in hosted:  # once per platform: the records' machine is the platform's
                     _check_host(writer, pid, host)
                     writer.add_platform(pid, writer.platforms[pid].target, host=host)

@@ -27,6 +27,7 @@ from costlab.datasets import schema
 from costlab.datasets.names import check_name, check_platform_id
 from costlab.datasets.records import RecordBatch, mean_latency, scores
 from costlab.datasets.splits import Split
+from costlab.metaschedule.targets import target_identity
 
 
 @dataclass
@@ -557,11 +558,17 @@ class DatasetWriter:
 
     # -- tables ------------------------------------------------------------------------------------
     def add_platform(self, pid: str, target: dict, spec: dict | None = None, host: dict | None = None) -> str:
-        """Add a platform, or update the spec / host of an existing one (a host is only ever set once)."""
+        """Add a platform, or update the spec / host of an existing one (a host is only ever set once; a target
+        where none is). Records of another target (``target_identity``: kind, CPU, cores, model) than the platform's
+        are refused: its labels would compare two setups' timings."""
         check_platform_id(pid)
         old = self.platforms.get(pid)
-        if old is None or spec is not None or (host is not None and old.host is None):
-            self.platforms[pid] = Platform(pid, dict(target) if old is None or spec is not None else old.target,
+        if old is not None and target and old.target and target_identity(old.target) != target_identity(target):
+            raise InputError(self.path, f"platform {pid!r} holds records of target {target_identity(old.target)}; "
+                                        f"these are of {target_identity(target)}: give them another --platform")
+        fill = old is not None and bool(target) and not old.target
+        if old is None or spec is not None or (host is not None and old.host is None) or fill:
+            self.platforms[pid] = Platform(pid, dict(target) if old is None or spec is not None or fill else old.target,
                                            spec if spec is not None else (old and old.spec),
                                            (old and old.host) or host)
         return pid

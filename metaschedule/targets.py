@@ -206,6 +206,15 @@ def platform_id_for(target: dict) -> str:
     return sanitize_platform_id("-".join(parts))
 
 
+IDENTITY_KEYS = ("kind", "mcpu", "mtriple", "num-cores", "arch", "model")  # what code a target compiles, and for what
+
+
+def target_identity(target: dict) -> dict:
+    """The options of a target (its JSON dict) that make its programs' timings another platform's: the kind, CPU or
+    GPU architecture, cores and machine model (not the flags that leave the code as it is)."""
+    return {k: str(target[k]) for k in IDENTITY_KEYS if target.get(k) not in (None, "")}
+
+
 def sanitize_platform_id(text: str) -> str:
     """``text`` made a valid platform id (``datasets.names``): letters, digits and ``. _ + -``, beginning with a
     letter or digit, at most 200 characters; ``unknown`` when nothing of it is left."""

@@ -177,7 +177,7 @@ def test_export_refuses_ansor_tasks_and_existing_databases(tmp_path, tune_db):
         export_ms(out, "q", tmp_path / "db2")
     with DatasetWriter(out) as w:
         t = w.add_task('["matmul", 16, 16, 16]', "ansor", '["matmul", 16, 16, 16]', name="ansor-mm")
-        w.add_platform("p", {"kind": "llvm"})
+        w.add_platform("p", w.platforms["p"].target)
         batch = RecordBatch()
         batch.append(t, '[["SP", 2, 0, 16, [4], 1]]', [1e-5], 0, 0.0, program_id("ansor", "x", "s"))
         w.add_records("p", batch)

@@ -66,6 +66,27 @@ def test_rerun_adds_nothing_and_new_records_append(tmp_path):
         assert len(ds.tasks) == 3
 
 
+def test_records_of_another_target_are_refused_by_a_platform(tmp_path):
+    """A platform is one setup: records compiled for another CPU, core count or kind (a second measure or import
+    with another target into the same --platform) are refused, the file as it was; a platform made without a
+    target gets the first one given; flags that leave the code as it is do not count."""
+    path = tmp_path / "d.h5"
+    _write(path)
+    before = path.read_bytes()
+    with pytest.raises(InputError, match="platform 'cpu-a' holds records of target .*'num-cores': '2'.*"
+                                         "'num-cores': '4'.*another --platform"):
+        with DatasetWriter(path) as w:
+            w.add_platform("cpu-a", {"kind": "llvm", "num-cores": 4})
+    assert path.read_bytes() == before
+    with DatasetWriter(path) as w:
+        w.add_platform("cpu-a", {"kind": "llvm", "num-cores": 2, "keys": ["cpu"], "tag": ""})  # the same setup
+        w.add_platform("bare", {})
+        w.add_platform("bare", {"kind": "llvm", "mcpu": "znver5"})
+    with open_dataset(path) as ds:
+        assert ds.platforms["bare"].target == {"kind": "llvm", "mcpu": "znver5"}
+        assert ds.platforms["cpu-a"].target == {"kind": "llvm", "num-cores": 2}
+
+
 def test_failed_transaction_leaves_file_intact(tmp_path):
     path = tmp_path / "d.h5"
     _write(path)
