@@ -87,7 +87,7 @@ for s in $STEPS; do
     train)
       P=$(platform)
       step split $COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.34 --name gpu
-      step train $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" \
+      step train $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" --overwrite \
         --epochs "$EPOCHS" --no-progress
       for M in "$OUT/run" psa random; do
         step "evaluate-$(basename "$M")" $COSTLAB evaluate --model "$M" --data "$DATA" --split gpu --platform "$P" --json

@@ -62,6 +62,22 @@ def test_finetune_does_not_replace_a_model_unless_told(trained, tmp_path, capsys
     assert (out / "summary.json").is_file()
 
 
+def test_train_does_not_replace_a_model_unless_told(trained, tmp_path, capsys):
+    """`costlab train --out RUN` into a run that holds a model: refused in one line naming --resume and
+    --overwrite, the model as it was; --overwrite trains afresh into it."""
+    from conftest import TINY
+
+    out = tmp_path / "run"
+    shutil.copytree(trained / "run", out)
+    before = (out / "model" / "model.safetensors").read_bytes()
+    args = ["train", "--data", str(trained / "d.h5"), "--out", str(out), "--epochs", "1", "--no-progress", *TINY]
+    assert main(args) == 2
+    line = _one_error(capsys.readouterr().err)
+    assert "holds a model already" in line and "--resume" in line and "--overwrite" in line, line
+    assert (out / "model" / "model.safetensors").read_bytes() == before
+    assert main([*args, "--overwrite"]) == 0
+
+
 def test_evaluate_train_part_needs_a_split(trained, capsys):
     for extra in ([], ["--split", "none"]):
         assert main(["evaluate", "--model", str(trained / "run"), "--data", str(trained / "d.h5"),

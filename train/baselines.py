@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from costlab.common import jsontext
+from costlab.common.files import write_atomically
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.baselines import FEATURE
@@ -67,5 +68,5 @@ def train_baseline(cfg: dict) -> dict:
                                      platforms=dm.config.platforms, training=summary, split=cfg["split"],
                                      split_digest=dm.split and dm.split.digest, dataset=str(cfg["data"]),
                                      dialects=dm.dialects, targets=dm.targets))
-    (Path(cfg["out"]) / "summary.json").write_text(jsontext.dumps(summary, indent=2))
+    write_atomically(Path(cfg["out"]) / "summary.json", jsontext.dumps(summary, indent=2).encode())
     return summary

@@ -18,6 +18,7 @@ import numpy as np
 
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
+from costlab.common.files import write_atomically
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of, pinned_name
@@ -72,5 +73,5 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     if len(pred.platforms) <= 1:
         config["platforms"] = [platform]  # one head: it now scores the target platform
     save_artifact(Path(out) / "model", pred.net.state_dict(), config)
-    (Path(out) / "summary.json").write_text(jsontext.dumps(summary, indent=2))
+    write_atomically(Path(out) / "summary.json", jsontext.dumps(summary, indent=2).encode())
     return summary

@@ -21,6 +21,7 @@ import yaml
 from costlab.common import jsontext
 from costlab.common.checks import check_fields
 from costlab.common.errors import UsageError
+from costlab.common.files import write_atomically
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
 from costlab.train.baselines import train_baseline
 from costlab.train.data import CostDataModule, DataConfig
@@ -156,7 +157,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
         raise UsageError(f"net options: {exc}") from None
     if source:
         load_weights(module, source["path"])
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
 
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -200,5 +201,5 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
                        training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
                        dataset=str(cfg["data"]), dialects=dm.dialects, targets=dm.targets,
                        **({"hardware": hardware_vector.describe()} if hardware_dim else {})))
-    (out / "summary.json").write_text(jsontext.dumps(summary, indent=2))
+    write_atomically(out / "summary.json", jsontext.dumps(summary, indent=2).encode())
     return summary

@@ -10,6 +10,7 @@ import numpy as np
 
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
+from costlab.common.files import write_atomically
 from costlab.costmodels import metrics
 
 KS = range(1, 21)  # the top-k curve's k
@@ -81,7 +82,7 @@ def write_report(result: dict, out) -> Path:
         raise UsageError(f"{out}: exists and is not a directory (the report is a directory of files)")
     out.mkdir(parents=True, exist_ok=True)
     plain = {k: v for k, v in result.items() if not k.startswith("_")}
-    (out / "metrics.json").write_text(jsontext.dumps(plain, indent=2))
+    write_atomically(out / "metrics.json", jsontext.dumps(plain, indent=2).encode())
     lines = [f"# Evaluation of `{result['model']}`", "",
              f"Dataset `{result['data']}`, platform `{result['platform']}`, split `{result['split']}` "
              f"({result['part']}), {result['records']} records, {len(result['tasks'])} tasks.", "",
@@ -105,5 +106,5 @@ def write_report(result: dict, out) -> Path:
     for f in _plots(result, out, curves):
         lines += ["", f"![{f}]({f})"]
     path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
     return path

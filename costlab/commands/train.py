@@ -39,6 +39,8 @@ def register(sub) -> None:
                    help="label platform; repeat for mtl (the first is the target)")
     q.add_argument("--out", type=directory("--out"), metavar="RUN_DIR")
     q.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoints/last.ckpt")
+    q.add_argument("--overwrite", action="store_true",
+                   help="train afresh into a RUN_DIR that holds a model already, replacing it")
     _common(q)
     q.set_defaults(func=_train)
 
@@ -95,18 +97,21 @@ def _overrides(args) -> list:
 def _train(args) -> int:
     cfg = load_config(args.config, _overrides(args), model=args.model, data=args.data and str(args.data),
                       split=args.split, platforms=args.platforms, out=args.out and str(args.out))
+    if not args.resume:  # a resumed run goes on into its own directory
+        _refuse_existing_model(Path(cfg["out"]), args.overwrite, "or --resume to continue its training, ")
     return _run(cfg, args)
 
 
-def _refuse_existing_model(out: Path, overwrite: bool) -> None:
-    """A fine-tuning run never replaces a model it was not told to: ``--out`` holding one (a run dir's
-    ``model/``, or a model dir or archive itself) is refused unless ``--overwrite``."""
+def _refuse_existing_model(out: Path, overwrite: bool, other: str = "") -> None:
+    """A training or fine-tuning run never replaces a model it was not told to: ``--out`` holding one (a run
+    dir's ``model/``, or a model dir or archive itself) is refused unless ``--overwrite`` (``other``: what else
+    the user may do, named in the message)."""
     from costlab.costmodels.artifact import is_artifact  # lazy: pulls torch; the parser must not
 
     held = next((p for p in (out / "model", out) if is_artifact(p)), None)
     if held is not None and not overwrite:
-        raise UsageError(f"--out {out}: holds a model already ({held}); give another --out, or --overwrite to "
-                         "replace it")
+        raise UsageError(f"--out {out}: holds a model already ({held}); give another --out, {other}or --overwrite "
+                         "to replace it")
 
 
 def _finetune(args) -> int:
