@@ -120,25 +120,29 @@ def _str_list(ds) -> list[str]:
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in ds[...]]
 
 
-def _read_tasks(f: h5py.File) -> list[Task]:
+def _read_tasks(f: h5py.File, path) -> list[Task]:
+    """The tasks of a dataset; ``path`` is the file to name in errors (a writer reads a temporary copy)."""
     if "tasks" not in f:
         return []
     g = f["tasks"]
+    missing = [c for c in (*schema.TASK_STR_COLUMNS, "flops") if c not in g]
+    if missing:
+        raise DatasetFormatError(path, f"damaged dataset: the task table has no column {', '.join(missing)}")
     cols = {c: _str_list(g[c]) for c in schema.TASK_STR_COLUMNS}
     flops = g["flops"][...]
-    return [
-        Task(
-            index=i,
-            workload_hash=cols["workload_hash"][i],
-            dialect=cols["dialect"][i],
-            workload=cols["workload"][i],
-            name=cols["name"][i],
-            kernel_class=cols["kernel_class"][i],
-            flops=float(flops[i]),
-            extra=json.loads(cols["extra"][i] or "{}"),
-        )
-        for i in range(len(flops))
-    ]
+    if any(len(v) != len(flops) for v in cols.values()):
+        raise DatasetFormatError(path, "damaged dataset: the task table's columns differ in length")
+    tasks = []
+    for i in range(len(flops)):
+        try:
+            extra = json.loads(cols["extra"][i] or "{}")
+        except json.JSONDecodeError:
+            raise DatasetFormatError(path, f"damaged dataset: task {i}'s extra is not valid JSON "
+                                           f"({_shown(cols['extra'][i])})") from None
+        tasks.append(Task(index=i, workload_hash=cols["workload_hash"][i], dialect=cols["dialect"][i],
+                          workload=cols["workload"][i], name=cols["name"][i], kernel_class=cols["kernel_class"][i],
+                          flops=float(flops[i]), extra=extra))
+    return tasks
 
 
 def _read_platforms(f: h5py.File, path) -> dict[str, Platform]:
@@ -245,7 +249,7 @@ class Dataset:
         try:
             self.format_version = format_number(self._f.attrs[schema.FORMAT_ATTR])
             self.platforms: dict[str, Platform] = _read_platforms(self._f, self.path)
-            self.tasks: list[Task] = _read_tasks(self._f)
+            self.tasks: list[Task] = _read_tasks(self._f, self.path)
         except BaseException:
             self._f.close()
             raise
@@ -403,7 +407,10 @@ class DatasetWriter:
         self._lock_fh.close()  # closing releases the lock
 
     def __enter__(self) -> "DatasetWriter":
-        self._lock()
+        try:
+            self._lock()
+        except OSError as exc:  # the lock file beside the dataset cannot be made (a read-only folder)
+            raise _write_error(self.path, exc) from None
         self._catch_swallowed()
         try:
             self._remove_stale()
@@ -456,7 +463,7 @@ class DatasetWriter:
             self._f.attrs[schema.FORMAT_ATTR] = schema.FORMAT_VERSION
         self._f.attrs["costlab_version"] = __version__
         self.platforms = _read_platforms(self._f, self.path)
-        self.tasks = _read_tasks(self._f)
+        self.tasks = _read_tasks(self._f, self.path)
         self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
         self.networks = _read_networks(self._f)
         self._tables_read = self._table_state() if "tasks" in self._f else None

@@ -86,6 +86,13 @@ def _set_attr(c, edit):
     return c["data"]
 
 
+def _lock_blocked(c):
+    """The dataset, with a folder where its writers' lock file goes (what a read-only folder does for a
+    user who is not root)."""
+    (c["data"].parent / f".{c['data'].name}.lock").mkdir()
+    return c["data"]
+
+
 def _target_attr(f, text):
     f["platforms"][PLATFORM].attrs["target"] = text
 
@@ -289,6 +296,12 @@ CASES = {
                                  f"damaged dataset: platform '{PLATFORM}': target is not valid JSON"),
     "platform target not an object": (lambda c: ["dataset", "info", _set_attr(c, lambda f: _target_attr(f, "[1]"))],
                                       f"platform '{PLATFORM}': target must be a JSON object"),
+    "task extra not JSON": (lambda c: ["dataset", "info", _set_attr(c, lambda f: f["tasks"]["extra"].__setitem__(
+        0, "{bad"))], "damaged dataset: task 0's extra is not valid JSON ('{bad')"),
+    "task table without a column": (lambda c: ["dataset", "info", _set_attr(c, lambda f: f["tasks"].__delitem__(
+        "flops"))], "damaged dataset: the task table has no column flops"),
+    "lock file beside the dataset cannot be made": (lambda c: ["dataset", "split", _lock_blocked(c), "--by", "task",
+                                                               "--name", "s"], "cannot write (Is a directory)"),
     "import into a damaged dataset": (lambda c: ["dataset", "import-ansor", BERT, "-o", _set_attr(
         c, lambda f: _target_attr(f, "{not json"))], "target is not valid JSON"),
     "evaluate on a damaged dataset": (lambda c: (_set_attr(c, lambda f: f.attrs.__setitem__(schema.FORMAT_ATTR, "x")),
