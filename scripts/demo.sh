@@ -30,7 +30,7 @@ echo "== 5. featurize (PaCM data-flow patterns, the shipped model's featurizer; 
 $COSTLAB featurize "$DATA" --featurizer pacm
 
 echo "== 6. fine-tune the shipped x86-cpu model (pre-trained on the corpus's CPUs) on this machine's tasks; held-out task beside zero-shot, PSA, random" >&2
-$COSTLAB finetune --from x86-cpu --data "$DATA" --platform "$PLATFORM" --split demo --out "$OUT/run"
+$COSTLAB finetune --from x86-cpu --data "$DATA" --platform "$PLATFORM" --split demo --out "$OUT/run" --overwrite  # re-run: fine-tuned again
 $COSTLAB evaluate --model "$OUT/run" --data "$DATA" --report "$OUT/run/report"
 for M in x86-cpu psa random; do
   echo "-- $M" >&2
@@ -70,5 +70,6 @@ print("(one seed at a small budget: benchmarks/tuning.py compares them over seed
 PYEOF
 
 echo "== 9. back to a MetaSchedule database" >&2
+rm -rf "$OUT/ms_db"  # re-run: written again from the dataset, which holds every record of it
 $COSTLAB dataset export-ms "$DATA" --platform "$PLATFORM" -o "$OUT/ms_db"
 echo "demo done: $DATA, $OUT/run (model, report), $OUT/model, $OUT/tune_model, $OUT/tune_default, $OUT/ms_db" >&2
