@@ -55,6 +55,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
     report = ImportReport()
     task_info: dict[str, tuple] = {}  # shash -> (WorkloadInfo) computed once per workload
     decode_problems: set[str] = set()
+    undecodable: dict[str, str] = {}  # workload hash -> why TVM could not decode it
     bar = None
     if progress:
         from tqdm import tqdm
@@ -106,11 +107,17 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 shash, b64 = workloads[idx]
                 if idx not in task_of:
                     if shash not in task_info:
-                        info, why = describe_json(shash, b64)
-                        task_info[shash] = info
+                        try:
+                            task_info[shash], why = describe_json(shash, b64, strict=True)
+                        except ValueError as exc:  # TVM is here, and it cannot decode the IR: its records skipped
+                            task_info[shash], why = None, None
+                            undecodable[shash] = str(exc)
                         if why:
                             decode_problems.add(why)
                     info = task_info[shash]
+                    if info is None:
+                        report.problem(f"{where}: {undecodable[shash]} (workload {shash} of {wl_path.name})")
+                        continue
                     extra = {"args_info": args_info} if args_info is not None else {}
                     t = writer.add_task(shash, "ms", b64, name=info.name, kernel_class=info.kernel_class,
                                         flops=info.flops, extra=extra)

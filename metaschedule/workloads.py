@@ -135,13 +135,21 @@ def describe(mod) -> WorkloadInfo:
     return WorkloadInfo(name, cls, flops)
 
 
-def describe_json(shash: str, b64: str) -> tuple[WorkloadInfo, str | None]:
-    """Describe a workload given in database form; on failure (no TVM, undecodable IR) a fallback named
-    after the hash, with class ``unknown``, and the reason."""
+def describe_json(shash: str, b64: str, strict: bool = False) -> tuple[WorkloadInfo, str | None]:
+    """Describe a workload given in database form; without TVM, a fallback named after the hash, with class
+    ``unknown``, and the reason. A workload TVM cannot decode gets the same fallback, or with ``strict`` raises
+    ``ValueError`` saying why (no command could replay, measure or export it)."""
     try:
-        return describe(decode_workload(shash, b64)), None
+        mod = decode_workload(shash, b64)
     except ImportError as exc:
         reason = f"TVM not available ({exc})"
-    except Exception as exc:  # a workload TVM cannot decode: keep the record, describe it by its hash
+    except Exception as exc:  # noqa: BLE001  TVM reports an undecodable IR in several ways
         reason = f"workload does not decode: {last_line(exc)}"
+        if strict:
+            raise ValueError(reason) from None
+    else:
+        try:
+            return describe(mod), None
+        except Exception as exc:  # noqa: BLE001  a workload decoded but not described: kept, named by its hash
+            reason = f"workload not described: {last_line(exc)}"
     return WorkloadInfo(f"ms-{shash[:12]}", UNKNOWN_CLASS, 0.0), reason

@@ -103,6 +103,22 @@ def test_bad_lines_are_skipped_and_counted(tmp_path, tune_db):
     assert f"{wl_path}:3: not JSON" in text
 
 
+def test_records_of_a_workload_tvm_cannot_decode_are_skipped_and_counted(tmp_path, tune_db):
+    """A workload line of valid base64 that is no IRModule: its records are bad records (no command could replay,
+    measure or export them), each named, the others imported."""
+    rec_path, wl_path = tune_db / RECORD_FILE, tune_db / WORKLOAD_FILE
+    workloads, good = wl_path.read_text().splitlines(), rec_path.read_text().splitlines()
+    wl_path.write_text("\n".join(workloads + ['["123", "AAAA"]']) + "\n")
+    bad = f"[{len(workloads)}, " + good[0].split(",", 1)[1]
+    rec_path.write_text("\n".join(good + [bad, bad]) + "\n")
+    out = tmp_path / "d.h5"
+    report = import_ms([tune_db], out, progress=False)
+    assert report.bad == 2 and sum(report.added.values()) == len(good)
+    assert f"{rec_path}:{len(good) + 1}: workload does not decode: " in report.format()
+    with open_dataset(out) as ds:
+        assert len(ds.tasks) == len(workloads)
+
+
 def test_failed_and_missing_results_are_flagged(tmp_path, tune_db):
     rec_path = tune_db / RECORD_FILE
     lines = _lines(rec_path)
