@@ -300,12 +300,12 @@ def import_ansor(paths, out, platform: str | None = None, network_info=None, net
     total = sum(f.stat().st_size for f in files)
     with DatasetWriter(out) as w, _progress_bar(total, progress) as bar:
         imp = _Importer(w, report, platform)
-        per_file: dict[str, list[int]] = {}
+        per_file: dict[str, set[int]] = {}  # files of one name in several folders: one network
         for f in files:
             imp.file_tasks = set()
             imp.import_file(f, bar)
             if network_per_file and imp.file_tasks:
-                per_file[f.stem] = sorted(imp.file_tasks)
+                per_file.setdefault(f.stem, set()).update(imp.file_tasks)
         imp.flush()
         report.added = dict(w.added)
         report.duplicates = dict(w.duplicates)
@@ -316,9 +316,10 @@ def import_ansor(paths, out, platform: str | None = None, network_info=None, net
                 message += f"; no usable records ({report.bad} bad lines in {len(files)} file(s))"
             raise InputError(path, message, line=line)
         for name, tasks in per_file.items():
-            w.set_network(name, [(t, 1.0) for t in tasks])
+            w.set_network(name, [(t, 1.0) for t in sorted(tasks)])
         if networks:
             _add_networks(w, networks)
+        report.notes += w.replaced_networks()
         report.tasks = len(w.tasks)
     return report
 

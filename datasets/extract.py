@@ -186,6 +186,8 @@ def _store(data, net: ExtractedNetwork) -> tuple[int, int]:
             t = w.add_task(shash, "ms", b64, name=name, kernel_class=info.kernel_class, flops=info.flops)
             weights.append((t, weight))
         w.set_network(net.name, weights)
+        for line in w.replaced_networks():  # the same network extracted at another batch size, say
+            _log(line)
         return len({t for t, _ in weights}), len(w.tasks) - before
 
 

@@ -139,6 +139,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 bar.update(read)
         if network:
             writer.set_network(network, sorted(network_tasks.items()))
+            report.notes += writer.replaced_networks()
         report.added = dict(writer.added)
         report.duplicates = dict(writer.duplicates)
         report.tasks = len(writer.tasks)
@@ -150,7 +151,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
     if bar is not None:
         bar.close()
     for why in sorted(decode_problems):
-        report.problems.append(f"(note) tasks named by hash: {why}")
+        report.notes.append(f"tasks named by hash: {why}")
     return report
 
 

@@ -466,6 +466,7 @@ class DatasetWriter:
         self.tasks = _read_tasks(self._f, self.path)
         self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
         self.networks = _read_networks(self._f)
+        self._networks_read = {n: sorted(v) for n, v in self.networks.items()}
         self._tables_read = self._table_state() if "tasks" in self._f else None
         self._known_ids: dict[str, np.ndarray] = {}
         self._pending: dict[str, list[dict]] = {}  # platform -> column chunks not yet written
@@ -626,11 +627,18 @@ class DatasetWriter:
         return idx
 
     def set_network(self, name: str, weights: list[tuple[int, float]]) -> None:
-        """The tasks of a network and the weight (number of occurrences) of each; replaces an earlier entry."""
+        """The tasks of a network and the weight (number of occurrences) of each; replaces an earlier entry
+        (``replaced_networks`` says which the transaction changed)."""
         merged: dict[int, float] = {}
         for t, w in weights:
             merged[int(t)] = merged.get(int(t), 0.0) + float(w)
         self.networks[name] = sorted(merged.items())
+
+    def replaced_networks(self) -> list[str]:
+        """What this transaction did to networks the dataset held before it (another task list or other weights),
+        one line each, for the command to say."""
+        return [f"network {n!r} replaced: it had {len(old)} tasks, it has {len(self.networks[n])} now"
+                for n, old in self._networks_read.items() if n in self.networks and self.networks[n] != old]
 
     def _table_state(self):
         """The tables' content, to tell whether a transaction changed them (strings compare by identity first)."""

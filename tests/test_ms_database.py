@@ -119,6 +119,22 @@ def test_records_of_a_workload_tvm_cannot_decode_are_skipped_and_counted(tmp_pat
         assert len(ds.tasks) == len(workloads)
 
 
+def test_a_network_imported_again_with_other_tasks_is_replaced_and_said(tmp_path, tune_db):
+    """`import-ms --network N` of another work dir replaces N's task list: the report says so; the same import
+    again changes nothing and says nothing."""
+    out = tmp_path / "d.h5"
+    import_ms([tune_db], out, network="tiny", progress=False)
+    assert import_ms([tune_db], out, network="tiny", progress=False).notes == []
+    rec_path, wl_path = tune_db / RECORD_FILE, tune_db / WORKLOAD_FILE
+    first = json.loads(rec_path.read_text().splitlines()[0])[0]  # the work dir cut to one workload's records
+    rec_path.write_text("".join(ln + "\n" for ln in rec_path.read_text().splitlines() if json.loads(ln)[0] == first))
+    with open_dataset(out) as ds:
+        before = len(ds.networks["tiny"])
+    report = import_ms([tune_db], out, network="tiny", progress=False)
+    assert report.notes == [f"network 'tiny' replaced: it had {before} tasks, it has 1 now"]
+    assert "note: network 'tiny' replaced" in report.format()
+
+
 def test_failed_and_missing_results_are_flagged(tmp_path, tune_db):
     rec_path = tune_db / RECORD_FILE
     lines = _lines(rec_path)

@@ -16,6 +16,7 @@ class ImportReport:
     tasks: int = 0  # tasks in the dataset afterwards
     bad: int = 0  # bad lines / records skipped
     problems: list = field(default_factory=list)  # the first messages, "file:line: what"
+    notes: list = field(default_factory=list)  # what else the import did that its user should know
 
     def problem(self, message: str) -> None:
         self.bad += 1
@@ -43,4 +44,6 @@ class ImportReport:
             text += f"\n  skipped {msg}"
         if self.bad > len(self.problems):
             text += f"\n  ... and {self.bad - len(self.problems)} more"
+        for note in self.notes:
+            text += f"\n  note: {note}"
         return text
