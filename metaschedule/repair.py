@@ -41,6 +41,11 @@ class DatabaseScan:
             self.problems.append(f"{self.wl_path}:{bad_wl[0] + 1}: not a workload (cut short?)")
             self.moved.append(wl_lines[-1].rstrip(b"\n") + b"\n")
             wl_lines = wl_lines[:-1]
+        # a good last workload line without its end of line (a write cut just before it): the next workload a
+        # run appends would join it on one line
+        self.wl_eol = bool(wl_lines) and not wl_lines[-1].endswith(b"\n") and len(wl_lines) - 1 in good
+        if self.wl_eol:
+            wl_lines[-1] += b"\n"
         self.wl_lines = wl_lines
         self.keep: list[bytes] = []
         tr_lines = self.tr_path.read_bytes().splitlines(keepends=True) if self.tr_path.is_file() else []
@@ -81,6 +86,8 @@ def repair_work_dir(work_dir, scan: DatabaseScan | None = None) -> list[str]:
     ``scan``: the ``DatabaseScan`` of the work dir, when the caller has read it already."""
     work_dir = Path(work_dir)
     scan = scan if scan is not None else DatabaseScan(work_dir)
+    if scan.wl_eol and not scan.cut_workload:
+        write_atomically(scan.wl_path, scan.wl_lines)  # its end of line restored: nothing moved
     if scan.moved:
         with open(work_dir / BAD_LINES_FILE, "ab") as fh:
             fh.writelines(scan.moved)

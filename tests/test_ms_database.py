@@ -294,3 +294,19 @@ def test_a_damaged_gzip_database_is_one_line(tmp_path, tune_db, capsys):
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert f"{RECORD_FILE}.gz: is not a readable gzip file" in err
     assert not (tmp_path / "d.h5").exists()
+
+
+def test_a_last_workload_line_without_its_end_of_line_gets_it_back(tune_db):
+    """A write cut just before a workload line's newline leaves a good line the next appended workload would
+    join: repair restores the newline, moves nothing, and the database reads as before."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from costlab.metaschedule.repair import repair_work_dir
+
+    wl_path = tune_db / WORKLOAD_FILE
+    text = wl_path.read_text()
+    n = len(JSONDatabase(work_dir=str(tune_db)).get_all_tuning_records())
+    wl_path.write_text(text.rstrip("\n"))
+    assert repair_work_dir(tune_db) == []
+    assert wl_path.read_text() == text and not (tune_db / "database_tuning_record.bad-lines.jsonl").exists()
+    assert len(JSONDatabase(work_dir=str(tune_db)).get_all_tuning_records()) == n
