@@ -42,7 +42,7 @@ import torch
 
 from costlab.common import jsontext
 from costlab.common.errors import InputError, UsageError
-from costlab.common.files import atomic_file, write_atomically
+from costlab.common.files import atomic_file, write_together
 from costlab.costmodels import kinds
 from costlab.costmodels.nets import build_net, check_featurizer_fits
 
@@ -95,7 +95,8 @@ def save_artifact(directory, tensors: dict, config: dict) -> Path:
 
     The weights file is written first and its hash recorded in the config, then the config's own hash (any
     hashes ``config`` came with are replaced); each file goes through a temporary name and a rename, so a
-    reader never sees half a file."""
+    reader never sees half a file, and Ctrl-C or SIGTERM never lands between the two renames (``write_together``),
+    so a model replaced is replaced whole."""
     from safetensors.torch import save
 
     directory = Path(directory)
@@ -109,8 +110,9 @@ def save_artifact(directory, tensors: dict, config: dict) -> Path:
     config = {k: v for k, v in config.items() if k not in HASHES}
     config = seal_config(dict(config, format=FORMAT, format_version=FORMAT_VERSION,
                               weights_sha256=hashlib.sha256(blob).hexdigest()))
-    write_atomically(directory / WEIGHTS, blob)
-    write_atomically(directory / CONFIG, jsontext.dumps(config, indent=2, sort_keys=True).encode())
+    # renamed weights first, then the config that names them, with no signal between the two renames
+    write_together({directory / CONFIG: jsontext.dumps(config, indent=2, sort_keys=True).encode(),
+                    directory / WEIGHTS: blob})
     return directory
 
 

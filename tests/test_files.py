@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,30 @@ def test_state_files_round_trip_and_damage_names_the_file(tmp_path):
     path.write_text("[]")
     with pytest.raises(InputError, match=r"is damaged \(not a JSON object\); remove it to start exploitation afresh"):
         read_state(path, "start exploitation afresh", {})
+
+
+def test_files_written_together_are_replaced_whole_when_a_signal_comes_between_their_renames(tmp_path, monkeypatch):
+    """A model's weights and config: Ctrl-C arriving during the first rename waits until the second is done, so
+    the pair is the new one (never new weights beside the old config), then interrupts."""
+    import signal
+
+    from costlab.common.files import write_together
+
+    a, b = tmp_path / "config.json", tmp_path / "model.safetensors"
+    a.write_bytes(b"old config")
+    b.write_bytes(b"old weights")
+    rename = os.replace
+    calls = []
+
+    def interrupted_rename(src, dst):
+        rename(src, dst)
+        calls.append(Path(dst).name)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", interrupted_rename)
+    with pytest.raises(KeyboardInterrupt):
+        write_together({a: b"new config", b: b"new weights"})
+    assert calls == ["model.safetensors", "config.json"]
+    assert a.read_bytes() == b"new config" and b.read_bytes() == b"new weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]

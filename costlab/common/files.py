@@ -86,3 +86,40 @@ def write_atomically(path, data: bytes | Iterable[bytes]) -> Path:
         else:
             fh.writelines(data)
     return Path(path)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM that arrive inside the block are handled when it ends, by the handlers they would have
+    met (a process has other threads, so blocking the signals in this one would not hold them back). Outside the
+    main thread, where handlers cannot be set, the block runs as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+            previous[sig] = signal.signal(sig, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
+def write_together(files: dict) -> None:
+    """Replace several files (path -> bytes), each as ``write_atomically`` does, with no Ctrl-C or SIGTERM between
+    their renames: a model's weights and the config that names them by hash, where a stop between the two would
+    leave neither model loadable. Such a signal waits until the last file is renamed (``signals_deferred``; the
+    data is in memory, so that is a moment). The renames run in the reverse order of ``files``; an exception
+    before them changes nothing."""
+    with signals_deferred(), contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(atomic_file(path)) for path in files]
+        for fh, data in zip(handles, files.values()):
+            fh.write(data)
