@@ -10,6 +10,7 @@ XGBoost) and costlab's model-led search with ``x86-cpu-v1`` (odd positions), so 
 blind spots. The seed of a task is its position. After the te workloads come Relax tasks of small networks
 (``NET:FUNCTION:TASK``: a task of ``scripts/trajectory_nets.py``'s FUNCTION, at sizes no benchmark uses): dense
 layers with 2-D weights, norms, softmax and activations in the form Relax gives them, which te_workload lacks.
+Then, from position 230, te workloads of other nets (``_second_tasks``).
 
   python scripts/make_trajectories.py run  [--out bench/trajectories] [--limit N] [--trials 200] [--first A-B]
   python scripts/make_trajectories.py status [--out ...]
@@ -108,7 +109,35 @@ def _tasks() -> list[str]:
         if w not in seen and w not in EXCLUDED:
             seen.add(w)
             uniq.append(w)
-    return uniq + _network_tasks()
+    first = uniq + _network_tasks()
+    seen.update(first)
+    return first + [w for w in _second_tasks() if w not in seen and w not in EXCLUDED]
+
+
+def _second_tasks() -> list[str]:
+    """Positions 230-: the layers of other nets (MobileNetV2 and EfficientNet inverted residuals with their 5x5
+    depthwise convolutions, Inception's odd sizes, ResNeXt's groups, GPT-style dense shapes at hidden 640-1280,
+    longer attention), kinds interleaved as in ``_tasks``; no hidden size of the network benchmark (768)."""
+    pointwise = [f"C2D:1,{h},{h},{ci},{co},1,1,0" for h, ci, co in
+                 ((112, 32, 16), (56, 24, 144), (28, 32, 192), (14, 64, 384), (14, 96, 576), (7, 160, 960),
+                  (7, 320, 1280), (56, 144, 24), (28, 192, 32), (14, 384, 64), (73, 64, 80), (35, 192, 64))]
+    depthwise = [f"DEP:1,{h},{h},{c},{k},{s},{k // 2}" for h, c, k, s in
+                 ((112, 96, 3, 2), (56, 144, 3, 1), (28, 192, 3, 1), (14, 384, 3, 1), (14, 576, 3, 1), (7, 960, 3, 1),
+                  (28, 240, 5, 1), (14, 480, 5, 1), (14, 672, 5, 2), (56, 144, 5, 2))]
+    convs = [f"C2D:1,{h},{h},{ci},{co},{k},{s},{p}" for h, ci, co, k, s, p in
+             ((35, 64, 96, 3, 1, 1), (35, 48, 64, 5, 1, 2), (17, 160, 192, 3, 1, 1), (8, 384, 384, 3, 1, 1),
+              (71, 80, 192, 3, 2, 0), (35, 96, 96, 3, 2, 0), (17, 192, 192, 3, 2, 0), (28, 128, 128, 3, 1, 2))]
+    dense = [f"GMM:1,{m},{n},{k}" for m, n, k in
+             ((256, 640, 640), (256, 640, 2560), (256, 2560, 640), (64, 1280, 1280), (64, 1280, 5120),
+              (64, 5120, 1280), (384, 384, 1536), (384, 1536, 384))]
+    attention = [f"GMM:{h},{s},{s2},{d}" for h, s, s2, d in
+                 ((10, 256, 256, 64), (10, 256, 64, 256), (20, 64, 64, 64), (20, 64, 64, 128), (6, 384, 384, 64),
+                  (6, 384, 64, 384))]
+    rest = ["GRP:1,56,56,128,128,3,1,1,1,32", "GRP:1,28,28,256,256,3,1,1,1,32", "GRP:1,14,14,512,512,3,1,1,1,32",
+            "NRM:1,256,640", "NRM:1,64,1280", "SFM:2560,256", "SFM:1280,64", "SFM:2304,384",
+            "C1D:1,512,64,64,7,1,3", "C3D:1,4,28,28,32,32,3,1,1", "DIL:1,28,28,128,128,3,1,2,2",
+            "T2D:1,16,16,64,32,4,2,1", "CBR:1,56,56,128,128,3,2,1"]
+    return _interleave([pointwise, depthwise, convs, dense, attention, rest])
 
 
 # Relax tasks of scripts/trajectory_nets.py's layers (``NET:FUNCTION:TASK``): dense matmuls with 2-D weights
