@@ -70,6 +70,12 @@ def normalize_target(target) -> dict:
     return value
 
 
+def stored_target(target) -> dict:
+    """A dataset's target (a JSON dict, a JSON string or the string form) as a JSON dict, as it was recorded:
+    ``mcpu=native`` stays ``native`` (the machine reading a dataset is not the one that measured it)."""
+    return dict(target) if isinstance(target, dict) else target_from_string(str(target))
+
+
 def checked_target(target) -> dict:
     """``normalize_target(target)``, checked by TVM itself: an unknown kind, an unknown option or a value of the
     wrong type is a ValueError saying which (TVM's reason, without its C++ trace). Needs TVM."""

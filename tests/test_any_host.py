@@ -62,6 +62,44 @@ def test_a_host_record_decides_the_spec():
     assert unknown.name.startswith("generic CPU") and unknown.l1_bytes == 32 * 1024
 
 
+def test_a_platform_measured_with_mcpu_native_is_its_host_records_cpu_whatever_the_local_cpu(monkeypatch):
+    """``-mcpu=native`` in a dataset names the CPU that measured it: its host record's caches and vector width
+    (AVX-512 here), the same on this machine and on a faked Zen 4; without a host record, the generic CPU, never
+    the local one. The spec of a platform is resolved from what it holds: another dataset's platform of the same id
+    (another host record) gets its own."""
+    from types import SimpleNamespace
+
+    from costlab.featurizers.psa.hardware import PlatformSpecs
+
+    host = {"cpu_model": "Intel Xeon Platinum 8358", "flags": ["avx512f", "avx2", "fma"], "threads": 2,
+            "caches": {"L1d": "48K", "L2": "1280K", "L3": "49152K"}, "mhz": 2600}
+    native = SimpleNamespace(id="box", target={"kind": "llvm", "mcpu": "native", "num-cores": 2}, spec=None,
+                             host=host)
+    here = spec_for_platform(native)
+    monkeypatch.setenv(FAKE_HOST_ENV, str(ZEN4))
+    assert spec_for_platform(native) == here
+    assert (here.simd_bits, here.l1_bytes, here.llc_bytes, here.cores) == (512, 48 * 1024, 48 << 20, 2)
+    bare = spec_for_platform(SimpleNamespace(id="box", target=native.target, spec=None, host={}))
+    assert bare.name.startswith("generic CPU") and bare.l1_bytes == 32 * 1024
+    specs = SimpleNamespace(config={}, spec_for=PlatformSpecs.spec_for)
+    assert specs.spec_for(specs, native) == here and specs.spec_for(specs, SimpleNamespace(
+        id="box", target=native.target, spec=None, host={})) == bare
+
+
+def test_a_gpu_platform_without_a_gpu_record_is_its_archs_gpu_whatever_the_local_one(monkeypatch):
+    """A CUDA dataset without a host GPU record: the spec of its ``arch`` from the table, never this machine's
+    GPU (of the same arch, a faked H100 PCIe here)."""
+    from types import SimpleNamespace
+
+    import costlab.featurizers.psa.hardware as hardware
+
+    plat = SimpleNamespace(id="gpu", target={"kind": "cuda", "arch": "sm_90"}, spec=None, host={})
+    table = spec_for_platform(plat)
+    monkeypatch.setattr(hardware, "local_gpu", lambda index=0: {"name": "NVIDIA H100 PCIe", "arch": "sm_90"})
+    assert spec_for_platform(plat) == table
+    assert hardware.spec_for_target({"kind": "cuda", "arch": "sm_90"}) != table  # a live target: this GPU's
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["psa", "pacm"])
 def test_features_of_a_dataset_are_the_same_on_another_host(zen5, monkeypatch, name):

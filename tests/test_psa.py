@@ -129,6 +129,32 @@ def test_unreplayable_trace_is_reported_not_fatal(tmp_path):
     assert psa.stats["invalid"] == 2
 
 
+def test_a_record_the_formula_fails_on_is_invalid_alone(tmp_path, monkeypatch):
+    """An error of the estimate itself (not of the replay) on one record makes that record invalid, the others
+    of the batch estimated, in their rows."""
+    import costlab.featurizers.psa.featurizer as featurizer
+    from costlab.datasets import open_dataset
+
+    mod = cases.matmul(64)
+    traces = [json.dumps(cases.trace_of(cases.cpu_tiled(mod, (2, 2, 2, 8), (2, 2, 2, 8), (8, 8), unroll=u)))
+              for u in (0, 16, 64)]
+    cases.dataset_of(tmp_path / "d.h5", cases.LLVM, [("matmul", mod, traces)])
+    calls = []
+
+    def second_fails(program, spec):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ZeroDivisionError("float division by zero")
+        return estimate(program, spec)
+
+    monkeypatch.setattr(featurizer, "estimate", second_fails)
+    psa = create("psa")
+    with open_dataset(tmp_path / "d.h5") as ds:
+        out = psa.featurize_records(ds, "p", np.arange(3))
+    assert out["valid"].tolist() == [True, False, True] and psa.stats["invalid"] == 1
+    assert np.isfinite(out["estimate"][[0, 2]]).all() and out["score"][1] == 0.0
+
+
 def test_unsupported_primitive_falls_back_to_the_tir_walk(tmp_path):
     """A trace using a primitive the simulator does not model (reindex) is replayed and walked instead."""
     from costlab.datasets import open_dataset

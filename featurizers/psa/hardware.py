@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes, usable_cores
-from costlab.metaschedule.targets import NVIDIA_KINDS, local_gpu, normalize_target
+from costlab.metaschedule.targets import NVIDIA_KINDS, local_gpu, normalize_target, stored_target
 from costlab.metaschedule.traces import plain_json
 
 KIB = 1024
@@ -246,26 +246,29 @@ _SIMD_BY_MCPU = [(r"avx512|skylake-server|skylake-avx512|skx|cascadelake|cooperl
                  (r"neoverse-v1|a64fx", 512), (r"neoverse|cortex|apple|graviton|aarch64|arm", 128)]
 
 
-def mcpu_simd_bits(mcpu: str) -> int | None:
-    """The vector width LLVM compiles for with ``-mcpu=NAME``: asked of TVM's LLVM (its feature list of that
-    CPU) where TVM is installed, else looked up in ``_SIMD_BY_MCPU``; None for a name neither knows."""
-    if mcpu != "native":
-        try:
-            import tvm
-            from tvm.target import codegen
-
-            features = codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
-            if "avx512f" in features:
-                return 512
-            if "avx2" in features or "avx" in features:
-                return 256
-            if "sse2" in features or "neon" in features:
-                return 128
-        except Exception:  # no TVM, or a CPU name this LLVM does not know
-            pass
+def mcpu_simd_bits(mcpu: str, mtriple: str | None = None) -> int | None:
+    """The vector width LLVM compiles for with ``-mcpu=NAME``: looked up in ``_SIMD_BY_MCPU`` (the same on every
+    machine), else asked of TVM's LLVM (its feature list of that CPU, for ``mtriple`` when the target names one:
+    without, LLVM reads the name for the triple of the machine asking); None for a name neither knows."""
     for pattern, bits in _SIMD_BY_MCPU:
         if re.search(pattern, mcpu):
             return bits
+    if mcpu == "native":
+        return None
+    try:
+        import tvm
+        from tvm.target import codegen
+
+        target = {"kind": "llvm", "mcpu": mcpu, **({"mtriple": mtriple} if mtriple else {})}
+        features = codegen.llvm_get_cpu_features(tvm.target.Target(target))
+        if "avx512f" in features:
+            return 512
+        if "avx2" in features or "avx" in features:
+            return 256
+        if "sse2" in features or "neon" in features:
+            return 128
+    except Exception:  # noqa: BLE001  no TVM, or a CPU name this LLVM does not know
+        pass
     return None
 
 
@@ -297,7 +300,7 @@ def spec_from_host(host: dict | None, target) -> CPUSpec:
     """The CPU a dataset's records were measured on, from its host record (``costlab.common.host``: caches,
     ISA flags, threads, clock when recorded), else from ``CPU_TABLE`` by the target's ``-mcpu``, else
     ``CPUSpec``'s generic figures; never from the machine computing it. The ``name`` says which it was."""
-    t = normalize_target(target)
+    t = stored_target(target)
     mcpu = str(t.get("mcpu") or "")
     host = host or {}
     known = CPU_TABLE.get(mcpu)
@@ -317,6 +320,10 @@ def spec_from_host(host: dict | None, target) -> CPUSpec:
         flags = set(host.get("flags") or [])
         if flags:
             changes["fma_units"] = 2 if ({"fma", "asimd"} & flags) else 1
+            # the width of the recorded CPU, which code for ``-mcpu=native`` uses (``_target_changes`` sets the
+            # width of code for a named CPU or for none)
+            simd = 512 if "avx512f" in flags else 256 if {"avx2", "avx"} & flags else 128
+            changes.update(_simd_fields(simd, arm=bool({"asimd", "neon"} & flags)))
     elif known:
         name = f"{mcpu} (table of -mcpu names)"
     else:
@@ -341,36 +348,41 @@ def _target_changes(t: dict) -> dict:
     elif "+avx2" in text or "+avx" in text:
         simd = 256
     elif t.get("mcpu"):
-        simd = mcpu_simd_bits(str(t["mcpu"]))
+        simd = mcpu_simd_bits(str(t["mcpu"]), t.get("mtriple"))
     if str(t.get("mcpu") or "") == "native":
-        simd = None  # the local CPU's own width, as detected
+        simd = None  # the CPU's own width: the spec's (detected here, or its host record's)
     elif simd is None:
         # No -mcpu / -mattr: LLVM compiles for the generic triple (x86-64: SSE2, aarch64: NEON), so the
         # code uses 128-bit vectors whatever the machine has.
         simd = 128
     if simd is not None:
-        changes["simd_bits"] = simd
-        changes["vector_registers"] = 32 if simd == 512 or re.search(r"aarch64|arm", text) else 16
-        # two vector loads per cycle from L1, one vector line per cycle from L2
-        changes["l1_bw"] = simd / 4.0
-        changes["l2_bw"] = simd / 8.0
+        changes.update(_simd_fields(simd, arm=bool(re.search(r"aarch64|arm", text))))
     return changes
+
+
+def _simd_fields(simd: int, arm: bool) -> dict:
+    """What a code's vector width fixes of a CPU spec: the width, the vector registers, and two vector loads per
+    cycle from L1, one vector line per cycle from L2."""
+    return dict(simd_bits=simd, vector_registers=32 if simd == 512 or arm else 16, l1_bw=simd / 4.0,
+                l2_bw=simd / 8.0)
 
 
 def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None = None) -> HardwareSpec:
     """The spec PSA should assume for a TVM target (a JSON dict, or the string form).
 
-    CUDA: from ``GPU_TABLE`` by the target's ``model`` or ``tag`` name, else by ``gpu_name`` (or this machine's
-    GPU when it is of the target's arch), else by ``arch``. LLVM: with ``host`` (a dataset's host record, ``{}``
+    CUDA: from ``GPU_TABLE`` by the target's ``model`` or ``tag`` name, else by ``gpu_name`` (or, for a live
+    target, this machine's GPU when it is of the target's arch), else by ``arch``. LLVM: with ``host`` (a dataset's host record, ``{}``
     for a dataset without one) the CPU that record or the target's ``-mcpu`` names (``spec_from_host``);
     without, this machine's CPU (``detect_cpu``: the machine tuning now); then ``num-cores`` and the SIMD width
     the code is compiled for from the target (``_target_changes``). ``override`` replaces fields at the end.
     """
-    t = normalize_target(target)
+    # a dataset's target as recorded; a live one with ``native`` read as this machine's CPU, and its GPU
+    t = normalize_target(target) if host is None else stored_target(target)
     kind = str(t.get("kind", "llvm"))
     if kind in NVIDIA_KINDS:
         spec = None
-        for name in (str(t.get("model") or ""), str(t.get("tag") or ""), gpu_name or _local_gpu_name(t)):
+        local = _local_gpu_name(t) if host is None else ""
+        for name in (str(t.get("model") or ""), str(t.get("tag") or ""), gpu_name or local):
             if name and name != "unknown":
                 try:
                     spec = gpu_spec(name.split("/")[-1])
@@ -429,7 +441,10 @@ class PlatformSpecs:
 
     def spec_for(self, platform=None, target=None) -> HardwareSpec:
         specs = self.__dict__.setdefault("_specs", {})
-        key = platform.id if platform is not None else repr(target)
+        # a platform by what its spec comes from: another dataset's platform of the same id is another machine
+        key = (json.dumps([platform.id, platform.target, getattr(platform, "spec", None),
+                           getattr(platform, "host", None)], sort_keys=True, default=str)
+               if platform is not None else repr(target))
         if key not in specs:
             specs[key] = spec_for(platform, target, self.config.get("spec"))
         return specs[key]
