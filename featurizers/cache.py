@@ -39,9 +39,15 @@ class FeatureCache:
         return [n for n in self._g.keys()]
 
     def get(self, rows=None) -> dict:
+        """The features of ``rows`` (all by default), in their order; a row asked for twice (a tail list beside
+        the task's own lists in one batch) is read once."""
         rows = np.arange(self.n_done) if rows is None else np.asarray(rows, np.int64)
         if rows.size and rows.max() >= self.n_done:
             raise IndexError(f"feature cache has {self.n_done} rows, asked for row {int(rows.max())}")
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        if uniq.size < rows.size:  # h5py refuses an index twice
+            once = self.get(uniq)
+            return {k: [v[i] for i in inverse] if isinstance(v, list) else v[inverse] for k, v in once.items()}
         out = {}
         for name, obj in self._g.items():
             if "offsets" in getattr(obj, "keys", lambda: ())():

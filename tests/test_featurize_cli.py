@@ -166,3 +166,23 @@ def test_help(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--featurizer" in out and "--platform" in out and "resumes" in out
+
+
+def test_a_cache_gives_a_row_asked_for_twice(tmp_path):
+    """A batch may ask for one record twice (a task's tail list beside its own lists): the cache reads it once and
+    gives it in every place it was asked for (h5py refuses a repeated index)."""
+    data = tmp_path / "d.h5"
+    import_ansor(MLP, data, progress=False)
+    build_cache(data, "tlp", CPU, progress=False)
+    with open_dataset(data) as ds:
+        feats = create("tlp")
+        feats.fit(ds, [CPU])
+        cache = open_cache(ds, feats, CPU)
+        whole = cache.get()
+        rows = np.array([5, 1, 5, 9, 1])
+        twice = cache.get(rows)
+    assert twice.keys() == whole.keys()
+    for k, v in whole.items():
+        got = twice[k]
+        want = [v[i] for i in rows] if isinstance(v, list) else v[rows]
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)) and len(got) == len(rows)
