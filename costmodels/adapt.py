@@ -83,11 +83,10 @@ class OnlineAdapter:
                 continue
             feats, score = lst
             held = np.concatenate(self._val[key])
-            if held.sum() >= 2 and (~held).sum() >= 2:
-                val.append(take(feats, score, np.flatnonzero(held)))
+            if (~held).sum() >= 2:  # a record held out is never trained on, even before it can validate
                 train.append(take(feats, score, np.flatnonzero(~held)))
-            else:
-                train.append((feats, score))
+                if held.sum() >= 2:
+                    val.append(take(feats, score, np.flatnonzero(held)))
         return train, val
 
     def batch_pairwise(self, features: dict, latency) -> float:

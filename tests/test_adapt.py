@@ -149,6 +149,29 @@ def test_online_update_moves_scores_toward_the_measured_order(zen5):
     assert row["after_tail"]["pairwise_q25"] == row["after_q25"] and 0 < row["after_tail"]["pick8"] <= 1
 
 
+def test_a_record_held_out_for_validation_is_never_trained_on(zen5):
+    """A task whose held-out records are too few to validate yet (one here) trains on the others only: that
+    record validates a later update, which must not have trained on it."""
+    from costlab.costmodels.adapt import OnlineAdapter
+    from costlab.featurizers.cache import features_of
+    from costlab.train.predict import load_predictor
+
+    pred = load_predictor("x86-cpu")
+    adapter = OnlineAdapter(pred, "finetune", seed=0)
+    with open_dataset(zen5) as ds:
+        if pred.hardware_dim:
+            pred.use_platform(ds.platforms[PLATFORM])
+        table = ds.records(PLATFORM)
+        rows = np.flatnonzero(table.task == table.task[0])[:6]
+        adapter.add("t", features_of(ds, pred.featurizer, PLATFORM, rows), table.latency()[rows])
+    adapter._val["t"] = [np.array([True, False, False, False, False, False])]
+    train, val = adapter._lists()
+    assert [len(score) for _, score in train] == [5] and val == []
+    adapter._val["t"] = [np.array([True, True, False, False, False, False])]
+    train, val = adapter._lists()
+    assert [len(score) for _, score in train] == [4] and [len(score) for _, score in val] == [2]
+
+
 def test_shipped_model_by_name_in_evaluate_and_export(zen5, tmp_path, capsys):
     """A shipped model's name is taken wherever a model is: finetune (above), evaluate, export, and tune's
     cost model (what `costlab tune --model x86-cpu` loads)."""
