@@ -63,3 +63,19 @@ def test_baselines_fit_their_training_records(ms_data, tmp_path, kind):
     assert fitted["pairwise"] > max(0.6, chance["pairwise"]), (fitted["pairwise"], chance["pairwise"])
     assert (tmp_path / kind / "model" / "config.json").exists()
     assert not list((tmp_path / kind / "model").glob("*.pkl"))
+
+
+def test_a_baseline_keeps_the_fraction_of_labels_it_is_given_and_refuses_rows_of_other_platforms(ms_data, tmp_path):
+    """``data_options.keep_fraction`` takes labels away from the XGBoost baseline as from the nets it is compared
+    with (it trained on all of them); ``row_platforms``, which it cannot take, is refused, not ignored."""
+    from costlab.common.errors import UsageError
+
+    path, platform = ms_data
+    cfg = load_config(None, ["trainer.max_epochs=2", f"data_options.keep_fraction={{{platform}: 0.5}}"], model="xgb",
+                      data=str(path), out=str(tmp_path / "half"))
+    kept = train(cfg, progress=False)["train_records"]
+    assert 0 < kept < 80
+    cfg = load_config(None, [f"data_options.row_platforms=[{platform}]"], model="xgb", data=str(path),
+                      out=str(tmp_path / "rows"))
+    with pytest.raises(UsageError, match="data_options row_platforms: the xgb baseline"):
+        train(cfg, progress=False)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from costlab.common import jsontext
+from costlab.common.errors import UsageError
 from costlab.common.files import write_atomically
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
@@ -32,12 +33,25 @@ from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.run_dir import run_dir
 
 
+BASELINE_DATA_OPTIONS = ("keep_fraction", "base_platform")  # what of ``data_options`` a baseline's data takes
+# options that change which records a net trains on; a baseline that ignored them would train on other data
+_NET_ONLY = ("row_platforms",)
+
+
 def _training_data(cfg: dict):
+    """The baseline's training records (those with a label on the target platform: ``keep_fraction`` drops some)
+    as per-store feature arrays, their tasks and costs (failed records at MetaSchedule's 1e10)."""
+    options = dict(cfg.get("data_options") or {})
+    other = sorted(k for k, v in options.items() if k not in BASELINE_DATA_OPTIONS and k in _NET_ONLY and v)
+    if other:
+        raise UsageError(f"data_options {', '.join(other)}: the {cfg['model']} baseline trains on one platform's "
+                         f"records as MetaSchedule's model does (it takes {', '.join(BASELINE_DATA_OPTIONS)})")
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=kinds.create(cfg["model"]).featurizer,
-                                   platforms=list(cfg["platforms"]),
-                                   split=cfg["split"], seed=int(cfg["seed"]), val_fraction=0.0))
+                                   platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
+                                   val_fraction=0.0, **{k: options[k] for k in BASELINE_DATA_OPTIONS if k in options}))
     dm.setup()
     rows = dm.train_rows
+    rows = rows[~np.isnan(dm.labels.latency[rows, 0])]  # no label on the target (kept out, or not measured there)
     with open_dataset(cfg["data"]) as ds:
         feats = features_of(ds, dm.featurizer, dm.base, rows)
     valid = np.asarray(feats.get("valid", np.ones(len(rows), bool)), bool)
