@@ -43,10 +43,11 @@ GUARDED = ("pairwise", "top1", "top5")  # what the guard keeps from getting wors
 HEAD_PREFIXES = ("head.", "program_mlp.", "program_skip.", "decoder.", "head_decoders.")
 
 
-def trainable(net: torch.nn.Module, which: str) -> list:
-    """The parameters a recipe trains; the rest are frozen (``requires_grad`` off)."""
+def trainable(net: torch.nn.Module, which: str, head: int = 0) -> list:
+    """The parameters a recipe trains; the rest are frozen (``requires_grad`` off). ``head``: the platform head
+    being adapted, whose output layer ``last`` is (a net with a decoder per head)."""
     out = []
-    last = _last_layer(net)
+    last = _last_layer(net, head)
     for name, p in net.named_parameters():
         p.requires_grad_(which == "all" or (which == "head" and name.startswith(HEAD_PREFIXES))
                          or (which == "last" and (name.startswith(last) or name.startswith("program_skip."))))
@@ -55,11 +56,14 @@ def trainable(net: torch.nn.Module, which: str) -> list:
     return out
 
 
-def _last_layer(net: torch.nn.Module) -> str:
-    """The name prefix of the net's output layer (the last Linear module)."""
+def _last_layer(net: torch.nn.Module, head: int = 0) -> str:
+    """The name prefix of the net's output layer (the last Linear module; of the ``head``-th decoder in a net with
+    one per head, the others' give the other platforms' scores)."""
+    own = f"head_decoders.{head}."
     name = ""
     for n, m in net.named_modules():
-        if isinstance(m, torch.nn.Linear) and not n.startswith("program_skip"):
+        if (isinstance(m, torch.nn.Linear) and not n.startswith("program_skip")
+                and (not n.startswith("head_decoders.") or n.startswith(own))):
             name = n
     return name + "."
 
@@ -178,7 +182,7 @@ def fit_lists(net: torch.nn.Module, kind: str, lists: list, spec="safe", head: i
     device = next(net.parameters()).device
     start = {n: t.detach().clone() for n, t in net.state_dict().items()} if r.interpolate != 1.0 else None
     anchor = {n: p.detach().clone() for n, p in net.named_parameters()} if r.l2sp > 0 else None
-    params = trainable(net, r.train)
+    params = trainable(net, r.train, head)
     if not params:  # nothing of this net is what the recipe trains (a net without such layers)
         for p in net.parameters():
             p.requires_grad_(True)

@@ -54,6 +54,22 @@ def test_tlp_net_private_head_layers(head_layers):
     assert net.slot_proj.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("head", [0, 1])
+def test_the_last_layer_recipe_trains_the_output_layer_of_the_head_it_adapts(head):
+    """``train: last`` on a net with a decoder per platform head trains that head's output layer (the last
+    Linear of the net is the last head's: adapting head 0 through it would change nothing)."""
+    from costlab.costmodels.recipe import trainable
+
+    net = TLPNet(TLPNetConfig(vocab_size=20, num_slots=6, max_len=12, d_model=32, heads=2, attention_heads=4,
+                              head_layers=2))
+    params = {id(p) for p in trainable(net, "last", head)}
+    last = [m for m in net.head_decoders[head].modules() if isinstance(m, torch.nn.Linear)][-1]
+    assert params == {id(last.weight), id(last.bias)}
+    out = net(*_tokens())
+    out[:, head].sum().backward()
+    assert last.weight.grad.abs().sum() > 0
+
+
 def test_pacm_net_shapes_and_empty_patterns():
     torch.manual_seed(0)
     net = PaCMNet(PaCMNetConfig(stmt_features=10, pattern_features=5, d_model=32, heads=2)).eval()
