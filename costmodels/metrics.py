@@ -41,8 +41,10 @@ def _rank(pred: np.ndarray, latency: np.ndarray) -> np.ndarray:
 
 def task_ranks(task: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """Each record's prediction as its rank within its task, scaled to [0, 1] (1 = predicted best; ties
-    share their mean rank): scores of different models made comparable for fusing them."""
+    share their mean rank; a NaN prediction is the worst, as ``_rank`` has it): scores of different models made
+    comparable for fusing them."""
     pred = np.asarray(pred, np.float64)
+    pred = np.where(np.isnan(pred), -np.inf, pred)  # np.unique sorts NaN last: it would rank best
     out = np.zeros(len(pred))
     for _, rows in _groups(task):  # tasks of one record stay 0: nothing to rank
         _, inverse, counts = np.unique(pred[rows], return_inverse=True, return_counts=True)

@@ -116,6 +116,8 @@ def test_task_ranks_scale_within_each_task_and_share_ties():
     assert ranks[7] == 0.0  # a task of one record has nothing to rank
     # only the order within a task counts: any increasing map of the scores gives the same ranks
     np.testing.assert_allclose(metrics.task_ranks(task, np.exp(pred) * 3 + 1), ranks)
+    # a NaN prediction is the worst, as every other metric counts it, never the best
+    np.testing.assert_allclose(metrics.task_ranks(task[:3], np.array([5.0, np.nan, 2.0])), [1.0, 0.0, 0.5])
 
 
 def test_tail_metrics_hand_example():
