@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 from conftest import FIXTURES
@@ -97,6 +98,13 @@ def test_rows_of_several_cpus_each_with_its_vector_and_lists_within_one_platform
             delta = hardware[sel] - vectors[plat[0]]
             assert np.allclose(delta, delta[0], atol=1e-6)  # one perturbation per list
             assert np.all(delta[:, ~jittered] == 0) and np.all(np.abs(delta[:, jittered]) <= 0.5 + 1e-6)
+    # a batch is jittered alike whichever loader worker reads it, and after a resume: the draws come from its rows
+    from costlab.train.data import BatchReader
+
+    lists = next(iter(dm.train_dataloader().sampler))
+    reader = BatchReader(dm, 0.5)
+    first, again = reader[lists]["hardware"], BatchReader(dm, 0.5)[lists]["hardware"]
+    assert torch.equal(first, again) and torch.equal(reader[lists]["hardware"], first)
     for batch in dm._loader(dm.train_rows, shuffle=False):  # not training: no perturbation
         assert np.array_equal(batch["hardware"].numpy(), vectors[dm.row_platform[batch["row"].numpy()]])
     # each row is labelled on its own platform: the Emerald Rapids rows' scores are its own, not Zen 5's

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zlib
 from dataclasses import asdict, dataclass, field
 
 import lightning as L
@@ -129,11 +130,13 @@ class ListSampler(torch.utils.data.Sampler):
 
 class BatchReader(torch.utils.data.Dataset):
     """Reads one batch (a tuple of row lists) from the feature cache and the label table; with hardware
-    vectors, each list's jittered by one draw (``jitter``: training batches only)."""
+    vectors, each list's jittered by one draw (``jitter``: training batches only). The draws of a batch come from
+    the seed and the batch's rows: the sampler's lists differ from epoch to epoch, and a batch is jittered alike
+    in whichever loader worker reads it and after a resume (a generator of the reader's own would start over in
+    every worker and every epoch)."""
 
     def __init__(self, dm: "CostDataModule", jitter: float = 0.0):
         self.dm, self.jitter = dm, jitter
-        self.rng = np.random.default_rng(dm.config.seed)
 
     def __getitem__(self, lists) -> dict:
         rows = np.concatenate(lists)
@@ -148,7 +151,8 @@ class BatchReader(torch.utils.data.Dataset):
         if self.dm.vectors is not None:
             hardware = self.dm.vectors[self.dm.row_platform[rows]].copy()
             if self.jitter > 0:
-                noise = self.rng.uniform(-self.jitter, self.jitter, (len(lists), len(JITTERED))).astype(np.float32)
+                rng = np.random.default_rng([self.dm.config.seed, zlib.crc32(rows.astype(np.int64).tobytes())])
+                noise = rng.uniform(-self.jitter, self.jitter, (len(lists), len(JITTERED))).astype(np.float32)
                 hardware[:, JITTERED] += np.repeat(noise, sizes, axis=0)
             batch["hardware"] = torch.from_numpy(hardware)
         return batch
