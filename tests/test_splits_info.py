@@ -90,3 +90,23 @@ def test_split_named_networks(data):
 def test_split_bad_network(data, capsys):
     assert main(["dataset", "split", str(data), "--held-out", "gpt9"]) == 2
     assert "no network named gpt9" in capsys.readouterr().err
+
+
+def test_the_network_score_counts_only_networks_whose_every_task_is_evaluated(tmp_path, capsys):
+    """A task split cuts a network apart: its top-k is then the per-task mean, not a network score of the few
+    test tasks it holds; without a split every network is whole and scored."""
+    from conftest import FIXTURES
+
+    from costlab.cli import main
+    from costlab.train.evaluate import evaluate
+
+    data = tmp_path / "d.h5"
+    mlp = FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"
+    assert main(["dataset", "import-ansor", str(mlp), "-o", str(data), "--network-per-file"]) == 0
+    assert main(["dataset", "split", str(data), "--by", "task", "--seed", "0", "--test-fraction", "0.5",
+                 "--name", "t"]) == 0
+    cut = evaluate("random", data, split="t", part="test")
+    assert cut["networks"] == {} and cut["records"] > 0
+    whole = evaluate("random", data, split=None)
+    assert list(whole["networks"]) == [mlp.stem]
+

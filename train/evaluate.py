@@ -112,6 +112,10 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         networks = ds.networks
         if split is not None and ds.split(split).held_out_networks:
             networks = {n: ds.networks[n] for n in ds.split(split).held_out_networks}
+        # TenSet's score is a whole network's: only networks whose every task is evaluated (a task split's
+        # partial networks would each weigh as much as a whole one); none left: the per-task mean
+        evaluated = set(task.tolist())
+        networks = {n: w for n, w in networks.items() if w and all(t in evaluated for t, _ in w)}
         # TenSet's per-task score: the best of each task is its best among the evaluated records
         result = metrics.summary(task, pred, latency, score, networks=networks)
         result.update(model=str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model"),
