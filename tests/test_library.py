@@ -112,14 +112,15 @@ def test_a_run_starts_from_the_library_and_adds_its_best(library, tmp_path):
 def test_a_transfer_and_the_library_start_together_stay_within_a_workloads_trials(library, tmp_path):
     """--transfer-from takes its --transfer-top of a workload's --trials first; the library start has what is left
     (here nothing), so the run measures no more than --trials."""
-    work = tmp_path / "w"
     import io
     from contextlib import redirect_stdout
 
+    work, root = tmp_path / "w", tmp_path / "lib"
+    shutil.copytree(library, root)  # the run adds to it: the module's library stays as the other tests expect
     out = io.StringIO()
     with redirect_stdout(out):
         assert main(["tune", "--workload", CONV, "--trials", "2", "--transfer-from", str(FIXTURE), "--transfer-top",
-                     "2", "--library", str(library), "--work-dir", str(work), "--no-progress", "--json"]) == 0
+                     "2", "--library", str(root), "--work-dir", str(work), "--no-progress", "--json"]) == 0
     summary = json.loads(out.getvalue().strip().splitlines()[-1])
     assert sum(row["measured"] for row in summary["transfer"].values()) == 2
     assert summary["tasks"][0]["trials"] == 2
