@@ -92,12 +92,17 @@ def at_time(curve, seconds: float) -> tuple[int, float] | None:
 def figures(runs: dict, earlier: dict | None = None) -> dict:
     """The benchmark's figures from ``runs[(network, seed)] = {arm: dict(curve, final_ms, tune_s)}`` (curves
     calibrated): per arm X other than stock, X's seconds to reach stock's final over stock's seconds, and k's
-    to reach a's over a's (a run that never reaches counted at its own full seconds), summed over networks
-    and seeds; X's final over stock's (geometric mean, worst); per run, every figure. ``earlier``: per-run
-    figures of runs not in ``runs`` (``"net/sSEED"`` -> row, as an earlier table recorded them), summed in too."""
+    to reach a's over a's: the geometric mean of the runs' ratios (``ratio``; ``pooled``: their seconds summed
+    over the goals' seconds summed), a run that never reaches counted at the longer of its own and the goal's
+    full seconds (``counted``: a miss is never better than the goal's arm, nor than the time it ran without
+    reaching); X's final over stock's (geometric mean, worst); per run, every figure. ``earlier``: per-run
+    figures of runs not in ``runs`` (``"net/sSEED"`` -> row, as an earlier table recorded them), taken in too."""
     def reach_or_full(run, arm, goal_arm):
         r = reach(run[arm]["curve"], run[goal_arm]["final_ms"])
         return (r if r is not None else run[arm]["tune_s"]), r is not None
+
+    def counted(c) -> float:
+        return c["seconds"] if c["reached"] else max(c["seconds"], c["of"])
 
     pairs = [("a", "stock"), ("k-nolib", "stock"), ("k", "stock"), ("k", "a"), ("k", "k-nolib")]
     out: dict = {"per_run": dict(earlier or {}), "reach": {}, "final": {}}
@@ -106,17 +111,19 @@ def figures(runs: dict, earlier: dict | None = None) -> dict:
         for arm, goal in pairs:
             if arm in run and goal in run and run[arm].get("curve") and run[goal].get("final_ms"):
                 secs, hit = reach_or_full(run, arm, goal)
-                row[f"{arm}_to_{goal}"] = dict(seconds=secs, reached=hit, of=run[goal]["tune_s"],
-                                               ratio=secs / run[goal]["tune_s"])
+                cell = dict(seconds=secs, reached=hit, of=run[goal]["tune_s"])
+                row[f"{arm}_to_{goal}"] = dict(cell, ratio=counted(cell) / cell["of"])
                 if goal == "stock" or (arm, goal) == ("k", "k-nolib"):
                     row[f"{arm}_over_{goal}"] = run[arm]["final_ms"] / run[goal]["final_ms"]
         out["per_run"][f"{net}/s{seed}"] = row
     for arm, goal in pairs:
         cells = [r[f"{arm}_to_{goal}"] for r in out["per_run"].values() if f"{arm}_to_{goal}" in r]
         if cells:
+            ratios = [counted(c) / c["of"] for c in cells]  # earlier tables' rows too, under this rule
             out["reach"][f"{arm}_to_{goal}"] = dict(
-                ratio=sum(c["seconds"] for c in cells) / sum(c["of"] for c in cells), runs=len(cells),
-                reached=sum(c["reached"] for c in cells), worst=max(c["ratio"] for c in cells))
+                ratio=math.exp(sum(map(math.log, ratios)) / len(ratios)),
+                pooled=sum(map(counted, cells)) / sum(c["of"] for c in cells), runs=len(cells),
+                reached=sum(c["reached"] for c in cells), worst=max(ratios))
         vals = [r[f"{arm}_over_{goal}"] for r in out["per_run"].values() if f"{arm}_over_{goal}" in r]
         if vals:
             out["final"][f"{arm}_over_{goal}"] = dict(geomean=math.exp(sum(map(math.log, vals)) / len(vals)),

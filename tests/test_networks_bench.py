@@ -41,10 +41,12 @@ def test_curve_reach_and_figures(tmp_path):
             ("net", 1): dict(stock=arm([(0, 1.0), (900, 0.3)], 0.3, 1000), a=arm([(0, 1.0)], 0.9, 400),
                              k=arm([(0, 1.0), (60, 0.32)], 0.32, 100))}
     f = netcurves.figures(runs)
-    # seed 0: k reaches 0.4 at 50 s; seed 1 never reaches 0.3: counted at its full 100 s
-    assert f["reach"]["k_to_stock"] == dict(ratio=pytest.approx(150 / 2000), runs=2, reached=1,
-                                           worst=pytest.approx(0.1))
-    assert f["reach"]["k_to_a"]["ratio"] == pytest.approx((10 + 60) / 800)
+    # seed 0: k reaches 0.4 at 50 s of stock's 1000; seed 1 never reaches 0.3: it ran 100 s, counted at stock's
+    # full 1000 s (a miss is never better than the arm it did not reach); the geometric mean of the runs' ratios
+    assert f["reach"]["k_to_stock"] == dict(ratio=pytest.approx((0.05 * 1.0) ** 0.5), pooled=pytest.approx(1050 / 2000),
+                                           runs=2, reached=1, worst=pytest.approx(1.0))
+    assert f["reach"]["k_to_a"]["ratio"] == pytest.approx((10 / 400 * 60 / 400) ** 0.5)
+    assert f["per_run"]["net/s1"]["k_to_stock"] == dict(seconds=100, reached=False, of=1000, ratio=1.0)
     assert f["final"]["k_over_stock"]["geomean"] == pytest.approx((0.38 / 0.4 * 0.32 / 0.3) ** 0.5)
     assert f["final"]["k_over_stock"]["worst"] == pytest.approx(0.32 / 0.3)
 
@@ -192,7 +194,8 @@ def test_an_earlier_tables_seeds_are_summed_in_only_from_the_same_host(tmp_path,
     res = json.loads((tmp_path / "both" / "results.json").read_text())
     assert sorted(res["runs"]) == ["net/s0", "net/s1"]
     med, fast = res["figures"]["reach"]["k_to_a"], res["figures_fastest_round"]["reach"]["k_to_a"]
-    assert med == dict(ratio=pytest.approx((10 + 100) / 200), runs=2, reached=1, worst=pytest.approx(1.0))
+    assert med == dict(ratio=pytest.approx((10 / 100 * 100 / 100) ** 0.5), pooled=pytest.approx((10 + 100) / 200),
+                       runs=2, reached=1, worst=pytest.approx(1.0))
     assert fast["ratio"] == pytest.approx(1.0) and fast["runs"] == 2 and fast["reached"] == 0
     assert res["runs"]["net/s0"]["k"]["fastest_ms"] == 8.5  # kept, so that a later table can sum it in again
     assert f"net/s0 from {earlier}" in (tmp_path / "both" / "results.md").read_text()
