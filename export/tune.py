@@ -611,13 +611,16 @@ def _finished_summary(work: Path, tasks: list, done: list) -> dict | None:
     return old if same else None
 
 
+MEASURE_KEYS = ("number", "repeat", "screen", "sized_repeats")  # how a program is timed: one way per database
+
+
 def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
-    """A work dir continues the run that made it: the same tasks, target and search, on the same machine (its
-    host is recorded); another run there would mix two searches, or two machines' timings, in one database.
-    Returns the options to record once the run has started."""
+    """A work dir continues the run that made it: the same tasks, target, search and measurement settings, on the
+    same machine (its host is recorded); another run there would mix two searches, two ways of timing, or two
+    machines' timings, in one database. Returns the options to record once the run has started."""
     work = WorkDir(work)
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
-            "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler")
+            "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler", *MEASURE_KEYS)
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
     mine["target"] = plain_json(target.export())
     # a shipped alias recorded as the version it stands for: once the alias moves on, continuing the run with it
@@ -628,6 +631,8 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
         if "target" in old:
             old["target"] = _same_target(old["target"])
         old.setdefault("task_scheduler", "gradient")  # runs recorded before the option was MetaSchedule's gradient
+        for k in MEASURE_KEYS:  # runs recorded before these were (what they measured with is not known)
+            old.setdefault(k, mine[k])
         work.check_same_host("continuing it")
         old.pop("host", None)
         if old != mine:

@@ -180,6 +180,9 @@ def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
     # another run's options in the same work dir are refused
     res = subprocess.run(argv[:-len(SMALL_SEARCH)] + ["--seed", "5", *SMALL_SEARCH], capture_output=True, text=True)
     assert res.returncode == 2 and "holds a tuning run with other options (seed: 0 -> 5)" in res.stderr
+    # and so is another way of timing (the database would hold programs timed two ways)
+    res = subprocess.run(argv[:-len(SMALL_SEARCH)] + ["--screen", "2", *SMALL_SEARCH], capture_output=True, text=True)
+    assert res.returncode == 2 and "holds a tuning run with other options (screen: 1.5 -> 2.0)" in res.stderr
 
 
 @pytest.mark.parametrize("argv, message", [
