@@ -7,7 +7,9 @@ time is at least ``ratio`` x the best known time of *its own task* keeps that ti
 again; the others are measured in full (phase 2, the run's evaluator). A task's best known time is the best full
 measurement of its earlier batches in this run (seeded from a work dir's database with ``seed``) and this
 batch's best phase-1 time (a single run, so it tightens only its own batch's screening). A batch's fastest
-candidate by phase 1 is always measured in full. Failures stay MetaSchedule's failures (an error message, no cost).
+candidate by phase 1 is measured in full unless the task's best of earlier batches already puts it ``ratio`` x
+behind (a batch of slow programs alone costs one run each). Failures stay MetaSchedule's failures (an error
+message, no cost).
 
 The task of a candidate is exact, never guessed from argument shapes (two tasks can share them): the search
 tags its candidates' modules with the task's structural hash (``TaskTags.candidates``), the builder maps each
