@@ -81,9 +81,10 @@ def fastest_records(database, mod, top: int) -> list:
 
 
 def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: float = 300.0,
-               records: list | None = None) -> dict:
+               records: list | None = None, skip: list | None = None) -> dict:
     """The task's fastest programs (up to ``top``; ``records``: these, in this order, e.g. ordered by a second
-    measurement, ``export/finals.py``) checked against the reference, fastest first, until one matches.
+    measurement, ``export/finals.py``; ``skip``: records never checked nor chosen, e.g. those that failed that
+    measurement) checked against the reference, fastest first, until one matches.
     Returns ``best_us`` and ``record`` (of the first that matches, None if none does), ``checked`` (what each
     checked program got, with its tuning latency), ``tried`` (the records checked, in that order: all but a
     matching last one computed a wrong result) and ``status``: ``ok`` (the fastest matched), ``replaced``
@@ -92,8 +93,8 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     from tvm.support.popen_pool import PopenPoolExecutor
 
     recs = list(records or ())
-    given = {trace_text(r.trace) for r in recs}  # then the fastest others, should all of those be wrong
-    recs += [r for r in fastest_records(database, mod, top) if trace_text(r.trace) not in given]
+    given = {trace_text(r.trace) for r in [*recs, *(skip or ())]}  # then the fastest others, should all be wrong
+    recs += [r for r in fastest_records(database, mod, top + len(skip or ())) if trace_text(r.trace) not in given]
     recs = [r for r in recs[:max(top, len(records or ()))] if math.isfinite(record_latency(r.run_secs))]
     if not recs:
         return dict(status="none", best_us=None, checked=[], record=None, tried=[])

@@ -435,13 +435,15 @@ def tune(opts: TuneOptions) -> dict:
     for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
-        record, answer = None, None
+        record, answer, failed = None, None, []
         if finals is not None and finals[i]:
             row["final_us"] = [round(s * 1e6, 3) if math.isfinite(s) else None for _, s in finals[i]]
-            record = finals[i][0][0]
+            # a contender that failed its second measurement is never the result, whatever its first one said
+            failed = [r for r, s in finals[i] if not math.isfinite(s)]
+            record = next((r for r, s in finals[i] if math.isfinite(s)), None)
         if checked and best is not None:
-            answer = check_task(database, t.mod, target, seed=opts.seed,
-                                records=[r for r, _ in finals[i]] if finals is not None else None)
+            answer = check_task(database, t.mod, target, seed=opts.seed, skip=failed,
+                                records=[r for r, s in finals[i] if math.isfinite(s)] if finals is not None else None)
             record = answer["record"]
             row["check"] = {k: v for k, v in answer.items() if k not in ("record", "tried")}
             row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result

@@ -124,3 +124,19 @@ def test_final_measure_is_checked(tmp_path, capsys):
 
     with pytest.raises(UsageError, match="--final-measure"):
         TuneOptions(str(tmp_path / "w"), workloads=["GMM:1,8,8,8"], final_measure="hot").check()
+
+
+def test_a_contender_that_failed_its_second_measurement_is_never_checked_nor_chosen(tmp_path):
+    """A record whose second measurement failed (``inf``) is skipped by the check even where its first one makes
+    it the fastest of the database: the check takes the next, and the result is never a failed program."""
+    from costlab.export.check import check_task
+    from costlab.metaschedule.traces import trace_text
+
+    db, mod, target, (naive, fast, _far) = _lucky_database(tmp_path / "w")
+    recs = {trace_text(r.trace): r for r in db.get_all_tuning_records()}
+    naive_rec, fast_rec = recs[trace_text(naive.trace)], recs[trace_text(fast.trace)]
+    out = check_task(db, mod, target, records=[fast_rec], skip=[naive_rec])
+    assert out["status"] == "ok" and trace_text(out["record"].trace) == trace_text(fast.trace)
+    assert all(trace_text(r.trace) != trace_text(naive.trace) for r in out["tried"])
+    alone = check_task(db, mod, target, records=[], skip=[naive_rec])  # every contender failed: the others
+    assert trace_text(alone["record"].trace) != trace_text(naive.trace)
