@@ -80,6 +80,23 @@ def fastest_records(database, mod, top: int) -> list:
             if math.isfinite(record_latency(r.run_secs))]
 
 
+WORKER_ENDED = "failed: the check's worker ended"
+
+
+def _verdicts(mod, scheduled: list, target: dict, seed: int, timeout: float) -> list[str]:
+    """``_compare_worker``'s verdicts, from a worker process of its own; every one failed when it crashed or
+    timed out (nothing can be vouched for)."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    pool = PopenPoolExecutor(max_workers=1, timeout=timeout)
+    try:
+        return pool.submit(_compare_worker, mod, scheduled, target, seed).result()
+    except Exception as exc:  # noqa: BLE001
+        return [f"{WORKER_ENDED} ({type(exc).__name__})"] * len(scheduled)
+    finally:
+        pool.shutdown()
+
+
 def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: float = 300.0,
                records: list | None = None, skip: list | None = None) -> dict:
     """The task's fastest programs (up to ``top``; ``records``: these, in this order, e.g. ordered by a second
@@ -90,7 +107,6 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     matching last one computed a wrong result) and ``status``: ``ok`` (the fastest matched), ``replaced``
     (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
     measured)."""
-    from tvm.support.popen_pool import PopenPoolExecutor
 
     recs = list(records or ())
     given = {trace_text(r.trace) for r in [*recs, *(skip or ())]}  # then the fastest others, should all be wrong
@@ -99,13 +115,10 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     if not recs:
         return dict(status="none", best_us=None, checked=[], record=None, tried=[])
     scheduled = [replay(mod, rec.trace, seed + 1).mod for rec in recs]
-    pool = PopenPoolExecutor(max_workers=1, timeout=timeout)
-    try:
-        verdicts = pool.submit(_compare_worker, mod, scheduled, plain_json(target.export()), seed).result()
-    except Exception as exc:  # noqa: BLE001  the worker crashed or timed out: nothing can be vouched for
-        verdicts = [f"failed: the check's worker ended ({type(exc).__name__})"] * len(scheduled)
-    finally:
-        pool.shutdown()
+    verdicts = _verdicts(mod, scheduled, plain_json(target.export()), seed, timeout)
+    if len(scheduled) > 1 and all(v.startswith(WORKER_ENDED) for v in verdicts):
+        # one program that crashes the process (an out-of-bounds read) ended the check of all: each on its own
+        verdicts = [_verdicts(mod, [s], plain_json(target.export()), seed, timeout)[0] for s in scheduled]
     checked = [dict(tuned_us=round(record_latency(r.run_secs) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
     for i, v in enumerate(verdicts):
         if v == "ok":

@@ -140,3 +140,22 @@ def test_a_contender_that_failed_its_second_measurement_is_never_checked_nor_cho
     assert all(trace_text(r.trace) != trace_text(naive.trace) for r in out["tried"])
     alone = check_task(db, mod, target, records=[], skip=[naive_rec])  # every contender failed: the others
     assert trace_text(alone["record"].trace) != trace_text(naive.trace)
+
+
+def test_a_check_whose_worker_ended_checks_each_program_on_its_own(tmp_path, monkeypatch):
+    """A program that crashes the check's process (an out-of-bounds read) ends the check of every program it
+    shares the worker with: each is then checked in a worker of its own, so the others still count."""
+    import costlab.export.check as check
+
+    db, mod, target, _ = _lucky_database(tmp_path / "w")
+    real, calls = check._verdicts, []
+
+    def first_worker_dies(mod, scheduled, target, seed, timeout):
+        calls.append(len(scheduled))
+        if len(calls) == 1:
+            return [f"{check.WORKER_ENDED} (ChildProcessError)"] * len(scheduled)
+        return real(mod, scheduled, target, seed, timeout)
+
+    monkeypatch.setattr(check, "_verdicts", first_worker_dies)
+    out = check.check_task(db, mod, target)
+    assert calls == [3, 1, 1, 1] and out["status"] == "ok" and out["checked"][0]["result"] == "ok"
