@@ -121,7 +121,7 @@ def figures(runs: dict, earlier: dict | None = None) -> dict:
         if cells:
             ratios = [counted(c) / c["of"] for c in cells]  # earlier tables' rows too, under this rule
             out["reach"][f"{arm}_to_{goal}"] = dict(
-                ratio=math.exp(sum(map(math.log, ratios)) / len(ratios)),
+                ratio=math.exp(sum(math.log(max(r, 1e-9)) for r in ratios) / len(ratios)),  # 0: reached at once
                 pooled=sum(map(counted, cells)) / sum(c["of"] for c in cells), runs=len(cells),
                 reached=sum(c["reached"] for c in cells), worst=max(ratios))
         vals = [r[f"{arm}_over_{goal}"] for r in out["per_run"].values() if f"{arm}_over_{goal}" in r]

@@ -109,8 +109,7 @@ class _Importer:
         except ValueError as exc:
             raise BadLine(f"bad target: {exc}") from None
         pid = forced or platform_id_for(tdict)
-        if pid not in self.w.platforms:
-            self.w.add_platform(pid, tdict)
+        self.w.add_platform(pid, tdict)  # an existing platform of another target is refused
         self.targets[cache_key] = pid
         return pid
 

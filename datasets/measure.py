@@ -29,7 +29,7 @@ import numpy as np
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.host import describe_host, host_difference, host_info, same_host
 from costlab.datasets import records as rec
-from costlab.datasets.store import DatasetWriter, open_dataset
+from costlab.datasets.store import DatasetWriter, check_same_target, open_dataset
 from costlab.metaschedule.builders import make_builder
 from costlab.metaschedule.results import ERROR_NONE
 from costlab.metaschedule.rpc import LOST, is_lost
@@ -186,6 +186,7 @@ def measure(data, opts: MeasureOptions) -> str:
     # kernels of an RPC run run on the remote device; a CUDA target's on this machine's GPU, recorded with it
     host = None if opts.rpc_key else host_info(gpu=local_gpu() if target.kind.name == "cuda" else None)
     with open_dataset(data) as ds:
+        check_same_target(data, pid, ds.platforms.get(pid), target_json)  # before anything is measured
         if host is not None:
             check_host(ds, pid, host)
         tasks = _select_tasks(ds, opts.tasks, data)

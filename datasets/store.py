@@ -22,6 +22,7 @@ import numpy as np
 
 from costlab import __version__
 from costlab.common.errors import CostlabError, DatasetFormatError, InputError
+from costlab.common.files import signals_deferred
 from costlab.common.locks import take_lock
 from costlab.datasets import schema
 from costlab.datasets.names import check_name, check_platform_id
@@ -321,33 +322,12 @@ SPACE_MARGIN = 8 << 20  # room beyond a write's own bytes: chunks an append rewr
 _ABANDONED: list = []  # files HDF5 failed to write (a full disk): never closed, see DatasetWriter._discard
 
 
-class _signals_held:
-    """Holds SIGINT and SIGTERM back for the duration of a block (main thread only): a signal that arrives
-    meanwhile is recorded, and its handler (KeyboardInterrupt for Ctrl-C) runs when the block ends."""
-
-    SIGNALS = ("SIGINT", "SIGTERM")
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self._old, self._got = {}, []
-        if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
-                num = getattr(signal, name)
-                self._old[num] = signal.signal(num, lambda signum, frame: self._got.append((signum, frame)))
-
-    def __exit__(self, *exc):
-        import signal
-
-        for num, handler in self._old.items():
-            signal.signal(num, handler)
-        for signum, frame in self._got[:1]:
-            handler = self._old[signum]
-            if callable(handler):
-                handler(signum, frame)
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(signum)
+def check_same_target(path, pid: str, platform, target: dict) -> None:
+    """Refuse records of ``target`` for a dataset's ``platform`` (None: a new one) of another target
+    (``target_identity``): its labels would compare two setups' timings."""
+    if platform is not None and target and platform.target and target_identity(platform.target) != target_identity(target):
+        raise InputError(path, f"platform {pid!r} holds records of target {target_identity(platform.target)}; these "
+                               f"are of {target_identity(target)}: give them another --platform")
 
 
 def _no_space(err: BaseException) -> bool:
@@ -481,7 +461,7 @@ class DatasetWriter:
             if exc_type is None:
                 # Ctrl-C or SIGTERM during the commit would land inside h5py's close callbacks, where it is
                 # swallowed; held back until the commit is done or undone, it is raised right after
-                with _signals_held():
+                with signals_deferred():
                     self._commit()
         except OSError as err:
             raise _write_error(self.path, err) from None
@@ -571,9 +551,7 @@ class DatasetWriter:
         are refused: its labels would compare two setups' timings."""
         check_platform_id(pid)
         old = self.platforms.get(pid)
-        if old is not None and target and old.target and target_identity(old.target) != target_identity(target):
-            raise InputError(self.path, f"platform {pid!r} holds records of target {target_identity(old.target)}; "
-                                        f"these are of {target_identity(target)}: give them another --platform")
+        check_same_target(self.path, pid, old, target)
         fill = old is not None and bool(target) and not old.target
         if old is None or spec is not None or (host is not None and old.host is None) or fill:
             self.platforms[pid] = Platform(pid, dict(target) if old is None or spec is not None or fill else old.target,

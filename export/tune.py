@@ -339,10 +339,10 @@ def tune(opts: TuneOptions) -> dict:
             # a task's search starts from programs transferred from elsewhere: those of a task not measured yet (a
             # continued run's tasks go on from their own), the transferred ones first, the library's after them
             unmeasured = [t for t, n in zip(tasks, _done_per_task(database, tasks)) if n == 0]
-            taken = 0  # what the transfer may have measured of a workload's --trials
+            taken = 0  # what the transfer measured of a workload's --trials (the most of any task)
             if opts.transfer_from and unmeasured:
                 transferred = _transfer(opts, unmeasured, target, database, builder, runner)
-                taken = opts.transfer_top
+                taken = max((len(row.get("measured", [])) for row in transferred.get("tasks", {}).values()), default=0)
             if opts.use_library and not opts.rpc_key and unmeasured:
                 started_from = _library_start(opts, unmeasured, target, database, builder, runner, taken)
             done = _done_per_task(database, tasks)
@@ -481,8 +481,9 @@ def tune(opts: TuneOptions) -> dict:
 
 
 def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner) -> dict:
-    """``--transfer-from``: ``costlab transfer`` into the run's database, before its search (a re-run skips the
-    tasks transferred already). A workload's transfer stays within its ``--trials``; a network's budget is for
+    """``--transfer-from``: ``costlab transfer`` into the run's database, before the search of the tasks not
+    measured yet (a continued run's tasks go on from their own programs). A workload's transfer stays within its
+    ``--trials``; a network's budget is for
     all its tasks: each gets its ``--transfer-top``, and the search has what is left (none with ``--trials 1``:
     transfer alone)."""
     from costlab.export.search.timed import stop_requested  # lazy: pulls torch and tvm

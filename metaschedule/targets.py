@@ -212,13 +212,15 @@ def platform_id_for(target: dict) -> str:
     return sanitize_platform_id("-".join(parts))
 
 
-IDENTITY_KEYS = ("kind", "mcpu", "mtriple", "num-cores", "arch", "model")  # what code a target compiles, and for what
+IDENTITY_KEYS = ("kind", "mcpu", "mtriple", "mattr", "num-cores", "arch", "model")  # what code, and for what
 
 
 def target_identity(target: dict) -> dict:
     """The options of a target (its JSON dict) that make its programs' timings another platform's: the kind, CPU or
-    GPU architecture, cores and machine model (not the flags that leave the code as it is)."""
-    return {k: str(target[k]) for k in IDENTITY_KEYS if target.get(k) not in (None, "")}
+    GPU architecture and its features, cores and machine model (not the flags that leave the code as it is; a
+    ``model`` of ``unknown`` names none, as for ``platform_id_for``)."""
+    return {k: str(target[k]) for k in IDENTITY_KEYS
+            if target.get(k) not in (None, "", []) and not (k == "model" and target[k] == "unknown")}
 
 
 def sanitize_platform_id(text: str) -> str:

@@ -105,6 +105,17 @@ def test_a_target_naming_an_odd_machine_gets_a_valid_platform_id(tmp_path, capsy
         assert sorted(ds.record_platforms()) == ["box+1", "platinum-8358"]
 
 
+def test_logs_of_another_target_into_an_existing_platform_are_refused(tmp_path, capsys):
+    """--platform names one setup: a second import of another target's logs into it is refused in one line, the
+    dataset as it was."""
+    out = tmp_path / "d.h5"
+    assert _run(capsys, BERT, "-o", out, "--platform", "box")[0] == 0
+    before = out.read_bytes()
+    code, err = _run(capsys, MLP, "-o", out, "--platform", "box")
+    assert code == 2 and "platform 'box' holds records of target" in _error_line(err) and "another --platform" in err
+    assert out.read_bytes() == before
+
+
 def test_report_counts_every_bad_line_and_shows_the_first(tmp_path):
     good = _good_lines()
     lines = []

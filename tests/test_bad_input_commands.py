@@ -300,6 +300,9 @@ CASES = {
         0, "{bad"))], "damaged dataset: task 0's extra is not valid JSON ('{bad')"),
     "task table without a column": (lambda c: ["dataset", "info", _set_attr(c, lambda f: f["tasks"].__delitem__(
         "flops"))], "damaged dataset: the task table has no column flops"),
+    "measure with another target into a platform": (lambda c: ["dataset", "measure", c["data"], "--platform",
+                                                              PLATFORM, "--target", "llvm -num-cores=1"],
+                                                     f"platform '{PLATFORM}' holds records of target"),
     "lock file beside the dataset cannot be made": (lambda c: ["dataset", "split", _lock_blocked(c), "--by", "task",
                                                                "--name", "s"], "cannot write (Is a directory)"),
     "import into a damaged dataset": (lambda c: ["dataset", "import-ansor", BERT, "-o", _set_attr(

@@ -243,7 +243,7 @@ _SIMD_BY_MCPU = [(r"avx512|skylake-server|skylake-avx512|skx|cascadelake|cooperl
                   r"rocketlake|sapphirerapids|emeraldrapids|graniterapids|diamondrapids|znver[4-9]|x86-64-v4|knl|knm",
                   512),
                  (r"haswell|broadwell|skylake|znver|core-avx2|alderlake|raptorlake|x86-64-v3", 256),
-                 (r"neoverse-v1|a64fx", 512), (r"neoverse|cortex|apple|graviton|aarch64|arm", 128)]
+                 (r"neoverse|cortex|apple|graviton|aarch64|arm|a64fx", 128)]  # TVM's code for them: NEON
 
 
 def mcpu_simd_bits(mcpu: str, mtriple: str | None = None) -> int | None:
