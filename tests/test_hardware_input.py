@@ -187,3 +187,21 @@ def test_finetuning_to_the_held_out_cpu_feeds_its_vector(model, held_out, tmp_pa
     pred = load(str(tmp_path / "ft"))
     assert pred.hardware_dim == hw.DIM and pred.config["hardware"] == hw.describe()
     assert pred.platforms == ["llvm-zen4-2c"]
+
+
+def test_a_within_task_split_keeps_a_programs_records_on_several_cpus_together(two_cpus, tmp_path):
+    """Validation drawn by program: a program measured on both CPUs is in it on both or on neither (drawn by row,
+    its Zen 5 record could train while its Emerald Rapids record validated the checkpoint choice)."""
+    import shutil
+
+    from costlab.train.data import CostDataModule, DataConfig
+
+    data = tmp_path / "two.h5"
+    shutil.copy(two_cpus, data)
+    assert main(["dataset", "split", str(data), "--by", "within-task", "--test-fraction", "0.25", "--name", "w"]) == 0
+    dm = CostDataModule(DataConfig(data=str(data), platforms=[ZEN5], row_platforms=[ZEN5, EMR], split="w",
+                                   val_fraction=0.3))
+    dm.setup()
+    pid = dm.labels.program_id
+    val, train = set(pid[dm.val_rows].tolist()), set(pid[dm.train_rows].tolist())
+    assert val and train and not val & train

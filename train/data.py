@@ -218,7 +218,9 @@ class CostDataModule(L.LightningDataModule):
                 split, test = None, np.zeros(n, bool)
             rng = np.random.default_rng(cfg.seed)
             if split is not None and split.by == "within-task":
-                val = ~test & (rng.random(n) < cfg.val_fraction)
+                # by program: one program's records (on several CPUs, or measured twice) are all in it or none
+                programs, of_row = np.unique(self.labels.program_id, return_inverse=True)
+                val = ~test & (rng.random(len(programs)) < cfg.val_fraction)[of_row]
             else:
                 # validation tasks are drawn among those with something to rank (2+ labelled records):
                 # a single-program task held out would leave the best-checkpoint choice to chance
