@@ -115,11 +115,12 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     if not recs:
         return dict(status="none", best_us=None, checked=[], record=None, tried=[])
     scheduled = [replay(mod, rec.trace, seed + 1).mod for rec in recs]
-    verdicts = _verdicts(mod, scheduled, plain_json(target.export()), seed, timeout)
+    tjson = plain_json(target.export())
+    verdicts = _verdicts(mod, scheduled, tjson, seed, timeout)
     if len(scheduled) > 1 and all(v.startswith(WORKER_ENDED) and "TimeoutError" not in v for v in verdicts):
         # one program that crashes the process (an out-of-bounds read) ended the check of all: each on its own
         # (not after a timeout: each would take the whole timeout again)
-        verdicts = [_verdicts(mod, [s], plain_json(target.export()), seed, timeout)[0] for s in scheduled]
+        verdicts = [_verdicts(mod, [s], tjson, seed, timeout)[0] for s in scheduled]
     checked = [dict(tuned_us=round(record_latency(r.run_secs) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
     for i, v in enumerate(verdicts):
         if v == "ok":

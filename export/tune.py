@@ -318,7 +318,7 @@ def tune(opts: TuneOptions) -> dict:
         lock = work.lock()
     except OSError as exc:
         raise InputError(work.path, f"cannot be used as the work dir: {exc.strerror or exc}") from None
-    exploited, transferred, started_from, finals, finals_stats = None, None, None, None, None
+    exploited, transferred, started_from, finals, finals_stats, earlier = None, None, None, None, None, None
     # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
     with lock, work.measuring() as stack:
         try:
@@ -389,10 +389,11 @@ def tune(opts: TuneOptions) -> dict:
                                                    target=plain_json(target.export()), cumulative=True,
                                                    builder_timeout=opts.builder_timeout, progress=opts.progress),
                                     database=database, locked=True, should_stop=clock.expired)
-            # a re-run whose run was stopped after its last batch (no summary) measures its finals now
-            unfinished = clock.first_batch_at is not None or _finished_summary(work, tasks, _done_per_task(
-                database, tasks)) is None
-            if (network is not None and opts.final_top > 1 and not opts.rpc_key and unfinished
+            # the summary of a finished run re-run (None: none, or the database has grown since); a re-run whose run
+            # was stopped after its last batch (no summary) measures its finals now
+            earlier = _finished_summary(work, tasks, _done_per_task(database, tasks))
+            if (network is not None and opts.final_top > 1 and not opts.rpc_key
+                    and (clock.first_batch_at is not None or earlier is None)
                     and stop_requested() is None and clock.lost is None and not clock.expired()):
                 cold = opts.final_measure == "cold" and not is_gpu(plain_json(target.export()))
                 finals, finals_stats = remeasure(database, [t.mod for t in tasks], builder,
@@ -425,7 +426,6 @@ def tune(opts: TuneOptions) -> dict:
                          "again to continue")
     if stop_requested() is not None:  # interrupted: the database is complete; no checks, no summary
         return summary
-    earlier = _finished_summary(work, tasks, _done_per_task(database, tasks))
     exploited_now = exploited is not None and exploited["trials"] > 0
     if earlier is not None and clock.first_batch_at is None and not exploited_now and transferred is None:
         return earlier  # a finished run re-run: nothing was measured, its summary stands as it was written
@@ -435,15 +435,16 @@ def tune(opts: TuneOptions) -> dict:
     for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
-        record, answer, failed = None, None, []
-        if finals is not None and finals[i]:
-            row["final_us"] = [round(s * 1e6, 3) if math.isfinite(s) else None for _, s in finals[i]]
+        record, answer, live, failed = None, None, None, []
+        if finals is not None:
             # a contender that failed its second measurement is never the result, whatever its first one said
+            live = [r for r, s in finals[i] if math.isfinite(s)]
             failed = [r for r, s in finals[i] if not math.isfinite(s)]
-            record = next((r for r, s in finals[i] if math.isfinite(s)), None)
+            if finals[i]:
+                row["final_us"] = [round(s * 1e6, 3) if math.isfinite(s) else None for _, s in finals[i]]
+                record = live[0] if live else None
         if checked and best is not None:
-            answer = check_task(database, t.mod, target, seed=opts.seed, skip=failed,
-                                records=[r for r, s in finals[i] if math.isfinite(s)] if finals is not None else None)
+            answer = check_task(database, t.mod, target, seed=opts.seed, records=live, skip=failed)
             record = answer["record"]
             row["check"] = {k: v for k, v in answer.items() if k not in ("record", "tried")}
             row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result

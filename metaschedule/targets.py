@@ -64,7 +64,7 @@ def normalize_target(target) -> dict:
     host CPU's concrete name, so that a stored target means the same on every machine that reads it."""
     if target is None or (isinstance(target, str) and target.strip() == "host"):
         return host_target()
-    value = dict(target) if isinstance(target, dict) else target_from_string(str(target))
+    value = stored_target(target)
     if value.get("kind") == "llvm" and value.get("mcpu") == "native":
         value["mcpu"] = host_cpu_name()
     return value
