@@ -4,6 +4,9 @@
         PaCM's and PSA's features of the GPU records: every number finite, the pattern tokens' memory levels
         (local / shared / L2 / global) and thread context; PSA's and random's ranking of the records (per task
         top-1 / top-5, pairwise); the GPU in PSA's hardware table.
+    python benchmarks/gpu.py startup [--target cuda] [--json F]
+        where the seconds before a tuning run's first batch go: imports, the CUDA context, design spaces of a
+        plain and a tensor-core task, one nvcc build (needs the GPU)
     python benchmarks/gpu.py tuning --run NAME=WORK_DIR [--run ...] [--json F]
         tuning runs side by side: trials, best latency, wall seconds, seconds to the first measured batch, and
         when each reached the first run's final.
@@ -20,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from costlab.costmodels import kinds
-from costlab.export.workdir import WorkDir
 
 
 def _finite(values) -> tuple[int, int]:
@@ -89,6 +90,8 @@ def features(args) -> dict:
     out.update(records=int(len(valid)), measured_ok=int(ok.sum()), featurized=int(valid.sum()), levels=levels,
                finite=checks, all_finite=all(c["non_finite"] == 0 for c in checks.values()))
     out["ranking"] = {}
+    from costlab.costmodels import kinds
+
     for model in kinds.untrained():
         r = evaluate(model, args.data, split=None, platform=platform)
         out["ranking"][model] = {k: r[k] for k in ("top1", "top5", "pairwise", "ndcg")}
@@ -99,6 +102,8 @@ def features(args) -> dict:
 
 def _run(work: Path) -> tuple[dict, list]:
     """A finished run's summary and progress lines; SystemExit naming the file when one is missing or damaged."""
+    from costlab.export.workdir import WorkDir
+
     try:
         summary = json.loads((work / WorkDir.SUMMARY).read_text())
         hist = [json.loads(x) for x in (work / WorkDir.PROGRESS).read_text().splitlines() if x.strip()]
@@ -132,6 +137,69 @@ def tuning(args) -> dict:
     return dict(target_us=target, runs=rows)
 
 
+def _timed(what: str, fn, out: dict) -> None:
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        fn()
+        out[what] = round(time.perf_counter() - t0, 3)
+    except Exception as exc:  # noqa: BLE001  a step that fails is reported, the others still timed
+        out[what] = f"failed after {time.perf_counter() - t0:.1f} s: {type(exc).__name__}: {str(exc)[-200:]}"
+    print(f"{what:44} {out[what]}", flush=True)
+
+
+def startup(args) -> dict:
+    """Where the seconds before a GPU tuning run's first batch go, each step timed once in a fresh process:
+    imports (TVM, MetaSchedule, the tensor-intrinsic registry, PyTorch, costlab's tuning), the CUDA context,
+    one design space of a plain and of a tensor-core task, and one nvcc build."""
+    import time
+
+    t0 = time.perf_counter()
+    import tvm
+
+    out: dict = {"import tvm": round(time.perf_counter() - t0, 3)}
+    state: dict = {}
+    _timed("import tvm.s_tir.meta_schedule", lambda: __import__("tvm.s_tir.meta_schedule"), out)
+    _timed("import torch", lambda: __import__("torch"), out)
+    _timed("import costlab.export.tune", lambda: __import__("costlab.export.tune"), out)
+    _timed("CUDA context (tvm.cuda(0), a first array)",
+           lambda: tvm.runtime.tensor(__import__("numpy").zeros(4, "float32"), device=tvm.cuda(0)), out)
+
+    def space(spec):
+        from costlab.datasets.extract import te_workload_task
+        from costlab.metaschedule.targets import runnable_target
+        from costlab.metaschedule.tune_context import tune_context
+
+        _, prim = te_workload_task(spec)
+        target = tvm.target.Target(runnable_target(args.target, local=bool(tvm.cuda(0).exist)))
+        ctx = tune_context(prim, target, num_threads=1)
+        state[spec] = (ctx.mod, ctx.generate_design_space(), target, ctx.space_generator.postprocs)
+
+    _timed("design space, float32 GMM (no registry)", lambda: space("GMM:1,512,512,512"), out)
+    _timed("design space, float16 GMM (registry import)", lambda: space("GMM:1,512,512,512,float16,float16"), out)
+
+    def build():
+        from costlab.metaschedule.traces import replay
+
+        from tvm.s_tir.schedule import Trace
+
+        mod, spaces, target, postprocs = state["GMM:1,512,512,512"]
+        for seed in range(1, 200):  # a program of the space that its postprocessors (VerifyGPUCode) accept
+            try:
+                sch = replay(mod, Trace(spaces[seed % len(spaces)].trace.insts, {}), seed, postprocs)
+                break
+            except ValueError:
+                continue
+        else:
+            raise ValueError("no program of the space passed its postprocessors in 200 draws")
+        lib = tvm.compile(sch.mod, target=target)
+        state["cuda source"] = sum(len(m.inspect_source()) for m in lib.mod.imports)
+
+    _timed("one nvcc build of a float32 GMM program", build, out)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -142,11 +210,14 @@ def main(argv=None) -> int:
     t = sub.add_parser("tuning")
     t.add_argument("--run", action="append", required=True, metavar="NAME=WORK_DIR")
     t.add_argument("--json", type=Path)
+    u = sub.add_parser("startup")
+    u.add_argument("--target", default="cuda")
+    u.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     from costlab.common.errors import CostlabError
 
     try:
-        out = features(args) if args.cmd == "features" else tuning(args)
+        out = {"features": features, "tuning": tuning, "startup": startup}[args.cmd](args)
     except CostlabError as exc:  # a missing or unreadable dataset: costlab's one-line message
         raise SystemExit(f"gpu.py: {exc}") from None
     if args.json:

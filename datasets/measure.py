@@ -10,8 +10,9 @@ Sampling mixes two of MetaSchedule's own search strategies over the task's desig
   random cost model (programs near others, which random replay rarely yields).
 
 Candidates are taken alternately from both, and a program already measured on the platform (same
-program id) is never measured again. Candidates are built with ``LocalBuilder`` and run with
-``LocalRunner`` (or ``RPCRunner`` through a tracker; ``costlab.metaschedule.builders`` / ``runners``); each batch is saved in its own dataset transaction,
+program id) is never measured again. Candidates are built by one pool of builder workers kept for the whole
+run (``costlab.metaschedule.builders``; MetaSchedule's ``LocalBuilder`` through an RPC tracker) and run with
+``LocalRunner`` (or ``RPCRunner`` through a tracker; ``runners``); each batch is saved in its own dataset transaction,
 so an interruption loses at most the batch in flight and a re-run continues where it stopped.
 
 Records hold the trace exactly as MetaSchedule's database writes it (``sch.trace.as_json()``, written
@@ -31,6 +32,7 @@ from costlab.common.host import describe_host, host_difference, host_info, same_
 from costlab.datasets import records as rec
 from costlab.datasets.store import DatasetWriter, check_same_target, open_dataset
 from costlab.metaschedule.builders import make_builder
+from costlab.metaschedule.pools import warm_up
 from costlab.metaschedule.results import ERROR_NONE
 from costlab.metaschedule.rpc import LOST, is_lost
 from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
@@ -123,6 +125,11 @@ class _Sampler:
         return out
 
 
+# the phases of a run whose seconds the summary gives
+_PHASES = {"start": "start-up", "space": "design spaces", "sample": "sampling", "build": "building",
+           "run": "running", "save": "saving"}
+
+
 def _short_error(msg: str) -> str:
     """The gist of a builder/runner error: its first line and its last non-empty line."""
     lines = [x.strip() for x in str(msg).strip().splitlines() if x.strip()]
@@ -174,6 +181,7 @@ def check_host(ds, pid: str, host: dict) -> None:
 
 def measure(data, opts: MeasureOptions) -> str:
     """Measure candidates of the dataset's MetaSchedule tasks on one platform; returns a summary."""
+    called = time.time()
     import tvm
 
     try:
@@ -215,8 +223,11 @@ def measure(data, opts: MeasureOptions) -> str:
     if total == 0:
         return f"{data}: nothing to measure on {pid!r} ({len(tasks)} task(s) already have their records)"
 
-    builder = make_builder(opts.builder_timeout)
+    # one pool of builder workers for every batch, started while the first task's candidates are sampled; an
+    # RPC run keeps MetaSchedule's tar artifacts, which the remote device links itself
+    builder = make_builder(opts.builder_timeout, pooled=not opts.rpc_key)
     runner = make_runner(opts, target)
+    warm_up(builder, runner)
     bar = None
     if opts.progress:
         from tqdm import tqdm
@@ -224,7 +235,7 @@ def measure(data, opts: MeasureOptions) -> str:
         bar = tqdm(total=total, unit="cand", desc=f"measure {pid}")
     lines, measured, failed, short = [], 0, 0, []
     errors: dict[str, int] = {}
-    started = time.time()
+    clock: dict[str, float] = {"start": time.time() - called}  # where the seconds go, said in the summary
     try:
         for task in tasks:
             n = todo[task.index]
@@ -236,13 +247,17 @@ def measure(data, opts: MeasureOptions) -> str:
             sampler = None
             if not opts.same_programs_as:
                 seed = _rand_state(opts.seed, task.index, len(have[task.index]), 0)
+                tick = time.time()
                 sampler = _Sampler(mod, target, seed, max(1, opts.batch_size // 2))
+                clock["space"] = clock.get("space", 0.0) + time.time() - tick
             queue = list(replay.get(task.index, []))
             done = task_failed = 0
             while done < n:
                 size = min(opts.batch_size, n - done)
                 if sampler is not None:
+                    tick = time.time()
                     batch = sampler.sample(size, have[task.index], task.workload_hash)
+                    clock["sample"] = clock.get("sample", 0.0) + time.time() - tick
                     if not batch:
                         short.append(f"task {task.index} {task.name}: design space gave only "
                                      f"{len(have[task.index])} distinct programs")
@@ -264,7 +279,7 @@ def measure(data, opts: MeasureOptions) -> str:
                         if bar is not None:
                             bar.update(size)
                         continue
-                results = build_and_run(builder, runner, target, [c for c, _, _ in batch])
+                results = build_and_run(builder, runner, target, [c for c, _, _ in batch], clock=clock)
                 now = time.time()
                 records = rec.RecordBatch()
                 lost = [msg for _, _, msg in results if is_lost(msg)]
@@ -277,9 +292,11 @@ def measure(data, opts: MeasureOptions) -> str:
                     if msg:
                         reason = _short_error(msg)
                         errors[reason] = errors.get(reason, 0) + 1
+                tick = time.time()
                 with DatasetWriter(data) as w:  # one transaction per batch: Ctrl-C loses only this batch
                     w.add_platform(pid, target_json, host=host)
                     w.add_records(pid, records)
+                clock["save"] = clock.get("save", 0.0) + time.time() - tick
                 for _, _, prog in batch:
                     have[task.index].add(prog)
                 done += len(batch) if sampler is not None else size
@@ -299,8 +316,9 @@ def measure(data, opts: MeasureOptions) -> str:
         if hasattr(builder, "close"):
             builder.close()
     text = (f"{data}: measured {measured} candidates of {len(lines)} task(s) on {pid!r} "
-            f"({failed} failed) in {time.time() - started:.0f} s"
-            + (f" on {describe_host(host)}" if host else "") + "\n" + "\n".join(lines))
+            f"({failed} failed) in {time.time() - called:.0f} s"
+            + (f" on {describe_host(host)}" if host else "") + "\n" + "\n".join(lines)
+            + "\n  seconds: " + ", ".join(f"{_PHASES[k]} {clock[k]:.1f}" for k in _PHASES if k in clock))
     for reason, count in sorted(errors.items(), key=lambda kv: -kv[1])[:5]:
         text += f"\n  failure x{count}: {reason}"
     for msg in short[:10]:

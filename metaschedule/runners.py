@@ -5,6 +5,8 @@ run and their results as raw costs and error codes.
 
 from __future__ import annotations
 
+import time
+
 import functools
 import os
 from contextlib import contextmanager
@@ -77,8 +79,10 @@ def close_runner(runner) -> None:
             shutdown_pool(pool)
 
 
-def build_and_run(builder, runner, target, candidates, rounds: int = 1) -> list[tuple[list[float], int, str | None]]:
+def build_and_run(builder, runner, target, candidates, rounds: int = 1,
+                  clock: dict | None = None) -> list[tuple[list[float], int, str | None]]:
     """``(raw costs, error code, error message)`` per candidate; failures get MetaSchedule's ``[1e10]``.
+    ``clock``: seconds spent building and running are added to its ``build`` and ``run``.
 
     ``rounds`` > 1: each candidate is built once and run ``rounds`` times, the candidates in turn (all of
     them once, then all again), its costs of every round in one list; so programs compared with each other
@@ -90,7 +94,9 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1) -> list[
 
     # The runner wants the device name ("cpu", "cuda"), not the target kind ("llvm").
     device = str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
+    started = time.perf_counter()
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
+    built_at = time.perf_counter()
     out: list = [None] * len(candidates)
     inputs, where = [], []
     for i, b in enumerate(built):
@@ -116,6 +122,9 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1) -> list[
                 costs, error = costs_and_error(runs[i])
                 out[i] = (costs, error, None)
     finally:
+        if clock is not None:
+            clock["build"] = clock.get("build", 0.0) + built_at - started
+            clock["run"] = clock.get("run", 0.0) + time.perf_counter() - built_at
         for i in where:
             try:
                 remove_build_dir(built[i].artifact_path)

@@ -15,6 +15,7 @@ TVM is imported lazily, by the functions that need it.
 from __future__ import annotations
 
 import json
+import sys
 
 import orjson
 
@@ -108,6 +109,25 @@ def parse_trace(text):
     return value
 
 
+_TENSORIZE = ("Tensorize", "meta_schedule.auto_tensorize")
+
+
+def needs_registry(trace) -> bool:
+    """Whether a trace (JSON text or value, or a ``Trace``) tensorizes: replaying it looks intrinsics up by
+    name, so the registry (``tvm.s_tir.tensor_intrin``) must be loaded first."""
+    if hasattr(trace, "apply_to_schedule"):
+        return any(inst.kind.name == "Tensorize" or (inst.kind.name == "Annotate" and "auto_tensorize" in str(inst.attrs))
+                   for inst in trace.insts)
+    text = trace if isinstance(trace, str) else json.dumps(trace)
+    return any(word in text for word in _TENSORIZE)
+
+
+def load_registry_for(trace) -> None:
+    """Load the tensor-intrinsic registry if replaying ``trace`` needs it (``needs_registry``)."""
+    if "tvm.s_tir.tensor_intrin" not in sys.modules and needs_registry(trace):
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
 def replay(mod, trace, seed: int | None = None, postprocs=None):
     """A ``tvm.s_tir.Schedule`` of ``mod`` (its random state ``seed``; default TVM's) with a trace applied.
 
@@ -121,6 +141,7 @@ def replay(mod, trace, seed: int | None = None, postprocs=None):
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
+    load_registry_for(trace)
     if hasattr(trace, "apply_to_schedule"):  # a Trace object
         sch = Schedule(mod) if seed is None else Schedule(mod, seed=seed)
         if postprocs is None:

@@ -12,6 +12,10 @@ defaults are exactly the generic LLVM ones plus that rule (and the ``RewriteTens
 which only acts on blocks the rule tagged). Such a task gets the LLVM defaults by name and a context made
 without the import; every other task (int8 on a CPU, another target kind, ARM) gets MetaSchedule's own
 defaults with the registry loaded, as ``ms.TuneContext`` does.
+
+On a CUDA GPU the plain ``cuda`` rules name no intrinsic: a task gets them without the registry, unless it is a
+tensor-core task (``tensor_core_task``: float16 reductions on sm_70 or later), which gets the
+``cuda-tensorcore`` rules with the registry loaded. The registry is then loaded for such tasks alone.
 """
 
 from __future__ import annotations
@@ -22,21 +26,71 @@ _NARROW_INT = ("int8", "uint8")
 _INT32_BUFFER = re.compile(r'(?:Buffer|alloc_buffer)\(\([^)]*\), "int32"')  # a buffer, not a cast or an index
 
 
+# Input types NVIDIA's tensor cores (WMMA) multiply in TVM's registered intrinsics, and the first arch with them
+_TENSOR_CORE_INPUTS = ("float16",)
+_TENSOR_CORE_ARCH = 70
+
+
+def _prim_funcs(mod):
+    """``[(ArgInfo list, TVMScript text)]`` of a module's PrimFuncs; None when one cannot be read."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    out = []
+    for func in mod.functions.values():
+        try:
+            out.append((ArgInfo.from_prim_func(func), func.script()))
+        except Exception:  # noqa: BLE001  not a PrimFunc MetaSchedule can read
+            return None
+    return out
+
+
+def _arch_number(target) -> int:
+    """``sm_90`` -> 90; 0 when the target names no arch."""
+    match = re.fullmatch(r"sm_(\d+)[a-z]?", str(target.attrs.get("arch", "") or ""))
+    return int(match.group(1)) if match else 0
+
+
+def tensor_core_task(mod, target) -> bool:
+    """Whether a task is one for NVIDIA's tensor cores: a CUDA target of sm_70 or later, and a reduction (a
+    matmul, dense or convolution) of float16 data into float16. Such a task gets MetaSchedule's
+    ``cuda-tensorcore`` rules (``MultiLevelTilingTensorCore``: WMMA fragments, fed through shared memory);
+    blocks the WMMA intrinsics do not fit are tiled as the plain CUDA rules tile them.
+
+    A float32 output is left to the plain rules: in TVM 0.27 every program tensorized with the float32
+    accumulator (``wmma_sync_16x16x16_f16f16f32``) fails to build (``LowerIntrin``: "tvm_access_ptr element
+    type must match the source buffer")."""
+    if str(target.kind.name) != "cuda" or _arch_number(target) < _TENSOR_CORE_ARCH:
+        return False
+    funcs = _prim_funcs(mod)
+    if funcs is None:
+        return False
+    return any("T.init()" in text and infos and all(str(getattr(i, "dtype", "")) in _TENSOR_CORE_INPUTS for i in infos)
+               for infos, text in funcs)
+
+
+def rules_kind(mod, target) -> str | None:
+    """The name of the default rule set (schedule rules, postprocessors, mutators) a task is tuned with:
+    ``llvm``, ``cuda`` or ``cuda-tensorcore``; None for MetaSchedule's own choice by target (``from-target``),
+    with the intrinsic registry loaded (module docstring)."""
+    kind = str(target.kind.name)
+    if kind == "cuda":
+        return "cuda-tensorcore" if tensor_core_task(mod, target) else "cuda"
+    return None if needs_intrinsics(mod, target) else "llvm"
+
+
 def needs_intrinsics(mod, target) -> bool:
     """Whether MetaSchedule's default rules for this task and target may use registered tensor intrinsics."""
+    if str(target.kind.name) == "cuda":
+        return tensor_core_task(mod, target)  # the plain CUDA rules name no intrinsic
     if str(target.kind.name) != "llvm":
         return True
     triple = str(target.attrs.get("mtriple", "") or "")
     if triple and not any(triple.startswith(p) for p in ("x86_64", "i686", "i386")):
         return True  # ARM / other CPUs: their default rules are their own
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    for func in mod.functions.values():
-        try:
-            infos = ArgInfo.from_prim_func(func)
-            text = func.script()
-        except Exception:  # noqa: BLE001  not a PrimFunc MetaSchedule can read: keep MetaSchedule's defaults
-            return True
+    funcs = _prim_funcs(mod)
+    if funcs is None:  # keep MetaSchedule's defaults
+        return True
+    for infos, text in funcs:
         narrow = any(str(getattr(info, "dtype", "")) in _NARROW_INT for info in infos) or any(
             f'"{t}"' in text for t in _NARROW_INT)
         if narrow and "T.init()" in text and _INT32_BUFFER.search(text):  # an int32 reduction of 8-bit data
@@ -51,9 +105,10 @@ def space_generator(mod, target):
 
     if needs_intrinsics(mod, target):
         import tvm.s_tir.tensor_intrin  # noqa: F401  the default rules look up intrinsics by name
-
+    kind = rules_kind(mod, target)
+    if kind is None:
         return PostOrderApply()
-    return PostOrderApply(sch_rules="llvm", postprocs="llvm", mutator_probs="llvm")
+    return PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
 
 
 def tune_context(mod, target, search_strategy=None, *, task_name: str = "main", rand_state: int = -1,

@@ -161,11 +161,11 @@ def test_interrupted_run_keeps_finished_batches_and_continues(tmp_path, monkeypa
     extract(path, workloads=["GMM:1,4,4,4"])
     real, calls = m.build_and_run, []
 
-    def interrupt_second_batch(*args):
+    def interrupt_second_batch(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt  # Ctrl-C while the second batch is being measured
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(m, "build_and_run", interrupt_second_batch)
     with pytest.raises(KeyboardInterrupt):

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU benchmark of one short lease (after scripts/gpu_setup.sh install and its env.sh; docs/gpu.md has the
+# figures): where the start-up seconds go, a GPU dataset of float32 and float16 (tensor-core) tasks, a PaCM model
+# trained on it and evaluated on held-out tasks beside PSA and random, and tuning runs of MetaSchedule's default
+# (arm a) against that model, model-led and adapted online (arm c), on workloads in no dataset, finals retimed
+# together (benchmarks/tuning.py). Everything it made is packed into OUT/gpu_bench.tgz, also when a step fails
+# or the time runs out.
+#
+#   scripts/gpu_bench.sh OUT [SECONDS]      SECONDS: the time it may take in all (default 480)
+#
+# Each step gets what is left of SECONDS, up to its own share, and is stopped (TERM: a measurement keeps every
+# finished batch) when that runs out; a step that fails is logged and the next one runs. Every step logs to
+# OUT/STEP.log; OUT/steps.log says what ran, its exit status and its seconds. Re-running continues where it
+# stopped (the dataset and the tuning runs are resumable).
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_bench.sh OUT [SECONDS]}
+BUDGET=${2:-480}
+COSTLAB=${COSTLAB:-costlab}
+PY=${PY:-python3}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+PER_TASK=${PER_TASK:-32}
+TRIALS=${TRIALS:-32}
+SEEDS=${SEEDS:-0}
+# the dataset: float32 and float16 (tensor-core) matmuls and convolutions
+DATA_WORKLOADS=${DATA_WORKLOADS:-GMM:1,512,512,512,float16,float16 GMM:1,512,512,512 C2D:1,14,14,256,256,3,1,1,1,1,float16,float16 C2D:1,14,14,256,256,3,1,1 GMM:1,128,768,3072,float16,float16 GMM:1,128,1024,256 C2D:1,56,56,64,64,1,1,0,1,1,float16,float16 GMM:1,256,2048,512,float16,float16}
+# the tuning workloads, none of them (shapes and types) in the dataset: two on tensor cores
+TUNE_WORKLOADS=${TUNE_WORKLOADS:-GMM:1,1024,1024,1024,float16,float16 C2D:1,56,56,64,64,3,1,1 C2D:1,28,28,128,128,3,1,1,1,1,float16,float16 GMM:1,1024,1024,1024}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+DATA="$OUT/gpu.h5"
+cd "$OUT"  # outside the checkout: its folder costlab/ would hide the installed package
+pack() { tar czf "$OUT/gpu_bench.tgz" --exclude=gpu_bench.tgz --exclude='checkpoints' --exclude='*.ckpt' -C "$OUT" . 2>/dev/null; }
+trap pack EXIT
+
+left() { echo $(( BUDGET - SECONDS )); }
+step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or what is left), timed and logged
+  local name=$1 share=$2 limit rc t0
+  shift 2
+  limit=$(left)
+  [ "$share" -lt "$limit" ] && limit=$share
+  if [ "$limit" -lt 5 ]; then
+    echo "   $name: skipped, no time left" | tee -a "$OUT/steps.log" >&2
+    return 1
+  fi
+  t0=$SECONDS
+  echo "== $name (at most $limit s): $*" | tee -a "$OUT/steps.log" >&2
+  timeout -s TERM -k 20 "$limit" "$@" >> "$OUT/$name.log" 2>&1
+  rc=$?
+  printf "   %s: exit %d in %d s\n" "$name" "$rc" "$(( SECONDS - t0 ))" | tee -a "$OUT/steps.log" >&2
+  [ $rc -eq 0 ] || tail -4 "$OUT/$name.log" >&2
+  return $rc
+}
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc; lscpu | head -20; } \
+  > "$OUT/machine.txt" 2>&1
+step startup 60 $PY "$HERE/benchmarks/gpu.py" startup --json "$OUT/startup.json"
+
+args=()
+for w in $DATA_WORKLOADS; do args+=(--workload "$w"); done
+step extract 60 $COSTLAB dataset extract "$DATA" --target cuda "${args[@]}"
+# a first pass of a few programs a task, so that every task has some when the time runs out
+step measure1 150 $COSTLAB dataset measure "$DATA" --target cuda --per-task 12 --no-progress
+step measure2 60 $COSTLAB dataset measure "$DATA" --target cuda --per-task "$PER_TASK" --no-progress
+step info 20 $COSTLAB dataset info "$DATA"
+P=$($COSTLAB dataset info "$DATA" --json 2>/dev/null | $PY -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
+step split 20 $COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.34 --name gpu
+step train 60 $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" --overwrite \
+  --epochs 50 --no-progress
+step export 20 $COSTLAB export "$OUT/run" -o "$OUT/model" --force
+step tuning 400 $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$OUT/model" --arms a,c \
+  --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda
+step retime 40 $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
+step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
+echo "gpu_bench: done in $SECONDS s" >&2
