@@ -4,6 +4,9 @@
         PaCM's and PSA's features of the GPU records: every number finite, the pattern tokens' memory levels
         (local / shared / L2 / global) and thread context; PSA's and random's ranking of the records (per task
         top-1 / top-5, pairwise); the GPU in PSA's hardware table.
+    python benchmarks/gpu.py heldout --data DATA.h5 --work DIR [--folds 5] [--test-fraction 0.3] [--json F]
+        PaCM trained on some tasks against PSA and random on the others, over several splits by task (no GPU
+        needed: scripts/train_gpu_model.sh merges the committed H100 records into DATA.h5)
     python benchmarks/gpu.py startup [--target cuda] [--json F]
         where the seconds before a tuning run's first batch go: imports, the CUDA context, design spaces of a
         plain and a tensor-core task, one nvcc build (needs the GPU)
@@ -80,9 +83,9 @@ def features(args) -> dict:
     if tokens:
         allt = np.concatenate(tokens)
         cols = [PATTERN_NAMES.index(c) for c in LEVEL_COLUMNS]
-        names = ("local", "shared", "-", "L2", "global")
+        names = ("local", "shared", "fragment", "L2", "global")
         which = np.asarray(allt[:, cols]).argmax(axis=1)
-        levels = {names[i]: int((which == i).sum()) for i in range(len(names)) if names[i] != "-"}
+        levels = {names[i]: int((which == i).sum()) for i in range(len(names))}
         threads = allt[:, PATTERN_NAMES.index("log_threads")]
         out["tokens"] = dict(total=int(len(allt)), per_program=round(len(allt) / len(tokens), 1),
                              with_thread_context=int((threads > 0).sum()),
@@ -200,6 +203,42 @@ def startup(args) -> dict:
     return out
 
 
+def heldout(args) -> dict:
+    """PaCM against PSA and random on tasks it was not trained on: ``--folds`` splits by task (seeds 0, 1, ...,
+    ``--test-fraction`` of the tasks held out), PaCM trained on each fold's training tasks (``--epochs``), every
+    kind evaluated on the fold's held-out tasks; the folds' figures and their means."""
+    import subprocess
+
+    costlab = [sys.executable, "-m", "costlab"]
+    platform = args.platform or "cuda-sm_90"
+    out: dict = {"folds": [], "data": str(args.data), "platform": platform}
+    metrics = ("top1", "top5", "pairwise", "ndcg")
+    for seed in range(args.folds):
+        split = f"heldout{seed}"
+        subprocess.run([*costlab, "dataset", "split", str(args.data), "--by", "task", "--seed", str(seed),
+                        "--test-fraction", str(args.test_fraction), "--name", split, "--replace"], check=True,
+                       capture_output=True)
+        run = args.work / f"run{seed}"
+        subprocess.run([*costlab, "train", "--model", "pacm", "--data", str(args.data), "--platform", platform,
+                        "--split", split, "--out", str(run), "--overwrite", "--epochs", str(args.epochs),
+                        "--no-progress"], check=True, capture_output=True)
+        fold = {"seed": seed}
+        for name, model in (("pacm", str(run)), ("psa", "psa"), ("random", "random")):
+            res = subprocess.run([*costlab, "evaluate", "--model", model, "--data", str(args.data), "--split", split,
+                                  "--platform", platform, "--json"], check=True, capture_output=True, text=True)
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            fold[name] = {k: round(float(r[k]), 4) for k in metrics}
+            fold.setdefault("tasks", r.get("tasks"))
+        out["folds"].append(fold)
+        print(f"fold {seed}: " + "  ".join(f"{n} top-1 {fold[n]['top1']:.3f}" for n in ("pacm", "psa", "random")),
+              flush=True)
+    out["mean"] = {n: {k: round(float(np.mean([f[n][k] for f in out["folds"]])), 4) for k in metrics}
+                   for n in ("pacm", "psa", "random")}
+    for n, m in out["mean"].items():
+        print(f"mean {n:7}" + "".join(f"  {k} {v:.3f}" for k, v in m.items()))
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -210,6 +249,14 @@ def main(argv=None) -> int:
     t = sub.add_parser("tuning")
     t.add_argument("--run", action="append", required=True, metavar="NAME=WORK_DIR")
     t.add_argument("--json", type=Path)
+    h = sub.add_parser("heldout")
+    h.add_argument("--data", type=Path, required=True)
+    h.add_argument("--platform")
+    h.add_argument("--work", type=Path, required=True, help="where each fold's training run goes")
+    h.add_argument("--folds", type=int, default=5)
+    h.add_argument("--test-fraction", type=float, default=0.3)
+    h.add_argument("--epochs", type=int, default=50)
+    h.add_argument("--json", type=Path)
     u = sub.add_parser("startup")
     u.add_argument("--target", default="cuda")
     u.add_argument("--json", type=Path)
@@ -217,7 +264,7 @@ def main(argv=None) -> int:
     from costlab.common.errors import CostlabError
 
     try:
-        out = {"features": features, "tuning": tuning, "startup": startup}[args.cmd](args)
+        out = {"features": features, "tuning": tuning, "startup": startup, "heldout": heldout}[args.cmd](args)
     except CostlabError as exc:  # a missing or unreadable dataset: costlab's one-line message
         raise SystemExit(f"gpu.py: {exc}") from None
     if args.json:

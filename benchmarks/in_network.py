@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import networks  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.metaschedule.databases import json_database  # noqa: E402
 from costlab.common.host import describe_host, host_info  # noqa: E402
 
 BIG = ("matmul", "softmax")  # the tasks compared: most of the networks' time
@@ -103,7 +104,7 @@ def main() -> int:
         for arm in networks.ARMS:
             if not (runs / arm / "done.json").exists():
                 continue
-            db = ms.database.JSONDatabase(work_dir=str(networks._result_dir(runs / arm) or runs / arm))
+            db = json_database(work_dir=str(networks._result_dir(runs / arm) or runs / arm))
             inside = in_network(build(mod, tgt, db)[0], args, dev)
             calls[arm] = inside
             for t in tasks:

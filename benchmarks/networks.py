@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netcurves  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.metaschedule.databases import json_database  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -265,7 +266,7 @@ def _prefix_db(work: Path, records: int, into: Path):
     shutil.copy(work / WorkDir.WORKLOADS, into / WorkDir.WORKLOADS)
     lines = (work / WorkDir.RECORDS).read_text().splitlines(keepends=True)
     (into / WorkDir.RECORDS).write_text("".join(lines[:records]))
-    return ms.database.JSONDatabase(work_dir=str(into))
+    return json_database(work_dir=str(into))
 
 
 def history(work: Path, arm: str) -> tuple[list, dict, float]:
@@ -343,7 +344,7 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
             offset = max(0, n_records - (hist[-1][1] if hist else 0))  # records the history does not count
             meta[arm] = dict(tune_s=tune_s, records=n_records, checkpoints=[])
             final_db = _result_dir(work) or work  # a costlab run's result: its checked choices, measured again
-            exe, (hit, n) = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(final_db)))
+            exe, (hit, n) = build(mod, tgt, json_database(work_dir=str(final_db)))
             builds[arm] = exe
             meta[arm].update(tuned_functions=hit, functions=n,
                              output_check=check_output(exe, inputs, tvm.cpu(0), reference))
@@ -403,7 +404,7 @@ def finals(args) -> int:
                     dbs += [(how, _choice_now(runs / arm, tasks, tgt, Path(tmp) / f"{arm}-{how}", how == "cold"))
                             for how in args.again]
                     for name, db in dbs:
-                        builds[f"{arm}:{name}"] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(db)))[0]
+                        builds[f"{arm}:{name}"] = build(mod, tgt, json_database(work_dir=str(db)))[0]
                         checks[f"{arm}:{name}"] = check_output(builds[f"{arm}:{name}"], inputs, tvm.cpu(0),
                                                                reference)["status"]
                 times = _time_together(builds, inputs, args.rounds)
@@ -428,7 +429,7 @@ def _choice_now(work: Path, tasks, target, into: Path, cold: bool) -> Path:
     from costlab.export.finals import remeasure
     from costlab.export.workdir import MeasuringStack
 
-    source = ms.database.JSONDatabase(work_dir=str(work))
+    source = json_database(work_dir=str(work))
     stack = MeasuringStack()
     builder, runner = stack.start(target, workers=2)
     try:
@@ -437,7 +438,7 @@ def _choice_now(work: Path, tasks, target, into: Path, cold: bool) -> Path:
         stack.close()
     print(f"  {work.name}: second measurement {stats}", flush=True)
     into.mkdir(parents=True)
-    db = ms.database.JSONDatabase(work_dir=str(into))
+    db = json_database(work_dir=str(into))
     for task, order in zip(tasks, orders):
         if order and order[0][1] < float("inf"):
             rec, secs = order[0]

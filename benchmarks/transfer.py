@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tuning import COSTLAB, _progress, _tasks_of  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.metaschedule.databases import json_database  # noqa: E402
 from costlab.costmodels.predictors import weights_sha256  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 
@@ -157,7 +158,7 @@ def _retime(runs: Path, network: str, target: str, rounds: int = 5) -> None:
     arms = [arm for arm in ARMS[1:] if (runs / arm / "done.json").exists()]
     built = {"untuned": build(mod, tgt)}
     for arm in arms:
-        built[arm] = build(mod, tgt, ms.database.JSONDatabase(work_dir=str(runs / arm)))
+        built[arm] = build(mod, tgt, json_database(work_dir=str(runs / arm)))
     times: dict = {k: [] for k in built}
     for _ in range(rounds):
         for k, (exe, _m) in built.items():

@@ -30,7 +30,7 @@ from costlab.common.host import describe_host, host_difference, host_info, same_
 from costlab.common.locks import LockHeld, take_lock
 from costlab.datasets.measure import MeasureOptions
 from costlab.metaschedule.builders import make_builder
-from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, json_database
 from costlab.metaschedule.pools import warm_up
 from costlab.metaschedule.repair import BAD_LINES_FILE, repair_work_dir
 from costlab.metaschedule.runners import close_runner, make_runner
@@ -144,10 +144,8 @@ class WorkDir:
         """``(database, problems)``: the lines an interrupted run cut short moved aside, one ``FILE:LINE: what``
         per line (``metaschedule.repair.repair_work_dir``), then MetaSchedule's JSON database of the work dir (its files
         made when missing). Called under the work dir's lock."""
-        from tvm.s_tir import meta_schedule as ms
-
         repaired = repair_work_dir(self.path)
-        return ms.database.JSONDatabase(work_dir=str(self.path)), repaired
+        return json_database(work_dir=str(self.path)), repaired
 
     # -- the run it holds ----------------------------------------------------------------------------------
     def recorded(self, key: str):

@@ -18,7 +18,8 @@ far to trust the static analyzer instead of a fixed blend of the two (``psa.form
 estimate and the FLOPs are filled).
 
 The memory level of an access is where its data lives between two uses. On GPU it is the storage scope
-(``local`` -> registers, ``shared``, ``global``; global data that fits the L2 counts as L2). On CPU it is
+(``local`` -> registers, ``shared``, ``wmma.*`` -> a tensor-core fragment, ``global``; global data that fits the
+L2 counts as L2). On CPU it is
 derived from footprints: the access is reused across the innermost loop whose index it does not depend
 on; everything the statement touches below that loop must stay cached in between, so the level is the
 smallest of (vector registers, L1, L2, LLC, DRAM) of the platform's ``HardwareSpec`` that holds it. An
@@ -45,7 +46,7 @@ from costlab.featurizers.psa.hardware import PlatformSpecs
 from costlab.metaschedule.targets import is_gpu
 from costlab.metaschedule.traces import ReplayError, replay
 
-LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, -, L2, global
+LEVELS = ("reg", "L1", "L2", "LLC", "DRAM")  # GPU: local, shared, tensor-core fragment (wmma.*), L2, global
 PATTERN_NAMES = (
     "level_reg", "level_l1", "level_l2", "level_llc", "level_dram",
     "read", "write", "read_write",
@@ -181,6 +182,8 @@ def _level(access, reuse_bytes: float, caps, spec, gpu: bool) -> int:
             return 0
         if scope == "shared":
             return 1
+        if scope == "wmma":  # a tensor-core fragment, in the registers of a warp
+            return 2
         return 3 if reuse_bytes <= spec.l2_bytes else 4
     for i, cap in enumerate(caps):
         if reuse_bytes <= cap:
@@ -193,7 +196,10 @@ class PaCM(PlatformSpecs, Featurizer):
     name = "pacm"
     # 2: the tokens' column 19 is the access's own footprint (1 repeated the reuse distance); 3: ``program``
     version = 3
-    revision = 1  # 1: a workload's buffers that share a name are told apart (ms_records.named_apart)
+    # 1: a workload's buffers that share a name are told apart (ms_records.named_apart); 2: on GPU, tensor-core
+    # fragments are a level of their own (wmma.* scopes were global before) and the program terms are PSA
+    # version 3's
+    revision = 2
     default_config = {"spec": None, "num_threads": 1}
 
     def __init__(self, config=None):

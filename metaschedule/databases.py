@@ -46,13 +46,42 @@ def database_file(work_dir, name: str) -> Path | None:
     return None
 
 
+_TENSORIZING = (b"auto_tensorize", b'"Tensorize"')
+
+
+def _tensorizes(path: Path) -> bool:
+    """Whether a record file (plain or gzip-compressed) holds a trace that tensorizes."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    tail = b""
+    try:
+        with opener(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                block = tail + chunk
+                if any(word in block for word in _TENSORIZING):
+                    return True
+                tail = block[-32:]
+    except (OSError, EOFError, zlib.error):  # unreadable here: JSONDatabase says what is wrong
+        return False
+    return False
+
+
+def json_database(**kwargs):
+    """MetaSchedule's ``JSONDatabase(**kwargs)``, with the tensor-intrinsic registry loaded first when its record
+    file holds a tensorizing trace (a tensor-core program): loading such a record replays its trace, which
+    looks the intrinsics up by name. Other databases open without the registry's import (tens of seconds)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    rec = kwargs.get("path_tuning_record") or (Path(kwargs["work_dir"]) / RECORD_FILE if kwargs.get("work_dir") else None)
+    if rec is not None and Path(rec).is_file() and _tensorizes(Path(rec)):
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    return ms.database.JSONDatabase(**kwargs)
+
+
 @contextmanager
 def work_dir_database(work):
     """A MetaSchedule work dir's database (``JSONDatabase``), opened read-only in effect: gzip-compressed files,
     as benchmarks archive them, are read from a temporary copy, removed when the block ends; an InputError when
     the folder holds none."""
-    from tvm.s_tir import meta_schedule as ms  # lazy: pulls tvm; reading the files' lines needs none
-
     work = Path(work)
     wl, rec = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
     if not work.is_dir() or wl is None or rec is None:
@@ -66,7 +95,7 @@ def work_dir_database(work):
                 with opener(src, "rb") as fi, open(tmp / name, "wb") as fo:
                     shutil.copyfileobj(fi, fo)
             wl, rec = tmp / WORKLOAD_FILE, tmp / RECORD_FILE
-        yield ms.database.JSONDatabase(path_workload=str(wl), path_tuning_record=str(rec), allow_missing=False)
+        yield json_database(path_workload=str(wl), path_tuning_record=str(rec), allow_missing=False)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -64,7 +64,7 @@ step measure2 60 $COSTLAB dataset measure "$DATA" --target cuda --per-task "$PER
 step info 20 $COSTLAB dataset info "$DATA"
 P=$($COSTLAB dataset info "$DATA" --json 2>/dev/null | $PY -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
 step split 20 $COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.34 --name gpu
-step train 60 $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" --overwrite \
+step train 150 $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" --overwrite \
   --epochs 50 --no-progress
 step export 20 $COSTLAB export "$OUT/run" -o "$OUT/model" --force
 step tuning 400 $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$OUT/model" --arms a,c \

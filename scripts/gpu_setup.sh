@@ -6,8 +6,9 @@
 #
 # pack: downloads the wheels of what costlab needs beyond a CUDA PyTorch image (TVM built with CUDA, its FFI,
 #   orjson, tornado, xgboost), unpacks them and packs them into one xz archive (a third smaller than the wheels
-#   themselves: TVM's wheel is 100 MB), cut into parts of at most N MiB (default 30) for transfers of limited
-#   size, with a manifest of their sizes and SHA-256 sums and the whole archive's SHA-256.
+#   themselves: TVM's wheel is 100 MB), cut into parts of at most N MiB for transfers of limited size (default
+#   23: three parts, each fitting a 64 MiB transfer beside the checkout's 36 MB), with a manifest of their sizes
+#   and SHA-256 sums and the whole archive's SHA-256.
 # install: collects the parts it finds in DIR into STASH (default /tmp/costlab-gpu-parts), so that they can come
 #   over several transfers: run it once per transfer; while parts are missing it names them and exits 3. With all
 #   parts checked (each, then the archive they join into), it rebuilds the wheels, installs them and costlab into
@@ -46,7 +47,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 pack() {
-  local dir=$1 part_mb=30 pyver=3.12
+  local dir=$1 part_mb=23 pyver=3.12
   shift
   while [ $# -gt 0 ]; do
     case $1 in

@@ -3,6 +3,8 @@ through export-ms and MetaSchedule's JSONDatabase."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -34,6 +36,10 @@ def measured(tmp_path_factory):
     extract(path, workloads=["GMM:1,8,8,8"])
     text = measure(path, _opts())
     assert "measured 4 candidates of 1 task(s) on 'cpu'" in text
+    # where the seconds went, each phase once
+    phases = re.search(r"seconds: start-up [\d.]+, design spaces [\d.]+, sampling [\d.]+, building [\d.]+, "
+                       r"running [\d.]+, saving [\d.]+$", text, re.M)
+    assert phases, text
     return path
 
 

@@ -35,7 +35,9 @@ class PSA(PlatformSpecs, Featurizer):
     name = "psa"
     # 2: on GPU, registers beyond what one block may hold spill (nvcc caps them under TVM's __launch_bounds__)
     # and a shared-memory bound over the block's limit is capped at it, instead of the launch being impossible
-    version = 2
+    # 3: on GPU, tensor-core statements at the tensor-core peak, WMMA fragments held in their warp's registers, and
+    # a block's threads the product of its thread axes (the largest axis before)
+    version = 3
     revision = 1  # 1: a workload's buffers that share a name are told apart (ms_records.named_apart)
     default_config = {"mode": "trace", "spec": None}
 

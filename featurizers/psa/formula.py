@@ -25,7 +25,11 @@ CPU (``CPUSpec``)
 GPU (``GPUSpec``)
   compute = FLOPs x (1 + 1/reuse) / (peak x occupancy x warp use / register penalty), with occupancy the
   wave quantisation of thread blocks over (SMs x resident blocks per SM, limited by threads, shared memory
-  and registers), warp use ``(T/32) / ceil(T/32)``, register penalty ``regs / 128`` above 128.
+  and registers), warp use ``(T/32) / ceil(T/32)``, register penalty ``regs / 128`` above 128. A block's
+  threads T are the product of its thread axes (threadIdx.x, .y, .z). A tensor-core statement (a tensorized
+  WMMA multiply-accumulate, ``Stmt.tensor_core``) computes at the tensor-core peak (``GPUSpec.tensor_peak``),
+  on a whole warp; its fragments (``wmma.*`` scopes) are a level of their own, held in the registers of the
+  warp's 32 lanes.
   memory = global bytes per thread block x thread blocks / bandwidth, uncoalesced accesses (stride > 1
   along ``threadIdx.x``) costing up to a sector (8 floats) per element. A launch that does not fit the
   block limits (threads, shared memory) is invalid: its estimate is infinite.
@@ -222,31 +226,34 @@ def _gpu(program: Program, spec) -> float:
 
 
 def _gpu_kernel(stmts: list, spec) -> float:
-    threads = 1
     blocks = 1
     per_stmt = []
     users: dict = {}  # shared / local buffer -> [(stmt, access)]
+    axis_threads: dict = {}  # threadIdx.x / .y / .z -> its extent (the largest a statement binds)
     for s in stmts:
         exts = [lp.extent for lp in s.loops]
         b = 1
         last_block = -1
-        t_outer = 1
         for i, lp in enumerate(s.loops):
             if lp.kind.startswith("blockIdx"):
                 b *= exts[i]
                 last_block = i
             elif lp.kind.startswith("threadIdx"):
-                # a cooperative fetch binds an inner loop to threadIdx again: the block's size is the largest
-                t_outer = max(t_outer, exts[i])
-        threads = max(threads, t_outer)
+                # a cooperative fetch binds an inner loop to the same axis again: the axis's extent is the largest
+                axis_threads[lp.kind] = max(axis_threads.get(lp.kind, 1), exts[i])
         blocks = max(blocks, b)
         thread_pos = {i for i, lp in enumerate(s.loops) if lp.kind.startswith(("threadIdx", "vthread"))}
         fps_block = footprints(s, relaxed=thread_pos)  # what one thread block touches below depth d
         per_stmt.append((s, exts, b, fps_block, last_block + 1))
         for a in s.accesses:
             scope = a.scope.split(".")[0]
-            if scope in ("shared", "local"):
+            if scope in ("shared", "local", "wmma"):
                 users.setdefault((a.buffer, scope), []).append((s, a))
+    # a block's threads: the product of its axes; a tensor-core statement runs on a whole warp, its lanes
+    # (threadIdx.x) implied where no statement binds them
+    if any(s.tensor_core for s in stmts) and "threadIdx.x" not in axis_threads:
+        axis_threads["threadIdx.x"] = spec.warp_size
+    threads = math.prod(axis_threads.values())
 
     # shared memory per block and registers per thread: each buffer is allocated at the innermost loop
     # around all its uses, sized by what its uses touch inside it (shared: by all threads of the block)
@@ -262,6 +269,8 @@ def _gpu_kernel(stmts: list, spec) -> float:
             size = max(size, footprints(st, relaxed=relaxed)[idx][prefix])
         if scope == "shared":
             smem += size * uses[0][1].nbytes
+        elif scope == "wmma":  # a tensor-core fragment: one per warp, spread over its lanes' registers
+            regs += math.ceil(size * uses[0][1].nbytes / 4 / spec.warp_size)
         else:
             regs += size * max(1, uses[0][1].nbytes // 4)
 
@@ -290,6 +299,7 @@ def _gpu_kernel(stmts: list, spec) -> float:
     if regs > cap:
         reg_penalty *= 2.0  # spills to local memory
     peak = spec.peak_gflops * 1e9
+    tensor_peak = (spec.tensor_peak() or spec.peak_gflops) * 1e9
     bw = spec.mem_gbs * 1e9
 
     total = KERNEL_LAUNCH_S
@@ -310,7 +320,8 @@ def _gpu_kernel(stmts: list, spec) -> float:
                     nbytes *= min(step, max(1, 32 // a.nbytes))
             gbytes += nbytes
         reuse = 1.0 + flops / max(1.0, gbytes / 4.0)
-        t_comp = flops * (1.0 + 1.0 / reuse) / (peak * occupancy * warp / reg_penalty) if flops else 0.0
+        at = tensor_peak if s.tensor_core else peak
+        t_comp = flops * (1.0 + 1.0 / reuse) / (at * occupancy * warp / reg_penalty) if flops else 0.0
         t_mem = gbytes / bw
         total += max(t_comp, t_mem)
     return total

@@ -127,15 +127,25 @@ class GPUSpec(HardwareSpec):
     max_threads_per_block: int = 1024
     max_blocks_per_sm: int = 32
     warp_size: int = 32
+    tc_gflops: float = 0.0  # dense float16 tensor-core peak (FMA = 2); 0: not in the data sheet (``tensor_peak``)
 
     kind = "gpu"
+
+    def tensor_peak(self) -> float:
+        """Dense float16 tensor-core peak in GFLOP/s: the data sheet's, or for a spec without one 8x the fp32 peak
+        from sm_70 on (what V100 has; later GPUs have more), 0 before sm_70 (no tensor cores)."""
+        if self.tc_gflops:
+            return float(self.tc_gflops)
+        digits = "".join(c for c in self.arch if c.isdigit())
+        return 8.0 * self.peak_gflops if digits and int(digits) >= 70 else 0.0
 
     def levels(self) -> list[tuple[str, float]]:
         return [("local", self.max_regs_per_thread * 4), ("shared", self.smem_per_block), ("L2", self.l2_bytes),
                 ("global", float("inf"))]
 
 
-# Data-sheet figures (fp32 peak at boost clock). K80 is one of the board's two GK210 GPUs, as TVM sees it.
+# Data-sheet figures (fp32 peak at boost clock; dense float16 tensor-core peak with float16 accumulation, set
+# below). K80 is one of the board's two GK210 GPUs, as TVM sees it.
 GPU_TABLE: dict[str, GPUSpec] = {
     "k80": GPUSpec("k80", "sm_37", 13, 4368.0, 240.0, int(1.5 * MIB), 131072, 255, 112 * KIB, 48 * KIB, 2048,
                    1024, 16),
@@ -152,6 +162,9 @@ GPU_TABLE: dict[str, GPUSpec] = {
     "h200": GPUSpec("h200", "sm_90", 132, 66900.0, 4800.0, 60 * MIB, 65536, 255, 228 * KIB, 48 * KIB, 2048, 1024,
                     32),
 }
+for _name, _tc in {"v100": 125000.0, "t4": 65000.0, "rtx2080ti": 107600.0, "a100": 312000.0, "h100": 989400.0,
+                   "h100-pcie": 756000.0, "h200": 989400.0}.items():
+    GPU_TABLE[_name] = dataclasses.replace(GPU_TABLE[_name], tc_gflops=_tc)
 _GPU_ALIASES = {
     "tesla-k80": "k80", "tesla-v100": "v100", "tesla-t4": "t4", "2080ti": "rtx2080ti", "rtx-2080-ti": "rtx2080ti",
     "geforce-rtx-2080-ti": "rtx2080ti", "a100-sxm4": "a100", "a100-40gb": "a100", "h100-sxm": "h100",

@@ -57,6 +57,7 @@ class Stmt:
     flops: float  # floating-point operations per instance
     accesses: list = field(default_factory=list)  # [Access]
     init: bool = False  # the init statement of a reduction (writes a constant)
+    tensor_core: bool = False  # a warp-wide tensor-core multiply-accumulate (its FLOPs run at the tensor-core peak)
 
     def instances(self) -> int:
         n = 1

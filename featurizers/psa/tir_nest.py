@@ -20,6 +20,8 @@ from costlab.featurizers.psa.loopnest import SERIAL, Access, Loop, Program, Stmt
 _KIND = {0: SERIAL, 1: "parallel", 2: "vectorized", 3: "unrolled"}
 _FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "FloorDiv", "FloorMod", "Mod"}
 _CMP_OPS = {"EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not"}
+# tensor-core multiply-accumulates: a tensorized block's body is one such call over its fragments
+_MMA_OPS = {"tvm_mma_sync", "tvm_bmma_sync", "ptx_mma", "ptx_mma_sp"}  # after the namespace (``tirx.``)
 
 
 def dtype_bytes(dtype) -> int:
@@ -64,6 +66,7 @@ class BlockRecord:
     init: bool = False
     exact: bool = True
     store_value: object = field(default=None, repr=False)
+    tensor_core: bool = False
 
 
 class _Affine:
@@ -155,6 +158,41 @@ def count_flops(e) -> float:
     if k in _CMP_OPS:
         return 0.0
     return 0.0
+
+
+def _calls(stmt):
+    """The ops of the calls a statement evaluates (``T.evaluate(call)``), as a tensorized block's body holds."""
+    k = type(stmt).__name__
+    if k == "Evaluate":
+        op = getattr(getattr(stmt.value, "op", None), "name", None)
+        if op is not None:
+            yield str(op)
+    elif k == "SeqStmt":
+        for s in stmt.seq:
+            yield from _calls(s)
+    else:
+        body = getattr(stmt, "body", None)
+        if body is not None:
+            yield from _calls(body)
+
+
+def _region_elements(region) -> int:
+    n = 1
+    for rng in region.region:
+        n *= max(1, _int(rng.extent, 1))
+    return n
+
+
+def _mma_flops(block) -> float:
+    """FLOPs of one instance of a tensorized multiply-accumulate block: the product ``m x n x k`` of its tile is
+    the square root of the product of its operands' and its accumulator's tile sizes (``mk``, ``kn``, ``mn``),
+    two FLOPs each."""
+    written = {w.source.name for w in block.writes}
+    sizes = [_region_elements(r) for r in block.reads if r.source.name not in written][:2]
+    sizes += [_region_elements(w) for w in block.writes][:1]
+    if len(sizes) < 3:
+        return 0.0
+    return 2.0 * (sizes[0] * sizes[1] * sizes[2]) ** 0.5
 
 
 def _stores(stmt):
@@ -270,8 +308,11 @@ def _block_record(realize, block, loops, loop_vars) -> BlockRecord:
         flops += count_flops(value)
     if block.init is not None:
         init = False
+    tensor_core = value is None and any(op.rpartition(".")[2] in _MMA_OPS for op in _calls(block.body))
+    if tensor_core:
+        flops = _mma_flops(block)
     return BlockRecord(block.name_hint, loops, axes, binding, accesses, flops, init,
-                       loop_aff.exact[0] and aff.exact[0], value)
+                       loop_aff.exact[0] and aff.exact[0], value, tensor_core)
 
 
 def compose(record: BlockRecord) -> Stmt:
@@ -291,7 +332,7 @@ def compose(record: BlockRecord) -> Stmt:
         accesses.append(Access(acc.buffer, acc.scope, acc.nbytes, acc.write, acc.shape, dims))
     if not exact[0]:
         record.exact = False
-    return Stmt(record.name, record.loops, record.flops, accesses, record.init)
+    return Stmt(record.name, record.loops, record.flops, accesses, record.init, record.tensor_core)
 
 
 def program_of(mod_or_func, gpu: bool = False) -> Program:

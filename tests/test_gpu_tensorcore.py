@@ -1,0 +1,192 @@
+"""Tensor-core (float16, WMMA) tasks without a GPU: which tasks get MetaSchedule's tensor-core rules and the
+intrinsic registry, and PSA's, PaCM's and the output check's view of programs an H100 measured
+(tests/fixtures/h100_tc, made by scripts/gpu_bench.sh: see its README)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixtures" / "h100_tc"
+SM90 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+        "thread_warp_size": 32}
+# the float16 matmuls of the fixture and their FLOPs (2 M N K): every dimension a multiple of 16, so no padding
+GMM_FLOPS = {"GMM:1,512,512,512,float16,float16": 2 * 512 ** 3,
+             "GMM:1,128,768,3072,float16,float16": 2 * 128 * 768 * 3072,
+             "GMM:1,256,2048,512,float16,float16": 2 * 256 * 2048 * 512}
+
+
+@pytest.fixture(scope="module")
+def tc_data(tmp_path_factory):
+    from costlab.datasets.pack import unpack
+
+    path = tmp_path_factory.mktemp("tc") / "h100_tc.h5"
+    unpack(FIXTURE, path)
+    return path
+
+
+def _prim(spec: str):
+    from costlab.datasets.extract import te_workload_task
+
+    return te_workload_task(spec)[1]
+
+
+@pytest.mark.parametrize("spec,target,kind", [
+    ("GMM:1,64,64,64,float16,float16", SM90, "cuda-tensorcore"),
+    ("C2D:1,14,14,32,32,3,1,1,1,1,float16,float16", SM90, "cuda-tensorcore"),
+    ("GMM:1,64,64,64", SM90, "cuda"),  # float32: no tensor cores
+    ("GMM:1,64,64,64,float16,float32", SM90, "cuda"),  # a float32 accumulator fails to build in TVM 0.27
+    ("GMM:1,64,64,64,float16,float16", dict(SM90, arch="sm_61"), "cuda"),  # before tensor cores
+    ("GMM:1,64,64,64", {"kind": "llvm", "mcpu": "znver5"}, "llvm"),
+])
+def test_tensor_core_rules_only_for_float16_reductions_on_sm70_and_later(spec, target, kind):
+    import tvm
+
+    from costlab.metaschedule.tune_context import rules_kind, tensor_core_task
+
+    t = tvm.target.Target(target)
+    mod = tvm.IRModule({"main": _prim(spec)})
+    assert rules_kind(mod, t) == kind
+    assert tensor_core_task(mod, t) == (kind == "cuda-tensorcore")
+
+
+def test_registry_loaded_for_tensor_core_tasks_alone():
+    """A plain CUDA task's design space is made without the intrinsic registry (tens of seconds to import); a
+    tensor-core task's loads it and tensorizes with WMMA intrinsics. In a fresh process: the registry, once
+    loaded, stays."""
+    code = f"""
+import json, sys, tvm
+from costlab.datasets.extract import te_workload_task
+from costlab.metaschedule.tune_context import tune_context
+target = tvm.target.Target(json.loads({json.dumps(json.dumps(SM90))}))
+out = {{}}
+for spec in ("GMM:1,64,64,64", "GMM:1,64,64,64,float16,float16"):
+    spaces = tune_context(te_workload_task(spec)[1], target).generate_design_space()
+    out[spec] = dict(registry="tvm.s_tir.tensor_intrin" in sys.modules,
+                     wmma=any("wmma_sync_16x16x16_f16f16f16" in str(s.trace) for s in spaces))
+print(json.dumps(out))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd="/")
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["GMM:1,64,64,64"] == {"registry": False, "wmma": False}
+    assert out["GMM:1,64,64,64,float16,float16"] == {"registry": True, "wmma": True}
+
+
+def test_psa_counts_tensor_core_flops_and_fragments(tc_data):
+    """Every measured float16 matmul program: its tensor-core statements do the task's FLOPs exactly, its WMMA
+    fragments are in no global traffic, and its block's threads are the product of its axes (the warps of
+    threadIdx.y times the 32 lanes)."""
+    from costlab.datasets import open_dataset
+    from costlab.featurizers.ms_records import task_module
+    from costlab.featurizers.psa.tir_nest import program_of
+    from costlab.metaschedule.traces import replay
+
+    seen = 0
+    with open_dataset(tc_data) as ds:
+        table = ds.records("cuda-sm_90")
+        for task in ds.tasks:
+            if task.name not in GMM_FLOPS:
+                continue
+            rows = np.flatnonzero(np.asarray(table.task) == task.index)
+            for schedule in table.schedules(rows):
+                prog = program_of(replay(task_module(task), schedule).mod, gpu=True)
+                mma = [s for s in prog.stmts if s.tensor_core]
+                assert mma and sum(s.instances() * s.flops for s in mma) == GMM_FLOPS[task.name]
+                assert all(a.scope.startswith("wmma.") for s in mma for a in s.accesses)
+                seen += 1
+    assert seen == 12 * 3 + 20  # the three matmuls' records (the first measured 20 more before the time ran out)
+
+
+def test_psa_ranks_tensor_core_programs_and_finds_none_impossible(tc_data):
+    """PSA (version 3) on the fixture: every program the H100 ran has a finite estimate, and PSA's ranking is
+    above random's (both are formulas over the same records, so these figures are the same on every machine)."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_benchmark", Path(__file__).parents[1] / "benchmarks" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.features(argparse.Namespace(data=tc_data, platform=None))
+    assert out["gpu"]["name"] == "NVIDIA H100 80GB HBM3" and out["psa_spec"] == "h100"
+    assert out["records"] == out["featurized"] == 116 and out["all_finite"]
+    assert out["psa_impossible"]["records"] == out["psa_impossible"]["failed_on_gpu"]
+    assert out["levels"]["fragment"] > 0 and out["levels"]["shared"] > 0
+    psa, rnd = out["ranking"]["psa"], out["ranking"]["random"]
+    assert psa["top5"] > rnd["top5"] and psa["pairwise"] > rnd["pairwise"] + 0.1
+
+
+def test_pacm_puts_fragments_on_their_own_level(tc_data):
+    """PaCM's tokens of a tensor-core program: the WMMA fragments on the fragment level (column 2, unused by
+    GPUs before), never on L2 or global; every number finite."""
+    from costlab.datasets import open_dataset
+    from costlab.featurizers import create
+    from costlab.featurizers.cache import build_cache, open_cache
+    from costlab.featurizers.pacm import LEVEL_COLUMNS, PATTERN_NAMES
+
+    build_cache(tc_data, "pacm", "cuda-sm_90", progress=False)
+    with open_dataset(tc_data) as ds:
+        feats = open_cache(ds, create("pacm"), "cuda-sm_90").get()
+        names = [t.name for t in ds.tasks]
+        task = np.asarray(ds.records("cuda-sm_90").task)
+    cols = [PATTERN_NAMES.index(c) for c in LEVEL_COLUMNS]
+    fragment_tokens = 0
+    for tokens, valid, t in zip(feats["pattern"], feats["valid"], task):
+        assert valid and np.isfinite(tokens).all()
+        level = np.asarray(tokens[:, cols]).argmax(axis=1)
+        if "float16" in names[t]:
+            fragment_tokens += int((level == 2).sum())
+        else:
+            assert not (level == 2).any()  # a float32 program has no fragments
+    assert fragment_tokens > 0
+
+
+def test_float16_outputs_checked_with_float16_tolerances():
+    """A float16 sum accumulated in another order passes; a program that drops part of the sum does not."""
+    from costlab.export.check import close
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (64, 512)).astype(np.float16)
+    b = rng.uniform(-1, 1, (512, 64)).astype(np.float16)
+    ref = np.zeros((64, 64), np.float16)
+    for k in range(512):  # float16 accumulation, one order
+        ref = (ref + np.outer(a[:, k], b[k]).astype(np.float16)).astype(np.float16)
+    other = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)  # exact sum, rounded once
+    wrong = (a[:, :480].astype(np.float32) @ b[:480].astype(np.float32)).astype(np.float16)
+    assert close(ref, other) and not close(ref, wrong)
+    assert not close(ref.astype(np.float32), other.astype(np.float32))  # float32 keeps its tight tolerance
+
+
+def test_tensor_core_database_loads_in_a_fresh_process(tc_data, tmp_path):
+    """A tuning database of tensor-core programs opens through costlab (which loads the registry its records'
+    traces name) in a process that never made a tensor-core design space."""
+    from costlab.datasets.ms_database import export_ms
+
+    export_ms(tc_data, "cuda-sm_90", tmp_path / "db")
+    code = (f"from costlab.metaschedule.databases import json_database\n"
+            f"print(len(json_database(work_dir={str(tmp_path / 'db')!r}).get_all_tuning_records()))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd="/")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert int(res.stdout.strip().splitlines()[-1]) == 108  # the programs that ran
+
+
+def test_shipped_gpu_model_scores_tensor_core_records_on_the_cpu(tc_data):
+    """The shipped cuda-sm90 model (scripts/train_gpu_model.sh, on these records and tests/fixtures/h100) loads
+    by name where there is no GPU and scores every record, tensor-core programs included, on the CPU."""
+    from costlab.costmodels.predictors import load, weights_sha256
+    from costlab.costmodels.shipped import aliases
+    from costlab.train.evaluate import evaluate
+
+    assert aliases()["cuda-sm90"].startswith("cuda-sm90-v") and weights_sha256("cuda-sm90")
+    model = load("cuda-sm90")
+    assert model.kind == "pacm" and model.platforms == ["cuda-sm_90"]
+    assert model.featurizer.to_json()["name"] == "pacm"
+    result = evaluate("cuda-sm90", tc_data, split=None, platform="cuda-sm_90")
+    assert result["records"] == 116 and len(result["tasks"]) == 8
+    assert all(np.isfinite(result[k]) for k in ("top1", "top5", "pairwise", "ndcg"))
+    assert result["pairwise"] > 0.5  # records it trained on: ranked above chance whatever machine scores them
