@@ -203,37 +203,47 @@ def startup(args) -> dict:
     return out
 
 
-def heldout(args) -> dict:
-    """PaCM against PSA and random on tasks it was not trained on: ``--folds`` splits by task (seeds 0, 1, ...,
-    ``--test-fraction`` of the tasks held out), PaCM trained on each fold's training tasks (``--epochs``), every
-    kind evaluated on the fold's held-out tasks; the folds' figures and their means."""
+def _costlab(*argv) -> str:
+    """Run a costlab command; its output, or SystemExit with the command and the end of what it said."""
     import subprocess
 
-    costlab = [sys.executable, "-m", "costlab"]
+    res = subprocess.run([sys.executable, "-m", "costlab", *map(str, argv)], capture_output=True, text=True)
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise SystemExit(f"gpu.py: costlab {' '.join(map(str, argv[:2]))} failed (exit {res.returncode}): {tail[0]}")
+    return res.stdout
+
+
+def heldout(args) -> dict:
+    """PaCM against PSA and random on tasks it was not trained on: ``--folds`` splits by task (seeds 0, 1, ...,
+    ``--test-fraction`` of the tasks held out), PaCM trained on each fold's training tasks (``--epochs``; a tenth
+    of them validate), every kind evaluated on the fold's held-out tasks; the folds' figures and their means,
+    written to ``--json`` after every fold."""
+    if args.folds < 1:
+        raise SystemExit("gpu.py: --folds must be 1 or more")
     platform = args.platform or "cuda-sm_90"
     out: dict = {"folds": [], "data": str(args.data), "platform": platform}
     metrics = ("top1", "top5", "pairwise", "ndcg")
     for seed in range(args.folds):
         split = f"heldout{seed}"
-        subprocess.run([*costlab, "dataset", "split", str(args.data), "--by", "task", "--seed", str(seed),
-                        "--test-fraction", str(args.test_fraction), "--name", split, "--replace"], check=True,
-                       capture_output=True)
+        _costlab("dataset", "split", args.data, "--by", "task", "--seed", seed, "--test-fraction", args.test_fraction,
+                 "--name", split, "--replace")
         run = args.work / f"run{seed}"
-        subprocess.run([*costlab, "train", "--model", "pacm", "--data", str(args.data), "--platform", platform,
-                        "--split", split, "--out", str(run), "--overwrite", "--epochs", str(args.epochs),
-                        "--no-progress"], check=True, capture_output=True)
+        _costlab("train", "--model", "pacm", "--data", args.data, "--platform", platform, "--split", split, "--out",
+                 run, "--overwrite", "--epochs", args.epochs, "--no-progress")
         fold = {"seed": seed}
-        for name, model in (("pacm", str(run)), ("psa", "psa"), ("random", "random")):
-            res = subprocess.run([*costlab, "evaluate", "--model", model, "--data", str(args.data), "--split", split,
-                                  "--platform", platform, "--json"], check=True, capture_output=True, text=True)
-            r = json.loads(res.stdout.strip().splitlines()[-1])
+        for name, model in (("pacm", run), ("psa", "psa"), ("random", "random")):
+            r = json.loads(_costlab("evaluate", "--model", model, "--data", args.data, "--split", split, "--platform",
+                                    platform, "--json").strip().splitlines()[-1])
             fold[name] = {k: round(float(r[k]), 4) for k in metrics}
             fold.setdefault("tasks", r.get("tasks"))
         out["folds"].append(fold)
+        out["mean"] = {n: {k: round(float(np.mean([f[n][k] for f in out["folds"]])), 4) for k in metrics}
+                       for n in ("pacm", "psa", "random")}
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2, default=str))
         print(f"fold {seed}: " + "  ".join(f"{n} top-1 {fold[n]['top1']:.3f}" for n in ("pacm", "psa", "random")),
               flush=True)
-    out["mean"] = {n: {k: round(float(np.mean([f[n][k] for f in out["folds"]])), 4) for k in metrics}
-                   for n in ("pacm", "psa", "random")}
     for n, m in out["mean"].items():
         print(f"mean {n:7}" + "".join(f"  {k} {v:.3f}" for k, v in m.items()))
     return out

@@ -59,6 +59,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as exc:
         print("costlab: interrupted; data written before is kept", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
+    except Exception:
+        if not _TERMINATED:
+            raise
+        # SIGTERM raised inside a Python function TVM called (a runner's wait for its workers) comes back as
+        # TVM's error: it is the interruption still
+        print("costlab: interrupted; data written before is kept", file=sys.stderr)
+        return 143
     finally:
         if previous is not None:
             import signal
@@ -85,9 +92,14 @@ def _terminate_as_interrupt():
         return None
 
     def handler(signum, frame):
+        _TERMINATED.append(signum)
         raise Terminated()
 
+    _TERMINATED.clear()
     return signal.signal(signal.SIGTERM, handler)
+
+
+_TERMINATED: list = []  # SIGTERM arrived during the command (main's handler)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from costlab.metaschedule.traces import plain_json, replay, trace_text
 
 RTOL, ATOL = 1e-3, 2e-3
 # float16 sums (tensor-core programs accumulate in float16) round at every add, in another order than the
-# reference's: tolerances relative to the output's largest value, far below what a wrong program gives
+# reference's: tolerances relative to the output's largest value (taken as at least 1), far below what a wrong
+# program gives
 HALF_RTOL = 2e-2
 
 

@@ -18,8 +18,8 @@ far to trust the static analyzer instead of a fixed blend of the two (``psa.form
 estimate and the FLOPs are filled).
 
 The memory level of an access is where its data lives between two uses. On GPU it is the storage scope
-(``local`` -> registers, ``shared``, ``wmma.*`` -> a tensor-core fragment, ``global``; global data that fits the
-L2 counts as L2). On CPU it is
+(``local`` -> registers, ``shared``, ``wmma.*`` and ``m16n8k8.*`` -> a tensor-core fragment, ``global``; global
+data that fits the L2 counts as L2). On CPU it is
 derived from footprints: the access is reused across the innermost loop whose index it does not depend
 on; everything the statement touches below that loop must stay cached in between, so the level is the
 smallest of (vector registers, L1, L2, LLC, DRAM) of the platform's ``HardwareSpec`` that holds it. An
@@ -43,6 +43,7 @@ from costlab.featurizers.base import Featurizer, register
 from costlab.featurizers.ms_records import feature_context, named_apart, record_batch, task_module
 from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, target_dict
 from costlab.featurizers.psa.hardware import PlatformSpecs
+from costlab.featurizers.psa.loopnest import is_fragment
 from costlab.metaschedule.targets import is_gpu
 from costlab.metaschedule.traces import ReplayError, replay
 
@@ -177,13 +178,13 @@ def program_features(program: Program, spec) -> np.ndarray:
 
 def _level(access, reuse_bytes: float, caps, spec, gpu: bool) -> int:
     if gpu:
+        if is_fragment(access.scope):  # a tensor-core fragment, in the registers of a warp
+            return 2
         scope = access.scope.split(".")[0]
         if scope == "local":
             return 0
         if scope == "shared":
             return 1
-        if scope == "wmma":  # a tensor-core fragment, in the registers of a warp
-            return 2
         return 3 if reuse_bytes <= spec.l2_bytes else 4
     for i, cap in enumerate(caps):
         if reuse_bytes <= cap:

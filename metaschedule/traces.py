@@ -113,18 +113,19 @@ _TENSORIZE = ("Tensorize", "meta_schedule.auto_tensorize")
 
 
 def needs_registry(trace) -> bool:
-    """Whether a trace (JSON text or value, or a ``Trace``) tensorizes: replaying it looks intrinsics up by
-    name, so the registry (``tvm.s_tir.tensor_intrin``) must be loaded first."""
-    if hasattr(trace, "apply_to_schedule"):
-        return any(inst.kind.name == "Tensorize" or (inst.kind.name == "Annotate" and "auto_tensorize" in str(inst.attrs))
-                   for inst in trace.insts)
+    """Whether a trace as a database holds it (JSON text or value) tensorizes: replaying it looks intrinsics up
+    by name, so the registry (``tvm.s_tir.tensor_intrin``) must be loaded first."""
     text = trace if isinstance(trace, str) else json.dumps(trace)
     return any(word in text for word in _TENSORIZE)
 
 
 def load_registry_for(trace) -> None:
-    """Load the tensor-intrinsic registry if replaying ``trace`` needs it (``needs_registry``)."""
-    if "tvm.s_tir.tensor_intrin" not in sys.modules and needs_registry(trace):
+    """Load the tensor-intrinsic registry if replaying ``trace`` needs it (``needs_registry``). A ``Trace`` object
+    needs no check: it comes from a design space or a database, and either loaded the registry already when
+    it tensorizes (``tune_context.space_generator``, ``databases.json_database``)."""
+    if hasattr(trace, "apply_to_schedule") or "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    if needs_registry(trace):
         import tvm.s_tir.tensor_intrin  # noqa: F401
 
 

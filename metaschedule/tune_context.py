@@ -14,8 +14,9 @@ without the import; every other task (int8 on a CPU, another target kind, ARM) g
 defaults with the registry loaded, as ``ms.TuneContext`` does.
 
 On a CUDA GPU the plain ``cuda`` rules name no intrinsic: a task gets them without the registry, unless it is a
-tensor-core task (``tensor_core_task``: float16 reductions on sm_70 or later), which gets the
-``cuda-tensorcore`` rules with the registry loaded. The registry is then loaded for such tasks alone.
+tensor-core task (``tensor_core_task``: float16 or int8 matmuls and convolutions on sm_80 or later, where
+MetaSchedule's own choice would be its tensor-core rules for every task), which gets the ``cuda-tensorcore``
+rules with the registry loaded. The registry is then loaded for such tasks alone.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ _NARROW_INT = ("int8", "uint8")
 _INT32_BUFFER = re.compile(r'(?:Buffer|alloc_buffer)\(\([^)]*\), "int32"')  # a buffer, not a cast or an index
 
 
-# Input types NVIDIA's tensor cores (WMMA) multiply in TVM's registered intrinsics, and the first arch with them
-_TENSOR_CORE_INPUTS = ("float16",)
-_TENSOR_CORE_ARCH = 70
+# From sm_80 on, MetaSchedule's own choice for a CUDA target is its tensor-core rule set (whose MMA groups copy
+# asynchronously, which sm_80 brought); costlab keeps that threshold
+_TENSOR_CORE_ARCH = 80
+_FLOAT32_BUFFER = re.compile(r'(?:Buffer|alloc_buffer)\(\([^)]*\), "float32"')
 
 
 def _prim_funcs(mod):
@@ -51,21 +53,30 @@ def _arch_number(target) -> int:
 
 
 def tensor_core_task(mod, target) -> bool:
-    """Whether a task is one for NVIDIA's tensor cores: a CUDA target of sm_70 or later, and a reduction (a
-    matmul, dense or convolution) of float16 data into float16. Such a task gets MetaSchedule's
-    ``cuda-tensorcore`` rules (``MultiLevelTilingTensorCore``: WMMA fragments, fed through shared memory);
-    blocks the WMMA intrinsics do not fit are tiled as the plain CUDA rules tile them.
+    """Whether a task is one for NVIDIA's tensor cores: a CUDA target of sm_80 or later, and a reduction (a
+    matmul, dense or convolution) of float16 data into float16, or of 8-bit integers into int32. Such a task gets
+    MetaSchedule's ``cuda-tensorcore`` rules (``MultiLevelTilingTensorCore``: WMMA fragments, fed through shared
+    memory), with the intrinsic registry loaded; blocks the intrinsics do not fit are tiled as the plain CUDA
+    rules tile them.
 
-    A float32 output is left to the plain rules: in TVM 0.27 every program tensorized with the float32
-    accumulator (``wmma_sync_16x16x16_f16f16f32``) fails to build (``LowerIntrin``: "tvm_access_ptr element
-    type must match the source buffer")."""
+    Float16 data summed into a float32 buffer (an output, or a buffer cast to a float16 output) is left to the
+    plain rules: in TVM 0.27 every program tensorized with the float32 accumulator
+    (``wmma_sync_16x16x16_f16f16f32``) fails to build (``LowerIntrin``: "tvm_access_ptr element type must match
+    the source buffer"). The same error fails some int8 programs, not all: those stay on tensor cores."""
     if str(target.kind.name) != "cuda" or _arch_number(target) < _TENSOR_CORE_ARCH:
         return False
     funcs = _prim_funcs(mod)
     if funcs is None:
         return False
-    return any("T.init()" in text and infos and all(str(getattr(i, "dtype", "")) in _TENSOR_CORE_INPUTS for i in infos)
-               for infos, text in funcs)
+    for infos, text in funcs:
+        if "T.init()" not in text or not infos:
+            continue
+        dtypes = {str(getattr(i, "dtype", "")) for i in infos}
+        if dtypes == {"float16"} and not _FLOAT32_BUFFER.search(text):
+            return True
+        if dtypes & set(_NARROW_INT) and _INT32_BUFFER.search(text):
+            return True
+    return False
 
 
 def rules_kind(mod, target) -> str | None:

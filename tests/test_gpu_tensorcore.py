@@ -41,10 +41,13 @@ def _prim(spec: str):
     ("C2D:1,14,14,32,32,3,1,1,1,1,float16,float16", SM90, "cuda-tensorcore"),
     ("GMM:1,64,64,64", SM90, "cuda"),  # float32: no tensor cores
     ("GMM:1,64,64,64,float16,float32", SM90, "cuda"),  # a float32 accumulator fails to build in TVM 0.27
+    ("GMM:1,64,64,64,int8,int32", SM90, "cuda-tensorcore"),
+    ("GMM:1,64,64,64,float16,float16", dict(SM90, arch="sm_80"), "cuda-tensorcore"),
+    ("GMM:1,64,64,64,float16,float16", dict(SM90, arch="sm_75"), "cuda"),  # MetaSchedule's tensor-core rules: sm_80+
     ("GMM:1,64,64,64,float16,float16", dict(SM90, arch="sm_61"), "cuda"),  # before tensor cores
     ("GMM:1,64,64,64", {"kind": "llvm", "mcpu": "znver5"}, "llvm"),
 ])
-def test_tensor_core_rules_only_for_float16_reductions_on_sm70_and_later(spec, target, kind):
+def test_tensor_core_rules_only_for_float16_and_int8_reductions_on_sm80_and_later(spec, target, kind):
     import tvm
 
     from costlab.metaschedule.tune_context import rules_kind, tensor_core_task
@@ -84,6 +87,7 @@ def test_psa_counts_tensor_core_flops_and_fragments(tc_data):
     threadIdx.y times the 32 lanes)."""
     from costlab.datasets import open_dataset
     from costlab.featurizers.ms_records import task_module
+    from costlab.featurizers.psa.formula import block_threads
     from costlab.featurizers.psa.tir_nest import program_of
     from costlab.metaschedule.traces import replay
 
@@ -99,6 +103,9 @@ def test_psa_counts_tensor_core_flops_and_fragments(tc_data):
                 mma = [s for s in prog.stmts if s.tensor_core]
                 assert mma and sum(s.instances() * s.flops for s in mma) == GMM_FLOPS[task.name]
                 assert all(a.scope.startswith("wmma.") for s in mma for a in s.accesses)
+                warps = max((lp.extent for s in mma for lp in s.loops if lp.kind == "threadIdx.y"), default=1)
+                assert block_threads(prog.stmts) == warps * 32  # not the largest axis
+                assert block_threads(mma) == warps * 32  # the warp's lanes implied
                 seen += 1
     assert seen == 12 * 3 + 20  # the three matmuls' records (the first measured 20 more before the time ran out)
 

@@ -197,3 +197,33 @@ def test_full_disk_during_hdf5_write_does_not_crash(small_disk, tmp_path):
     assert "No space left" in res.stderr  # HDF5's own report: this run met the full disk inside HDF5
     assert res.stderr.strip().splitlines()[-1].startswith(f"costlab: error: {data}: no space left on the device")
     assert _digest(data) == before and _debris(data) == []
+
+
+def test_sigterm_inside_a_tvm_callback_is_the_interruption(monkeypatch, capsys):
+    """SIGTERM that arrives while TVM runs a Python function (a runner waiting for its workers) reaches the
+    command as TVM's RuntimeError, not as the interrupt: it still ends as one (one line, exit 143)."""
+    import argparse
+    import os
+    import time
+
+    import tvm_ffi
+
+    from costlab import cli
+
+    def in_callback():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted by the handler's raise
+
+    callback = tvm_ffi.convert(in_callback)
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(func=lambda args: callback())
+
+    monkeypatch.setattr(cli, "build_parser", Parser)
+    assert cli.main([]) == 143
+    assert capsys.readouterr().err.strip() == "costlab: interrupted; data written before is kept"
+    with pytest.raises(RuntimeError):  # without a signal, an error from a callback is the error
+        monkeypatch.setattr(Parser, "parse_args", lambda self, argv: argparse.Namespace(
+            func=lambda args: tvm_ffi.convert(lambda: 1 / 0)()))
+        cli.main([])

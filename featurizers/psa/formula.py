@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import math
 
-from costlab.featurizers.psa.loopnest import Program, Stmt, flat_strides, footprints, reduction_positions
+from costlab.featurizers.psa.loopnest import (Program, Stmt, flat_strides, footprints, is_fragment,
+                                              reduction_positions)
 
 FORK_JOIN_S = 2e-6  # one entry into a TVM parallel region (thread-pool fork + join)
 # Constants of the CPU formula (see ``_cpu_stmt``), set against measured MetaSchedule records
@@ -225,11 +226,25 @@ def _gpu(program: Program, spec) -> float:
     return total
 
 
+def block_threads(stmts: list, warp_size: int = 32) -> int:
+    """The threads of a kernel's thread block: the product of its thread axes (threadIdx.x, .y, .z), each the
+    largest extent a statement binds it to (a cooperative fetch binds an inner loop to an axis again). A
+    tensor-core statement runs on a whole warp: its lanes (threadIdx.x) are implied where no statement binds
+    them."""
+    axes: dict = {}
+    for s in stmts:
+        for lp in s.loops:
+            if lp.kind.startswith("threadIdx"):
+                axes[lp.kind] = max(axes.get(lp.kind, 1), lp.extent)
+    if any(s.tensor_core for s in stmts) and "threadIdx.x" not in axes:
+        axes["threadIdx.x"] = warp_size
+    return math.prod(axes.values())
+
+
 def _gpu_kernel(stmts: list, spec) -> float:
     blocks = 1
     per_stmt = []
     users: dict = {}  # shared / local buffer -> [(stmt, access)]
-    axis_threads: dict = {}  # threadIdx.x / .y / .z -> its extent (the largest a statement binds)
     for s in stmts:
         exts = [lp.extent for lp in s.loops]
         b = 1
@@ -238,22 +253,15 @@ def _gpu_kernel(stmts: list, spec) -> float:
             if lp.kind.startswith("blockIdx"):
                 b *= exts[i]
                 last_block = i
-            elif lp.kind.startswith("threadIdx"):
-                # a cooperative fetch binds an inner loop to the same axis again: the axis's extent is the largest
-                axis_threads[lp.kind] = max(axis_threads.get(lp.kind, 1), exts[i])
         blocks = max(blocks, b)
         thread_pos = {i for i, lp in enumerate(s.loops) if lp.kind.startswith(("threadIdx", "vthread"))}
         fps_block = footprints(s, relaxed=thread_pos)  # what one thread block touches below depth d
         per_stmt.append((s, exts, b, fps_block, last_block + 1))
         for a in s.accesses:
-            scope = a.scope.split(".")[0]
-            if scope in ("shared", "local", "wmma"):
+            scope = "fragment" if is_fragment(a.scope) else a.scope.split(".")[0]
+            if scope in ("shared", "local", "fragment"):
                 users.setdefault((a.buffer, scope), []).append((s, a))
-    # a block's threads: the product of its axes; a tensor-core statement runs on a whole warp, its lanes
-    # (threadIdx.x) implied where no statement binds them
-    if any(s.tensor_core for s in stmts) and "threadIdx.x" not in axis_threads:
-        axis_threads["threadIdx.x"] = spec.warp_size
-    threads = math.prod(axis_threads.values())
+    threads = block_threads(stmts, spec.warp_size)
 
     # shared memory per block and registers per thread: each buffer is allocated at the innermost loop
     # around all its uses, sized by what its uses touch inside it (shared: by all threads of the block)
@@ -269,7 +277,7 @@ def _gpu_kernel(stmts: list, spec) -> float:
             size = max(size, footprints(st, relaxed=relaxed)[idx][prefix])
         if scope == "shared":
             smem += size * uses[0][1].nbytes
-        elif scope == "wmma":  # a tensor-core fragment: one per warp, spread over its lanes' registers
+        elif scope == "fragment":  # a tensor-core fragment: one per warp, spread over its lanes' registers
             regs += math.ceil(size * uses[0][1].nbytes / 4 / spec.warp_size)
         else:
             regs += size * max(1, uses[0][1].nbytes // 4)

@@ -40,6 +40,15 @@ class Loop:
         return f"Loop({self.extent}, {self.kind}{', unroll=%d' % self.unroll if self.unroll else ''})"
 
 
+# storage scopes of tensor-core fragments: WMMA's, and the MMA intrinsics' register tiles
+FRAGMENT_SCOPES = ("wmma.", "m16n8k8.")
+
+
+def is_fragment(scope: str) -> bool:
+    """Whether a storage scope is a tensor-core fragment's (held in the registers of a warp's lanes)."""
+    return str(scope).startswith(FRAGMENT_SCOPES)
+
+
 @dataclass
 class Access:
     buffer: str

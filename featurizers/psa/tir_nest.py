@@ -21,7 +21,8 @@ _KIND = {0: SERIAL, 1: "parallel", 2: "vectorized", 3: "unrolled"}
 _FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "FloorDiv", "FloorMod", "Mod"}
 _CMP_OPS = {"EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not"}
 # tensor-core multiply-accumulates: a tensorized block's body is one such call over its fragments
-_MMA_OPS = {"tvm_mma_sync", "tvm_bmma_sync", "ptx_mma", "ptx_mma_sp"}  # after the namespace (``tirx.``)
+# after the namespace (``tirx.``, ``tirx.ptx_legacy.``): WMMA's and the MMA intrinsics' multiply-accumulates
+_MMA_OPS = {"tvm_mma_sync", "tvm_bmma_sync", "ptx_mma", "ptx_mma_sp", "mma"}
 
 
 def dtype_bytes(dtype) -> int:
