@@ -74,8 +74,13 @@ def test_files_written_together_are_replaced_whole_when_a_signal_comes_between_t
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(os, "replace", interrupted_rename)
-    with pytest.raises(KeyboardInterrupt):
-        write_together({a: b"new config", b: b"new weights"})
+    # Ctrl-C's handler as in a terminal: a shell starts a background job (a suite run with `&`) with SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write_together({a: b"new config", b: b"new weights"})
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert calls == ["model.safetensors", "config.json"]
     assert a.read_bytes() == b"new config" and b.read_bytes() == b"new weights"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
