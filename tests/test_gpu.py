@@ -130,6 +130,8 @@ def _gpu_benchmark():
     (["features", "--data", "{tmp}/missing.h5"], "missing.h5: no such file"),
     (["tuning", "--run", "x"], "--run takes NAME=WORK_DIR, not 'x'"),
     (["tuning", "--run", "x={tmp}"], "is not a finished `costlab tune` work dir"),
+    (["heldout", "--data", "{tmp}/d.h5", "--work", "{tmp}", "--folds", "0"], "--folds must be 1 or more"),
+    (["heldout", "--data", "{tmp}/missing.h5", "--work", "{tmp}"], "costlab dataset split failed (exit 2):"),
 ])
 def test_gpu_benchmark_says_what_is_wrong_in_one_line(tmp_path, argv, message):
     with pytest.raises(SystemExit) as exc:
