@@ -8,6 +8,10 @@
 #
 #   scripts/gpu_bench.sh OUT [SECONDS]      SECONDS: the time it may take in all (default 480)
 #
+# STEPS (default "startup data train tuning") picks the parts to run; without `train`, arm c tunes with MODEL
+# (default the shipped cuda-sm90), so a lease can spend all its time on tuning:
+#   STEPS=tuning SEEDS=0 scripts/gpu_bench.sh OUT 540
+#
 # Each step gets what is left of SECONDS, up to its own share, and is stopped (TERM: a measurement keeps every
 # finished batch) when that runs out; a step that fails is logged and the next one runs. Every step logs to
 # OUT/STEP.log; OUT/steps.log says what ran, its exit status and its seconds. Re-running continues where it
@@ -21,6 +25,11 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 PER_TASK=${PER_TASK:-32}
 TRIALS=${TRIALS:-32}
 SEEDS=${SEEDS:-0}
+STEPS=${STEPS:-startup data train tuning}
+for s in $STEPS; do
+  case $s in startup|data|train|tuning) ;; *) echo "gpu_bench: unknown step $s (startup data train tuning)" >&2; exit 1 ;; esac
+done
+has() { [[ " $STEPS " == *" $1 "* ]]; }
 # the dataset: float32 and float16 (tensor-core) matmuls and convolutions
 DATA_WORKLOADS=${DATA_WORKLOADS:-GMM:1,512,512,512,float16,float16 GMM:1,512,512,512 C2D:1,14,14,256,256,3,1,1,1,1,float16,float16 C2D:1,14,14,256,256,3,1,1 GMM:1,128,768,3072,float16,float16 GMM:1,128,1024,256 C2D:1,56,56,64,64,1,1,0,1,1,float16,float16 GMM:1,256,2048,512,float16,float16}
 # the tuning workloads, none of them (shapes and types) in the dataset: two on tensor cores
@@ -55,24 +64,31 @@ step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or wha
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc; lscpu | head -20; } \
   > "$OUT/machine.txt" 2>&1
-step startup 60 $PY "$HERE/benchmarks/gpu.py" startup --json "$OUT/startup.json"
+has startup && step startup 60 $PY "$HERE/benchmarks/gpu.py" startup --json "$OUT/startup.json"
 
-args=()
-for w in $DATA_WORKLOADS; do args+=(--workload "$w"); done
-step extract 60 $COSTLAB dataset extract "$DATA" --target cuda "${args[@]}"
-# a first pass of a few programs a task, so that every task has some when the time runs out
-# TERM to `measure` alone, which shuts its own worker pools down (the first lease's measure2, TERM sent to the whole
-# group, outlived the 20 s grace and was killed before its summary; the cause was not established)
-FG=--foreground step measure1 150 $COSTLAB dataset measure "$DATA" --target cuda --per-task 12 --no-progress
-FG=--foreground step measure2 60 $COSTLAB dataset measure "$DATA" --target cuda --per-task "$PER_TASK" --no-progress
-step info 20 $COSTLAB dataset info "$DATA"
-P=$($COSTLAB dataset info "$DATA" --json 2>/dev/null | $PY -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
-step split 20 $COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.34 --name gpu
-step train 150 $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" --overwrite \
-  --epochs 50 --no-progress
-step export 20 $COSTLAB export "$OUT/run" -o "$OUT/model" --force
-step tuning 400 $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$OUT/model" --arms a,c \
-  --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda
-step retime 40 $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
-step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
+if has data; then
+  args=()
+  for w in $DATA_WORKLOADS; do args+=(--workload "$w"); done
+  step extract 60 $COSTLAB dataset extract "$DATA" --target cuda "${args[@]}"
+  # a first pass of a few programs a task, so that every task has some when the time runs out. TERM to `measure`
+  # alone, which shuts its own worker pools down (the first lease's measure2, TERM sent to the whole group,
+  # outlived the 20 s grace and was killed before its summary; the cause was not established)
+  FG=--foreground step measure1 150 $COSTLAB dataset measure "$DATA" --target cuda --per-task 12 --no-progress
+  FG=--foreground step measure2 60 $COSTLAB dataset measure "$DATA" --target cuda --per-task "$PER_TASK" --no-progress
+  step info 20 $COSTLAB dataset info "$DATA"
+fi
+MODEL=${MODEL:-cuda-sm90}
+if has train; then
+  P=$($COSTLAB dataset info "$DATA" --json 2>/dev/null | $PY -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
+  step split 20 $COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.34 --name gpu
+  step train 150 $COSTLAB train --model pacm --data "$DATA" --platform "$P" --split gpu --out "$OUT/run" --overwrite \
+    --epochs 50 --no-progress
+  step export 20 $COSTLAB export "$OUT/run" -o "$OUT/model" --force && MODEL="$OUT/model"
+fi
+if has tuning; then
+  step tuning 400 $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" --arms a,c \
+    --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda
+  step retime 40 $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
+  step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
+fi
 echo "gpu_bench: done in $SECONDS s" >&2

@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SETUP = REPO / "scripts" / "gpu_setup.sh"
 DEMO = REPO / "scripts" / "gpu_demo.sh"
+BENCH = REPO / "scripts" / "gpu_bench.sh"
 ARCHIVE = "costlab-wheels.tar.xz"
 MANIFEST = "costlab-wheels.json"
 
@@ -220,3 +221,28 @@ def test_every_part_damaged_in_transfer_is_removed_from_the_stash(tmp_path, pack
     (line,) = _lines(done.stderr)
     assert "damaged in transfer" in line and all(p["name"] in line for p in manifest["parts"])
     assert not any((tmp_path / "stash" / p["name"]).exists() for p in manifest["parts"])
+
+
+def test_the_bench_refuses_an_unknown_step_before_anything(tmp_path):
+    env = _env(tmp_path, STEPS="data bogus", COSTLAB=str(tmp_path / "no-costlab"))
+    done = _run(BENCH, [tmp_path / "out"], env, tmp_path)
+    assert done.returncode == 1
+    assert _lines(done.stderr) == ["gpu_bench: unknown step bogus (startup data train tuning)"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_bench_tunes_alone_with_the_shipped_model_and_packs_what_it_made(tmp_path):
+    """STEPS=tuning: no dataset, no training; arm c tunes with the shipped cuda-sm90, and the output is packed
+    (the commands are stand-ins that say what they were asked)."""
+    ran = tmp_path / "ran"
+    for name in ("costlab", "python"):
+        tool = tmp_path / name
+        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {ran}\n")
+        tool.chmod(0o755)
+    env = _env(tmp_path, STEPS="tuning", COSTLAB=str(tmp_path / "costlab"), PY=str(tmp_path / "python"))
+    done = _run(BENCH, [tmp_path / "out", "60"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = ran.read_text().splitlines()
+    assert [ln.split()[2] for ln in lines] == ["run", "retime", "table"]  # python benchmarks/tuning.py CMD
+    assert "--model cuda-sm90 --arms a,c" in lines[0] and "--target cuda" in lines[0]
+    assert (tmp_path / "out" / "gpu_bench.tgz").is_file()
