@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import networks  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
-from costlab.metaschedule.databases import json_database  # noqa: E402
 from costlab.common.host import describe_host, host_info  # noqa: E402
+from costlab.metaschedule.databases import json_database  # noqa: E402
 
 BIG = ("matmul", "softmax")  # the tasks compared: most of the networks' time
 
@@ -86,7 +86,6 @@ def main() -> int:
     p.add_argument("--target", default="host")
     a = p.parse_args()
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.network import build
     from costlab.export.tasks import measuring_target

@@ -61,8 +61,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netcurves  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
-from costlab.metaschedule.databases import json_database  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
+from costlab.metaschedule.databases import json_database  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COSTLAB = [sys.executable, "-m", "costlab"]
@@ -260,8 +260,6 @@ def run(args) -> int:
 
 def _prefix_db(work: Path, records: int, into: Path):
     """The arm's database as it was after its first ``records`` records (records are appended as measured)."""
-    from tvm.s_tir import meta_schedule as ms
-
     into.mkdir(parents=True, exist_ok=True)
     shutil.copy(work / WorkDir.WORKLOADS, into / WorkDir.WORKLOADS)
     lines = (work / WorkDir.RECORDS).read_text().splitlines(keepends=True)
@@ -325,7 +323,6 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
     import tempfile
 
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.network import build, check_output
     from costlab.export.tasks import measuring_target
@@ -378,7 +375,6 @@ def finals(args) -> int:
     import tempfile
 
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.network import build, check_output
     from costlab.export.tasks import measuring_target

@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tuning import COSTLAB, _progress, _tasks_of  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
-from costlab.metaschedule.databases import json_database  # noqa: E402
 from costlab.costmodels.predictors import weights_sha256  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
+from costlab.metaschedule.databases import json_database  # noqa: E402
 
 SEQ = "64"
 PAIRS = {
@@ -145,7 +145,6 @@ def _retime(runs: Path, network: str, target: str, rounds: int = 5) -> None:
     from types import SimpleNamespace
 
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     from costlab.export.network import build, time_network
     from costlab.export.tasks import measuring_target, workload_tasks

@@ -28,6 +28,7 @@ The hashes find damage and edits, they are not a signature: who can write both f
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -88,6 +89,16 @@ def seal_config(config: dict) -> dict:
     config = json.loads(jsontext.dumps({k: v for k, v in config.items() if k != "config_sha256"}))
     config["config_sha256"] = config_digest(config)
     return config
+
+
+def ship_config(config: dict) -> dict:
+    """The config a shipped model carries (``scripts/train_*_model.sh``): the paths of the machine that trained it
+    (its dataset, the training's best checkpoint) left out, sealed (``seal_config``)."""
+    config = copy.deepcopy(config)
+    config.pop("dataset", None)
+    config.get("data", {}).pop("path", None)
+    config.get("training", {}).pop("best_checkpoint", None)
+    return seal_config(config)
 
 
 def save_artifact(directory, tensors: dict, config: dict) -> Path:

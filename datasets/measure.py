@@ -29,6 +29,7 @@ import numpy as np
 
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.host import describe_host, host_difference, host_info, same_host
+from costlab.common.stopwatch import stopwatch
 from costlab.datasets import records as rec
 from costlab.datasets.store import DatasetWriter, check_same_target, open_dataset
 from costlab.metaschedule.builders import make_builder
@@ -247,17 +248,15 @@ def measure(data, opts: MeasureOptions) -> str:
             sampler = None
             if not opts.same_programs_as:
                 seed = _rand_state(opts.seed, task.index, len(have[task.index]), 0)
-                tick = time.time()
-                sampler = _Sampler(mod, target, seed, max(1, opts.batch_size // 2))
-                clock["space"] = clock.get("space", 0.0) + time.time() - tick
+                with stopwatch(clock, "space"):
+                    sampler = _Sampler(mod, target, seed, max(1, opts.batch_size // 2))
             queue = list(replay.get(task.index, []))
             done = task_failed = 0
             while done < n:
                 size = min(opts.batch_size, n - done)
                 if sampler is not None:
-                    tick = time.time()
-                    batch = sampler.sample(size, have[task.index], task.workload_hash)
-                    clock["sample"] = clock.get("sample", 0.0) + time.time() - tick
+                    with stopwatch(clock, "sample"):
+                        batch = sampler.sample(size, have[task.index], task.workload_hash)
                     if not batch:
                         short.append(f"task {task.index} {task.name}: design space gave only "
                                      f"{len(have[task.index])} distinct programs")
@@ -292,11 +291,10 @@ def measure(data, opts: MeasureOptions) -> str:
                     if msg:
                         reason = _short_error(msg)
                         errors[reason] = errors.get(reason, 0) + 1
-                tick = time.time()
-                with DatasetWriter(data) as w:  # one transaction per batch: Ctrl-C loses only this batch
+                # one transaction per batch: Ctrl-C loses only this batch
+                with stopwatch(clock, "save"), DatasetWriter(data) as w:
                     w.add_platform(pid, target_json, host=host)
                     w.add_records(pid, records)
-                clock["save"] = clock.get("save", 0.0) + time.time() - tick
                 for _, _, prog in batch:
                     have[task.index].add(prog)
                 done += len(batch) if sampler is not None else size

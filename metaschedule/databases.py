@@ -32,7 +32,7 @@ import orjson
 
 from costlab.common.errors import InputError, last_line
 from costlab.common.files import write_atomically
-from costlab.metaschedule.traces import compact_json
+from costlab.metaschedule.traces import TENSORIZE_MARKERS, compact_json
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -46,7 +46,7 @@ def database_file(work_dir, name: str) -> Path | None:
     return None
 
 
-_TENSORIZING = (b"auto_tensorize", b'"Tensorize"')
+_TENSORIZING = tuple(word.encode() for word in TENSORIZE_MARKERS)
 
 
 def _tensorizes(path: Path) -> bool:
@@ -71,7 +71,8 @@ def json_database(**kwargs):
     looks the intrinsics up by name. Other databases open without the registry's import (tens of seconds)."""
     from tvm.s_tir import meta_schedule as ms
 
-    rec = kwargs.get("path_tuning_record") or (Path(kwargs["work_dir"]) / RECORD_FILE if kwargs.get("work_dir") else None)
+    work = kwargs.get("work_dir")
+    rec = kwargs.get("path_tuning_record") or (Path(work) / RECORD_FILE if work else None)
     if rec is not None and Path(rec).is_file() and _tensorizes(Path(rec)):
         import tvm.s_tir.tensor_intrin  # noqa: F401
     return ms.database.JSONDatabase(**kwargs)

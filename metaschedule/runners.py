@@ -5,12 +5,11 @@ run and their results as raw costs and error codes.
 
 from __future__ import annotations
 
-import time
-
 import functools
 import os
 from contextlib import contextmanager
 
+from costlab.common.stopwatch import stopwatch
 from costlab.metaschedule.pools import shutdown_pool
 from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS, costs_and_error
 from costlab.metaschedule.rpc import guarded_runner
@@ -94,9 +93,8 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1,
 
     # The runner wants the device name ("cpu", "cuda"), not the target kind ("llvm").
     device = str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
-    started = time.perf_counter()
-    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
-    built_at = time.perf_counter()
+    with stopwatch(clock, "build"):
+        built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
     out: list = [None] * len(candidates)
     inputs, where = [], []
     for i, b in enumerate(built):
@@ -107,24 +105,22 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1,
             out[i] = ([MS_FAILURE_SECS], ERROR_MS_FAILED, str(b.error_msg))
     try:
         runs: dict = {i: [] for i in where}
-        for _ in range(max(1, int(rounds))):
-            live = [k for k, i in enumerate(where) if out[i] is None]  # a program that failed is not run again
-            if not live:
-                break
-            for k, fut in zip(live, runner.run([inputs[k] for k in live])):
-                i, res = where[k], fut.result()
-                if res.error_msg is not None or res.run_secs is None:
-                    out[i] = ([MS_FAILURE_SECS], ERROR_MS_FAILED, str(res.error_msg))
-                else:
-                    runs[i].extend(float(plain_json(x)) for x in res.run_secs)
+        with stopwatch(clock, "run"):
+            for _ in range(max(1, int(rounds))):
+                live = [k for k, i in enumerate(where) if out[i] is None]  # a program that failed is not run again
+                if not live:
+                    break
+                for k, fut in zip(live, runner.run([inputs[k] for k in live])):
+                    i, res = where[k], fut.result()
+                    if res.error_msg is not None or res.run_secs is None:
+                        out[i] = ([MS_FAILURE_SECS], ERROR_MS_FAILED, str(res.error_msg))
+                    else:
+                        runs[i].extend(float(plain_json(x)) for x in res.run_secs)
         for i in where:
             if out[i] is None:
                 costs, error = costs_and_error(runs[i])
                 out[i] = (costs, error, None)
     finally:
-        if clock is not None:
-            clock["build"] = clock.get("build", 0.0) + built_at - started
-            clock["run"] = clock.get("run", 0.0) + time.perf_counter() - built_at
         for i in where:
             try:
                 remove_build_dir(built[i].artifact_path)

@@ -237,6 +237,12 @@ def target_cores(target) -> int:
     return int(target.attrs.get("num-cores", 0) or 0) or usable_cores()
 
 
+def arch_number(arch) -> int:
+    """A CUDA arch's number: ``sm_90`` and ``sm_90a`` -> 90; 0 for none."""
+    match = re.fullmatch(r"sm_(\d+)[a-z]?", str(arch or ""))
+    return int(match.group(1)) if match else 0
+
+
 def is_gpu(target: dict) -> bool:
     """Whether a target (its JSON dict) compiles for a GPU."""
     return str(target.get("kind", "")) in GPU_KINDS or "gpu" in (target.get("keys") or [])

@@ -109,14 +109,15 @@ def parse_trace(text):
     return value
 
 
-_TENSORIZE = ("Tensorize", "meta_schedule.auto_tensorize")
+# what a trace that tensorizes holds: the instruction, or the annotation MetaSchedule's RewriteTensorize acts on
+TENSORIZE_MARKERS = ("Tensorize", "auto_tensorize")
 
 
 def needs_registry(trace) -> bool:
     """Whether a trace as a database holds it (JSON text or value) tensorizes: replaying it looks intrinsics up
     by name, so the registry (``tvm.s_tir.tensor_intrin``) must be loaded first."""
     text = trace if isinstance(trace, str) else json.dumps(trace)
-    return any(word in text for word in _TENSORIZE)
+    return any(word in text for word in TENSORIZE_MARKERS)
 
 
 def load_registry_for(trace) -> None:

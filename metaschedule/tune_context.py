@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import re
 
+from costlab.metaschedule.targets import arch_number
+
 _NARROW_INT = ("int8", "uint8")
 _INT32_BUFFER = re.compile(r'(?:Buffer|alloc_buffer)\(\([^)]*\), "int32"')  # a buffer, not a cast or an index
 
@@ -46,12 +48,6 @@ def _prim_funcs(mod):
     return out
 
 
-def _arch_number(target) -> int:
-    """``sm_90`` -> 90; 0 when the target names no arch."""
-    match = re.fullmatch(r"sm_(\d+)[a-z]?", str(target.attrs.get("arch", "") or ""))
-    return int(match.group(1)) if match else 0
-
-
 def tensor_core_task(mod, target) -> bool:
     """Whether a task is one for NVIDIA's tensor cores: a CUDA target of sm_80 or later, and a reduction (a
     matmul, dense or convolution) of float16 data into float16, or of 8-bit integers into int32. Such a task gets
@@ -63,7 +59,7 @@ def tensor_core_task(mod, target) -> bool:
     plain rules: in TVM 0.27 every program tensorized with the float32 accumulator
     (``wmma_sync_16x16x16_f16f16f32``) fails to build (``LowerIntrin``: "tvm_access_ptr element type must match
     the source buffer"). The same error fails some int8 programs, not all: those stay on tensor cores."""
-    if str(target.kind.name) != "cuda" or _arch_number(target) < _TENSOR_CORE_ARCH:
+    if str(target.kind.name) != "cuda" or arch_number(target.attrs.get("arch")) < _TENSOR_CORE_ARCH:
         return False
     funcs = _prim_funcs(mod)
     if funcs is None:
@@ -114,9 +110,9 @@ def space_generator(mod, target):
     registry when the task cannot use it (module docstring)."""
     from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
 
-    if needs_intrinsics(mod, target):
-        import tvm.s_tir.tensor_intrin  # noqa: F401  the default rules look up intrinsics by name
     kind = rules_kind(mod, target)
+    if kind in (None, "cuda-tensorcore"):  # needs_intrinsics, read off the rule set chosen (the task scanned once)
+        import tvm.s_tir.tensor_intrin  # noqa: F401  the default rules look up intrinsics by name
     if kind is None:
         return PostOrderApply()
     return PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)

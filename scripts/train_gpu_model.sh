@@ -39,7 +39,7 @@ rm -rf "$DEST"
 "${COSTLAB%/costlab}/python" - "$DEST" "$DATA" "${HELDOUT:-$ROOT/benchmarks/results/gpu-h100-tc/heldout.json}" <<'PY'
 import json, sys
 from pathlib import Path
-from costlab.costmodels.artifact import seal_config
+from costlab.costmodels.artifact import ship_config
 from costlab.datasets import open_dataset
 dest, data, heldout = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 path = dest / "config.json"
@@ -58,9 +58,6 @@ config["held_out"] = dict(
     note="PaCM trained on each split's training tasks, mean over the splits; the shipped model itself trained on "
          "every task but the two that validated",
     mean=runs["mean"], per_split={f"heldout{f['seed']}": {k: f[k]["top1"] for k in runs["mean"]} for f in runs["folds"]})
-config.pop("dataset", None)
-config.get("data", {}).pop("path", None)
-config.get("training", {}).pop("best_checkpoint", None)  # a path of the machine that trained it
-path.write_text(json.dumps(seal_config(config), indent=1, sort_keys=True))
+path.write_text(json.dumps(ship_config(config), indent=1, sort_keys=True))
 PY
 "$COSTLAB" models

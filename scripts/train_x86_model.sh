@@ -90,10 +90,7 @@ if held_out:
         note="models trained on those splits, mean over the splits; the shipped model itself trained on every task",
         mean={r["model"]: {k: round(r[k], 4) for k in ("top1", "top5", "pairwise", "ndcg")} for r in mean},
         per_split={s: {r["model"]: round(r["top1"], 4) for r in runs[s]} for s in splits})
-config.pop("dataset", None)
-config.get("data", {}).pop("path", None)
-config.get("training", {}).pop("best_checkpoint", None)  # a path of the machine that trained it
-from costlab.costmodels.artifact import seal_config  # the edited config's config_sha256 (the weights' hash kept)
-path.write_text(json.dumps(seal_config(config), indent=1, sort_keys=True))
+from costlab.costmodels.artifact import ship_config  # machine paths left out, config_sha256 (the weights' hash kept)
+path.write_text(json.dumps(ship_config(config), indent=1, sort_keys=True))
 PY
 "$COSTLAB" models

@@ -114,12 +114,10 @@ def test_psa_ranks_tensor_core_programs_and_finds_none_impossible(tc_data):
     """PSA (version 3) on the fixture: every program the H100 ran has a finite estimate, and PSA's ranking is
     above random's (both are formulas over the same records, so these figures are the same on every machine)."""
     import argparse
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_benchmark", Path(__file__).parents[1] / "benchmarks" / "gpu.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = bench.features(argparse.Namespace(data=tc_data, platform=None))
+    from test_gpu import _gpu_benchmark
+
+    out = _gpu_benchmark().features(argparse.Namespace(data=tc_data, platform=None))
     assert out["gpu"]["name"] == "NVIDIA H100 80GB HBM3" and out["psa_spec"] == "h100"
     assert out["records"] == out["featurized"] == 116 and out["all_finite"]
     assert out["psa_impossible"]["records"] == out["psa_impossible"]["failed_on_gpu"]

@@ -203,8 +203,6 @@ def test_sigterm_inside_a_tvm_callback_is_the_interruption(monkeypatch, capsys):
     """SIGTERM that arrives while TVM runs a Python function (a runner waiting for its workers) reaches the
     command as TVM's RuntimeError, not as the interrupt: it still ends as one (one line, exit 143)."""
     import argparse
-    import os
-    import time
 
     import tvm_ffi
 

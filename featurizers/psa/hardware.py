@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes, usable_cores
-from costlab.metaschedule.targets import NVIDIA_KINDS, local_gpu, normalize_target, stored_target
+from costlab.metaschedule.targets import NVIDIA_KINDS, arch_number, local_gpu, normalize_target, stored_target
 from costlab.metaschedule.traces import plain_json
 
 KIB = 1024
@@ -136,8 +136,7 @@ class GPUSpec(HardwareSpec):
         from sm_70 on (what V100 has; later GPUs have more), 0 before sm_70 (no tensor cores)."""
         if self.tc_gflops:
             return float(self.tc_gflops)
-        digits = "".join(c for c in self.arch if c.isdigit())
-        return 8.0 * self.peak_gflops if digits and int(digits) >= 70 else 0.0
+        return 8.0 * self.peak_gflops if arch_number(self.arch) >= 70 else 0.0
 
     def levels(self) -> list[tuple[str, float]]:
         return [("local", self.max_regs_per_thread * 4), ("shared", self.smem_per_block), ("L2", self.l2_bytes),
