@@ -110,7 +110,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
     db_dir = work / "ms" if arm == "a0" else work  # where the run's database (and its re-measurement) is
     done = (work / "a0.json").exists() if arm == "a0" else _finished(work, _trials(arm, args))
     if done:
-        if not (db_dir / "remeasured.json").exists():
+        if args.remeasure and not (db_dir / "remeasured.json").exists():
             with cpu_lock():
                 _remeasure(db_dir, args.target)
         return
@@ -129,7 +129,8 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
         if res.returncode != 0:
             print(f"  failed (exit {res.returncode}); see {work / 'run.log'}", flush=True)
             return
-        _remeasure(db_dir, args.target)
+        if args.remeasure:
+            _remeasure(db_dir, args.target)
 
 
 def _tasks_of(workload_args: list[str], target):
@@ -667,6 +668,8 @@ def main(argv=None) -> int:
     r.add_argument("--seeds", default="0,1,2")
     r.add_argument("--trials", type=int, default=200)
     r.add_argument("--target", default="host")
+    r.add_argument("--no-remeasure", dest="remeasure", action="store_false",
+                   help="leave each run's best programs unmeasured after it (a `retime` of all runs follows)")
     r.set_defaults(func=run)
     t = sub.add_parser("table", help="the table from the work dirs")
     t.add_argument("--out", required=True)

@@ -32,6 +32,7 @@ import orjson
 
 from costlab.common.errors import InputError, last_line
 from costlab.common.files import write_atomically
+from costlab.metaschedule import intrinsics
 from costlab.metaschedule.traces import TENSORIZE_MARKERS, compact_json
 
 WORKLOAD_FILE = "database_workload.json"
@@ -47,34 +48,46 @@ def database_file(work_dir, name: str) -> Path | None:
 
 
 _TENSORIZING = tuple(word.encode() for word in TENSORIZE_MARKERS)
+_CUDA_NAMES = tuple(word.encode() for word in intrinsics.CUDA_NAME_MARKERS)
 
 
-def _tensorizes(path: Path) -> bool:
-    """Whether a record file (plain or gzip-compressed) holds a trace that tensorizes."""
+def _registry_kind(path: Path) -> str | None:
+    """The tensor intrinsics a record file (plain or gzip-compressed) needs loaded (``intrinsics.load``):
+    None when no trace tensorizes, ``"cuda"`` when the file names CUDA intrinsics, else ``"all"``."""
     opener = gzip.open if path.suffix == ".gz" else open
-    tail = b""
+    tail, tensorizes, cuda = b"", False, False
     try:
         with opener(path, "rb") as f:
             while chunk := f.read(1 << 20):
                 block = tail + chunk
-                if any(word in block for word in _TENSORIZING):
-                    return True
+                tensorizes = tensorizes or any(word in block for word in _TENSORIZING)
+                cuda = cuda or any(word in block for word in _CUDA_NAMES)
                 tail = block[-32:]
     except (OSError, EOFError, zlib.error):  # unreadable here: JSONDatabase says what is wrong
-        return False
-    return False
+        return None
+    return ("cuda" if cuda else "all") if tensorizes else None
 
 
 def json_database(**kwargs):
     """MetaSchedule's ``JSONDatabase(**kwargs)``, with the tensor-intrinsic registry loaded first when its record
     file holds a tensorizing trace (a tensor-core program): loading such a record replays its trace, which
-    looks the intrinsics up by name. Other databases open without the registry's import (tens of seconds)."""
+    looks the intrinsics up by name. Other databases open without the registry's import (tens of seconds); a
+    database of CUDA tensor-core programs loads the CUDA intrinsics alone, and all of them only when a record
+    names another (a file of several targets' programs)."""
     from tvm.s_tir import meta_schedule as ms
 
     work = kwargs.get("work_dir")
     rec = kwargs.get("path_tuning_record") or (Path(work) / RECORD_FILE if work else None)
-    if rec is not None and Path(rec).is_file() and _tensorizes(Path(rec)):
-        import tvm.s_tir.tensor_intrin  # noqa: F401
+    kind = _registry_kind(Path(rec)) if rec is not None and Path(rec).is_file() else None
+    if kind is None:
+        return ms.database.JSONDatabase(**kwargs)
+    intrinsics.load(kind)
+    try:
+        return ms.database.JSONDatabase(**kwargs)
+    except RuntimeError as exc:
+        if kind == "all" or "is not registered" not in str(exc):
+            raise
+    intrinsics.load("all")
     return ms.database.JSONDatabase(**kwargs)
 
 

@@ -15,7 +15,6 @@ TVM is imported lazily, by the functions that need it.
 from __future__ import annotations
 
 import json
-import sys
 
 import orjson
 
@@ -124,10 +123,13 @@ def load_registry_for(trace) -> None:
     """Load the tensor-intrinsic registry if replaying ``trace`` needs it (``needs_registry``). A ``Trace`` object
     needs no check: it comes from a design space or a database, and either loaded the registry already when
     it tensorizes (``tune_context.space_generator``, ``databases.json_database``)."""
-    if hasattr(trace, "apply_to_schedule") or "tvm.s_tir.tensor_intrin" in sys.modules:
+    from costlab.metaschedule import intrinsics
+
+    if hasattr(trace, "apply_to_schedule"):
         return
-    if needs_registry(trace):
-        import tvm.s_tir.tensor_intrin  # noqa: F401
+    text = trace if isinstance(trace, str) else json.dumps(trace)
+    if needs_registry(text):
+        intrinsics.load(intrinsics.kind_for(text))
 
 
 def replay(mod, trace, seed: int | None = None, postprocs=None):

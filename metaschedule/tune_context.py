@@ -110,9 +110,13 @@ def space_generator(mod, target):
     registry when the task cannot use it (module docstring)."""
     from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
 
+    from costlab.metaschedule import intrinsics
+
     kind = rules_kind(mod, target)
-    if kind in (None, "cuda-tensorcore"):  # needs_intrinsics, read off the rule set chosen (the task scanned once)
-        import tvm.s_tir.tensor_intrin  # noqa: F401  the default rules look up intrinsics by name
+    if kind == "cuda-tensorcore":  # the default rules look up intrinsics by name: here the CUDA ones alone
+        intrinsics.load("cuda")
+    elif kind is None:  # needs_intrinsics, read off the rule set chosen (the task scanned once)
+        intrinsics.load("all")
     if kind is None:
         return PostOrderApply()
     return PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)

@@ -86,9 +86,13 @@ if has train; then
   step export 20 $COSTLAB export "$OUT/run" -o "$OUT/model" --force && MODEL="$OUT/model"
 fi
 if has tuning; then
-  step tuning 400 $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" --arms a,c \
-    --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda
-  step retime 40 $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
+  # the runs get all but RESERVE seconds (a quarter, at most 75) kept for the retime and the table; each run's best
+  # programs are measured once, by the retime of all runs of its workload together
+  RESERVE=$(( $(left) / 4 ))
+  [ "$RESERVE" -gt 75 ] && RESERVE=75
+  step tuning $(( $(left) - RESERVE )) $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" \
+    --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda --no-remeasure
+  step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
   step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
 fi
 echo "gpu_bench: done in $SECONDS s" >&2

@@ -21,7 +21,9 @@ def _preload_intrinsics() -> None:
     # MetaSchedule's default build imports tvm.s_tir.tensor_intrin in the builder worker on its first
     # job, which takes 10-25 s here and counts against the build timeout: most builds of a fresh worker
     # pool then "time out". Importing it in the pool's initializer (which has no timeout) avoids that.
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from costlab.metaschedule import intrinsics
+
+    intrinsics.load("all")
 
 
 def main(out: str) -> None:

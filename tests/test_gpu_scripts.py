@@ -244,5 +244,5 @@ def test_the_bench_tunes_alone_with_the_shipped_model_and_packs_what_it_made(tmp
     assert done.returncode == 0, done.stderr
     lines = ran.read_text().splitlines()
     assert [ln.split()[2] for ln in lines] == ["run", "retime", "table"]  # python benchmarks/tuning.py CMD
-    assert "--model cuda-sm90 --arms a,c" in lines[0] and "--target cuda" in lines[0]
+    assert "--model cuda-sm90 --arms a,c" in lines[0] and "--target cuda --no-remeasure" in lines[0]
     assert (tmp_path / "out" / "gpu_bench.tgz").is_file()

@@ -60,25 +60,39 @@ def test_tensor_core_rules_only_for_float16_and_int8_reductions_on_sm80_and_late
 
 def test_registry_loaded_for_tensor_core_tasks_alone():
     """A plain CUDA task's design space is made without the intrinsic registry (tens of seconds to import); a
-    tensor-core task's loads it and tensorizes with WMMA intrinsics. In a fresh process: the registry, once
-    loaded, stays."""
+    tensor-core task's loads its CUDA part alone (no x86 or ARM intrinsic registered) and tensorizes with WMMA
+    intrinsics; ``intrinsics.load("all")`` then completes it. In a fresh process: the registry, once loaded,
+    stays."""
     code = f"""
 import json, sys, tvm
+from tvm.s_tir import TensorIntrin
 from costlab.datasets.extract import te_workload_task
+from costlab.metaschedule import intrinsics
 from costlab.metaschedule.tune_context import tune_context
+def registered(name):
+    try:
+        TensorIntrin.get(name)
+        return True
+    except Exception:
+        return False
+def cpu():
+    return [registered(n) for n in ("dot_16x4_vnni", "dot_4x4_i8i8s32_neon")]
 target = tvm.target.Target(json.loads({json.dumps(json.dumps(SM90))}))
 out = {{}}
 for spec in ("GMM:1,64,64,64", "GMM:1,64,64,64,float16,float16"):
     spaces = tune_context(te_workload_task(spec)[1], target).generate_design_space()
-    out[spec] = dict(registry="tvm.s_tir.tensor_intrin" in sys.modules,
+    out[spec] = dict(registry="tvm.s_tir.tensor_intrin" in sys.modules, cpu=cpu(),
                      wmma=any("wmma_sync_16x16x16_f16f16f16" in str(s.trace) for s in spaces))
+intrinsics.load("all")
+out["all"] = cpu()
 print(json.dumps(out))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd="/")
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["GMM:1,64,64,64"] == {"registry": False, "wmma": False}
-    assert out["GMM:1,64,64,64,float16,float16"] == {"registry": True, "wmma": True}
+    assert out["GMM:1,64,64,64"] == {"registry": False, "cpu": [False, False], "wmma": False}
+    assert out["GMM:1,64,64,64,float16,float16"] == {"registry": True, "cpu": [False, False], "wmma": True}
+    assert out["all"] == [True, True]
 
 
 def test_psa_counts_tensor_core_flops_and_fragments(tc_data):

@@ -88,3 +88,16 @@ def test_a_benchmark_is_continued_only_with_the_models_its_arms_ran_with(tmp_pat
     with pytest.raises(SystemExit, match="which no model shipped now has"):
         tuning.run(args)
     assert len(ran) == 2
+
+
+@pytest.mark.parametrize("remeasure", [True, False])
+def test_a_run_is_remeasured_after_it_unless_a_retime_follows(tmp_path, monkeypatch, remeasure):
+    """Each run's best programs are measured again after it (``remeasured.json``), unless ``--no-remeasure`` leaves
+    that to the retime of all runs together; a run failed is never remeasured (the tune command is a stand-in)."""
+    measured = []
+    monkeypatch.setattr(tuning, "_remeasure", lambda work, target: measured.append(work))
+    args = tuning.argparse.Namespace(trials=8, target="host", model=None, model2=None, remeasure=remeasure)
+    for code in (0, 3):
+        monkeypatch.setattr(tuning, "COSTLAB", [sys.executable, "-c", f"import sys; sys.exit({code})"])
+        tuning._run_one("a", f"GMM:1,{8 + code},8,8", 0, args, tmp_path)
+    assert measured == ([tmp_path / "runs" / "a" / "GMM_1_8_8_8" / "s0"] if remeasure else [])
