@@ -510,15 +510,21 @@ def table(args) -> int:
     lines.append("")
     retimed = sorted(wl for wl, arms in data.items()
                      if any(r.get("final_from") == "retimed" for rs in arms.values() for r in rs))
+    unmeasured = sorted(wl for wl, arms in data.items() if wl not in retimed
+                        and any(r["final_us"] is None for arm, rs in arms.items() if arm != "a0" for r in rs))
+    alone = sorted(set(data) - set(retimed) - set(unmeasured))
     if retimed:
-        lines.append(f"finals retimed together, every run's best programs in turn (`retime`): {', '.join(retimed)}; "
-                     "the others re-measured one run at a time")
+        lines.append(f"finals retimed together, every run's best programs in turn (`retime`): {', '.join(retimed)}"
+                     + (f"; re-measured one run at a time: {', '.join(alone)}" if alone else ""))
+    if unmeasured:
+        lines.append(f"no final for some runs of {', '.join(unmeasured)} (neither retimed nor re-measured): their "
+                     "comparisons rest on the tuning measurements")
     for arm, r_ in ratios.items():
         lines.append(f"geomean over workloads, {arm} vs a: speed-up after 64 trials {_fmt(_geo(r_['at64']), '.2f')}x; "
                      f"final a/{arm} {_fmt(_geo(r_['final']), '.2f')}x; to reach a's final: "
                      f"{_fmt(_geo(r_['trials']), '.2f')} of a's trials, {_fmt(_geo(r_['secs']), '.2f')} of a's seconds "
                      f"(on the {len(r_['secs'])} of {r_['wl']} workloads where every seed reached it); over all "
-                     f"{r_['wl']} workloads and {len(r_['secs_all'])} seeds, a seed that never reached it counted at "
+                     f"{r_['wl']} workloads and {len(r_['secs_all'])} runs of {arm}, a seed that never reached it counted at "
                      f"its full wall time ({r_['missed']} such): {_fmt(_geo(r_['secs_all']), '.2f')} of a's seconds; "
                      f"every seed reached a1000's final on {r_['full']} of {r_['wl']} workloads")
     for arm in COSTLAB_ARMS:

@@ -101,3 +101,17 @@ def test_a_run_is_remeasured_after_it_unless_a_retime_follows(tmp_path, monkeypa
         monkeypatch.setattr(tuning, "COSTLAB", [sys.executable, "-c", f"import sys; sys.exit({code})"])
         tuning._run_one("a", f"GMM:1,{8 + code},8,8", 0, args, tmp_path)
     assert measured == ([tmp_path / "runs" / "a" / "GMM_1_8_8_8" / "s0"] if remeasure else [])
+
+
+def test_the_table_says_which_finals_were_retimed_and_which_runs_have_none(tmp_path):
+    """The H200 lease's runs (archived): two workloads retimed together, one whose retime the lease's end cut
+    (its runs have no final: the table says so rather than calling them re-measured)."""
+    out = tmp_path / "tuning"
+    shutil.copytree(ROOT / "benchmarks" / "results" / "gpu-h200" / "tuning", out)
+    assert tuning.table(tuning.argparse.Namespace(out=str(out))) == 0
+    text = (out / "table.md").read_text()
+    assert ("retimed together, every run's best programs in turn (`retime`): "
+            "C2D_1_28_28_128_128_3_1_1_1_1_float16_float16, C2D_1_56_56_64_64_3_1_1\n") in text
+    assert "no final for some runs of GMM_1_1024_1024_1024_float16_float16 (neither" in text
+    assert "one run at a time" not in text
+    assert "over all 3 workloads and 3 runs of c, a seed that never reached it" in text
