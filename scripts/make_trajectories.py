@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+from costlab.common.children import TERMINATED, run_to_end
 from costlab.common.cpu_lock import cpu_lock
 from costlab.common.files import write_atomically
 from costlab.export.workdir import WorkDir
@@ -298,14 +299,14 @@ def run(args) -> int:
         started = time.time()
         with cpu_lock():
             with open(work / "run.log", "a") as log:
-                res = subprocess.run(tune_command(position, work, args.trials, args.model, target),
-                                     stdout=log, stderr=subprocess.STDOUT, env=tune_env())
-        if res.returncode == 0 and (work / WorkDir.SUMMARY).exists():
+                code = run_to_end(tune_command(position, work, args.trials, args.model, target),
+                                  stdout=log, stderr=subprocess.STDOUT, env=tune_env())
+        if code == 0 and (work / WorkDir.SUMMARY).exists():
             (work / DONE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
-        state = "done" if finished(work, args.trials) else f"exit {res.returncode}"
+        state = "done" if finished(work, args.trials) else f"exit {code}"
         print(f"[{time.strftime('%H:%M:%S')}] {position:3d} {TASKS[position]} ({arm_of(position)}): {state}, "
               f"{time.time() - started:.0f} s", flush=True)
-        if res.returncode < 0 or res.returncode in (130, 143):  # interrupted: stop here, resume later
+        if code < 0 or code in (130, TERMINATED):  # interrupted: stop here, resume later
             return 1
         time.sleep(YIELD_S)
     return 0

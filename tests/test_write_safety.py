@@ -15,7 +15,7 @@ import pytest
 
 from conftest import FIXTURES, REPO
 from costlab.cli import main
-from costlab.datasets import DatasetWriter, open_dataset
+from costlab.datasets import open_dataset
 
 MLP = FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"
 BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"
@@ -225,3 +225,26 @@ def test_sigterm_inside_a_tvm_callback_is_the_interruption(monkeypatch, capsys):
         monkeypatch.setattr(Parser, "parse_args", lambda self, argv: argparse.Namespace(
             func=lambda args: tvm_ffi.convert(lambda: 1 / 0)()))
         cli.main([])
+
+
+def test_a_child_run_to_its_end_through_sigterm(tmp_path):
+    """``run_to_end``: a command's own exit status when it ends by itself; on SIGTERM to the caller the command
+    gets it, is waited out (it ends after a second here) and the status is 143 though the command exited 0."""
+    from costlab.common.children import TERMINATED, run_to_end
+
+    assert run_to_end([sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    child = ("import pathlib, signal, sys, time\n"
+             "def end(s, f):\n    time.sleep(1.0)\n"
+             f"    pathlib.Path({str(tmp_path / 'ended')!r}).write_text('')\n    sys.exit(0)\n"
+             "signal.signal(signal.SIGTERM, end)\n"
+             f"pathlib.Path({str(tmp_path / 'started')!r}).write_text('')\ntime.sleep(120)\n")
+    driver = ("import sys\nfrom costlab.common.children import run_to_end\n"
+              f"print(run_to_end([sys.executable, '-c', {child!r}]), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None and time.time() < deadline, "the child never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    assert proc.stdout.read().strip() == str(TERMINATED) and (tmp_path / "ended").exists()
