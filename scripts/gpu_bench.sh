@@ -11,6 +11,7 @@
 # STEPS (default "startup data train tuning") picks the parts to run; without `train`, arm c tunes with MODEL
 # (default the shipped cuda-sm90), so a lease can spend all its time on tuning:
 #   STEPS=tuning SEEDS=0 scripts/gpu_bench.sh OUT 540
+# RESERVE (seconds) is what the tuning step leaves for the retime and the table (default a quarter, at most 75).
 #
 # Each step gets what is left of SECONDS, up to its own share, and is stopped (TERM: a measurement keeps every
 # finished batch) when that runs out; a step that fails is logged and the next one runs. Every step logs to
@@ -86,10 +87,13 @@ if has train; then
   step export 20 $COSTLAB export "$OUT/run" -o "$OUT/model" --force && MODEL="$OUT/model"
 fi
 if has tuning; then
-  # the runs get all but RESERVE seconds (a quarter, at most 75) kept for the retime and the table; each run's best
-  # programs are measured once, by the retime of all runs of its workload together
-  RESERVE=$(( $(left) / 4 ))
-  [ "$RESERVE" -gt 75 ] && RESERVE=75
+  # the runs get all but RESERVE seconds (default a quarter, at most 75) kept for the retime and the table; each
+  # run's best programs are measured once, by the retime of all runs of its workload together. RESERVE=0: runs
+  # only, for a lease whose next call retimes them all
+  if [ -z "${RESERVE:-}" ]; then
+    RESERVE=$(( $(left) / 4 ))
+    [ "$RESERVE" -gt 75 ] && RESERVE=75
+  fi
   step tuning $(( $(left) - RESERVE )) $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" \
     --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda --no-remeasure
   step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3

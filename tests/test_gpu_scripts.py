@@ -246,3 +246,23 @@ def test_the_bench_tunes_alone_with_the_shipped_model_and_packs_what_it_made(tmp
     assert [ln.split()[2] for ln in lines] == ["run", "retime", "table"]  # python benchmarks/tuning.py CMD
     assert "--model cuda-sm90 --arms a,c" in lines[0] and "--target cuda --no-remeasure" in lines[0]
     assert (tmp_path / "out" / "gpu_bench.tgz").is_file()
+
+
+@pytest.mark.parametrize("reserve, steps", [("0", ["run", "table"]), ("40", ["run", "retime", "table"])])
+def test_the_bench_keeps_what_reserve_says_for_the_retime(tmp_path, reserve, steps):
+    """RESERVE=0: the runs get the time and no retime runs (a next call retimes them all; the table costs nothing
+    and takes what the runs left); RESERVE=S: S seconds kept from the
+    runs for the retime (4/5 of them) and the table (stand-in commands that say what they were asked)."""
+    ran = tmp_path / "ran"
+    for name in ("costlab", "python"):
+        tool = tmp_path / name
+        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {ran}\n")
+        tool.chmod(0o755)
+    env = _env(tmp_path, STEPS="tuning", RESERVE=reserve, COSTLAB=str(tmp_path / "costlab"), PY=str(tmp_path / "python"))
+    done = _run(BENCH, [tmp_path / "out", "100"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [ln.split()[2] for ln in ran.read_text().splitlines()] == steps
+    log = (tmp_path / "out" / "steps.log").read_text()
+    assert f"== tuning (at most {100 - int(reserve)} s)" in log
+    if reserve != "0":
+        assert "== retime (at most 32 s)" in log
