@@ -10,6 +10,8 @@
     python benchmarks/gpu.py startup [--target cuda] [--json F]
         where the seconds before a tuning run's first batch go: imports, the CUDA context, design spaces of a
         plain and a tensor-core task, one nvcc build (needs the GPU)
+    python benchmarks/gpu.py registry [--rounds 3] [--json F]
+        the tensor intrinsics a CUDA tensor-core task loads beside all of TVM's, in fresh processes (no GPU needed)
     python benchmarks/gpu.py tuning --run NAME=WORK_DIR [--run ...] [--json F]
         tuning runs side by side: trials, best latency, wall seconds, seconds to the first measured batch, and
         when each reached the first run's final.
@@ -201,6 +203,33 @@ def startup(args) -> dict:
     return out
 
 
+def registry(args) -> dict:
+    """The tensor-intrinsic registry as a CUDA tensor-core task loads it (``intrinsics.load("cuda")``) beside the
+    whole of it (``import tvm.s_tir.tensor_intrin``), each in fresh processes, in turn, ``--rounds`` times (no GPU
+    needed): the median seconds of each after ``import tvm``, and their ratio."""
+    import subprocess
+    import time
+
+    code = ("import sys, time, tvm\nt = time.perf_counter()\n{}\nprint(time.perf_counter() - t)")
+    ways = {"cuda part": code.format("from costlab.metaschedule import intrinsics; intrinsics.load('cuda')"),
+            "all": code.format("import tvm.s_tir.tensor_intrin")}
+    secs: dict = {k: [] for k in ways}
+    for _ in range(args.rounds):
+        for name, text in ways.items():
+            res = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, cwd="/")
+            if res.returncode:
+                raise SystemExit(f"gpu.py registry: {name}: {res.stderr.strip().splitlines()[-1]}")
+            secs[name].append(float(res.stdout.strip().splitlines()[-1]))
+    from costlab.common.host import describe_host, host_info
+
+    out = {k: round(float(np.median(v)), 2) for k, v in secs.items()}
+    out.update(ratio=round(out["cuda part"] / out["all"], 3), rounds=args.rounds, host=host_info(),
+               at=time.strftime("%Y-%m-%d %H:%M:%S"))
+    print(f"{describe_host(out['host'])}\nregistry, median of {args.rounds} fresh processes: CUDA part "
+          f"{out['cuda part']:.2f} s, all {out['all']:.2f} s, ratio {out['ratio']:.2f}")
+    return out
+
+
 def _costlab(*argv) -> str:
     """Run a costlab command; its output, or SystemExit with the command and the end of what it said."""
     import subprocess
@@ -268,11 +297,15 @@ def main(argv=None) -> int:
     u = sub.add_parser("startup")
     u.add_argument("--target", default="cuda")
     u.add_argument("--json", type=Path)
+    r = sub.add_parser("registry")
+    r.add_argument("--rounds", type=int, default=3)
+    r.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     from costlab.common.errors import CostlabError
 
     try:
-        out = {"features": features, "tuning": tuning, "startup": startup, "heldout": heldout}[args.cmd](args)
+        out = {"features": features, "tuning": tuning, "startup": startup, "heldout": heldout,
+               "registry": registry}[args.cmd](args)
     except CostlabError as exc:  # a missing or unreadable dataset: costlab's one-line message
         raise SystemExit(f"gpu.py: {exc}") from None
     if args.json:

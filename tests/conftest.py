@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +73,25 @@ def own_library(tmp_path_factory, monkeypatch):
     library itself name theirs with --library or these variables."""
     monkeypatch.setenv("COSTLAB_LIBRARY", str(tmp_path_factory.mktemp("library")))
     monkeypatch.setenv("COSTLAB_STARTER_LIBRARY", "none")
+
+
+def slow_to_stop(folder: Path, code: int) -> str:
+    """A stand-in tuning run (Python source): it writes FOLDER/started, and on SIGTERM takes a second (the round
+    in flight), writes FOLDER/ended and exits with ``code``."""
+    return (f"import pathlib, signal, sys, time\n"
+            f"def end(signum, frame):\n    time.sleep(1.0)\n"
+            f"    pathlib.Path({str(folder / 'ended')!r}).write_text('')\n    sys.exit({code})\n"
+            f"signal.signal(signal.SIGTERM, end)\n"
+            f"pathlib.Path({str(folder / 'started')!r}).write_text('')\ntime.sleep(120)\n")
+
+
+def sigterm_once_started(driver: str, started: Path) -> subprocess.Popen:
+    """Python source ``driver`` run in a process (stdout piped) that is sent SIGTERM, itself alone, once the
+    file ``started`` is there."""
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not started.exists():
+        assert proc.poll() is None and time.time() < deadline, "the stand-in run never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    return proc

@@ -121,21 +121,10 @@ def test_a_benchmark_stopped_by_sigterm_ends_only_after_its_run(tmp_path):
     """SIGTERM to the benchmark alone (a job's time limit): it is passed on to the run in flight, and the
     benchmark ends (exit 143) only once the run has, so that no run left behind measures beside the next step.
     The run is a stand-in that takes a second to end its round."""
-    import signal
-    import subprocess
-    import time
+    from conftest import sigterm_once_started, slow_to_stop
 
     child = tmp_path / "child.py"
-    child.write_text(f"""
-import pathlib, signal, sys, time
-def end(signum, frame):
-    time.sleep(1.0)  # the round in flight
-    pathlib.Path({str(tmp_path / 'ended')!r}).write_text("")
-    sys.exit(143)
-signal.signal(signal.SIGTERM, end)
-pathlib.Path({str(tmp_path / 'started')!r}).write_text("")
-time.sleep(120)
-""")
+    child.write_text(slow_to_stop(tmp_path, 143))
     driver = f"""
 import argparse, pathlib, sys
 sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
@@ -144,12 +133,7 @@ tuning.COSTLAB = [sys.executable, {str(child)!r}]
 args = argparse.Namespace(trials=8, target="host", model=None, model2=None, remeasure=False)
 tuning._run_one("a", "GMM:1,8,8,8", 0, args, pathlib.Path({str(tmp_path / 'out')!r}))
 """
-    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (tmp_path / "started").exists():
-        assert proc.poll() is None and time.time() < deadline, "the stand-in run never started"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
+    proc = sigterm_once_started(driver, tmp_path / "started")
     assert proc.wait(timeout=60) == 143
     assert (tmp_path / "ended").exists()  # the run ended first
     assert "stopped by SIGTERM; the run ended" in proc.stdout.read()

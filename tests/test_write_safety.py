@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, sigterm_once_started, slow_to_stop
 from costlab.cli import main
 from costlab.datasets import open_dataset
 
@@ -233,18 +233,9 @@ def test_a_child_run_to_its_end_through_sigterm(tmp_path):
     from costlab.common.children import TERMINATED, run_to_end
 
     assert run_to_end([sys.executable, "-c", "raise SystemExit(3)"]) == 3
-    child = ("import pathlib, signal, sys, time\n"
-             "def end(s, f):\n    time.sleep(1.0)\n"
-             f"    pathlib.Path({str(tmp_path / 'ended')!r}).write_text('')\n    sys.exit(0)\n"
-             "signal.signal(signal.SIGTERM, end)\n"
-             f"pathlib.Path({str(tmp_path / 'started')!r}).write_text('')\ntime.sleep(120)\n")
+    child = slow_to_stop(tmp_path, 0)
     driver = ("import sys\nfrom costlab.common.children import run_to_end\n"
               f"print(run_to_end([sys.executable, '-c', {child!r}]), flush=True)\n")
-    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (tmp_path / "started").exists():
-        assert proc.poll() is None and time.time() < deadline, "the child never started"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
+    proc = sigterm_once_started(driver, tmp_path / "started")
     assert proc.wait(timeout=60) == 0
     assert proc.stdout.read().strip() == str(TERMINATED) and (tmp_path / "ended").exists()
