@@ -213,9 +213,11 @@ def registry(args) -> dict:
     code = ("import sys, time, tvm\nt = time.perf_counter()\n{}\nprint(time.perf_counter() - t)")
     ways = {"cuda part": code.format("from costlab.metaschedule import intrinsics; intrinsics.load('cuda')"),
             "all": code.format("import tvm.s_tir.tensor_intrin")}
+    if args.rounds < 1:
+        raise SystemExit(f"gpu.py registry: --rounds must be at least 1, not {args.rounds}")
     secs: dict = {k: [] for k in ways}
-    for _ in range(args.rounds):
-        for name, text in ways.items():
+    for i in range(args.rounds):
+        for name, text in sorted(ways.items(), reverse=bool(i % 2)):  # each first in every other round
             res = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, cwd="/")
             if res.returncode:
                 raise SystemExit(f"gpu.py registry: {name}: {res.stderr.strip().splitlines()[-1]}")

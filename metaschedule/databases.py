@@ -62,6 +62,8 @@ def _registry_kind(path: Path) -> str | None:
                 block = tail + chunk
                 tensorizes = tensorizes or any(word in block for word in _TENSORIZING)
                 cuda = cuda or any(word in block for word in _CUDA_NAMES)
+                if tensorizes and cuda:
+                    break
                 tail = block[-32:]
     except (OSError, EOFError, zlib.error):  # unreadable here: JSONDatabase says what is wrong
         return None
@@ -84,7 +86,7 @@ def json_database(**kwargs):
     intrinsics.load(kind)
     try:
         return ms.database.JSONDatabase(**kwargs)
-    except RuntimeError as exc:
+    except Exception as exc:  # TVM's error for an intrinsic looked up and not found
         if kind == "all" or "is not registered" not in str(exc):
             raise
     intrinsics.load("all")

@@ -15,6 +15,7 @@ TVM is imported lazily, by the functions that need it.
 from __future__ import annotations
 
 import json
+import sys
 
 import orjson
 
@@ -125,7 +126,7 @@ def load_registry_for(trace) -> None:
     it tensorizes (``tune_context.space_generator``, ``databases.json_database``)."""
     from costlab.metaschedule import intrinsics
 
-    if hasattr(trace, "apply_to_schedule"):
+    if hasattr(trace, "apply_to_schedule") or intrinsics.PACKAGE in sys.modules:  # a Trace, or all loaded
         return
     text = trace if isinstance(trace, str) else json.dumps(trace)
     if needs_registry(text):

@@ -30,6 +30,9 @@ STEPS=${STEPS:-startup data train tuning}
 for s in $STEPS; do
   case $s in startup|data|train|tuning) ;; *) echo "gpu_bench: unknown step $s (startup data train tuning)" >&2; exit 1 ;; esac
 done
+case ${RESERVE:-} in
+  *[!0-9]*) echo "gpu_bench: RESERVE must be whole seconds, not $RESERVE" >&2; exit 1 ;;
+esac
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 # the dataset: float32 and float16 (tensor-core) matmuls and convolutions
 DATA_WORKLOADS=${DATA_WORKLOADS:-GMM:1,512,512,512,float16,float16 GMM:1,512,512,512 C2D:1,14,14,256,256,3,1,1,1,1,float16,float16 C2D:1,14,14,256,256,3,1,1 GMM:1,128,768,3072,float16,float16 GMM:1,128,1024,256 C2D:1,56,56,64,64,1,1,0,1,1,float16,float16 GMM:1,256,2048,512,float16,float16}
@@ -43,6 +46,7 @@ pack() { tar czf "$OUT/gpu_bench.tgz" --exclude=gpu_bench.tgz --exclude='checkpo
 trap pack EXIT
 
 left() { echo $(( BUDGET - SECONDS )); }
+KILL_AFTER=20  # a step still running this long after its TERM is killed, its process group with it
 step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or what is left), timed and logged
   local name=$1 share=$2 limit rc t0
   shift 2
@@ -56,7 +60,7 @@ step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or wha
   echo "== $name (at most $limit s): $*" | tee -a "$OUT/steps.log" >&2
   # FG=--foreground: TERM to the command alone, which ends itself (a costlab command keeps its finished work);
   # else to its whole process group (a benchmark's own costlab commands too)
-  timeout ${FG:-} -s TERM -k 20 "$limit" "$@" >> "$OUT/$name.log" 2>&1
+  timeout ${FG:-} -s TERM -k "$KILL_AFTER" "$limit" "$@" >> "$OUT/$name.log" 2>&1
   rc=$?
   printf "   %s: exit %d in %d s\n" "$name" "$rc" "$(( SECONDS - t0 ))" | tee -a "$OUT/steps.log" >&2
   [ $rc -eq 0 ] || tail -4 "$OUT/$name.log" >&2
@@ -87,16 +91,17 @@ if has train; then
   step export 20 $COSTLAB export "$OUT/run" -o "$OUT/model" --force && MODEL="$OUT/model"
 fi
 if has tuning; then
-  # the runs get all but RESERVE seconds (default a quarter, at most 75) kept for the retime and the table; each
-  # run's best programs are measured once, by the retime of all runs of its workload together. RESERVE=0: runs
-  # only, for a lease whose next call retimes them all
+  # the runs get all but RESERVE seconds (default a quarter, at most 75) kept for the retime and the table, and
+  # the KILL_AFTER seconds a stopped run may take to end (its round in flight is lost: the run gets TERM from the
+  # group and again from the benchmark, and stops at once); each run's best programs are measured once, by the
+  # retime of all runs of its workload together. RESERVE=0: runs only, for a lease whose next call retimes them
   if [ -z "${RESERVE:-}" ]; then
     RESERVE=$(( $(left) / 4 ))
     [ "$RESERVE" -gt 75 ] && RESERVE=75
   fi
-  step tuning $(( $(left) - RESERVE )) $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" \
+  step tuning $(( $(left) - RESERVE - KILL_AFTER )) $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" \
     --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda --no-remeasure
-  step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
+  [ "$RESERVE" -gt 0 ] && step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
   step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
 fi
 echo "gpu_bench: done in $SECONDS s" >&2

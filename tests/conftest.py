@@ -85,13 +85,13 @@ def slow_to_stop(folder: Path, code: int) -> str:
             f"pathlib.Path({str(folder / 'started')!r}).write_text('')\ntime.sleep(120)\n")
 
 
-def sigterm_once_started(driver: str, started: Path) -> subprocess.Popen:
-    """Python source ``driver`` run in a process (stdout piped) that is sent SIGTERM, itself alone, once the
-    file ``started`` is there."""
+def sigterm_once_started(driver: str, started: Path, sig=signal.SIGTERM) -> subprocess.Popen:
+    """Python source ``driver`` run in a process (stdout piped) that is sent SIGTERM (or ``sig``), itself alone,
+    once the file ``started`` is there."""
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not started.exists():
         assert proc.poll() is None and time.time() < deadline, "the stand-in run never started"
         time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     return proc

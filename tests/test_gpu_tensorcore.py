@@ -61,7 +61,7 @@ def test_tensor_core_rules_only_for_float16_and_int8_reductions_on_sm80_and_late
 def test_registry_loaded_for_tensor_core_tasks_alone():
     """A plain CUDA task's design space is made without the intrinsic registry (tens of seconds to import); a
     tensor-core task's loads its CUDA part alone (no x86 or ARM intrinsic registered) and tensorizes with WMMA
-    intrinsics; ``intrinsics.load("all")`` then completes it. In a fresh process: the registry, once loaded,
+    intrinsics; importing the package afterwards (as MetaSchedule does) registers the rest. In a fresh process: the registry, once loaded,
     stays."""
     code = f"""
 import json, sys, tvm
@@ -81,17 +81,19 @@ target = tvm.target.Target(json.loads({json.dumps(json.dumps(SM90))}))
 out = {{}}
 for spec in ("GMM:1,64,64,64", "GMM:1,64,64,64,float16,float16"):
     spaces = tune_context(te_workload_task(spec)[1], target).generate_design_space()
-    out[spec] = dict(registry="tvm.s_tir.tensor_intrin" in sys.modules, cpu=cpu(),
+    out[spec] = dict(registry=intrinsics.loaded(), package="tvm.s_tir.tensor_intrin" in sys.modules, cpu=cpu(),
                      wmma=any("wmma_sync_16x16x16_f16f16f16" in str(s.trace) for s in spaces))
-intrinsics.load("all")
+import tvm.s_tir.tensor_intrin  # the package's own __init__ (as MetaSchedule imports it): all of it
 out["all"] = cpu()
 print(json.dumps(out))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd="/")
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["GMM:1,64,64,64"] == {"registry": False, "cpu": [False, False], "wmma": False}
-    assert out["GMM:1,64,64,64,float16,float16"] == {"registry": True, "cpu": [False, False], "wmma": True}
+    assert out["GMM:1,64,64,64"] == {"registry": False, "package": False, "cpu": [False, False], "wmma": False}
+    # the package's stand-in gone: a later import of it runs its __init__
+    assert out["GMM:1,64,64,64,float16,float16"] == {"registry": True, "package": False, "cpu": [False, False],
+                                                      "wmma": True}
     assert out["all"] == [True, True]
 
 
@@ -209,3 +211,27 @@ def test_shipped_gpu_model_scores_tensor_core_records_on_the_cpu(tc_data):
     assert result["records"] == 116 and len(result["tasks"]) == 8
     assert all(np.isfinite(result[k]) for k in ("top1", "top5", "pairwise", "ndcg"))
     assert result["pairwise"] > 0.5  # records it trained on: ranked above chance whatever machine scores them
+
+
+def test_which_intrinsics_a_record_file_or_trace_needs(tmp_path):
+    """A record file's tensorizing traces: none (no registry), CUDA intrinsics named (the CUDA part), others
+    named (all of it), plain or gzip-compressed, the markers across the reader's block boundary too."""
+    import gzip
+
+    from costlab.metaschedule import intrinsics
+    from costlab.metaschedule.databases import _registry_kind
+
+    plain = '[0, [[["Split", [], [], []]], []]]\n'
+    cuda = '[0, [[["Annotate", [], ["meta_schedule.auto_tensorize", "wmma_sync_16x16x16_f16f16f16"], []]], []]]\n'
+    x86 = '[0, [[["Annotate", [], ["meta_schedule.auto_tensorize", "dot_16x4_vnni"], []]], []]]\n'
+    cases = {"plain": (plain * 3, None), "cuda": (plain + cuda, "cuda"), "x86": (x86 + plain, "all"),
+             "far": (" " * ((1 << 20) - 10) + cuda, "cuda")}
+    for name, (text, kind) in cases.items():
+        (tmp_path / name).write_text(text)
+        with gzip.open(tmp_path / f"{name}.gz", "wt") as f:
+            f.write(text)
+        assert _registry_kind(tmp_path / name) == kind, name
+        assert _registry_kind(tmp_path / f"{name}.gz") == kind, name
+    assert intrinsics.kind_for(cuda) == "cuda" and intrinsics.kind_for(x86) == "all"
+    with pytest.raises(ValueError, match="'tensor'"):
+        intrinsics.load("tensor")

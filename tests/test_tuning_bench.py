@@ -94,6 +94,7 @@ def test_a_benchmark_is_continued_only_with_the_models_its_arms_ran_with(tmp_pat
 def test_a_run_is_remeasured_after_it_unless_a_retime_follows(tmp_path, monkeypatch, remeasure):
     """Each run's best programs are measured again after it (``remeasured.json``), unless ``--no-remeasure`` leaves
     that to the retime of all runs together; a run failed is never remeasured (the tune command is a stand-in)."""
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))  # the suite may run under the machine's
     measured = []
     monkeypatch.setattr(tuning, "_remeasure", lambda work, target: measured.append(work))
     args = tuning.argparse.Namespace(trials=8, target="host", model=None, model2=None, remeasure=remeasure)
@@ -117,12 +118,13 @@ def test_the_table_says_which_finals_were_retimed_and_which_runs_have_none(tmp_p
     assert "over all 3 workloads and 3 runs of c, a seed that never reached it" in text
 
 
-def test_a_benchmark_stopped_by_sigterm_ends_only_after_its_run(tmp_path):
+def test_a_benchmark_stopped_by_sigterm_ends_only_after_its_run(tmp_path, monkeypatch):
     """SIGTERM to the benchmark alone (a job's time limit): it is passed on to the run in flight, and the
     benchmark ends (exit 143) only once the run has, so that no run left behind measures beside the next step.
     The run is a stand-in that takes a second to end its round."""
     from conftest import sigterm_once_started, slow_to_stop
 
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))  # the driver's too: not the machine's
     child = tmp_path / "child.py"
     child.write_text(slow_to_stop(tmp_path, 143))
     driver = f"""

@@ -229,7 +229,8 @@ def test_sigterm_inside_a_tvm_callback_is_the_interruption(monkeypatch, capsys):
 
 def test_a_child_run_to_its_end_through_sigterm(tmp_path):
     """``run_to_end``: a command's own exit status when it ends by itself; on SIGTERM to the caller the command
-    gets it, is waited out (it ends after a second here) and the status is 143 though the command exited 0."""
+    gets it, is waited out (it ends after a second here) and the status is 143 though the command exited 0; on
+    Ctrl-C the same before the interruption goes on."""
     from costlab.common.children import TERMINATED, run_to_end
 
     assert run_to_end([sys.executable, "-c", "raise SystemExit(3)"]) == 3
@@ -239,3 +240,9 @@ def test_a_child_run_to_its_end_through_sigterm(tmp_path):
     proc = sigterm_once_started(driver, tmp_path / "started")
     assert proc.wait(timeout=60) == 0
     assert proc.stdout.read().strip() == str(TERMINATED) and (tmp_path / "ended").exists()
+    # Ctrl-C to the caller (KeyboardInterrupt while waiting): the command is stopped and waited out, then it is
+    # raised
+    (tmp_path / "started").unlink()
+    (tmp_path / "ended").unlink()
+    proc = sigterm_once_started(driver, tmp_path / "started", signal.SIGINT)
+    assert proc.wait(timeout=60) != 0 and (tmp_path / "ended").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 
 TERMINATED = 143  # the exit status of a command stopped by SIGTERM (128 + 15)
 
@@ -13,20 +14,34 @@ TERMINATED = 143  # the exit status of a command stopped by SIGTERM (128 + 15)
 def run_to_end(cmd: list[str], **popen) -> int:
     """Run ``cmd`` (``subprocess.Popen`` keywords: stdout, cwd, env, ...) and wait for its end; its exit status.
 
-    SIGTERM to this process meanwhile is passed on to the command, and waited out: a costlab tuning run stops
-    after its round in flight, or at once when the signal also reached it through its process group (its
-    second). The status is then ``TERMINATED`` whatever the command's own, so that the caller stops too."""
-    proc = subprocess.Popen(cmd, **popen)
+    SIGTERM to this process meanwhile (from the moment the command starts) is passed on to the command, and
+    waited out; the status is then ``TERMINATED`` whatever the command's own, so that the caller stops too. A
+    costlab tuning run that gets one SIGTERM stops after its round in flight; one that gets two stops at once:
+    sent to a whole process group (``timeout`` without ``--foreground``), the signal reaches the run directly
+    as well as passed on. Any other exception while waiting (Ctrl-C) stops the command the same way before it
+    is raised. Outside the main thread, where no handler can be installed, the command is only waited for."""
+    if threading.current_thread() is not threading.main_thread():
+        with subprocess.Popen(cmd, **popen) as proc:
+            return proc.wait()
+    procs: list = []
     got: list[int] = []
 
     def forward(signum, frame):
         got.append(signum)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        if procs and procs[0].poll() is None:
+            procs[0].send_signal(signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, forward)
     try:
-        code = proc.wait()
+        procs.append(subprocess.Popen(cmd, **popen))
+        if got:  # came while the command was starting
+            procs[0].send_signal(signal.SIGTERM)
+        code = procs[0].wait()
+    except BaseException:
+        if procs and procs[0].poll() is None:
+            procs[0].send_signal(signal.SIGTERM)
+            procs[0].wait()
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     return TERMINATED if got else code
