@@ -20,6 +20,7 @@ import sys
 import orjson
 
 from costlab.common.errors import last_line
+from costlab.metaschedule import intrinsics
 
 
 def plain_json(value, bools_as_ints: bool = False):
@@ -124,8 +125,6 @@ def load_registry_for(trace) -> None:
     """Load the tensor-intrinsic registry if replaying ``trace`` needs it (``needs_registry``). A ``Trace`` object
     needs no check: it comes from a design space or a database, and either loaded the registry already when
     it tensorizes (``tune_context.space_generator``, ``databases.json_database``)."""
-    from costlab.metaschedule import intrinsics
-
     if hasattr(trace, "apply_to_schedule") or intrinsics.PACKAGE in sys.modules:  # a Trace, or all loaded
         return
     text = trace if isinstance(trace, str) else json.dumps(trace)

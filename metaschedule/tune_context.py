@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+from costlab.metaschedule import intrinsics
 from costlab.metaschedule.targets import arch_number
 
 _NARROW_INT = ("int8", "uint8")
@@ -109,8 +110,6 @@ def space_generator(mod, target):
     """The design-space generator ``post-order-apply`` would make for this task, without the intrinsic
     registry when the task cannot use it (module docstring)."""
     from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
-
-    from costlab.metaschedule import intrinsics
 
     kind = rules_kind(mod, target)
     if kind == "cuda-tensorcore":  # the default rules look up intrinsics by name: here the CUDA ones alone
