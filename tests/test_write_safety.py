@@ -235,7 +235,9 @@ def test_a_child_run_to_its_end_through_sigterm(tmp_path):
 
     assert run_to_end([sys.executable, "-c", "raise SystemExit(3)"]) == 3
     child = slow_to_stop(tmp_path, 0)
-    driver = ("import sys\nfrom costlab.common.children import run_to_end\n"
+    driver = ("import signal, sys\nfrom costlab.common.children import run_to_end\n"
+              # Ctrl-C's handler installed: a suite started in the background has SIGINT ignored, and passes that on
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
               f"print(run_to_end([sys.executable, '-c', {child!r}]), flush=True)\n")
     proc = sigterm_once_started(driver, tmp_path / "started")
     assert proc.wait(timeout=60) == 0
