@@ -9,7 +9,9 @@ TIR, and legalization). The tuned build applies the tuning database (``MetaSched
 then schedule the functions that have no record
 with DLight's CPU rules (``s_tir.dlight.cpu``: GEMV and reductions; the rest stays as TVM lowers it), and
 run Relax's CPU lowering and finalizing passes. MetaSchedule's own ``compile_relax`` leaves untuned
-functions unscheduled on a CPU, which would flatter any tuning.
+functions unscheduled on a CPU, which would flatter any tuning. On a GPU every function needs a schedule
+(its loops bound to blocks and threads): DLight's GPU rules give one (``default_rules``; ``Fallback`` for
+what no other rule takes), before Relax's own lowering and finalizing passes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def _lower_passes(target) -> list:
     return [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
 
 
+def default_rules(target) -> list:
+    """DLight's rules for the functions no tuning record schedules: on a CPU, GEMV and reductions (the rest as
+    TVM lowers it); on a GPU, matmuls, GEMV, reductions, then ``Fallback`` for every other function (its loops
+    bound to blocks and threads), in the order TVM's GPU pipelines apply them."""
+    from tvm.s_tir import dlight as dl
+
+    if is_gpu(plain_json(target.export())):
+        return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return [dl.cpu.GEMV(), dl.cpu.Reduction()]
+
+
 def tuned_functions(mod, database) -> tuple[int, int]:
     """``(functions with a tuning record in database, functions)`` over the module's TIR functions, matched
     as ``MetaScheduleApplyDatabase`` matches them (the function as ``main``, structurally)."""
@@ -62,7 +75,7 @@ def tuned_functions(mod, database) -> tuple[int, int]:
 def build(mod, target, database=None):
     """The network compiled for ``target``, and ``(functions the database has a record for, functions)``:
     ``mod`` as the tasks were extracted from it (legalized and fused), the tuning ``database`` applied first
-    when one is given, DLight's CPU rules on every function still unscheduled."""
+    when one is given, DLight's rules (``default_rules``) on every function still unscheduled."""
     import tvm
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
@@ -82,7 +95,7 @@ def build(mod, target, database=None):
         if database is not None:
             matched[:] = tuned_functions(m, database)  # counted on the very module the database is applied to
             m = MetaScheduleApplyDatabase()(m)
-        m = dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())(m)
+        m = dl.ApplyDefaultSchedule(*default_rules(target))(m)
         return tvm.transform.Sequential(_lower_passes(target))(m)
 
     with target, (database if database is not None else MemoryDatabase()), tvm.transform.PassContext(opt_level=3):

@@ -8,9 +8,11 @@
 #
 #   scripts/gpu_bench.sh OUT [SECONDS]      SECONDS: the time it may take in all (default 480)
 #
-# STEPS (default "startup data train tuning") picks the parts to run; without `train`, arm c tunes with MODEL
-# (default the shipped cuda-sm90), so a lease can spend all its time on tuning:
+# STEPS (default "startup data train tuning"; `network` on request) picks the parts to run; without `train`,
+# arm c tunes with MODEL (default the shipped cuda-sm90), so a lease can spend all its time on tuning, or on one
+# network (NETWORK, default bert, NET_TRIALS trials, default 200):
 #   STEPS=tuning SEEDS=0 scripts/gpu_bench.sh OUT 540
+#   STEPS=network scripts/gpu_bench.sh OUT 540
 # RESERVE (seconds) is what the tuning step leaves for the retime and the table (default a quarter, at most 75).
 #
 # Each step gets what is left of SECONDS, up to its own share, and is stopped (TERM: a measurement keeps every
@@ -27,8 +29,12 @@ PER_TASK=${PER_TASK:-32}
 TRIALS=${TRIALS:-32}
 SEEDS=${SEEDS:-0}
 STEPS=${STEPS:-startup data train tuning}
+NETWORK=${NETWORK:-bert}  # the network step's: a BERT-base encoder layer (benchmarks/nets.py), or llama
+NET_TRIALS=${NET_TRIALS:-200}
+NET_ARMS=${NET_ARMS:-a,k-nolib}  # benchmarks/networks.py's arms; stock (tune_relax as users call it) on request
 for s in $STEPS; do
-  case $s in startup|data|train|tuning) ;; *) echo "gpu_bench: unknown step $s (startup data train tuning)" >&2; exit 1 ;; esac
+  case $s in startup|data|train|tuning|network) ;;
+    *) echo "gpu_bench: unknown step $s (startup data train tuning network)" >&2; exit 1 ;; esac
 done
 case ${RESERVE:-} in
   *[!0-9]*) echo "gpu_bench: RESERVE must be whole seconds, not $RESERVE" >&2; exit 1 ;;
@@ -103,5 +109,12 @@ if has tuning; then
     --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda --no-remeasure
   [ "$RESERVE" -gt 0 ] && step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
   step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
+fi
+if has network; then
+  # one network end to end (benchmarks/networks.py): MetaSchedule's search (arm a) against the model-led one with
+  # MODEL (k-nolib), NET_TRIALS trials over its tasks, seed 0, their final builds timed together
+  step network $(( $(left) - 40 - KILL_AFTER )) $PY "$HERE/benchmarks/networks.py" run --out "$OUT/networks" \
+    --networks "$NETWORK" --arms "$NET_ARMS" --model "$MODEL" --trials "$NET_TRIALS" --seeds 0 --rounds 3 --target cuda
+  step network-table 30 $PY "$HERE/benchmarks/networks.py" table --out "$OUT/networks"
 fi
 echo "gpu_bench: done in $SECONDS s" >&2

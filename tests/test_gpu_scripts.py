@@ -224,7 +224,7 @@ def test_every_part_damaged_in_transfer_is_removed_from_the_stash(tmp_path, pack
 
 
 @pytest.mark.parametrize("extra, message", [
-    (dict(STEPS="data bogus"), "gpu_bench: unknown step bogus (startup data train tuning)"),
+    (dict(STEPS="data bogus"), "gpu_bench: unknown step bogus (startup data train tuning network)"),
     (dict(STEPS="tuning", RESERVE="1m"), "gpu_bench: RESERVE must be whole seconds, not 1m")])
 def test_the_bench_refuses_an_unknown_step_or_reserve_before_anything(tmp_path, extra, message):
     env = _env(tmp_path, COSTLAB=str(tmp_path / "no-costlab"), **extra)
@@ -270,3 +270,21 @@ def test_the_bench_keeps_what_reserve_says_for_the_retime(tmp_path, reserve, ste
     assert f"== tuning (at most {share} s)" in log or f"== tuning (at most {share - 1} s)" in log
     if reserve != "0":
         assert "== retime (at most 32 s)" in log
+
+
+def test_the_bench_tunes_one_network_with_the_shipped_model(tmp_path):
+    """STEPS=network: benchmarks/networks.py runs MetaSchedule's search (a) and the model-led one with the shipped
+    cuda-sm90 (k-nolib) on a BERT layer for the GPU, then its table (stand-in commands)."""
+    ran = tmp_path / "ran"
+    for name in ("costlab", "python"):
+        tool = tmp_path / name
+        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {ran}\n")
+        tool.chmod(0o755)
+    env = _env(tmp_path, STEPS="network", COSTLAB=str(tmp_path / "costlab"), PY=str(tmp_path / "python"))
+    done = _run(BENCH, [tmp_path / "out", "200"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = ran.read_text().splitlines()
+    assert [ln.split()[1].rsplit("/", 1)[-1] + " " + ln.split()[2] for ln in lines] == [
+        "networks.py run", "networks.py table"]
+    assert ("--networks bert --arms a,k-nolib --model cuda-sm90 --trials 200 --seeds 0 --rounds 3 --target cuda"
+            in lines[0])

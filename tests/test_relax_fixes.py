@@ -57,3 +57,37 @@ def test_the_network_compiles_and_computes_what_pytorch_does():
     out = vm["main"](tvm.runtime.tensor(x.numpy()))
     got = (out[0] if isinstance(out, (list, tuple)) or type(out).__name__ == "Array" else out).numpy()
     np.testing.assert_allclose(got, _Mask()(x).numpy(), rtol=1e-6)
+
+
+class _Layer(torch.nn.Module):
+    """A linear layer, softmax and layer norm: a matmul, reductions and elementwise functions."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(torch.softmax(self.lin(x), dim=-1) + x)
+
+
+def test_on_a_gpu_every_untuned_function_gets_a_thread_schedule():
+    """A network's functions without a tuning record, built for a CUDA GPU: DLight's GPU rules bind every one's
+    loops to blocks and threads (a CPU schedule there fails to build); on a CPU, its CPU rules leave them to
+    TVM's CPU lowering. No GPU needed: the schedules are checked, not built."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    from costlab.export.network import default_rules
+
+    x = torch.randn(1, 8, 16)
+    for spec, bound in (({"kind": "cuda", "arch": "sm_90"}, True), (host_target(), False)):
+        target = tvm.target.Target(spec)
+        mod = relax.transform.LegalizeOps()(network_module(_Layer().eval(), (x,), target))
+        with target:
+            mod = dl.ApplyDefaultSchedule(*default_rules(target))(mod)
+        funcs = {str(gv.name_hint): f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+        assert len(funcs) >= 3, funcs.keys()
+        for name, func in funcs.items():
+            assert ("threadIdx.x" in func.script()) == bound, name
