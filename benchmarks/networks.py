@@ -60,7 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netcurves  # noqa: E402
 
-from costlab.common.children import TERMINATED, run_to_end  # noqa: E402
+from costlab.common.children import run_or_stop  # noqa: E402
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 from costlab.metaschedule.databases import json_database  # noqa: E402
@@ -157,9 +157,7 @@ def _run_arm(arm: str, net: str, seed: int, args, out: Path, has_library: bool) 
         cmd = _cmd(arm, net, seed, work, args, has_library)
         t0 = time.time()
         with open(work / "run.log", "a") as log:
-            rc = run_to_end(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work, env=_env())
-    if rc == TERMINATED:  # stopped (a time limit): the run ended first, and the benchmark ends here
-        raise SystemExit(TERMINATED)
+            rc = run_or_stop(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work, env=_env())
     if rc:
         print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
         return False

@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from costlab.common.children import TERMINATED, run_to_end
+from costlab.common.children import run_or_stop
 from costlab.common.cpu_lock import cpu_lock
 from costlab.common.errors import InputError
 from costlab.common.import_report import ImportReport
@@ -126,10 +126,7 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}", flush=True)
     with cpu_lock():
         with open(work / "run.log", "a") as log:
-            code = run_to_end(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)
-        if code == TERMINATED:  # stopped (a time limit): the run ended first, and the benchmark ends here
-            print("  stopped by SIGTERM; the run ended", flush=True)
-            raise SystemExit(TERMINATED)
+            code = run_or_stop(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)
         if code != 0:
             print(f"  failed (exit {code}); see {work / 'run.log'}", flush=True)
             return

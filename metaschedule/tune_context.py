@@ -111,13 +111,12 @@ def space_generator(mod, target):
     registry when the task cannot use it (module docstring)."""
     from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
 
-    kind = rules_kind(mod, target)
-    if kind == "cuda-tensorcore":  # the default rules look up intrinsics by name: here the CUDA ones alone
-        intrinsics.load("cuda")
-    elif kind is None:  # needs_intrinsics, read off the rule set chosen (the task scanned once)
+    kind = rules_kind(mod, target)  # the default rules look up intrinsics by name: loaded as far as they need
+    if kind is None:  # needs_intrinsics, read off the rule set chosen (the task scanned once)
         intrinsics.load("all")
-    if kind is None:
         return PostOrderApply()
+    if kind == "cuda-tensorcore":
+        intrinsics.load("cuda")
     return PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
 
 

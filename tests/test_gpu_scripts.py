@@ -63,6 +63,17 @@ def _lines(text):
     return [line for line in text.splitlines() if line.strip()]
 
 
+def _stand_ins(tmp_path, **extra):
+    """The bench's environment with ``costlab`` and ``python`` stand-ins that write the arguments they were
+    given, a line a call, to the file returned beside it."""
+    ran = tmp_path / "ran"
+    for name in ("costlab", "python"):
+        tool = tmp_path / name
+        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {ran}\n")
+        tool.chmod(0o755)
+    return ran, _env(tmp_path, COSTLAB=str(tmp_path / "costlab"), PY=str(tmp_path / "python"), **extra)
+
+
 def _fake_checkout(tmp_path):
     """A checkout of a tiny `costlab` with the script in it, and a build/ of its own (with a stale module)."""
     repo = tmp_path / "checkout"
@@ -237,12 +248,7 @@ def test_the_bench_refuses_an_unknown_step_or_reserve_before_anything(tmp_path, 
 def test_the_bench_tunes_alone_with_the_shipped_model_and_packs_what_it_made(tmp_path):
     """STEPS=tuning: no dataset, no training; arm c tunes with the shipped cuda-sm90, and the output is packed
     (the commands are stand-ins that say what they were asked)."""
-    ran = tmp_path / "ran"
-    for name in ("costlab", "python"):
-        tool = tmp_path / name
-        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {ran}\n")
-        tool.chmod(0o755)
-    env = _env(tmp_path, STEPS="tuning", COSTLAB=str(tmp_path / "costlab"), PY=str(tmp_path / "python"))
+    ran, env = _stand_ins(tmp_path, STEPS="tuning")
     done = _run(BENCH, [tmp_path / "out", "60"], env, tmp_path)
     assert done.returncode == 0, done.stderr
     lines = ran.read_text().splitlines()
@@ -256,12 +262,7 @@ def test_the_bench_keeps_what_reserve_says_for_the_retime(tmp_path, reserve, ste
     """RESERVE=0: the runs get the time and no retime runs (a next call retimes them all; the table costs nothing
     and takes what the runs left); RESERVE=S: S seconds kept from the
     runs for the retime (4/5 of them) and the table (stand-in commands that say what they were asked)."""
-    ran = tmp_path / "ran"
-    for name in ("costlab", "python"):
-        tool = tmp_path / name
-        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {ran}\n")
-        tool.chmod(0o755)
-    env = _env(tmp_path, STEPS="tuning", RESERVE=reserve, COSTLAB=str(tmp_path / "costlab"), PY=str(tmp_path / "python"))
+    ran, env = _stand_ins(tmp_path, STEPS="tuning", RESERVE=reserve)
     done = _run(BENCH, [tmp_path / "out", "100"], env, tmp_path)
     assert done.returncode == 0, done.stderr
     assert [ln.split()[2] for ln in ran.read_text().splitlines()] == steps
@@ -275,12 +276,7 @@ def test_the_bench_keeps_what_reserve_says_for_the_retime(tmp_path, reserve, ste
 def test_the_bench_tunes_one_network_with_the_shipped_model(tmp_path):
     """STEPS=network: benchmarks/networks.py runs MetaSchedule's search (a) and the model-led one with the shipped
     cuda-sm90 (k-nolib) on a BERT layer for the GPU, then its table (stand-in commands)."""
-    ran = tmp_path / "ran"
-    for name in ("costlab", "python"):
-        tool = tmp_path / name
-        tool.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {ran}\n")
-        tool.chmod(0o755)
-    env = _env(tmp_path, STEPS="network", COSTLAB=str(tmp_path / "costlab"), PY=str(tmp_path / "python"))
+    ran, env = _stand_ins(tmp_path, STEPS="network")
     done = _run(BENCH, [tmp_path / "out", "200"], env, tmp_path)
     assert done.returncode == 0, done.stderr
     lines = ran.read_text().splitlines()

@@ -45,3 +45,13 @@ def run_to_end(cmd: list[str], **popen) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return TERMINATED if got else code
+
+
+def run_or_stop(cmd: list[str], **popen) -> int:
+    """``run_to_end`` for a job that stops with its command: once a SIGTERM's command has ended, one line and
+    ``SystemExit(TERMINATED)``; else the command's exit status."""
+    code = run_to_end(cmd, **popen)
+    if code == TERMINATED:
+        print("  stopped by SIGTERM; the run ended", flush=True)
+        raise SystemExit(TERMINATED)
+    return code
