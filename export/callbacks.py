@@ -1,7 +1,8 @@
 """The measure callbacks of a tuning run: MetaSchedule's default ones (add to the database, remove build
 artifacts, update the cost model) and the progress bar, none of which sees a result that is not a
 measurement (``metaschedule.rpc.is_lost``: the RPC device stopped answering). Such a candidate is not
-recorded, so it counts against no budget and a re-run measures it."""
+recorded, so it counts against no budget and a re-run measures it. ``on_results`` is told first, the moment a
+batch's results are in: the cost model's update that follows is the next round's work, not this batch's."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from costlab.metaschedule.rpc import is_lost
 
 @derived_object
 class MeasuredOnly(PyMeasureCallback):
-    def __init__(self, callbacks: list):
+    def __init__(self, callbacks: list, on_results=None):
         super().__init__()
         # build artifacts are removed for every candidate, measured or not
         self.cleanup = next(cb for cb in callbacks if type(cb).__name__ == "RemoveBuildArtifact")
         self.callbacks = [cb for cb in callbacks if cb is not self.cleanup]
+        self.on_results = on_results
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        if self.on_results is not None:
+            self.on_results()
         self.cleanup.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
         keep = [i for i, r in enumerate(runner_results) if not is_lost(r.error_msg)]
         if not keep:
@@ -32,5 +36,5 @@ class MeasuredOnly(PyMeasureCallback):
             cb.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
 
 
-def run_callbacks(*extra) -> list:
-    return [MeasuredOnly(list(MeasureCallback.create("default")) + list(extra))]
+def run_callbacks(*extra, on_results=None) -> list:
+    return [MeasuredOnly(list(MeasureCallback.create("default")) + list(extra), on_results=on_results)]

@@ -49,12 +49,13 @@ class TuneProgress:
     def _write(self, i: int, n: int, errors: int, batch_best: float) -> None:
         if self.history is None:
             return
-        row = dict(elapsed_s=round(self.offset + time.time() - self.started, 3), task=self.names[i],
+        timing = self.clock.batch_done() if self.clock is not None else {}
+        at = timing.pop("at", None) or time.time()  # when the batch's results came in
+        row = dict(elapsed_s=round(self.offset + at - self.started, 3), task=self.names[i],
                    task_trials=self.trials[i], trials=sum(self.trials), batch=n, errors=errors,
                    batch_best_us=round(batch_best * 1e6, 4) if math.isfinite(batch_best) else None,
                    best_us=round(self.best[i] * 1e6, 4) if math.isfinite(self.best[i]) else None)
-        if self.clock is not None:
-            row.update(self.clock.batch_done())
+        row.update(timing)
         with open(self.history, "a") as f:
             f.write(json.dumps(row) + "\n")
 

@@ -51,6 +51,7 @@ from costlab.export.tasks import Task, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, transfer_tasks
 from costlab.export.workdir import MeasuringStack, WorkDir
 from costlab.metaschedule.rpc import tracker_problem
+from costlab.metaschedule.runners import runner_failure
 from costlab.metaschedule.targets import is_gpu, platform_id_for, runnable_target, target_cores
 from costlab.metaschedule.traces import plain_json
 from costlab.metaschedule.workloads import unique_buffer_names
@@ -377,11 +378,17 @@ def tune(opts: TuneOptions) -> dict:
                     run_model = cost_model if opts.model else _cost_model(opts, target, cores)
                     scheduler = make_task_scheduler(opts.task_scheduler, **(
                         {"cost_model": run_model} if opts.task_scheduler == "gain" else {}))
-                    ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group], work_dir=str(work),
-                                  max_trials_global=remaining, max_trials_per_task=remaining,
-                                  num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
-                                  runner=runner, database=database, cost_model=run_model,
-                                  measure_callbacks=run_callbacks(progress.callback()), task_scheduler=scheduler)
+                    try:
+                        ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group],
+                                      work_dir=str(work), max_trials_global=remaining, max_trials_per_task=remaining,
+                                      num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
+                                      runner=runner, database=database, cost_model=run_model,
+                                      measure_callbacks=run_callbacks(progress.callback(), on_results=clock.results_in),
+                                      task_scheduler=scheduler)
+                    except Exception:
+                        if runner_failure(runner) is not None:  # the runner's worker never started: one line
+                            raise runner_failure(runner) from None
+                        raise
             finally:
                 progress.close()
             if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():

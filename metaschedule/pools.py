@@ -7,7 +7,7 @@ from __future__ import annotations
 import weakref
 
 
-def _warm_worker() -> None:
+def warm_worker() -> None:
     """Run in a fresh builder or runner worker: what its first task would import, imported ahead."""
     import time
 
@@ -19,15 +19,22 @@ def _warm_worker() -> None:
 
 def start_workers(pool, n: int) -> None:
     """Start ``n`` of a pool's worker processes in the background (each imports TVM)."""
-    _PENDING.setdefault(pool, []).extend(pool.submit(_warm_worker) for _ in range(n))
+    for _ in range(n):
+        track_start(pool, pool.submit(warm_worker))
+
+
+def track_start(pool, future) -> None:
+    """A task that starts one of ``pool``'s workers: ``shutdown_pool`` waits for it."""
+    _PENDING.setdefault(pool, []).append(future)
 
 
 def warm_up(builder, runner) -> None:
-    """Start a pooled builder's and a local runner's worker processes in the background."""
+    """Start a pooled builder's and a local runner's worker processes in the background (costlab's runner,
+    ``runners.StartingRunner``, has started its own)."""
     if hasattr(builder, "warm_up"):
         builder.warm_up()
     pool = getattr(runner, "pool", None)
-    if pool is not None:
+    if pool is not None and not hasattr(runner, "ready"):
         start_workers(pool, 1)
 
 

@@ -9,11 +9,16 @@ import functools
 import os
 from contextlib import contextmanager
 
+from costlab.common.errors import CostlabError, last_line
 from costlab.common.stopwatch import stopwatch
-from costlab.metaschedule.pools import shutdown_pool
+from costlab.metaschedule.pools import shutdown_pool, track_start, warm_worker
 from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS, costs_and_error
 from costlab.metaschedule.rpc import guarded_runner
 from costlab.metaschedule.traces import plain_json
+
+
+class RunnerUnavailable(CostlabError):
+    """The local runner's worker could not start, or cannot use the target's device."""
 
 
 def _pin_threads(n: int) -> None:
@@ -30,11 +35,74 @@ def runner_threads() -> int:
     return int(tvm.get_global_func("runtime.NumThreads")())
 
 
+def _start_worker(device: str) -> None:
+    """Run first in a local runner's worker: what its first program would import, imported ahead, and the
+    device's context made (on a GPU, the CUDA context: its first program would otherwise pay for it)."""
+    import tvm
+
+    warm_worker()
+    tvm.runtime.empty((1,), "float32", tvm.runtime.device(device, 0))
+
+
+def device_name(target) -> str:
+    """The device a runner runs ``target``'s programs on, by the name runners take ("cpu", "cuda"), not the
+    target's kind ("llvm")."""
+    import tvm
+
+    return str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _runner_class():
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import LocalRunner
+
+    @derived_object
+    class StartingRunner(LocalRunner._cls):
+        """MetaSchedule's ``LocalRunner`` whose worker starts in the background. ``LocalRunner`` starts its
+        worker in its constructor and waits for it (it imports TVM: 1.6 s here, longer on a cold machine) to
+        check that the runner functions it was given exist; costlab gives none (MetaSchedule's defaults), so
+        there is nothing to check, and the caller goes on with its model and first search meanwhile. The worker
+        also makes the device's context. The first run waits for that start, and a worker that could not start
+        (or a device that is not there) is one clear error then rather than a failure of every candidate."""
+
+        def _sanity_check(self) -> None:
+            self.started = self.failure = None
+
+        def start(self, device: str) -> None:
+            """Start the worker now, in the background, with ``device``'s context."""
+            self.device = device
+            self.started = self.pool.submit(_start_worker, device)
+            track_start(self.pool, self.started)
+
+        def ready(self) -> None:
+            """Wait until the worker has started (at once after the first time); RunnerUnavailable, every time,
+            if it could not."""
+            if self.failure is not None:
+                raise self.failure
+            started, self.started = self.started, None
+            if started is None:
+                return
+            try:
+                started.result()
+            except Exception as exc:  # noqa: BLE001  whatever stopped it, said in one line
+                self.failure = RunnerUnavailable(f"the runner's worker could not run programs on {self.device}: "
+                                                 f"{last_line(exc)}")
+                raise self.failure from None
+
+        def run(self, runner_inputs):
+            self.ready()
+            return super().run(runner_inputs)
+
+    return StartingRunner
+
+
 def make_runner(opts, target, on_lost=None):
-    """The runner costlab measures with: MetaSchedule's ``LocalRunner`` whose worker runs kernels on the
-    target's ``num-cores`` threads, or its ``RPCRunner`` through a tracker when ``opts.rpc_key`` is set,
-    guarded (``rpc.guarded_runner``) so that a tracker or device that stops answering gives no failed
-    records: ``on_lost(reason)`` is called and the caller stops."""
+    """The runner costlab measures with: a ``LocalRunner`` (``StartingRunner``: its worker started at once in
+    the background) whose worker runs kernels on the target's ``num-cores`` threads, or MetaSchedule's
+    ``RPCRunner`` through a tracker when ``opts.rpc_key`` is set, guarded (``rpc.guarded_runner``) so that a
+    tracker or device that stops answering gives no failed records: ``on_lost(reason)`` is called and the
+    caller stops."""
     from tvm.s_tir import meta_schedule as ms
 
     evaluator = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
@@ -46,7 +114,19 @@ def make_runner(opts, target, on_lost=None):
         return guarded_runner(inner, opts.rpc_host, opts.rpc_port, opts.rpc_key, opts.rpc_wait, on_lost)
     cores = int(target.attrs.get("num-cores", 0) or 0)
     init = functools.partial(_pin_threads, cores) if cores > 0 else None
-    return ms.runner.LocalRunner(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
+    runner = _runner_class()(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
+    runner.start(device_name(target))
+    return runner
+
+
+def runner_failure(runner) -> RunnerUnavailable | None:
+    """Why ``runner`` (costlab's, or a runner wrapping it as ``inner``) could not start, if it could not. Raised
+    inside MetaSchedule's tuning loop, the error comes out of it as a RuntimeError: the caller re-raises this."""
+    for obj in (runner, getattr(runner, "inner", None)):
+        failure = getattr(obj, "failure", None) if obj is not None else None
+        if failure is not None:
+            return failure
+    return None
 
 
 COLD_REPEATS = 10  # timed runs of a program measured cold, each after a flush
@@ -89,10 +169,7 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1,
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
-    import tvm
-
-    # The runner wants the device name ("cpu", "cuda"), not the target kind ("llvm").
-    device = str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
+    device = device_name(target)
     with stopwatch(clock, "build"):
         built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])
     out: list = [None] * len(candidates)

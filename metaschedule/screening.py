@@ -124,6 +124,8 @@ class ScreeningRunner(PyRunner):
                                enable_cpu_cache_flush=self.full.enable_cpu_cache_flush)
 
     def run(self, runner_inputs):
+        if hasattr(self.inner, "ready"):  # costlab's runner: its worker started in the background
+            self.inner.ready()
         keys = [self.tags.task_of(x.artifact_path) for x in runner_inputs]
         first: list = [None] * len(runner_inputs)  # phase 1: (costs, error) of a candidate of a known task
         batch_best: dict[str, float] = {}

@@ -298,3 +298,69 @@ def test_measure_refuses_a_platform_of_another_or_an_unknown_machine(tmp_path, c
     err = capsys.readouterr().err
     assert "was measured on another machine (Some Other CPU" in err and "differs in" in err
     assert digest() == before
+
+
+def test_runner_starts_its_worker_in_the_background(tmp_path):
+    """costlab's runner returns from its constructor while its worker cannot start yet (MetaSchedule's
+    LocalRunner waits for the worker there); its first run waits for that start, then measures for real."""
+    import functools
+    import subprocess
+    import threading
+
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import _runner_class, build_and_run, close_runner
+    from costlab.metaschedule.targets import normalize_target
+    from costlab.metaschedule.tune_context import tune_context
+
+    gate = tmp_path / "open"  # the worker's start blocks until this file exists
+    hold = functools.partial(subprocess.run, ["sh", "-c", f"while [ ! -e '{gate}' ]; do sleep 0.05; done"])
+    made: list = []
+    maker = threading.Thread(target=lambda: made.append(_runner_class()(timeout_sec=60, initializer=hold)))
+    maker.start()
+    maker.join(timeout=30)
+    try:
+        assert not maker.is_alive(), "the constructor waited for a worker that could not start"
+        runner = made[0]
+        runner.start("cpu")
+        assert not runner.started.done()  # the worker is still held at the gate
+    finally:
+        gate.touch()
+        maker.join()
+    target = tvm.target.Target(normalize_target(TARGET))
+    ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,8,8,8")[1]), target, num_threads=2)
+    cands = [ms.MeasureCandidate(ctx.generate_design_space()[0], ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"]))]
+    builder = make_builder(workers=1, pooled=True)
+    try:
+        [(costs, error, msg)] = build_and_run(builder, runner, target, cands)
+        assert (error, msg) == (ERROR_NONE, None) and 0 < costs[0] < 1
+        assert runner.started is None and runner.failure is None
+    finally:
+        close_runner(runner)
+        builder.close()
+
+
+def test_a_runner_that_cannot_use_its_device_is_one_clear_error():
+    """A worker that cannot make its device's context fails the first run with RunnerUnavailable (not every
+    candidate failed), and ``runner_failure`` finds it behind the screening runner."""
+    import tvm
+
+    from costlab.metaschedule.runners import RunnerUnavailable, _runner_class, close_runner, runner_failure
+    from costlab.metaschedule.screening import ScreeningRunner
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a CUDA GPU")
+    runner = _runner_class()(timeout_sec=60)
+    runner.start("cuda")
+    try:
+        assert runner_failure(runner) is None
+        with pytest.raises(RunnerUnavailable, match="could not run programs on cuda: .*cuda"):
+            runner.ready()
+        with pytest.raises(Exception, match="could not run programs on cuda"):  # through TVM's FFI: a RuntimeError
+            runner.run([])
+        assert runner_failure(ScreeningRunner(runner)) is runner.failure
+    finally:
+        close_runner(runner)

@@ -154,6 +154,7 @@ def test_tune_screens_by_default_and_screen_0_is_todays_runner(tmp_path, capsys)
 
     from costlab.export.search.timed import RoundClock
     from costlab.export.tune import TuneOptions, _measure_stack
+    from costlab.metaschedule.runners import _runner_class, close_runner
     from costlab.metaschedule.screening import ScreeningRunner
 
     small = ["--per-iter", "4", "--population", "32", "--no-progress", "--target", TARGET]
@@ -175,16 +176,16 @@ def test_tune_screens_by_default_and_screen_0_is_todays_runner(tmp_path, capsys)
     from costlab.metaschedule.targets import runnable_target
 
     target = tvm.target.Target(runnable_target(TARGET))
-    for screen, kind in ((0, LocalRunner), (None, ScreeningRunner)):
+    plain = _runner_class()  # MetaSchedule's LocalRunner, its worker started in the background
+    assert issubclass(plain._cls, LocalRunner._cls)
+    for screen, kind in ((0, plain), (None, ScreeningRunner)):
         opts = TuneOptions(work_dir=".", workloads=["GMM:1,8,8,8"], screen=screen)
         opts.check()
         clock = RoundClock()
         builder, runner = _measure_stack(opts, target, 2, clock)
         try:
-            assert type(runner) is kind and (clock.tags is None) == (kind is LocalRunner)
+            assert type(runner) is kind and (clock.tags is None) == (kind is plain)
         finally:
-            from costlab.metaschedule.runners import close_runner
-
             close_runner(runner)
             builder.close()
 

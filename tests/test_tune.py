@@ -257,6 +257,23 @@ def test_work_dir_that_is_a_file(tmp_path, capsys):
     assert "is not a directory" in capsys.readouterr().err
 
 
+def test_a_runner_that_cannot_start_stops_the_run_in_one_line(tmp_path, capsys, monkeypatch):
+    """The runner's worker starts in the background; when it cannot use the device (here it is told to use a
+    CUDA GPU this machine lacks), the run stops at its first batch with that one line, nothing recorded."""
+    import tvm
+
+    from costlab.metaschedule import runners
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a CUDA GPU")
+    monkeypatch.setattr(runners, "device_name", lambda target: "cuda")
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--trials", "4", "--work-dir", str(work), *SMALL_SEARCH]) == 2
+    err = capsys.readouterr().err
+    assert "the runner's worker could not run programs on cuda" in err and "Traceback" not in err
+    assert _records(work) == []
+
+
 def test_target_default_is_the_host(tmp_path, capsys):
     from costlab.metaschedule.targets import host_target
 
@@ -413,6 +430,26 @@ def test_a_tasks_first_batch_is_cut_to_its_share_of_the_trials_left():
     assert clock.affordable(64, first=True) == 0 and clock.unreached == 1
     clock.trials_left, clock.unreached = 100, 1
     assert clock.affordable(64, first=True) == 64 and clock.unreached == 0
+
+
+def test_a_batch_is_timed_when_its_results_came_in():
+    """RoundClock: a batch's run ends when its results came in (``results_in``); what the measure callbacks do
+    after (the database, the model's update) is its ``update_s``, and its time (``at``, the first batch's time)
+    is when the results came in, not when the callbacks ended."""
+    from costlab.export.search.timed import RoundClock
+
+    clock = RoundClock()
+    clock._batch_n = 4
+    clock.built(time.perf_counter())
+    time.sleep(0.02)
+    clock.results_in()
+    came_in = time.time()
+    time.sleep(0.2)  # the callbacks: the model's update
+    row = clock.batch_done()
+    assert row["run_s"] >= 0.02 and row["update_s"] >= 0.2
+    assert row["at"] <= came_in < time.time() - 0.2 and clock.first_batch_at == row["at"]
+    assert clock.per_program_s >= (0.02 + 0.2) / 4  # the next batch's cost includes the update
+    assert "at" in clock.batch_done()  # without results_in: now
 
 
 def test_a_finished_run_re_run_keeps_its_summary(tmp_path, capsys):

@@ -1,8 +1,9 @@
 """Seconds of every round, for every strategy (MetaSchedule's own included), and a wall-time budget.
 
 ``RoundClock`` collects, per measured batch, the seconds the strategy searched (``TimedSearch``), the
-builder built (``TimedBuilder``) and the runner ran (the rest, until the batch's results reach the measure
-callbacks); ``TuneProgress`` writes them into each batch's line of ``progress.jsonl``. ``TimedSearch`` ends
+builder built (``TimedBuilder``), the runner ran (until the batch's results are in: ``results_in``, called by the
+first measure callback) and the measure callbacks took (``update_s``: the database, the cost model's update);
+``TuneProgress`` writes them into each batch's line of ``progress.jsonl``, timed when the results were in. ``TimedSearch`` ends
 a task's search once the run's deadline has passed: MetaSchedule's task scheduler then finishes with every
 measured batch in the database.
 
@@ -36,7 +37,8 @@ class RoundClock:
         self.deadline = deadline  # time.time() after which no new round starts
         self.search_s = self.build_s = 0.0
         self._built_at: float | None = None
-        self.first_batch_at: float | None = None
+        self._results_at: tuple[float, float] | None = None  # (perf_counter, time.time) the batch's results came in
+        self.first_batch_at: float | None = None  # time.time() the first batch's results came in
         self.stopped_by_deadline = False
         self.lost: str | None = None  # why the remote device was given up (``metaschedule.rpc``)
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
@@ -85,21 +87,28 @@ class RoundClock:
         self._built_at = time.perf_counter()
         self.build_s += self._built_at - t0
 
+    def results_in(self) -> None:
+        """The batch's results have just come in (before the measure callbacks: the database, the model's update)."""
+        self._results_at = (time.perf_counter(), time.time())
+
     def batch_done(self) -> dict:
-        """The seconds of the batch whose results just arrived (and a fresh start for the next)."""
-        now = time.perf_counter()
-        run_s = now - self._built_at if self._built_at is not None else None
+        """The seconds of the batch whose results came in (and a fresh start for the next): searching, building,
+        running and, with ``results_in`` called, the callbacks since (``update_s``); ``at``: the wall time
+        (``time.time()``) the results came in, now without ``results_in``."""
+        now, wall = time.perf_counter(), time.time()
+        results_at, at = self._results_at if self._results_at is not None else (now, wall)
+        run_s = results_at - self._built_at if self._built_at is not None else None
         row = dict(search_s=round(self.search_s, 4), build_s=round(self.build_s, 4),
-                   run_s=round(run_s, 4) if run_s is not None else None)
+                   run_s=round(run_s, 4) if run_s is not None else None, update_s=round(now - results_at, 4))
         if self.screening is not None:
             row["screened_out"] = self.screening.last_screened
-        if run_s is not None and self._batch_n:
-            self.per_program_s = (self.build_s + run_s) / self._batch_n
+        if run_s is not None and self._batch_n:  # what a batch costs until the next can start
+            self.per_program_s = (self.build_s + run_s + row["update_s"]) / self._batch_n
         if self.first_batch_at is None:
-            self.first_batch_at = time.time()
+            self.first_batch_at = at
         self.search_s = self.build_s = 0.0
-        self._built_at = None
-        return row
+        self._built_at = self._results_at = None
+        return dict(row, at=at)
 
 
 @derived_object
