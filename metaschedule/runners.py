@@ -181,6 +181,8 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1,
         else:
             out[i] = ([MS_FAILURE_SECS], ERROR_MS_FAILED, str(b.error_msg))
     try:
+        if hasattr(runner, "ready"):  # a worker that could not start: RunnerUnavailable here, not through TVM's FFI
+            runner.ready()
         runs: dict = {i: [] for i in where}
         with stopwatch(clock, "run"):
             for _ in range(max(1, int(rounds))):

@@ -348,8 +348,11 @@ def test_a_runner_that_cannot_use_its_device_is_one_clear_error():
     candidate failed), and ``runner_failure`` finds it behind the screening runner."""
     import tvm
 
-    from costlab.metaschedule.runners import RunnerUnavailable, _runner_class, close_runner, runner_failure
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import (RunnerUnavailable, _runner_class, build_and_run, close_runner,
+                                              runner_failure)
     from costlab.metaschedule.screening import ScreeningRunner
+    from costlab.metaschedule.targets import normalize_target
 
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a CUDA GPU")
@@ -362,5 +365,11 @@ def test_a_runner_that_cannot_use_its_device_is_one_clear_error():
         with pytest.raises(Exception, match="could not run programs on cuda"):  # through TVM's FFI: a RuntimeError
             runner.run([])
         assert runner_failure(ScreeningRunner(runner)) is runner.failure
+        builder = make_builder(workers=1, pooled=True)
+        try:  # costlab's own measuring (dataset measure) says it as the RunnerUnavailable itself
+            with pytest.raises(RunnerUnavailable, match="could not run programs on cuda"):
+                build_and_run(builder, runner, tvm.target.Target(normalize_target(TARGET)), [])
+        finally:
+            builder.close()
     finally:
         close_runner(runner)
