@@ -157,8 +157,8 @@ def _timed(what: str, fn, out: dict) -> None:
 def startup(args) -> dict:
     """Where the seconds before a GPU tuning run's first batch go, the steps in turn, once, in one fresh process
     (each counts what the earlier ones left to do): importing TVM (with MetaSchedule and PyTorch, which TVM's FFI
-    imports) and costlab's tuning, the CUDA context, one design space of a plain and of a tensor-core task (the
-    intrinsic registry), and one nvcc build."""
+    imports) and costlab's tuning, the CUDA context, the runner's worker started with its own, one design space of
+    a plain and of a tensor-core task (the intrinsic registry), and one nvcc build."""
     import time
 
     t0 = time.perf_counter()
@@ -169,6 +169,21 @@ def startup(args) -> dict:
     _timed("import costlab.export.tune", lambda: __import__("costlab.export.tune"), out)
     _timed("CUDA context (tvm.cuda(0), a first array)",
            lambda: tvm.runtime.tensor(np.zeros(4, "float32"), device=tvm.cuda(0)), out)
+
+    def runner():
+        from costlab.datasets.measure import MeasureOptions
+        from costlab.metaschedule.runners import close_runner, make_runner
+        from costlab.metaschedule.targets import runnable_target
+
+        target = tvm.target.Target(runnable_target(args.target, local=bool(tvm.cuda(0).exist)))
+        local = make_runner(MeasureOptions(target=target.export()), target)
+        try:
+            local.ready()
+        finally:
+            close_runner(local)
+
+    # what a run no longer waits for before its search (metaschedule/runners.StartingRunner)
+    _timed("the runner's worker (TVM, the device's context)", runner, out)
 
     def space(spec):
         from costlab.datasets.extract import te_workload_task

@@ -8,11 +8,13 @@
 #
 #   scripts/gpu_bench.sh OUT [SECONDS]      SECONDS: the time it may take in all (default 480)
 #
-# STEPS (default "startup data train tuning"; `network` on request) picks the parts to run; without `train`,
-# arm c tunes with MODEL (default the shipped cuda-sm90), so a lease can spend all its time on tuning, or on one
-# network (NETWORK, default bert, NET_TRIALS trials, default 200):
+# STEPS (default "startup data train tuning"; `network` and `first-batch` on request) picks the parts to run;
+# without `train`, arm c tunes with MODEL (default the shipped cuda-sm90), so a lease can spend all its time on
+# tuning, or on one network (NETWORK, default bert, NET_TRIALS trials, default 200):
 #   STEPS=tuning SEEDS=0 scripts/gpu_bench.sh OUT 540
 #   STEPS=network scripts/gpu_bench.sh OUT 540
+# `first-batch` times arm c's first batch with the runner's worker started in the background against the same
+# run waiting for it (benchmarks/first_batch.py, FB_ROUNDS rounds, default 2, of about 40 s each way).
 # RESERVE (seconds) is what the tuning step leaves for the retime and the table (default a quarter, at most 75).
 #
 # Each step gets what is left of SECONDS, up to its own share, and is stopped (TERM: a measurement keeps every
@@ -33,8 +35,8 @@ NETWORK=${NETWORK:-bert}  # the network step's: a BERT-base encoder layer (bench
 NET_TRIALS=${NET_TRIALS:-200}
 NET_ARMS=${NET_ARMS:-a,k-nolib}  # benchmarks/networks.py's arms; stock (tune_relax as users call it) on request
 for s in $STEPS; do
-  case $s in startup|data|train|tuning|network) ;;
-    *) echo "gpu_bench: unknown step $s (startup data train tuning network)" >&2; exit 1 ;; esac
+  case $s in startup|data|train|tuning|network|first-batch) ;;
+    *) echo "gpu_bench: unknown step $s (startup data train tuning network first-batch)" >&2; exit 1 ;; esac
 done
 case ${RESERVE:-} in
   *[!0-9]*) echo "gpu_bench: RESERVE must be whole seconds, not $RESERVE" >&2; exit 1 ;;
@@ -76,6 +78,9 @@ step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or wha
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc; lscpu | head -20; } \
   > "$OUT/machine.txt" 2>&1
 has startup && step startup 60 $PY "$HERE/benchmarks/gpu.py" startup --json "$OUT/startup.json"
+has first-batch && step first-batch $(( ${FB_ROUNDS:-2} * 90 )) $PY "$HERE/benchmarks/first_batch.py" \
+  --model "${MODEL:-cuda-sm90}" --target cuda --workload C2D:1,56,56,64,64,3,1,1 --rounds "${FB_ROUNDS:-2}" \
+  --json "$OUT/first_batch.json"
 
 if has data; then
   args=()

@@ -235,7 +235,7 @@ def test_every_part_damaged_in_transfer_is_removed_from_the_stash(tmp_path, pack
 
 
 @pytest.mark.parametrize("extra, message", [
-    (dict(STEPS="data bogus"), "gpu_bench: unknown step bogus (startup data train tuning network)"),
+    (dict(STEPS="data bogus"), "gpu_bench: unknown step bogus (startup data train tuning network first-batch)"),
     (dict(STEPS="tuning", RESERVE="1m"), "gpu_bench: RESERVE must be whole seconds, not 1m")])
 def test_the_bench_refuses_an_unknown_step_or_reserve_before_anything(tmp_path, extra, message):
     env = _env(tmp_path, COSTLAB=str(tmp_path / "no-costlab"), **extra)
@@ -284,3 +284,17 @@ def test_the_bench_tunes_one_network_with_the_shipped_model(tmp_path):
         "networks.py run", "networks.py table"]
     assert ("--networks bert --arms a,k-nolib --model cuda-sm90 --trials 200 --seeds 0 --rounds 3 --target cuda"
             in lines[0])
+
+
+def test_the_bench_times_the_first_batch_both_ways_on_request(tmp_path):
+    """STEPS=first-batch: benchmarks/first_batch.py with the shipped model on the GPU, FB_ROUNDS rounds, its
+    results beside the others (stand-in commands)."""
+    ran, env = _stand_ins(tmp_path, STEPS="first-batch", FB_ROUNDS="3")
+    done = _run(BENCH, [tmp_path / "out", "400"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    [line] = ran.read_text().splitlines()
+    assert line.split()[1].endswith("benchmarks/first_batch.py")
+    assert "--model cuda-sm90 --target cuda --workload C2D:1,56,56,64,64,3,1,1 --rounds 3" in line
+    assert f"--json {tmp_path / 'out' / 'first_batch.json'}" in line
+    assert "== first-batch (at most 270 s)" in (tmp_path / "out" / "steps.log").read_text()
+
