@@ -412,6 +412,10 @@ def tune(opts: TuneOptions) -> dict:
                    tasks=[])
     if clock.first_batch_at is not None:
         summary["first_batch_s"] = round(clock.first_batch_at - command_start, 2)
+        # where those seconds went: the batch's own search, build and run, and everything before its search
+        parts = {k: v or 0.0 for k, v in clock.first_batch.items()}
+        summary["first_batch"] = dict(start_up_s=round(max(0.0, summary["first_batch_s"] - sum(parts.values())), 2),
+                                      **{k: round(v, 2) for k, v in parts.items()})
     if repaired:
         summary["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
     if exploited is not None:

@@ -38,6 +38,10 @@ def test_each_strategy_tunes_over_three_rounds(run, tmp_path, capsys, strategy):
     assert len(_program_hashes(work, "GMM:1,16,16,16")) == 12  # nothing measured twice
     assert summary["tasks"][0]["check"]["status"] == "ok"
     assert 0 < summary["first_batch_s"] < summary["wall_s"]
+    parts = summary["first_batch"]  # where the seconds to the first batch went: they add up
+    assert parts["search_s"] > 0 and parts["build_s"] > 0 and parts["run_s"] > 0 and parts["start_up_s"] > 0
+    assert abs(sum(parts.values()) - summary["first_batch_s"]) < 0.05
+    assert parts["search_s"] == round(hist[0]["search_s"], 2)
     assert (work / "tuning_curve.png").stat().st_size > 1000
 
 

@@ -187,7 +187,11 @@ def _tune(args) -> int:
         print(f"screened out {screening['screened_out']} of {screening['candidates']} candidates (a first run at "
               f"least {screening['ratio']:g}x their task's best; not measured further)", file=sys.stderr)
     if summary.get("first_batch_s") is not None:
-        print(f"first measured batch {summary['first_batch_s']:.1f} s after the command started", file=sys.stderr)
+        parts = summary.get("first_batch") or {}
+        said = (f": start-up {parts['start_up_s']:.1f} s, search {parts['search_s']:.1f} s, build "
+                f"{parts['build_s']:.1f} s, run {parts['run_s']:.1f} s" if parts else "")
+        print(f"first measured batch {summary['first_batch_s']:.1f} s after the command started{said}",
+              file=sys.stderr)
 
     if "network" in summary and not failed:
         n = summary["network"]

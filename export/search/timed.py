@@ -39,6 +39,7 @@ class RoundClock:
         self._built_at: float | None = None
         self._results_at: tuple[float, float] | None = None  # (perf_counter, time.time) the batch's results came in
         self.first_batch_at: float | None = None  # time.time() the first batch's results came in
+        self.first_batch: dict | None = None  # that batch's seconds of search, build and run
         self.stopped_by_deadline = False
         self.lost: str | None = None  # why the remote device was given up (``metaschedule.rpc``)
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
@@ -105,7 +106,7 @@ class RoundClock:
         if run_s is not None and self._batch_n:  # what a batch costs until the next can start
             self.per_program_s = (self.build_s + run_s + row["update_s"]) / self._batch_n
         if self.first_batch_at is None:
-            self.first_batch_at = at
+            self.first_batch_at, self.first_batch = at, {k: row[k] for k in ("search_s", "build_s", "run_s")}
         self.search_s = self.build_s = 0.0
         self._built_at = self._results_at = None
         return dict(row, at=at)
