@@ -85,7 +85,8 @@ def main(argv=None) -> int:
                rounds=args.rounds, host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"))
     print(f"{describe_host(out['host'])}\nfirst batch, median of {args.rounds}: background start "
           f"{med['background']['first_batch_s']:.2f} s (search {med['background']['search_s']:.2f} s), waiting "
-          f"{med['waiting']['first_batch_s']:.2f} s (search {med['waiting']['search_s']:.2f} s), ratio {out['ratio']:.2f}")
+          f"{med['waiting']['first_batch_s']:.2f} s (search {med['waiting']['search_s']:.2f} s), "
+          f"ratio {out['ratio']:.2f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0
