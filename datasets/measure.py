@@ -228,7 +228,7 @@ def measure(data, opts: MeasureOptions) -> str:
     # RPC run keeps MetaSchedule's tar artifacts, which the remote device links itself
     builder = make_builder(opts.builder_timeout, pooled=not opts.rpc_key)
     runner = make_runner(opts, target)
-    warm_up(builder, runner)
+    warm_up(builder)
     bar = None
     if opts.progress:
         from tqdm import tqdm

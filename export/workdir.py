@@ -204,8 +204,8 @@ class MeasuringStack:
               ms_defaults: bool = False, **measure) -> tuple:
         """``(builder, runner)``: costlab's pooled builder (``workers`` processes) and its runner
         (``metaschedule/runners.make_runner``; ``measure``: ``MeasureOptions`` fields, ``number``, ``repeat``, the
-        RPC tracker's; ``on_lost(reason)`` when an RPC device stops answering), their workers started now with
-        ``warm``; or, with ``ms_defaults``, MetaSchedule's ``LocalBuilder`` and ``LocalRunner`` exactly as
+        RPC tracker's; ``on_lost(reason)`` when an RPC device stops answering), the builder's workers started now
+        with ``warm`` (the local runner starts its own); or, with ``ms_defaults``, MetaSchedule's ``LocalBuilder`` and ``LocalRunner`` exactly as
         "local" makes them."""
         from tvm.s_tir import meta_schedule as ms
 
@@ -216,7 +216,7 @@ class MeasuringStack:
         self.builder = make_builder(builder_timeout, workers=workers, pooled=True)
         self.runner = make_runner(MeasureOptions(target=target.export(), **measure), target, on_lost=on_lost)
         if warm:
-            warm_up(self.builder, self.runner)
+            warm_up(self.builder)
         return self.builder, self.runner
 
     def close(self) -> None:

@@ -7,14 +7,15 @@ from __future__ import annotations
 import weakref
 
 
-def warm_worker() -> None:
-    """Run in a fresh builder or runner worker: what its first task would import, imported ahead."""
+def warm_worker(hold: float = 0.2) -> None:
+    """Run in a fresh builder or runner worker: what its first task would import, imported ahead. ``hold``:
+    seconds the worker stays busy after, so that the pool's next warm-up task starts another."""
     import time
 
     import tvm.driver  # noqa: F401
     import tvm.s_tir.meta_schedule.runner  # noqa: F401
 
-    time.sleep(0.2)  # hold this worker, so that the pool's next warm-up task starts another
+    time.sleep(hold)
 
 
 def start_workers(pool, n: int) -> None:
@@ -28,14 +29,11 @@ def track_start(pool, future) -> None:
     _PENDING.setdefault(pool, []).append(future)
 
 
-def warm_up(builder, runner) -> None:
-    """Start a pooled builder's and a local runner's worker processes in the background (costlab's runner,
-    ``runners.StartingRunner``, has started its own)."""
+def warm_up(builder) -> None:
+    """Start a pooled builder's worker processes in the background (costlab's local runner starts its one worker
+    itself: ``runners.StartingRunner``)."""
     if hasattr(builder, "warm_up"):
         builder.warm_up()
-    pool = getattr(runner, "pool", None)
-    if pool is not None and not hasattr(runner, "ready"):
-        start_workers(pool, 1)
 
 
 # warm-up tasks in flight per worker pool: a pool shut down while one of its workers is still starting

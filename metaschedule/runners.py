@@ -40,7 +40,7 @@ def _start_worker(device: str) -> None:
     device's context made (on a GPU, the CUDA context: its first program would otherwise pay for it)."""
     import tvm
 
-    warm_worker()
+    warm_worker(hold=0)  # the pool's one worker
     tvm.runtime.empty((1,), "float32", tvm.runtime.device(device, 0))
 
 

@@ -78,8 +78,9 @@ step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or wha
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc; lscpu | head -20; } \
   > "$OUT/machine.txt" 2>&1
 has startup && step startup 60 $PY "$HERE/benchmarks/gpu.py" startup --json "$OUT/startup.json"
+MODEL=${MODEL:-cuda-sm90}  # arm c's model (and first-batch's); the train step replaces it with the one it trains
 has first-batch && step first-batch $(( ${FB_ROUNDS:-2} * 90 )) $PY "$HERE/benchmarks/first_batch.py" \
-  --model "${MODEL:-cuda-sm90}" --target cuda --workload C2D:1,56,56,64,64,3,1,1 --rounds "${FB_ROUNDS:-2}" \
+  --model "$MODEL" --target cuda --workload C2D:1,56,56,64,64,3,1,1 --rounds "${FB_ROUNDS:-2}" \
   --json "$OUT/first_batch.json"
 
 if has data; then
@@ -93,7 +94,6 @@ if has data; then
   FG=--foreground step measure2 60 $COSTLAB dataset measure "$DATA" --target cuda --per-task "$PER_TASK" --no-progress
   step info 20 $COSTLAB dataset info "$DATA"
 fi
-MODEL=${MODEL:-cuda-sm90}
 if has train; then
   P=$($COSTLAB dataset info "$DATA" --json 2>/dev/null | $PY -c 'import json,sys; print(sorted(json.load(sys.stdin)["records"])[0])')
   step split 20 $COSTLAB dataset split "$DATA" --by task --seed 0 --test-fraction 0.34 --name gpu
