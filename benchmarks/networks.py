@@ -307,29 +307,26 @@ def _result_dir(work: Path) -> Path | None:
     return result if (result / WorkDir.RECORDS).exists() else None
 
 
-def _time_together(builds: dict, inputs, rounds: int) -> dict:
-    """Each build's end-to-end milliseconds per round, the builds run in turn in every round."""
-    import tvm
-
+def _time_together(builds: dict, inputs, rounds: int, device) -> dict:
+    """Each build's end-to-end milliseconds per round on ``device``, the builds run in turn in every round."""
     from costlab.export.network import time_network
 
     times: dict = {k: [] for k in builds}
     for _ in range(rounds):
         for k, exe in builds.items():
-            times[k].append(round(time_network(exe, inputs, tvm.cpu(0)) * 1e3, 4))
+            times[k].append(round(time_network(exe, inputs, device) * 1e3, 4))
     return times
 
 
 def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
     import tempfile
 
-    import tvm
-
-    from costlab.export.network import build, check_output
+    from costlab.export.network import build, check_output, device_of
     from costlab.export.tasks import measuring_target
     from costlab.metaschedule.targets import target_cores
 
     tgt = measuring_target(args.target)
+    device = device_of(tgt)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     tasks, (mod, inputs, reference) = _network(net, tgt)
     untuned_us = _untuned_tasks(runs.parent / "untuned_tasks.json", tasks, tgt)
@@ -345,7 +342,7 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
             exe, (hit, n) = build(mod, tgt, json_database(work_dir=str(final_db)))
             builds[arm] = exe
             meta[arm].update(tuned_functions=hit, functions=n,
-                             output_check=check_output(exe, inputs, tvm.cpu(0), reference))
+                             output_check=check_output(exe, inputs, device, reference))
             curve = netcurves.estimate(hist, weights, untuned_us)
             for frac in CHECKPOINTS:
                 point = netcurves.at_time(curve, frac * tune_s)
@@ -354,7 +351,7 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
                 db = _prefix_db(work, point[0] + offset, Path(tmp) / f"{arm}-{frac}")
                 builds[f"{arm}@{frac}"] = build(mod, tgt, db)[0]
                 meta[arm]["checkpoints"].append(dict(fraction=frac, at_s=frac * tune_s, trials=point[0]))
-        times = _time_together(builds, inputs, args.rounds)
+        times = _time_together(builds, inputs, args.rounds, device)
     for arm in arms:
         meta[arm].update(final_ms=statistics.median(times[arm]), rounds_ms=times[arm])
         for cp in meta[arm]["checkpoints"]:
@@ -375,15 +372,14 @@ def finals(args) -> int:
     turn, ``--rounds`` times, into OUT/runs/NET/sSEED/finals.json."""
     import tempfile
 
-    import tvm
-
-    from costlab.export.network import build, check_output
+    from costlab.export.network import build, check_output, device_of
     from costlab.export.tasks import measuring_target
     from costlab.metaschedule.targets import target_cores
 
     if set(args.again) - {"cold", "warm"}:
         raise SystemExit(f"--again takes cold and/or warm, not {','.join(args.again)}")
     tgt = measuring_target(args.target)
+    device = device_of(tgt)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     out = Path(args.out).resolve()
     for net in args.networks:
@@ -402,9 +398,9 @@ def finals(args) -> int:
                             for how in args.again]
                     for name, db in dbs:
                         builds[f"{arm}:{name}"] = build(mod, tgt, json_database(work_dir=str(db)))[0]
-                        checks[f"{arm}:{name}"] = check_output(builds[f"{arm}:{name}"], inputs, tvm.cpu(0),
+                        checks[f"{arm}:{name}"] = check_output(builds[f"{arm}:{name}"], inputs, device,
                                                                reference)["status"]
-                times = _time_together(builds, inputs, args.rounds)
+                times = _time_together(builds, inputs, args.rounds, device)
             res = {k: dict(median_ms=statistics.median(v), fastest_ms=min(v), rounds_ms=v, output_check=checks[k])
                    for k, v in times.items()}
             (runs / "finals.json").write_text(json.dumps(dict(rounds=args.rounds, builds=res,
@@ -445,7 +441,8 @@ def _choice_now(work: Path, tasks, target, into: Path, cold: bool) -> Path:
 
 
 def _untuned_tasks(path: Path, tasks, target) -> dict:
-    """Each task's latency (µs) as the untuned build runs it (DLight's CPU rules where they apply), once per
+    """Each task's latency (µs) as the untuned build runs it (``export.network.default_rules``: DLight's CPU
+    rules where they apply; on a GPU its GPU rules, every loop bound), on the target's device, once per
     network: what a task counts in a curve before its first program is measured."""
     if path.exists():
         return json.loads(path.read_text())
@@ -454,14 +451,17 @@ def _untuned_tasks(path: Path, tasks, target) -> dict:
     from tvm.s_tir import dlight as dl
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+    from costlab.export.network import default_rules, device_of
+
+    device = device_of(target)
     out = {}
     for t in tasks:
         with target:
-            mod = dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())(t.mod)
+            mod = dl.ApplyDefaultSchedule(*default_rules(target))(t.mod)
         lib = tvm.compile(mod, target=target)
-        args = [tvm.runtime.tensor(np.random.rand(*[int(d) for d in a.shape]).astype(str(a.dtype)), tvm.cpu(0))
+        args = [tvm.runtime.tensor(np.random.rand(*[int(d) for d in a.shape]).astype(str(a.dtype)), device)
                 for a in ArgInfo.from_prim_func(t.mod["main"])]
-        timer = lib.jit().time_evaluator("main", tvm.cpu(0), number=3, repeat=3, min_repeat_ms=50)
+        timer = lib.jit().time_evaluator("main", device, number=3, repeat=3, min_repeat_ms=50)
         out[t.name] = round(float(np.median(timer(*args).results)) * 1e6, 3)
     path.write_text(json.dumps(out, indent=1))
     return out

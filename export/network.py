@@ -26,6 +26,13 @@ from costlab.metaschedule.traces import plain_json
 BASELINE = "Relax's default CPU pipeline with s_tir.dlight.cpu rules (GEMV, Reduction) where they apply"
 
 
+def device_of(target):
+    """The device that runs ``target``'s programs here: device 0 of its kind on a GPU, else the CPU."""
+    import tvm
+
+    return tvm.device(str(target.kind.name), 0) if is_gpu(plain_json(target.export())) else tvm.cpu(0)
+
+
 def time_network(executable, inputs, device, repeat: int = 10) -> float:
     """Median seconds of one call of the compiled network's ``main`` on ``inputs``."""
     import tvm
@@ -126,10 +133,8 @@ def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> d
 def end_to_end(mod, inputs, target, database, cores: int, reference=None) -> dict:
     """Median latency of the network compiled with ``database`` and without any tuning (``BASELINE``); with
     ``reference`` (PyTorch's output), the tuned build's output checked against it (``output_check``)."""
-    import tvm
-
     os.environ["TVM_NUM_THREADS"] = str(cores)  # this process runs the network: the target's threads
-    device = tvm.device(target.kind.name, 0) if is_gpu(plain_json(target.export())) else tvm.cpu(0)
+    device = device_of(target)
     tuned, (hit, n) = build(mod, target, database)
     t_tuned = time_network(tuned, inputs, device)
     t_untuned = time_network(build(mod, target)[0], inputs, device)

@@ -91,3 +91,16 @@ def test_on_a_gpu_every_untuned_function_gets_a_thread_schedule():
         assert len(funcs) >= 3, funcs.keys()
         for name, func in funcs.items():
             assert ("threadIdx.x" in func.script()) == bound, name
+
+
+def test_a_network_runs_on_its_targets_device():
+    """A network tuned for a CUDA GPU is timed and checked on that GPU (device 0 of kind cuda), one for a CPU on
+    the CPU: the benchmark's untuned tasks, its finals timed together and its output check all run there.
+    No GPU needed: a device handle is made, nothing runs on it."""
+    import tvm
+
+    from costlab.export.network import device_of
+
+    gpu = device_of(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    assert gpu.dlpack_device_type() == tvm.cuda(0).dlpack_device_type()
+    assert device_of(tvm.target.Target(host_target())).dlpack_device_type() == tvm.cpu(0).dlpack_device_type()
