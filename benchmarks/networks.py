@@ -141,8 +141,8 @@ def _cmd(arm: str, net: str, seed: int, work: Path, args, has_library: bool) -> 
 
 def _run_arm(arm: str, net: str, seed: int, args, out: Path, has_library: bool) -> bool:
     """One arm's run unless done; True when it (now or before) finished."""
-    from costlab.common.host import host_info
     from costlab.costmodels.predictors import weights_sha256
+    from costlab.metaschedule.targets import measuring_host, runnable_target
 
     work = out / "runs" / net / f"s{seed}" / arm
     if (work / "done.json").exists():
@@ -162,7 +162,8 @@ def _run_arm(arm: str, net: str, seed: int, args, out: Path, has_library: bool) 
         print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
         return False
     model = dict(model=args.model, model_sha256=weights_sha256(args.model)) if arm in ("k", "k-nolib") else {}
-    (work / "done.json").write_text(json.dumps(dict(wall_s=round(time.time() - t0, 2), cmd=cmd[1:], host=host_info(),
+    (work / "done.json").write_text(json.dumps(dict(wall_s=round(time.time() - t0, 2), cmd=cmd[1:],
+                                                    host=measuring_host(runnable_target(args.target)),
                                                     at=time.strftime("%Y-%m-%d %H:%M:%S"), **model), indent=1))
     return True
 
@@ -221,8 +222,8 @@ def _stock(argv) -> int:
 
 
 def run(args) -> int:
-    from costlab.common.host import host_info
     from costlab.costmodels.predictors import pinned_name, weights_sha256
+    from costlab.metaschedule.targets import measuring_host, runnable_target
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -232,8 +233,8 @@ def run(args) -> int:
         names = [pinned_name(args.model, sha) or sha[:12] for sha in sorted(ran)]
         raise SystemExit(f"{out}'s k runs were made with {', '.join(names)}, not {args.model}: give that --model, "
                          "or use another --out")
-    meta = dict(host=host_info(), trials=args.trials, target=args.target, model=args.model,
-                library=str(Path(args.library).resolve()) if args.library else None)
+    meta = dict(host=measuring_host(runnable_target(args.target)), trials=args.trials, target=args.target,
+                model=args.model, library=str(Path(args.library).resolve()) if args.library else None)
     if (out / "benchmark.json").exists():
         old = json.loads((out / "benchmark.json").read_text())
         if any(old.get(k) != meta[k] for k in ("host", "trials", "target")):

@@ -307,13 +307,14 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "benchmark.json"
-    from costlab.common.host import host_info, same_host
+    from costlab.common.host import same_host
     from costlab.costmodels.predictors import pinned_name, weights_sha256
     from costlab.costmodels.shipped import aliases
-    from costlab.metaschedule.targets import runnable_target
+    from costlab.metaschedule.targets import measuring_host, runnable_target
 
     model, model2 = pinned_name(args.model), pinned_name(args.model2)  # versioned: an alias may move on
-    info = dict(host=host_info(), target=runnable_target(args.target), trials=args.trials, model=model,
+    target = runnable_target(args.target)
+    info = dict(host=measuring_host(target), target=target, trials=args.trials, model=model,
                 model_sha256=weights_sha256(model), model2=model2, model2_sha256=weights_sha256(model2))
     if meta.exists():  # a benchmark continued: same machine and budget, and each arm's runs by one model
         old = json.loads(meta.read_text())

@@ -45,16 +45,15 @@ def time_network(executable, inputs, device, repeat: int = 10) -> float:
 
 
 def _lower_passes(target) -> list:
-    """Relax's default passes after fusion (lowering, then finalizing) for ``target``. For a CPU they come from
-    ``relax.backend.cpu_generic.pipeline`` itself: TVM 0.27's ``relax.pipeline.dataflow_lower_passes`` looks
-    them up on the ``cpu_generic`` package, which does not export them (AttributeError)."""
-    from tvm.relax import pipeline as relax_pipeline
+    """Relax's default passes after fusion (lowering, then finalizing) for ``target``, from its backend's
+    ``pipeline`` module itself (``relax.backend.cpu_generic.pipeline``, ``relax.backend.cuda.pipeline``): TVM
+    0.27's ``relax.pipeline.dataflow_lower_passes`` looks them up on the backend package, which does not export
+    them (AttributeError)."""
+    import importlib
 
-    if not is_gpu(plain_json(target.export())):
-        from tvm.relax.backend.cpu_generic import pipeline as cpu
-
-        return [*cpu.dataflow_lower_passes(target), *cpu.finalize_passes(target)]
-    return [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
+    backend = "cuda" if is_gpu(plain_json(target.export())) else "cpu_generic"
+    passes = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
+    return [*passes.dataflow_lower_passes(target), *passes.finalize_passes(target)]
 
 
 def default_rules(target) -> list:

@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 
-from costlab.common.host import faked_llvm_cpu, usable_cores
+from costlab.common.host import faked_llvm_cpu, host_info, usable_cores
 
 # Target kinds whose kernels run on a GPU (a target with the key ``gpu`` is one too: ``is_gpu``)
 GPU_KINDS = ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx")
@@ -241,6 +241,12 @@ def arch_number(arch) -> int:
     """A CUDA arch's number: ``sm_90`` and ``sm_90a`` -> 90; 0 for none."""
     match = re.fullmatch(r"sm_(\d+)[a-z]?", str(arch or ""))
     return int(match.group(1)) if match else 0
+
+
+def measuring_host(target: dict) -> dict:
+    """The host record of what is measured here for ``target`` (its JSON dict): this machine, with the GPU
+    that runs the kernels (``local_gpu``) when the target is a GPU's."""
+    return host_info(gpu=local_gpu() if is_gpu(target) else None)
 
 
 def is_gpu(target: dict) -> bool:

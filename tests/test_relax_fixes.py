@@ -74,12 +74,13 @@ class _Layer(torch.nn.Module):
 def test_on_a_gpu_every_untuned_function_gets_a_thread_schedule():
     """A network's functions without a tuning record, built for a CUDA GPU: DLight's GPU rules bind every one's
     loops to blocks and threads (a CPU schedule there fails to build); on a CPU, its CPU rules leave them to
-    TVM's CPU lowering. No GPU needed: the schedules are checked, not built."""
+    TVM's CPU lowering; then each backend's lowering passes run on them. No GPU needed: the schedules are
+    checked and lowered, not compiled."""
     import tvm
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
-    from costlab.export.network import default_rules
+    from costlab.export.network import _lower_passes, default_rules
 
     x = torch.randn(1, 8, 16)
     for spec, bound in (({"kind": "cuda", "arch": "sm_90"}, True), (host_target(), False)):
@@ -91,6 +92,10 @@ def test_on_a_gpu_every_untuned_function_gets_a_thread_schedule():
         assert len(funcs) >= 3, funcs.keys()
         for name, func in funcs.items():
             assert ("threadIdx.x" in func.script()) == bound, name
+        # then the backend's own lowering and finalizing passes, as the build runs them (all but code generation)
+        with target, tvm.transform.PassContext(opt_level=3):
+            lowered = tvm.transform.Sequential(_lower_passes(target))(mod)
+        assert "main" in [str(gv.name_hint) for gv in lowered.functions]
 
 
 def test_a_network_runs_on_its_targets_device():
