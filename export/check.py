@@ -98,18 +98,71 @@ def fastest_records(database, mod, top: int) -> list:
 WORKER_ENDED = "failed: the check's worker ended"
 
 
-def _verdicts(mod, scheduled: list, target: dict, seed: int, timeout: float) -> list[str]:
-    """``_compare_worker``'s verdicts, from a worker process of its own; every one failed when it crashed or
-    timed out (nothing can be vouched for)."""
+def _verdicts_of(jobs: list, target: dict, seed: int, timeout: float, workers: int = 1) -> list[list[str]]:
+    """``_compare_worker``'s verdicts for each job (``(mod, scheduled programs)``), the jobs spread over a pool
+    of ``workers`` worker processes that each start once (TVM imported, a GPU's context made) and check job
+    after job; a job whose worker crashed or timed out gets every program failed (nothing can be vouched for),
+    and the pool starts a fresh worker for the jobs after it."""
     from tvm.support.popen_pool import PopenPoolExecutor
 
-    pool = PopenPoolExecutor(max_workers=1, timeout=timeout)
+    pool = PopenPoolExecutor(max_workers=max(1, min(workers, len(jobs))), timeout=timeout)
     try:
-        return pool.submit(_compare_worker, mod, scheduled, target, seed).result()
-    except Exception as exc:  # noqa: BLE001
-        return [f"{WORKER_ENDED} ({type(exc).__name__})"] * len(scheduled)
+        futures = [pool.submit(_compare_worker, mod, scheduled, target, seed) for mod, scheduled in jobs]
+        out = []
+        for future, (_, scheduled) in zip(futures, jobs):
+            try:
+                out.append(future.result())
+            except Exception as exc:  # noqa: BLE001
+                out.append([f"{WORKER_ENDED} ({type(exc).__name__})"] * len(scheduled))
+        return out
     finally:
         pool.shutdown()
+
+
+def _verdicts(mod, scheduled: list, target: dict, seed: int, timeout: float) -> list[str]:
+    """``_compare_worker``'s verdicts from a worker process of its own."""
+    return _verdicts_of([(mod, scheduled)], target, seed, timeout)[0]
+
+
+def _contenders(database, mod, top: int, records: list | None, skip: list | None) -> list:
+    """The records a task's check tries, in order: ``records`` first, then the database's fastest others (not in
+    ``skip``), up to ``top`` (or as many as ``records``), those with a latency only."""
+    recs = list(records or ())
+    given = {trace_text(r.trace) for r in [*recs, *(skip or ())]}  # then the fastest others, should all be wrong
+    recs += [r for r in fastest_records(database, mod, top + len(skip or ())) if trace_text(r.trace) not in given]
+    return [r for r in recs[:max(top, len(records or ()))] if math.isfinite(record_latency(r.run_secs))]
+
+
+def _answer(recs: list, verdicts: list[str]) -> dict:
+    checked = [dict(tuned_us=round(record_latency(r.run_secs) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
+    for i, v in enumerate(verdicts):
+        if v == "ok":
+            return dict(status="ok" if i == 0 else "replaced", best_us=checked[i]["tuned_us"],
+                        checked=checked[:i + 1], record=recs[i], tried=recs[:i + 1])
+    return dict(status="wrong", best_us=None, checked=checked, record=None, tried=recs)
+
+
+def check_tasks(database, items: list, target, top: int = 3, seed: int = 0, timeout: float = 300.0,
+                workers: int | None = None) -> list[dict]:
+    """``check_task`` for many tasks at once: ``items`` are ``(mod, records, skip)`` per task, and the answers
+    come in their order. The tasks are checked in a pool of ``workers`` processes (default: one a core, at
+    most one a task), each started once for all the tasks it checks: a task checked in a worker of its own pays
+    the worker's start (TVM's import, a GPU's context) every time, most of a small task's check."""
+    from costlab.common.host import usable_cores
+
+    contenders = [_contenders(database, mod, top, records, skip) for mod, records, skip in items]
+    todo = [i for i, recs in enumerate(contenders) if recs]
+    jobs = [(items[i][0], [replay(items[i][0], rec.trace, seed + 1).mod for rec in contenders[i]]) for i in todo]
+    tjson = plain_json(target.export())
+    verdicts = _verdicts_of(jobs, tjson, seed, timeout, usable_cores() if workers is None else workers)
+    answers = [dict(status="none", best_us=None, checked=[], record=None, tried=[]) for _ in items]
+    for i, (mod, scheduled), got in zip(todo, jobs, verdicts):
+        if len(scheduled) > 1 and all(v.startswith(WORKER_ENDED) and "TimeoutError" not in v for v in got):
+            # one program that crashes the process (an out-of-bounds read) ended the check of all: each on its
+            # own (not after a timeout: each would take the whole timeout again)
+            got = [_verdicts(mod, [s], tjson, seed, timeout)[0] for s in scheduled]
+        answers[i] = _answer(contenders[i], got)
+    return answers
 
 
 def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: float = 300.0,
@@ -122,23 +175,4 @@ def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: floa
     matching last one computed a wrong result) and ``status``: ``ok`` (the fastest matched), ``replaced``
     (a faster one was wrong and is not the result), ``wrong`` (none of them matched), ``none`` (nothing
     measured)."""
-
-    recs = list(records or ())
-    given = {trace_text(r.trace) for r in [*recs, *(skip or ())]}  # then the fastest others, should all be wrong
-    recs += [r for r in fastest_records(database, mod, top + len(skip or ())) if trace_text(r.trace) not in given]
-    recs = [r for r in recs[:max(top, len(records or ()))] if math.isfinite(record_latency(r.run_secs))]
-    if not recs:
-        return dict(status="none", best_us=None, checked=[], record=None, tried=[])
-    scheduled = [replay(mod, rec.trace, seed + 1).mod for rec in recs]
-    tjson = plain_json(target.export())
-    verdicts = _verdicts(mod, scheduled, tjson, seed, timeout)
-    if len(scheduled) > 1 and all(v.startswith(WORKER_ENDED) and "TimeoutError" not in v for v in verdicts):
-        # one program that crashes the process (an out-of-bounds read) ended the check of all: each on its own
-        # (not after a timeout: each would take the whole timeout again)
-        verdicts = [_verdicts(mod, [s], tjson, seed, timeout)[0] for s in scheduled]
-    checked = [dict(tuned_us=round(record_latency(r.run_secs) * 1e6, 3), result=v) for r, v in zip(recs, verdicts)]
-    for i, v in enumerate(verdicts):
-        if v == "ok":
-            return dict(status="ok" if i == 0 else "replaced", best_us=checked[i]["tuned_us"],
-                        checked=checked[:i + 1], record=recs[i], tried=recs[:i + 1])
-    return dict(status="wrong", best_us=None, checked=checked, record=None, tried=recs)
+    return check_tasks(database, [(mod, records, skip)], target, top, seed, timeout, workers=1)[0]

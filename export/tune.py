@@ -39,7 +39,7 @@ from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
 from costlab.costmodels.shipped import aliases
-from costlab.export.check import check_task, fastest_records
+from costlab.export.check import check_tasks, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
 from costlab.export.finals import MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN, remeasure
 from costlab.export.library.start import add_run, run_libraries, start_from_library
@@ -443,10 +443,11 @@ def tune(opts: TuneOptions) -> dict:
     checked = opts.check_output and not opts.rpc_key  # a remote device's programs are not run here
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
     answers = []  # per task: check_task's whole answer (its records too), None when not checked
+    rows, to_check = [], []  # to_check: (task index, (mod, records, skip)) of the tasks checked, all at once
     for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
-        record, answer, live, failed = None, None, None, []
+        record, live, failed = None, None, []
         if finals is not None:
             # a contender that failed its second measurement is never the result, whatever its first one said
             live = [r for r, s in finals[i] if math.isfinite(s)]
@@ -455,13 +456,16 @@ def tune(opts: TuneOptions) -> dict:
                 row["final_us"] = [round(s * 1e6, 3) if math.isfinite(s) else None for _, s in finals[i]]
                 record = live[0] if live else None
         if checked and best is not None:
-            answer = check_task(database, t.mod, target, seed=opts.seed, records=live, skip=failed)
-            record = answer["record"]
-            row["check"] = {k: v for k, v in answer.items() if k not in ("record", "tried")}
-            row["best_us"] = row["check"]["best_us"]  # a program whose output is wrong is never the result
+            to_check.append((i, (t.mod, live, failed)))
         chosen.append(record)
-        answers.append(answer)
-        summary["tasks"].append(row)
+        answers.append(None)
+        rows.append(row)
+    got = check_tasks(database, [item for _, item in to_check], target, seed=opts.seed) if to_check else []
+    for (i, _), answer in zip(to_check, got):
+        chosen[i], answers[i] = answer["record"], answer
+        rows[i]["check"] = {k: v for k, v in answer.items() if k not in ("record", "tried")}
+        rows[i]["best_us"] = rows[i]["check"]["best_us"]  # a program whose output is wrong is never the result
+    summary["tasks"].extend(rows)
     if any(r is not None for r in chosen):
         summary["result"] = _write_result(work, tasks, chosen, finals)
     if log.rounds:

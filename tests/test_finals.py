@@ -147,14 +147,40 @@ def test_a_check_whose_worker_ended_checks_each_program_on_its_own(tmp_path, mon
     import costlab.export.check as check
 
     db, mod, target, _ = _lucky_database(tmp_path / "w")
-    real, calls = check._verdicts, []
+    real, calls = check._verdicts_of, []
 
-    def first_worker_dies(mod, scheduled, target, seed, timeout):
-        calls.append(len(scheduled))
+    def first_worker_dies(jobs, target, seed, timeout, workers=1):
+        calls.append([len(scheduled) for _, scheduled in jobs])
         if len(calls) == 1:
-            return [f"{check.WORKER_ENDED} (ChildProcessError)"] * len(scheduled)
-        return real(mod, scheduled, target, seed, timeout)
+            return [[f"{check.WORKER_ENDED} (ChildProcessError)"] * len(scheduled) for _, scheduled in jobs]
+        return real(jobs, target, seed, timeout, workers)
 
-    monkeypatch.setattr(check, "_verdicts", first_worker_dies)
+    monkeypatch.setattr(check, "_verdicts_of", first_worker_dies)
     out = check.check_task(db, mod, target)
-    assert calls == [3, 1, 1, 1] and out["status"] == "ok" and out["checked"][0]["result"] == "ok"
+    assert calls == [[3], [1], [1], [1]] and out["status"] == "ok" and out["checked"][0]["result"] == "ok"
+
+
+def test_many_tasks_are_checked_at_once_as_each_on_its_own(tmp_path):
+    """A network's tasks are checked together in one pool of workers (each started once): every task gets the
+    answer its own check gives, in the order asked, and a task with nothing measured gets ``none``."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.check import check_task, check_tasks
+    from costlab.metaschedule.traces import trace_text
+
+    db, mod, target, _ = _lucky_database(tmp_path / "w")
+    small = workload_json_mod(te_workload_task("GMM:1,16,16,16")[1])
+    sch = Schedule(small)
+    sch.split(sch.get_loops(sch.get_sblock("Z"))[1], [4, 4])
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(small), [3e-7], target,
+                                                     ms.arg_info.ArgInfo.from_prim_func(small["main"])))
+    unmeasured = workload_json_mod(te_workload_task("GMM:1,8,8,8")[1])
+    items = [(small, None, None), (unmeasured, None, None), (mod, None, None)]
+    together = check_tasks(db, items, target, workers=2)
+    alone = [check_task(db, m, target) for m, _, _ in items]
+    assert [a["status"] for a in together] == [a["status"] for a in alone] == ["ok", "none", "ok"]
+    for a, b in zip(together, alone):
+        assert a["checked"] == b["checked"]
+        assert [trace_text(r.trace) for r in a["tried"]] == [trace_text(r.trace) for r in b["tried"]]

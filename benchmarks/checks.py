@@ -1,0 +1,104 @@
+"""Seconds to check a network's tuned programs (``export/check.py``): its tasks checked all at once in a pool
+of workers that each start once (``check_tasks``, as ``costlab tune`` checks them) against each task checked in
+a worker of its own (``check_task`` per task, as ``costlab tune`` checked them before). A worker's start (TVM
+imported; on a GPU, its context made) is most of a small task's check, and a network has many small tasks.
+
+The database is a ``costlab tune --network`` run of ``--trials`` made once into WORK (checks off: this benchmark
+does them); then both ways check its tasks in turn, ``--rounds`` times, each way first in every other round.
+Both ways must give every task the same answer. Per way: the median seconds, and the ratio. Everything runs
+under /tmp/costlab-cpu.lock; the host (and the GPU, for a cuda target) is recorded with the results.
+
+    .venv/bin/python benchmarks/checks.py --work /tmp/checks --json benchmarks/results/checks-zen5.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from costlab.common.cpu_lock import cpu_lock
+from costlab.common.host import describe_host
+
+HERE = Path(__file__).resolve().parent
+
+
+def _tune(args, work: Path) -> None:
+    if (work / "costlab_tune.json").exists():
+        return
+    cmd = [sys.executable, "-m", "costlab", "tune", "--network", args.network, "--target", args.target,
+           "--trials", str(args.trials), "--work-dir", str(work), "--no-check", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
+    print(f"[{time.strftime('%H:%M:%S')}] tuning: {' '.join(cmd[3:])}", flush=True)
+    if subprocess.run(cmd, env=env, cwd=work.parent).returncode:
+        raise SystemExit(f"the tuning run failed; see {work}")
+
+
+def _answers(answers: list) -> list:
+    return [(a["status"], a["checked"]) for a in answers]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", required=True, help="the tuning run's work dir (made when it holds none)")
+    p.add_argument("--network", default="nets:bert_layer")
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--target", default="host")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.trials < 1:
+        raise SystemExit("--rounds and --trials must be at least 1")
+    sys.path.insert(0, str(HERE))  # nets.py, for the network's tasks
+
+    import networks
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from costlab.export.check import check_task, check_tasks
+    from costlab.export.tasks import measuring_target
+    from costlab.metaschedule.targets import measuring_host
+    from costlab.metaschedule.traces import plain_json
+
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    target = measuring_target(args.target)
+    with cpu_lock():
+        _tune(args, work)
+        networks.NETWORKS.setdefault(args.network, args.network)
+        tasks, _ = networks._network(args.network, target)
+        db = JSONDatabase(work_dir=str(work))
+        measured = [t for t in tasks if db.has_workload(t.mod)]
+        ways = {"one worker a task": lambda: [check_task(db, t.mod, target) for t in measured],
+                "all at once": lambda: check_tasks(db, [(t.mod, None, None) for t in measured], target)}
+        seconds: dict = {k: [] for k in ways}
+        answers: dict = {}
+        for r in range(args.rounds):
+            for name in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+                t0 = time.perf_counter()
+                got = ways[name]()
+                seconds[name].append(round(time.perf_counter() - t0, 3))
+                answers.setdefault(name, _answers(got))
+                print(f"[{time.strftime('%H:%M:%S')}] round {r} {name}: {seconds[name][-1]:.2f} s", flush=True)
+    if answers["one worker a task"] != answers["all at once"]:
+        raise SystemExit("the two ways gave different answers: " + json.dumps(answers, default=str)[:2000])
+    med = {k: statistics.median(v) for k, v in seconds.items()}
+    ratio = round(med["all at once"] / med["one worker a task"], 3)
+    host = measuring_host(plain_json(target.export()))
+    print(describe_host(host))
+    print(f"checking {len(measured)} tasks of {args.network}, median of {args.rounds}: all at once "
+          f"{med['all at once']:.2f} s, one worker a task {med['one worker a task']:.2f} s, ratio {ratio}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(median_s=med, ratio=ratio, seconds=seconds, tasks=len(measured),
+                                                   statuses=[s for s, _ in answers["all at once"]],
+                                                   network=args.network, trials=args.trials, target=args.target,
+                                                   host=host, at=time.strftime("%Y-%m-%d %H:%M:%S")), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
