@@ -533,3 +533,20 @@ def test_a_run_records_the_version_a_shipped_alias_stands_for(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "model: 'x86-cpu' -> " in err and "another --work-dir" in err
     assert len(_records(work)) == records
+
+
+def test_a_batch_that_failed_while_the_run_was_stopped_is_not_recorded():
+    """The signal that stops a run reaches its builder's workers too (a process group's signal): the batch in
+    flight then fails to build for that alone. Those candidates are not recorded (a re-run measures them);
+    a failure while the run goes on is the program's and is recorded; a result the RPC guard marked lost never
+    is."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from costlab.export.callbacks import recorded
+    from costlab.metaschedule.rpc import LOST
+
+    killed = "LocalBuilder: An exception occurred\nSubprocess terminated"
+    results = [RunnerResult([1e-6], None), RunnerResult(None, killed),
+               RunnerResult(None, f"{LOST}: the device stopped answering"), RunnerResult([2e-6], None)]
+    assert recorded(results, stopping=False) == [0, 1, 3]
+    assert recorded(results, stopping=True) == [0, 3]
