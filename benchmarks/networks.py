@@ -252,12 +252,18 @@ def run(args) -> int:
             with cpu_lock():  # extraction compiles: not beside another job's measurements
                 tasks, _ = _network(net, tvm.target.Target(runnable_target(args.target)))
             _refuse_overlap(Path(args.library), tasks, net)
+    failed = []
     for net in args.networks:
         for seed in args.seeds:
             done = [arm for arm in args.arms if _run_arm(arm, net, seed, args, out, has_library)]
+            failed += [f"{net} s{seed} {arm}" for arm in args.arms if arm not in done]
             if done:
                 _retime(out / "runs" / net / f"s{seed}", net, args)
-    return table(args)
+    shown = table(args)
+    if failed:  # the table shows what finished; the exit status says that not everything did
+        print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return shown
 
 
 def _prefix_db(work: Path, records: int, into: Path):

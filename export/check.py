@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from costlab.common.host import usable_cores
 from costlab.datasets.records import record_latency
 from costlab.metaschedule.targets import is_gpu
 from costlab.metaschedule.traces import plain_json, replay, trace_text
@@ -98,11 +99,13 @@ def fastest_records(database, mod, top: int) -> list:
 WORKER_ENDED = "failed: the check's worker ended"
 
 
-def _verdicts_of(jobs: list, target: dict, seed: int, timeout: float, workers: int = 1) -> list[list[str]]:
+def _verdicts_of(jobs: list, target: dict, seed: int, timeout: float, workers: int = 1,
+                 done=None) -> list[list[str]]:
     """``_compare_worker``'s verdicts for each job (``(mod, scheduled programs)``), the jobs spread over a pool
     of ``workers`` worker processes that each start once (TVM imported, a GPU's context made) and check job
     after job; a job whose worker crashed or timed out gets every program failed (nothing can be vouched for),
-    and the pool starts a fresh worker for the jobs after it."""
+    and the pool starts a fresh worker for the jobs after it. ``done(i)`` is called as job i's verdicts are
+    in, in the jobs' order."""
     from tvm.support.popen_pool import PopenPoolExecutor
 
     pool = PopenPoolExecutor(max_workers=max(1, min(workers, len(jobs))), timeout=timeout)
@@ -114,6 +117,8 @@ def _verdicts_of(jobs: list, target: dict, seed: int, timeout: float, workers: i
                 out.append(future.result())
             except Exception as exc:  # noqa: BLE001
                 out.append([f"{WORKER_ENDED} ({type(exc).__name__})"] * len(scheduled))
+            if done is not None:
+                done(len(out) - 1)
         return out
     finally:
         pool.shutdown()
@@ -143,18 +148,22 @@ def _answer(recs: list, verdicts: list[str]) -> dict:
 
 
 def check_tasks(database, items: list, target, top: int = 3, seed: int = 0, timeout: float = 300.0,
-                workers: int | None = None) -> list[dict]:
+                workers: int | None = None, progress=None) -> list[dict]:
     """``check_task`` for many tasks at once: ``items`` are ``(mod, records, skip)`` per task, and the answers
     come in their order. The tasks are checked in a pool of ``workers`` processes (default: one a core, at
     most one a task), each started once for all the tasks it checks: a task checked in a worker of its own pays
-    the worker's start (TVM's import, a GPU's context) every time, most of a small task's check."""
-    from costlab.common.host import usable_cores
-
+    the worker's start (TVM's import, a GPU's context) every time, most of a small task's check.
+    ``progress(i)`` is called as task i's programs are checked (a task with nothing measured: at once)."""
     contenders = [_contenders(database, mod, top, records, skip) for mod, records, skip in items]
     todo = [i for i, recs in enumerate(contenders) if recs]
     jobs = [(items[i][0], [replay(items[i][0], rec.trace, seed + 1).mod for rec in contenders[i]]) for i in todo]
     tjson = plain_json(target.export())
-    verdicts = _verdicts_of(jobs, tjson, seed, timeout, usable_cores() if workers is None else workers)
+    if progress is not None:
+        for i, recs in enumerate(contenders):
+            if not recs:
+                progress(i)
+    verdicts = _verdicts_of(jobs, tjson, seed, timeout, usable_cores() if workers is None else workers,
+                            None if progress is None else (lambda j: progress(todo[j])))
     answers = [dict(status="none", best_us=None, checked=[], record=None, tried=[]) for _ in items]
     for i, (mod, scheduled), got in zip(todo, jobs, verdicts):
         if len(scheduled) > 1 and all(v.startswith(WORKER_ENDED) and "TimeoutError" not in v for v in got):

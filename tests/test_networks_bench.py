@@ -1,5 +1,6 @@
 """benchmarks/networks.py without tuning: its curves and figures on hand-made run histories, MetaSchedule's task
-scheduler log read back, and the refusal of a library that holds one of the benchmark networks' tasks."""
+scheduler log read back, the refusal of a library that holds one of the benchmark networks' tasks, and a
+failed run said in the exit status."""
 
 from __future__ import annotations
 
@@ -209,3 +210,15 @@ def test_an_earlier_tables_seeds_are_summed_in_only_from_the_same_host(tmp_path,
             bad.write_text(text)
         with pytest.raises(SystemExit, match=f"error: {bad}: not a"):
             networks.main(["table", "--out", str(tmp_path / "new"), "--with", str(bad)])
+
+
+def test_a_run_that_fails_is_said_in_the_exit_status(tmp_path, capsys):
+    """An arm whose `costlab tune` fails (here: a budget it refuses) leaves the table of what finished and a
+    non-zero exit status naming the run, so a script running the benchmark sees the failure."""
+    import networks
+
+    out = tmp_path / "bench"
+    assert networks.main(["run", "--out", str(out), "--networks", "llama-small", "--arms", "a", "--seeds", "0",
+                          "--trials", "0", "--target", "host"]) == 1
+    assert "runs that failed: llama-small s0 a" in capsys.readouterr().err
+    assert "--trials" in (out / "runs" / "llama-small" / "s0" / "a" / "run.log").read_text()

@@ -10,8 +10,10 @@ added unchecked.
 
 from __future__ import annotations
 
+import json
+
 from costlab.datasets.records import record_latency
-from costlab.export.check import check_task, fastest_records
+from costlab.export.check import check_task, check_tasks, fastest_records
 from costlab.export.transfer.match import structure
 from costlab.metaschedule.databases import work_dir_database
 from costlab.metaschedule.traces import plain_json, trace_json, trace_text
@@ -64,14 +66,28 @@ def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progr
         for rec in database.get_all_tuning_records():
             shash = str(rec.workload.as_json()[0])
             if shash not in workloads:
-                workloads[shash] = (rec.workload, rec.target)
-        for n, (shash, (workload, target)) in enumerate(workloads.items()):
-            mod = workload.mod
-            name = describe(mod).name
-            target = tvm.target.Target(plain_json(target.export()))
-            programs = task_programs(database, mod, per_task, str(work), target=target if may_check else None,
-                                     seed=seed)
+                workloads[shash] = (rec.workload, plain_json(rec.target.export()))
+        names = {shash: describe(w.mod).name for shash, (w, _) in workloads.items()}
+        checks: dict = {}
+        checked = [0]
+
+        def tick(shash):
+            checked[0] += 1
             if progress is not None:
-                progress(n + 1, len(workloads), name)
+                progress(checked[0], len(workloads), names[shash])
+
+        if may_check:  # all tasks of a target at once (export/check.check_tasks), then the programs of each
+            by_target: dict = {}
+            for shash, (_, tjson) in workloads.items():
+                by_target.setdefault(json.dumps(tjson, sort_keys=True), []).append(shash)
+            for tjson, shashes in by_target.items():
+                answers = check_tasks(database, [(workloads[h][0].mod, None, None) for h in shashes],
+                                      tvm.target.Target(json.loads(tjson)), seed=seed,
+                                      progress=lambda i, shashes=shashes: tick(shashes[i]))
+                checks.update(zip(shashes, answers))
+        for shash, (workload, tjson) in workloads.items():
+            programs = task_programs(database, workload.mod, per_task, str(work), check=checks.get(shash))
+            if not may_check:
+                tick(shash)
             if programs:
-                yield shash, str(workload.as_json()[1]), name, structure_json(mod), programs, plain_json(target.export())
+                yield shash, str(workload.as_json()[1]), names[shash], structure_json(workload.mod), programs, tjson
