@@ -25,6 +25,8 @@ RTOL, ATOL = 1e-3, 2e-3
 # reference's: tolerances relative to the output's largest value (taken as at least 1), far below what a wrong
 # program gives
 HALF_RTOL = 2e-2
+# check workers at once on a GPU: each makes a CUDA context (hundreds of MiB of the GPU's memory)
+GPU_WORKERS = 4
 
 
 def close(expected, got) -> bool:
@@ -150,9 +152,10 @@ def _answer(recs: list, verdicts: list[str]) -> dict:
 def check_tasks(database, items: list, target, top: int = 3, seed: int = 0, timeout: float = 300.0,
                 workers: int | None = None, progress=None) -> list[dict]:
     """``check_task`` for many tasks at once: ``items`` are ``(mod, records, skip)`` per task, and the answers
-    come in their order. The tasks are checked in a pool of ``workers`` processes (default: one a core, at
-    most one a task), each started once for all the tasks it checks: a task checked in a worker of its own pays
-    the worker's start (TVM's import, a GPU's context) every time, most of a small task's check.
+    come in their order. The tasks are checked in a pool of ``workers`` processes (default: one a core, on a
+    GPU at most ``GPU_WORKERS``; at most one a task), each started once for all the tasks it checks: a task
+    checked in a worker of its own pays the worker's start (TVM's import, a GPU's context) every time, most of
+    a small task's check.
     ``progress(i)`` is called as task i's programs are checked (a task with nothing measured: at once)."""
     contenders = [_contenders(database, mod, top, records, skip) for mod, records, skip in items]
     todo = [i for i, recs in enumerate(contenders) if recs]
@@ -162,7 +165,9 @@ def check_tasks(database, items: list, target, top: int = 3, seed: int = 0, time
         for i, recs in enumerate(contenders):
             if not recs:
                 progress(i)
-    verdicts = _verdicts_of(jobs, tjson, seed, timeout, usable_cores() if workers is None else workers,
+    if workers is None:  # one a core; on a GPU at most GPU_WORKERS, each holding a context in its memory
+        workers = min(usable_cores(), GPU_WORKERS) if is_gpu(tjson) else usable_cores()
+    verdicts = _verdicts_of(jobs, tjson, seed, timeout, workers,
                             None if progress is None else (lambda j: progress(todo[j])))
     answers = [dict(status="none", best_us=None, checked=[], record=None, tried=[]) for _ in items]
     for i, (mod, scheduled), got in zip(todo, jobs, verdicts):
