@@ -149,11 +149,11 @@ def test_a_check_whose_worker_ended_checks_each_program_on_its_own(tmp_path, mon
     db, mod, target, _ = _lucky_database(tmp_path / "w")
     real, calls = check._verdicts_of, []
 
-    def first_worker_dies(jobs, target, seed, timeout, workers=1):
+    def first_worker_dies(jobs, target, seed, timeout, workers=1, done=None):
         calls.append([len(scheduled) for _, scheduled in jobs])
         if len(calls) == 1:
             return [[f"{check.WORKER_ENDED} (ChildProcessError)"] * len(scheduled) for _, scheduled in jobs]
-        return real(jobs, target, seed, timeout, workers)
+        return real(jobs, target, seed, timeout, workers, done)
 
     monkeypatch.setattr(check, "_verdicts_of", first_worker_dies)
     out = check.check_task(db, mod, target)
