@@ -12,6 +12,7 @@ not the tuning run.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -64,14 +65,22 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
         else:
             inputs.append(rng.integers(0, 8, shape).astype(dtype))
 
-    def run(mod, target=target, dev=dev) -> list:
+    def run(mod, target=target, dev=dev, on_gpu=gpu) -> list:
         lib = tvm.compile(mod, target=target)
         args = [tvm.runtime.tensor(x.copy(), device=dev) for x in inputs]
-        lib[lib.entry_name](*args) if hasattr(lib, "entry_name") else lib["main"](*args)
-        dev.sync()
-        return [a.numpy() for a in args]
+        try:
+            lib[lib.entry_name](*args) if hasattr(lib, "entry_name") else lib["main"](*args)
+            dev.sync()
+            return [a.numpy() for a in args]
+        except Exception:
+            if on_gpu:
+                # a kernel that faulted on a GPU leaves the process's CUDA context unusable: every later run in
+                # this worker would fail too. The worker ends; the check takes this job's programs again, each
+                # in a fresh worker, and the pool starts a fresh one for the tasks after it.
+                os._exit(3)
+            raise
 
-    expected = run(reference, ref_target, ref_dev)
+    expected = run(reference, ref_target, ref_dev, on_gpu=False)
     out = []
     for mod in candidates:
         try:
