@@ -15,27 +15,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import networks  # this folder's: the benchmark networks (nets.py) and their tasks
 from costlab.common.cpu_lock import cpu_lock
 from costlab.common.host import describe_host
-
-HERE = Path(__file__).resolve().parent
 
 
 def _tune(args, work: Path) -> None:
     if (work / "costlab_tune.json").exists():
         return
-    cmd = [sys.executable, "-m", "costlab", "tune", "--network", args.network, "--target", args.target,
+    cmd = [*networks.COSTLAB, "tune", "--network", networks.NETWORKS[args.network], "--target", args.target,
            "--trials", str(args.trials), "--work-dir", str(work), "--no-check", "--no-progress"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
     print(f"[{time.strftime('%H:%M:%S')}] tuning: {' '.join(cmd[3:])}", flush=True)
-    if subprocess.run(cmd, env=env, cwd=work.parent).returncode:
+    if subprocess.run(cmd, env=networks._env(), cwd=work.parent).returncode:
         raise SystemExit(f"the tuning run failed; see {work}")
 
 
@@ -46,7 +43,7 @@ def _answers(answers: list) -> list:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", required=True, help="the tuning run's work dir (made when it holds none)")
-    p.add_argument("--network", default="nets:bert_layer")
+    p.add_argument("--network", default="bert", choices=list(networks.NETWORKS))
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--target", default="host")
     p.add_argument("--rounds", type=int, default=2)
@@ -54,9 +51,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.trials < 1:
         raise SystemExit("--rounds and --trials must be at least 1")
-    sys.path.insert(0, str(HERE))  # nets.py, for the network's tasks
-
-    import networks
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     from costlab.export.check import check_task, check_tasks
@@ -69,7 +63,6 @@ def main(argv=None) -> int:
     target = measuring_target(args.target)
     with cpu_lock():
         _tune(args, work)
-        networks.NETWORKS.setdefault(args.network, args.network)
         tasks, _ = networks._network(args.network, target)
         db = JSONDatabase(work_dir=str(work))
         measured = [t for t in tasks if db.has_workload(t.mod)]

@@ -328,7 +328,8 @@ def _time_together(builds: dict, inputs, rounds: int, device) -> dict:
 def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
     import tempfile
 
-    from costlab.export.network import build, check_output, device_of
+    from costlab.export.network import build, check_output
+    from costlab.metaschedule.targets import device_of
     from costlab.export.tasks import measuring_target
     from costlab.metaschedule.targets import target_cores
 
@@ -379,7 +380,8 @@ def finals(args) -> int:
     turn, ``--rounds`` times, into OUT/runs/NET/sSEED/finals.json."""
     import tempfile
 
-    from costlab.export.network import build, check_output, device_of
+    from costlab.export.network import build, check_output
+    from costlab.metaschedule.targets import device_of
     from costlab.export.tasks import measuring_target
     from costlab.metaschedule.targets import target_cores
 
@@ -458,7 +460,8 @@ def _untuned_tasks(path: Path, tasks, target) -> dict:
     from tvm.s_tir import dlight as dl
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from costlab.export.network import default_rules, device_of
+    from costlab.export.network import default_rules
+    from costlab.metaschedule.targets import device_of
 
     device = device_of(target)
     out = {}

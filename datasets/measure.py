@@ -28,7 +28,7 @@ from itertools import zip_longest
 import numpy as np
 
 from costlab.common.errors import InputError, UsageError, last_line
-from costlab.common.host import describe_host, host_difference, host_info, same_host
+from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.stopwatch import stopwatch
 from costlab.datasets import records as rec
 from costlab.datasets.store import DatasetWriter, check_same_target, open_dataset
@@ -37,7 +37,7 @@ from costlab.metaschedule.pools import warm_up
 from costlab.metaschedule.results import ERROR_NONE
 from costlab.metaschedule.rpc import LOST, is_lost
 from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
-from costlab.metaschedule.targets import local_gpu, platform_id_for, runnable_target, target_cores
+from costlab.metaschedule.targets import measuring_host, platform_id_for, runnable_target, target_cores
 from costlab.metaschedule.traces import ReplayError, compact_json, plain_json, replay_candidate, trace_json
 from costlab.metaschedule.tune_context import tune_context
 from costlab.metaschedule.workloads import decode_workload
@@ -193,7 +193,7 @@ def measure(data, opts: MeasureOptions) -> str:
     pid = opts.platform or platform_id_for(target_json)
 
     # kernels of an RPC run run on the remote device; a CUDA target's on this machine's GPU, recorded with it
-    host = None if opts.rpc_key else host_info(gpu=local_gpu() if target.kind.name == "cuda" else None)
+    host = None if opts.rpc_key else measuring_host(target_json)
     with open_dataset(data) as ds:
         check_same_target(data, pid, ds.platforms.get(pid), target_json)  # before anything is measured
         if host is not None:

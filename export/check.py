@@ -18,7 +18,7 @@ import numpy as np
 
 from costlab.common.host import usable_cores
 from costlab.datasets.records import record_latency
-from costlab.metaschedule.targets import is_gpu
+from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json, replay, trace_text
 
 RTOL, ATOL = 1e-3, 2e-3
@@ -50,7 +50,7 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
 
     target = tvm.target.Target(target_json)
     gpu = is_gpu(target_json)
-    dev = tvm.device(str(target.kind.name), 0) if gpu else tvm.cpu(0)
+    dev = device_of(target)
     # A GPU reference runs on the host CPU: the unscheduled module binds no threads, which a GPU build refuses.
     ref_target, ref_dev = (tvm.target.Target({"kind": "llvm"}), tvm.cpu(0)) if gpu else (target, dev)
     rng = np.random.default_rng(seed)

@@ -20,17 +20,10 @@ import os
 
 import numpy as np
 
-from costlab.metaschedule.targets import is_gpu
+from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json
 
 BASELINE = "Relax's default CPU pipeline with s_tir.dlight.cpu rules (GEMV, Reduction) where they apply"
-
-
-def device_of(target):
-    """The device that runs ``target``'s programs here: device 0 of its kind on a GPU, else the CPU."""
-    import tvm
-
-    return tvm.device(str(target.kind.name), 0) if is_gpu(plain_json(target.export())) else tvm.cpu(0)
 
 
 def time_network(executable, inputs, device, repeat: int = 10) -> float:

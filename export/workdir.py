@@ -205,8 +205,8 @@ class MeasuringStack:
         """``(builder, runner)``: costlab's pooled builder (``workers`` processes) and its runner
         (``metaschedule/runners.make_runner``; ``measure``: ``MeasureOptions`` fields, ``number``, ``repeat``, the
         RPC tracker's; ``on_lost(reason)`` when an RPC device stops answering), the builder's workers started now
-        with ``warm`` (the local runner starts its own); or, with ``ms_defaults``, MetaSchedule's ``LocalBuilder`` and ``LocalRunner`` exactly as
-        "local" makes them."""
+        with ``warm`` (the local runner starts its own); or, with ``ms_defaults``, MetaSchedule's
+        ``LocalBuilder`` and ``LocalRunner`` exactly as "local" makes them."""
         from tvm.s_tir import meta_schedule as ms
 
         if ms_defaults:

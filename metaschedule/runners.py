@@ -14,6 +14,7 @@ from costlab.common.stopwatch import stopwatch
 from costlab.metaschedule.pools import shutdown_pool, track_start, warm_worker
 from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS, costs_and_error
 from costlab.metaschedule.rpc import guarded_runner
+from costlab.metaschedule.targets import device_of
 from costlab.metaschedule.traces import plain_json
 
 
@@ -47,9 +48,7 @@ def _start_worker(device: str) -> None:
 def device_name(target) -> str:
     """The device a runner runs ``target``'s programs on, by the name runners take ("cpu", "cuda"), not the
     target's kind ("llvm")."""
-    import tvm
-
-    return str(tvm.runtime.device(target.get_target_device_type(), 0)).split(":")[0]
+    return str(device_of(target)).split(":")[0]
 
 
 @functools.lru_cache(maxsize=None)

@@ -243,6 +243,14 @@ def arch_number(arch) -> int:
     return int(match.group(1)) if match else 0
 
 
+def device_of(target):
+    """The device here that runs ``target``'s programs (a ``tvm.target.Target``): device 0 of its kind (the CPU
+    for llvm, the first GPU for cuda)."""
+    import tvm
+
+    return tvm.runtime.device(target.get_target_device_type(), 0)
+
+
 def measuring_host(target: dict) -> dict:
     """The host record of what is measured here for ``target`` (its JSON dict): this machine, with the GPU
     that runs the kernels (``local_gpu``) when the target is a GPU's."""

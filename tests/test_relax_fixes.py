@@ -104,7 +104,7 @@ def test_a_network_runs_on_its_targets_device():
     No GPU needed: a device handle is made, nothing runs on it."""
     import tvm
 
-    from costlab.export.network import device_of
+    from costlab.metaschedule.targets import device_of
 
     gpu = device_of(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     assert gpu.dlpack_device_type() == tvm.cuda(0).dlpack_device_type()
