@@ -59,6 +59,8 @@ def main(argv=None) -> int:
     from costlab.metaschedule.traces import plain_json
 
     work = Path(args.work).resolve()
+    if work.exists() and not work.is_dir():
+        raise SystemExit(f"--work {work} is a file, not a tuning run's work dir")
     work.mkdir(parents=True, exist_ok=True)
     target = measuring_target(args.target)
     with cpu_lock():
