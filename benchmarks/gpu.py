@@ -215,6 +215,10 @@ def startup(args) -> dict:
         tvm.compile(sch.mod, target=target)
 
     _timed("one nvcc build of a float32 GMM program", build, out)
+    from costlab.common.host import host_info
+    from costlab.metaschedule.targets import local_gpu
+
+    out["host"] = host_info(gpu=local_gpu())  # the machine, and the GPU it ran on (None: none here)
     return out
 
 
