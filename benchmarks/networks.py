@@ -467,7 +467,8 @@ def _untuned_tasks(path: Path, tasks, target) -> dict:
     out = {}
     for t in tasks:
         with target:
-            mod = dl.ApplyDefaultSchedule(*default_rules(target))(t.mod)
+            # on a copy: DLight schedules a module that it alone holds in place
+            mod = dl.ApplyDefaultSchedule(*default_rules(target))(t.mod.clone())
         lib = tvm.compile(mod, target=target)
         args = [tvm.runtime.tensor(np.random.rand(*[int(d) for d in a.shape]).astype(str(a.dtype)), device)
                 for a in ArgInfo.from_prim_func(t.mod["main"])]

@@ -11,6 +11,11 @@ program and count against no trial budget; their seconds are part of the run's w
 ``cold``: the second measurement times each run with the CPU's caches flushed of the kernel's weights and
 output (``metaschedule/runners.cold_runs``), as the kernel meets them inside the network; programs that tie
 warm can differ by up to 1.5x there.
+
+``untuned``: each task's program as the untuned build schedules it (``export/network.default_rules``, what a
+network's function without a tuned program gets) is measured beside its contenders, in the same rounds, so a
+run can keep that schedule where no program it found beats it (``keep_untuned``): on a GPU, DLight's schedules
+of small elementwise and reduction kernels often beat the first programs a search samples.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from contextlib import nullcontext
 
 from costlab.datasets.records import record_latency
 from costlab.export.check import fastest_records
+from costlab.export.network import default_rules
 from costlab.metaschedule.runners import build_and_run, cold_runs
 
 TOP, WITHIN, ROUNDS = 4, 1.15, 2
@@ -33,22 +39,43 @@ def contenders(database, mod, top: int = TOP, within: float = WITHIN) -> list:
     return [r for r in recs if record_latency(r.run_secs) <= within * record_latency(recs[0].run_secs)]
 
 
+def untuned_candidate(mod, target):
+    """The task's module as the untuned build schedules it, as a candidate to measure; None where those rules
+    fail on it."""
+    from tvm.s_tir import dlight as dl
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    try:
+        with target:  # on a copy: DLight schedules a module it alone holds in place, and mod is the task's
+            scheduled = dl.ApplyDefaultSchedule(*default_rules(target))(mod.clone())
+        return ms.MeasureCandidate(Schedule(scheduled), ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+    except Exception:  # noqa: BLE001  a task DLight cannot schedule is compared with nothing: its tuned program stays
+        return None
+
+
 def remeasure(database, mods: list, builder, runner, target, top: int = TOP, within: float = WITHIN,
-              rounds: int = ROUNDS, cold: bool = False) -> tuple[list[list], dict]:
+              rounds: int = ROUNDS, cold: bool = False, untuned: bool = False) -> tuple[list[list], dict]:
     """Per module (a task), its contenders ordered by their new measurement, fastest first, each as
     ``(record, seconds)`` (``inf``: failed now); and ``stats``: programs measured again, tasks whose first
     pick changed, seconds spent, and how they were measured (``cold`` or ``warm``). A task with one
-    contender is not measured again. ``cold``: caches flushed before every timed run (a local runner)."""
+    contender is not measured again. ``cold``: caches flushed before every timed run (a local runner).
+    ``untuned``: each measured task's untuned program is measured with its contenders (its one contender too),
+    its seconds per task in ``stats["untuned_s"]`` (None: not measured; ``inf``: failed)."""
     start = time.time()
     groups = [contenders(database, m, top, within) for m in mods]
-    todo = [(i, r) for i, g in enumerate(groups) if len(g) > 1 for r in g]
-    results = []
-    if todo:
+    base = [untuned_candidate(m, target) if untuned and g else None for m, g in zip(mods, groups)]
+    todo = [(i, r) for i, g in enumerate(groups) if len(g) > 1 or base[i] is not None for r in g]
+    made = [_candidate(r) for _, r in todo] + [b for b in base if b is not None]
+    measured = iter([])
+    if any(c is not None for c in made):
         with cold_runs(runner) if cold else nullcontext(runner):
-            results = build_and_run(builder, runner, target, [r.as_measure_candidate() for _, r in todo], rounds=rounds)
+            measured = iter(build_and_run(builder, runner, target, [c for c in made if c is not None],
+                                          rounds=rounds))
+    results = [_seconds(next(measured)) if c is not None else math.inf for c in made]  # inf: did not replay
     again: dict[int, list] = {}
-    for (i, rec), (costs, error, _msg) in zip(todo, results):
-        again.setdefault(i, []).append((rec, record_latency(costs) if not error else math.inf))
+    for (i, rec), secs in zip(todo, results):
+        again.setdefault(i, []).append((rec, secs))
     out, changed = [], 0
     for i, g in enumerate(groups):
         if i in again:
@@ -57,5 +84,38 @@ def remeasure(database, mods: list, builder, runner, target, top: int = TOP, wit
             out.append(order)
         else:
             out.append([(r, record_latency(r.run_secs)) for r in g])
-    return out, dict(measured=len(todo), changed=changed, seconds=round(time.time() - start, 2),
-                     measure="cold" if cold else "warm")
+    stats = dict(measured=len(todo), changed=changed, seconds=round(time.time() - start, 2),
+                 measure="cold" if cold else "warm")
+    if untuned:
+        rest = iter(results[len(todo):])
+        stats["untuned_s"] = [None if b is None else next(rest) for b in base]
+    return out, stats
+
+
+def _candidate(rec):
+    """A record's program to measure again; None where its trace no longer replays on the task (TVM's replay
+    can refuse one, e.g. an instruction whose outputs differ in number): it is never the result."""
+    try:
+        return rec.as_measure_candidate()
+    except Exception:  # noqa: BLE001  TVM raises its own errors; the other contenders are still measured
+        return None
+
+
+def _seconds(result) -> float:
+    costs, error, _msg = result
+    return record_latency(costs) if not error else math.inf
+
+
+def keep_untuned(chosen: list, finals: list, untuned_s: list) -> list[bool]:
+    """Per task, whether it keeps its untuned schedule: its chosen record (None: none) measured slower than the
+    untuned program in the same rounds of ``remeasure``. Those tasks' entries of ``chosen`` become None (the
+    result and the network's build then give them the untuned schedule). A chosen record that was not among
+    the measured contenders (the check fell back past them) has no figure to compare and stays."""
+    kept = []
+    for i, (rec, base) in enumerate(zip(chosen, untuned_s)):
+        secs = next((s for r, s in finals[i] if r is rec), None) if rec is not None else None
+        keep = secs is not None and base is not None and base < secs
+        if keep:
+            chosen[i] = None
+        kept.append(keep)
+    return kept

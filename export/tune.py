@@ -41,7 +41,7 @@ from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
 from costlab.costmodels.shipped import aliases
 from costlab.export.check import check_tasks, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
-from costlab.export.finals import MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN, remeasure
+from costlab.export.finals import MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN, keep_untuned, remeasure
 from costlab.export.library.start import add_run, run_libraries, start_from_library
 from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
@@ -405,7 +405,7 @@ def tune(opts: TuneOptions) -> dict:
                 cold = opts.final_measure == "cold" and not is_gpu(plain_json(target.export()))
                 finals, finals_stats = remeasure(database, [t.mod for t in tasks], builder,
                                                  getattr(runner, "inner", runner), target, top=opts.final_top,
-                                                 cold=cold)
+                                                 cold=cold, untuned=True)
         finally:
             _release_loggers()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),
@@ -465,8 +465,16 @@ def tune(opts: TuneOptions) -> dict:
         chosen[i], answers[i] = answer["record"], answer
         rows[i]["check"] = {k: v for k, v in answer.items() if k not in ("record", "tried")}
         rows[i]["best_us"] = rows[i]["check"]["best_us"]  # a program whose output is wrong is never the result
+    untuned_s = finals_stats.pop("untuned_s", None) if finals_stats else None
+    if untuned_s is not None:  # a task none of whose programs beat its untuned schedule keeps that schedule
+        for i, keep in enumerate(keep_untuned(chosen, finals, untuned_s)):
+            if untuned_s[i] is not None:
+                rows[i]["untuned_us"] = round(untuned_s[i] * 1e6, 3) if math.isfinite(untuned_s[i]) else None
+            if keep:
+                rows[i]["kept"] = "untuned"
+        finals_stats["kept_untuned"] = sum(r.get("kept") == "untuned" for r in rows)
     summary["tasks"].extend(rows)
-    if any(r is not None for r in chosen):
+    if any(r is not None for r in chosen) or any(r.get("kept") for r in rows):  # (every task kept: an empty result)
         summary["result"] = _write_result(work, tasks, chosen, finals)
     if log.rounds:
         summary["rounds"] = len(log.rounds)

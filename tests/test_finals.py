@@ -80,6 +80,61 @@ def test_a_task_with_one_contender_is_not_measured_again(tmp_path):
     assert [(str(r.trace), s) for r, s in order] == [(str(naive.trace), 1e-6)]
 
 
+def test_the_untuned_program_is_measured_with_a_tasks_contenders_its_one_contender_too(tmp_path):
+    """``untuned``: the task's program as the untuned build schedules it runs in the same rounds as its
+    contenders, a task with one contender included (measured now, not its recorded 1 us); a task with nothing
+    measured gets no figure."""
+    from costlab.export.finals import remeasure
+
+    db, mod, target, (naive, _fast, _far) = _lucky_database(tmp_path / "w")
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+
+    other = workload_json_mod(te_workload_task("GMM:1,16,16,16")[1])  # no record in the database
+    stack, builder, runner = _stack(target)
+    try:
+        [order, none], stats = remeasure(db, [mod, other], builder, runner, target, within=1.05, untuned=True)
+    finally:
+        stack.close()
+    assert none == [] and stats["untuned_s"][1] is None
+    assert stats["measured"] == 1 and [str(r.trace) for r, _ in order] == [str(naive.trace)]
+    assert order[0][1] > 2e-6  # the naive 128^3 matmul measured now, not its recorded 1 us
+    assert 0 < stats["untuned_s"][0] < float("inf")
+
+
+def test_the_untuned_program_is_scheduled_on_a_copy_of_the_task():
+    """DLight schedules a module that it alone holds in place: the task's own module (what the database's
+    workload and the summary's trial counts match against) stays as extracted."""
+    import tvm
+    from tvm import te
+
+    from costlab.export.finals import untuned_candidate
+
+    x, w = te.placeholder((2, 16), name="x"), te.placeholder((16, 8), name="w")
+    k = te.reduce_axis((0, 16), name="k")
+    y = te.compute((2, 8), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="matmul")
+    b = te.placeholder((8,), name="b")
+    z = te.compute((2, 8), lambda i, j: y[i, j] + b[j], name="T_add")  # a network's Linear: matmul, bias added
+    mod = tvm.IRModule({"main": te.create_prim_func([x, w, b, z])})
+    before = mod.script()
+    cand = untuned_candidate(mod, tvm.target.Target({"kind": "llvm", "num-cores": 2}))
+    assert mod.script() == before
+    assert cand is not None and cand.sch.mod.script() != before  # DLight's CPU rules scheduled the copy
+
+
+def test_a_task_keeps_its_untuned_schedule_only_where_it_ran_faster_than_the_chosen_program():
+    from costlab.export.finals import keep_untuned
+
+    a, b, c, d = object(), object(), object(), object()
+    finals = [[(a, 2e-6), (b, 3e-6)], [(c, 2e-6)], [(d, 5e-6)], [], [(a, 1e-6)]]
+    # task 0: its chosen b (the check replaced a) against 2.5 us; 1: faster than untuned; 2: untuned failed;
+    # 3: nothing chosen; 4: the chosen record is not among the measured ones
+    chosen = [b, c, d, None, object()]
+    before = list(chosen)
+    kept = keep_untuned(chosen, finals, [2.5e-6, 3e-6, float("inf"), 1e-6, 1e-9])
+    assert kept == [True, False, False, False, False]
+    assert chosen == [None, *before[1:]]
+
+
 def test_final_top_is_checked(tmp_path, capsys):
     from costlab.cli import main
 

@@ -181,6 +181,8 @@ def _tune(args) -> int:
         note = {"ok": " (output checked)", "replaced": " (output checked; a faster program computed a wrong "
                 "result and was not chosen)", "wrong": " (every checked program computed a wrong result: "
                 + "; ".join(c["result"] for c in check.get("checked", [])) + ")"}.get(check.get("status"), "")
+        if t.get("kept") == "untuned":
+            note += f"; its untuned schedule kept, faster in the second measurement ({t['untuned_us']:.2f} us)"
         print(f"{t['name']}: {t['trials']} trials, best {best}{note}")
     screening = summary.get("screening")
     if screening:
