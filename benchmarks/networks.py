@@ -403,6 +403,8 @@ def finals(args) -> int:
                 builds = {}
                 for arm in arms:
                     dbs = [("fastest-record", runs / arm), ("result", _result_dir(runs / arm))]
+                    kept = _kept_tuned(runs / arm, tasks, Path(tmp) / f"{arm}-kept-tuned")
+                    dbs += [("result-kept-tuned", kept)] if kept is not None else []
                     dbs += [(how, _choice_now(runs / arm, tasks, tgt, Path(tmp) / f"{arm}-{how}", how == "cold"))
                             for how in args.again]
                     for name, db in dbs:
@@ -417,11 +419,37 @@ def finals(args) -> int:
             for arm in arms:
                 a, b = res[f"{arm}:fastest-record"], res[f"{arm}:result"]
                 parts = [f"fastest records {a['median_ms']:.4g} ms", f"result {b['median_ms']:.4g} ms"]
+                if f"{arm}:result-kept-tuned" in res:
+                    c = res[f"{arm}:result-kept-tuned"]
+                    parts.append(f"result with its kept tasks tuned {c['median_ms']:.4g} ms (result / that "
+                                 f"{b['median_ms'] / c['median_ms']:.3f})")
                 parts += [f"{how} now {res[f'{arm}:{how}']['median_ms']:.4g} ms ({res[f'{arm}:{how}']['output_check']})"
                           for how in args.again]
                 print(f"{net} s{seed} {arm}: {', '.join(parts)} (median of {args.rounds}; result / fastest records "
                       f"{b['median_ms'] / a['median_ms']:.3f})")
     return 0
+
+
+def _kept_tuned(work: Path, tasks, into: Path) -> Path | None:
+    """The arm's result with each task it kept untuned (its summary's ``"kept": "untuned"``) given its
+    database's fastest record instead: what the build was before a task could keep its untuned schedule (the
+    fastest record standing for the choice, which was the fastest of a second measurement). None when the run
+    kept no task."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.export.check import fastest_records
+
+    summary = json.loads((WorkDir(work).summary_file).read_text())
+    kept = {row["name"] for row in summary.get("tasks", []) if row.get("kept") == "untuned"}
+    if not kept:
+        return None
+    shutil.copytree(WorkDir(work).result_dir, into)
+    db, source = json_database(work_dir=str(into)), json_database(work_dir=str(work))
+    for t in tasks:
+        if t.name in kept and (top := fastest_records(source, t.mod, 1)):
+            db.commit_tuning_record(ms.database.TuningRecord(top[0].trace, db.commit_workload(t.mod), top[0].run_secs,
+                                                             top[0].target, top[0].args_info))
+    return into
 
 
 def _choice_now(work: Path, tasks, target, into: Path, cold: bool) -> Path:

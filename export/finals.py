@@ -31,6 +31,7 @@ from costlab.metaschedule.runners import build_and_run, cold_runs
 
 TOP, WITHIN, ROUNDS = 4, 1.15, 2
 MEASURES = ("cold", "warm")  # how the second measurement times a program
+KEEP_UNTUNED = ("auto", "on", "off")  # whether it measures each task's untuned program too (auto: on a GPU)
 
 
 def contenders(database, mod, top: int = TOP, within: float = WITHIN) -> list:

@@ -41,7 +41,8 @@ from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
 from costlab.costmodels.shipped import aliases
 from costlab.export.check import check_tasks, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
-from costlab.export.finals import MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN, keep_untuned, remeasure
+from costlab.export.finals import KEEP_UNTUNED, MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN
+from costlab.export.finals import keep_untuned, remeasure
 from costlab.export.library.start import add_run, run_libraries, start_from_library
 from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
@@ -114,6 +115,10 @@ class TuneOptions:
     # how that second measurement times them: "cold" (CPU caches flushed of the kernel's weights before every
     # run, as inside the network; a CPU target) or "warm" (as the search measures)
     final_measure: str = "cold"
+    # in that measurement, each task's untuned program too: a task keeps it where it ran faster than the chosen
+    # program (export/finals.keep_untuned); "auto": on a GPU (a CPU's untuned programs are unscheduled loops,
+    # measuring them cold costs more than they win), "on", "off"
+    keep_untuned: str = "auto"
 
     def check(self) -> None:
         if not self.workloads and not self.network:
@@ -143,6 +148,8 @@ class TuneOptions:
             raise UsageError(f"--final-top must be 0-64 (0: no second measurement), not {self.final_top}")
         if self.final_measure not in FINAL_MEASURES:
             raise UsageError(f"--final-measure is one of {', '.join(FINAL_MEASURES)}, not {self.final_measure!r}")
+        if self.keep_untuned not in KEEP_UNTUNED:
+            raise UsageError(f"--keep-untuned is one of {', '.join(KEEP_UNTUNED)}, not {self.keep_untuned!r}")
         if not 1 <= self.transfer_top <= 1024:
             raise UsageError(f"--transfer-top must be 1-1024, not {self.transfer_top}")
         if self.exploit and self.rpc_key:
@@ -402,10 +409,11 @@ def tune(opts: TuneOptions) -> dict:
             if (network is not None and opts.final_top > 1 and not opts.rpc_key
                     and (clock.first_batch_at is not None or earlier is None)
                     and stop_requested() is None and clock.lost is None and not clock.expired()):
-                cold = opts.final_measure == "cold" and not is_gpu(plain_json(target.export()))
+                gpu = is_gpu(plain_json(target.export()))
+                untuned = opts.keep_untuned == "on" or (opts.keep_untuned == "auto" and gpu)
                 finals, finals_stats = remeasure(database, [t.mod for t in tasks], builder,
                                                  getattr(runner, "inner", runner), target, top=opts.final_top,
-                                                 cold=cold, untuned=True)
+                                                 cold=opts.final_measure == "cold" and not gpu, untuned=untuned)
         finally:
             _release_loggers()
     summary = dict(options=asdict(opts), target=plain_json(target.export()), wall_s=round(time.time() - command_start, 2),

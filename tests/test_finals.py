@@ -178,6 +178,8 @@ def test_final_measure_is_checked(tmp_path, capsys):
 
     with pytest.raises(UsageError, match="--final-measure"):
         TuneOptions(str(tmp_path / "w"), workloads=["GMM:1,8,8,8"], final_measure="hot").check()
+    with pytest.raises(UsageError, match="--keep-untuned is one of auto, on, off"):
+        TuneOptions(str(tmp_path / "w"), workloads=["GMM:1,8,8,8"], keep_untuned="yes").check()
 
 
 def test_a_contender_that_failed_its_second_measurement_is_never_checked_nor_chosen(tmp_path):

@@ -222,3 +222,48 @@ def test_a_run_that_fails_is_said_in_the_exit_status(tmp_path, capsys):
                           "--trials", "0", "--target", "host"]) == 1
     assert "runs that failed: llama-small s0 a" in capsys.readouterr().err
     assert "--trials" in (out / "runs" / "llama-small" / "s0" / "a" / "run.log").read_text()
+
+
+def test_the_finals_build_a_result_whose_kept_tasks_are_tuned_again(tmp_path):
+    """``finals``' control for the untuned schedules a run kept: its result plus, for each kept task only, the
+    task's fastest record of the database; none when the run kept no task."""
+    from types import SimpleNamespace
+
+    import networks
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.workdir import WorkDir
+
+    work = WorkDir(tmp_path / "a")
+    work.result_dir.mkdir(parents=True)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    tasks = [SimpleNamespace(name=f"t{i}", mod=workload_json_mod(te_workload_task(f"GMM:1,{n},{n},{n}")[1]))
+             for i, n in enumerate((8, 16))]
+    db, result = json_database(work.path), json_database(work.result_dir)
+    for t in tasks:
+        args = ms.arg_info.ArgInfo.from_prim_func(t.mod["main"])
+        for secs in (2e-6, 1e-6):
+            sch = Schedule(t.mod)
+            sch.split(sch.get_loops(sch.get_sblock("Z"))[1], [None, 2 if secs > 1.5e-6 else 4])
+            rec = ms.database.TuningRecord(sch.trace, db.commit_workload(t.mod), [secs], target, args)
+            db.commit_tuning_record(rec)
+    result.commit_tuning_record(ms.database.TuningRecord(  # t1's choice; t0 was kept untuned
+        rec.trace, result.commit_workload(tasks[1].mod), [1e-6], target, args))
+    work.summary_file.write_text(json.dumps({"tasks": [{"name": "t0", "kept": "untuned"}, {"name": "t1"}]}))
+    out = networks._kept_tuned(work.path, tasks, tmp_path / "kept")
+    got = json_database(out)
+    assert len(got) == 2 and all(got.has_workload(t.mod) for t in tasks)
+    (best,) = got.get_top_k(got.commit_workload(tasks[0].mod), 1)
+    assert float(best.run_secs[0]) == pytest.approx(1e-6)  # the kept task's fastest record
+    assert len(json_database(work.result_dir)) == 1  # the result itself is left as it was
+    work.summary_file.write_text(json.dumps({"tasks": [{"name": "t0"}, {"name": "t1"}]}))
+    assert networks._kept_tuned(work.path, tasks, tmp_path / "none") is None
+
+
+def json_database(path):
+    from costlab.metaschedule.databases import json_database as open_db
+
+    return open_db(work_dir=str(path))

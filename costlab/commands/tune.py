@@ -10,7 +10,7 @@ from costlab.commands.signals import signals_end_cleanly
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, auto_adapt_mode
-from costlab.export.finals import MEASURES as FINAL_MEASURES
+from costlab.export.finals import KEEP_UNTUNED, MEASURES as FINAL_MEASURES
 from costlab.export.schedulers import TASK_SCHEDULERS
 from costlab.export.search import STRATEGIES, strategy_help
 from costlab.export.transfer.run import usable_sources
@@ -87,6 +87,10 @@ def register(sub) -> None:
                    help="how that second measurement times a program on a CPU: cold (default: the caches flushed of "
                    "its weights and output before every run, as the kernel meets them inside the network) or warm "
                    "(repeated runs, as the search measures)")
+    q.add_argument("--keep-untuned", choices=KEEP_UNTUNED, default="auto",
+                   help="that second measurement measures each task's untuned program (DLight's schedule, as a build "
+                   "gives a function without a tuned program) too, and a task keeps it where it ran faster: auto "
+                   "(default: on a GPU; a CPU's untuned programs are unscheduled loops, slow to measure), on, off")
     q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
     q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
@@ -149,7 +153,7 @@ def _tune(args) -> int:
                        check_output=not args.no_check, started_at=started_at, task_scheduler=args.task_scheduler,
                        screen=args.screen, sized_repeats=False if args.full_repeats else None,
                        library=args.library, use_library=not args.no_library, final_top=args.final_top,
-                       final_measure=args.final_measure)
+                       final_measure=args.final_measure, keep_untuned=args.keep_untuned)
     if args.transfer_from:  # sources that hold nothing to start from: refused before the work dir is made
         usable_sources(args.transfer_from, exclude=[args.work_dir])
     with signals_end_cleanly():
