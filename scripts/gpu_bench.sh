@@ -8,11 +8,15 @@
 #
 #   scripts/gpu_bench.sh OUT [SECONDS]      SECONDS: the time it may take in all (default 480)
 #
-# STEPS (default "startup data train tuning"; `network` and `first-batch` on request) picks the parts to run;
+# STEPS (default "startup data train tuning"; `network`, `network-finals` and `first-batch` on request) picks the
+# parts to run;
 # without `train`, arm c tunes with MODEL (default the shipped cuda-sm90), so a lease can spend all its time on
 # tuning, or on one network (NETWORK, default bert, NET_TRIALS trials, default 200):
 #   STEPS=tuning SEEDS=0 scripts/gpu_bench.sh OUT 540
 #   STEPS=network scripts/gpu_bench.sh OUT 540
+# NET_SEED (default 0) is the network runs' seed. `network-finals` times each finished arm's result against its
+# database's fastest records and against the result with the tasks that kept their untuned schedule given their
+# tuned programs (benchmarks/networks.py finals, 3 rounds).
 # `first-batch` times arm c's first batch with the runner's worker started in the background against the same
 # run waiting for it (benchmarks/first_batch.py, FB_ROUNDS rounds, default 2, of about 40 s each way).
 # RESERVE (seconds) is what the tuning step leaves for the retime and the table (default a quarter, at most 75).
@@ -34,9 +38,11 @@ STEPS=${STEPS:-startup data train tuning}
 NETWORK=${NETWORK:-bert}  # the network step's: a BERT-base encoder layer (benchmarks/nets.py), or llama
 NET_TRIALS=${NET_TRIALS:-200}
 NET_ARMS=${NET_ARMS:-a,k-nolib}  # benchmarks/networks.py's arms; stock (tune_relax as users call it) on request
+NET_SEED=${NET_SEED:-0}
 for s in $STEPS; do
-  case $s in startup|data|train|tuning|network|first-batch) ;;
-    *) echo "gpu_bench: unknown step $s (startup data train tuning network first-batch)" >&2; exit 1 ;; esac
+  case $s in startup|data|train|tuning|network|network-finals|first-batch) ;;
+    *) echo "gpu_bench: unknown step $s (startup data train tuning network network-finals first-batch)" >&2
+       exit 1 ;; esac
 done
 case ${RESERVE:-} in
   *[!0-9]*) echo "gpu_bench: RESERVE must be whole seconds, not $RESERVE" >&2; exit 1 ;;
@@ -117,9 +123,12 @@ if has tuning; then
 fi
 if has network; then
   # one network end to end (benchmarks/networks.py): MetaSchedule's search (arm a) against the model-led one with
-  # MODEL (k-nolib), NET_TRIALS trials over its tasks, seed 0, their final builds timed together
+  # MODEL (k-nolib), NET_TRIALS trials over its tasks, seed NET_SEED, their final builds timed together
   step network $(( $(left) - 40 - KILL_AFTER )) $PY "$HERE/benchmarks/networks.py" run --out "$OUT/networks" \
-    --networks "$NETWORK" --arms "$NET_ARMS" --model "$MODEL" --trials "$NET_TRIALS" --seeds 0 --rounds 3 --target cuda
+    --networks "$NETWORK" --arms "$NET_ARMS" --model "$MODEL" --trials "$NET_TRIALS" --seeds "$NET_SEED" --rounds 3 \
+    --target cuda
   step network-table 30 $PY "$HERE/benchmarks/networks.py" table --out "$OUT/networks"
 fi
+has network-finals && step network-finals 240 $PY "$HERE/benchmarks/networks.py" finals --out "$OUT/networks" \
+  --networks "$NETWORK" --seeds "$NET_SEED" --rounds 3 --target cuda
 echo "gpu_bench: done in $SECONDS s" >&2

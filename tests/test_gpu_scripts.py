@@ -235,7 +235,8 @@ def test_every_part_damaged_in_transfer_is_removed_from_the_stash(tmp_path, pack
 
 
 @pytest.mark.parametrize("extra, message", [
-    (dict(STEPS="data bogus"), "gpu_bench: unknown step bogus (startup data train tuning network first-batch)"),
+    (dict(STEPS="data bogus"),
+     "gpu_bench: unknown step bogus (startup data train tuning network network-finals first-batch)"),
     (dict(STEPS="tuning", RESERVE="1m"), "gpu_bench: RESERVE must be whole seconds, not 1m")])
 def test_the_bench_refuses_an_unknown_step_or_reserve_before_anything(tmp_path, extra, message):
     env = _env(tmp_path, COSTLAB=str(tmp_path / "no-costlab"), **extra)
@@ -284,6 +285,20 @@ def test_the_bench_tunes_one_network_with_the_shipped_model(tmp_path):
         "networks.py run", "networks.py table"]
     assert ("--networks bert --arms a,k-nolib --model cuda-sm90 --trials 200 --seeds 0 --rounds 3 --target cuda"
             in lines[0])
+
+
+def test_the_bench_times_a_networks_finals_of_the_seed_it_is_given(tmp_path):
+    """STEPS="network network-finals" with NET_SEED=1: the runs of seed 1, their table, then their finals (each
+    arm's result against its fastest records and against its kept tasks tuned) timed on the GPU."""
+    ran, env = _stand_ins(tmp_path, STEPS="network network-finals", NET_SEED="1")
+    done = _run(BENCH, [tmp_path / "out", "400"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = ran.read_text().splitlines()
+    assert [ln.split()[1].rsplit("/", 1)[-1] + " " + ln.split()[2] for ln in lines] == [
+        "networks.py run", "networks.py table", "networks.py finals"]
+    assert "--seeds 1 --rounds 3 --target cuda" in lines[0]
+    assert lines[2].endswith(f"finals --out {tmp_path / 'out' / 'networks'} --networks bert --seeds 1 --rounds 3 "
+                             "--target cuda")
 
 
 def test_the_bench_times_the_first_batch_both_ways_on_request(tmp_path):
