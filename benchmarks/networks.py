@@ -329,9 +329,8 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
     import tempfile
 
     from costlab.export.network import build, check_output
-    from costlab.metaschedule.targets import device_of
     from costlab.export.tasks import measuring_target
-    from costlab.metaschedule.targets import target_cores
+    from costlab.metaschedule.targets import device_of, target_cores
 
     tgt = measuring_target(args.target)
     device = device_of(tgt)
@@ -381,9 +380,8 @@ def finals(args) -> int:
     import tempfile
 
     from costlab.export.network import build, check_output
-    from costlab.metaschedule.targets import device_of
     from costlab.export.tasks import measuring_target
-    from costlab.metaschedule.targets import target_cores
+    from costlab.metaschedule.targets import device_of, target_cores
 
     if set(args.again) - {"cold", "warm"}:
         raise SystemExit(f"--again takes cold and/or warm, not {','.join(args.again)}")
@@ -485,19 +483,15 @@ def _untuned_tasks(path: Path, tasks, target) -> dict:
         return json.loads(path.read_text())
     import numpy as np
     import tvm
-    from tvm.s_tir import dlight as dl
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from costlab.export.network import default_rules
+    from costlab.export.network import untuned_schedule
     from costlab.metaschedule.targets import device_of
 
     device = device_of(target)
     out = {}
     for t in tasks:
-        with target:
-            # on a copy: DLight schedules a module that it alone holds in place
-            mod = dl.ApplyDefaultSchedule(*default_rules(target))(t.mod.clone())
-        lib = tvm.compile(mod, target=target)
+        lib = tvm.compile(untuned_schedule(t.mod, target), target=target)
         args = [tvm.runtime.tensor(np.random.rand(*[int(d) for d in a.shape]).astype(str(a.dtype)), device)
                 for a in ArgInfo.from_prim_func(t.mod["main"])]
         timer = lib.jit().time_evaluator("main", device, number=3, repeat=3, min_repeat_ms=50)

@@ -26,7 +26,7 @@ from contextlib import nullcontext
 
 from costlab.datasets.records import record_latency
 from costlab.export.check import fastest_records
-from costlab.export.network import default_rules
+from costlab.export.network import untuned_schedule
 from costlab.metaschedule.runners import build_and_run, cold_runs
 
 TOP, WITHIN, ROUNDS = 4, 1.15, 2
@@ -43,14 +43,12 @@ def contenders(database, mod, top: int = TOP, within: float = WITHIN) -> list:
 def untuned_candidate(mod, target):
     """The task's module as the untuned build schedules it, as a candidate to measure; None where those rules
     fail on it."""
-    from tvm.s_tir import dlight as dl
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.schedule import Schedule
 
     try:
-        with target:  # on a copy: DLight schedules a module it alone holds in place, and mod is the task's
-            scheduled = dl.ApplyDefaultSchedule(*default_rules(target))(mod.clone())
-        return ms.MeasureCandidate(Schedule(scheduled), ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+        return ms.MeasureCandidate(Schedule(untuned_schedule(mod, target)),
+                                   ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
     except Exception:  # noqa: BLE001  a task DLight cannot schedule is compared with nothing: its tuned program stays
         return None
 

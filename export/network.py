@@ -60,6 +60,15 @@ def default_rules(target) -> list:
     return [dl.cpu.GEMV(), dl.cpu.Reduction()]
 
 
+def untuned_schedule(mod, target):
+    """A task's module (its function ``main``) as the untuned build schedules it (``default_rules``), scheduled
+    on a copy: DLight schedules a module that it alone holds in place, and ``mod`` is the task's own."""
+    from tvm.s_tir import dlight as dl
+
+    with target:
+        return dl.ApplyDefaultSchedule(*default_rules(target))(mod.clone())
+
+
 def tuned_functions(mod, database) -> tuple[int, int]:
     """``(functions with a tuning record in database, functions)`` over the module's TIR functions, matched
     as ``MetaScheduleApplyDatabase`` matches them (the function as ``main``, structurally)."""

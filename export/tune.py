@@ -475,12 +475,13 @@ def tune(opts: TuneOptions) -> dict:
         rows[i]["best_us"] = rows[i]["check"]["best_us"]  # a program whose output is wrong is never the result
     untuned_s = finals_stats.pop("untuned_s", None) if finals_stats else None
     if untuned_s is not None:  # a task none of whose programs beat its untuned schedule keeps that schedule
-        for i, keep in enumerate(keep_untuned(chosen, finals, untuned_s)):
+        kept = keep_untuned(chosen, finals, untuned_s)
+        for i, keep in enumerate(kept):
             if untuned_s[i] is not None:
                 rows[i]["untuned_us"] = round(untuned_s[i] * 1e6, 3) if math.isfinite(untuned_s[i]) else None
             if keep:
                 rows[i]["kept"] = "untuned"
-        finals_stats["kept_untuned"] = sum(r.get("kept") == "untuned" for r in rows)
+        finals_stats["kept_untuned"] = sum(kept)
     summary["tasks"].extend(rows)
     if any(r is not None for r in chosen) or any(r.get("kept") for r in rows):  # (every task kept: an empty result)
         summary["result"] = _write_result(work, tasks, chosen, finals)
