@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import networks  # noqa: E402  this folder's: the benchmark networks (nets.py) and their tasks
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.common.errors import last_line  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -50,8 +51,11 @@ def main(argv=None) -> int:
     tjson = plain_json(target.export())
     seconds: dict = {"without": [], "with": []}
     with cpu_lock():
+        try:  # before the network's extraction (seconds of compiling)
+            database = json_database(work_dir=str(work))
+        except Exception as exc:  # noqa: BLE001  TVM's parse error, C++ frames and all: one line of it
+            raise SystemExit(f"{work}'s database does not load: {last_line(exc)}") from None
         tasks, _ = networks._network(args.network, target)
-        database = json_database(work_dir=str(work))
         stack = MeasuringStack()
         builder, runner = stack.start(target, workers=2)
         try:
