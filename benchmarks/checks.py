@@ -23,6 +23,7 @@ from pathlib import Path
 
 import networks  # this folder's: the benchmark networks (nets.py) and their tasks
 from costlab.common.cpu_lock import cpu_lock
+from costlab.common.errors import last_line
 from costlab.common.host import describe_host
 
 
@@ -51,10 +52,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.trials < 1:
         raise SystemExit("--rounds and --trials must be at least 1")
-    from tvm.s_tir.meta_schedule.database import JSONDatabase
-
     from costlab.export.check import check_task, check_tasks
     from costlab.export.tasks import measuring_target
+    from costlab.metaschedule.databases import json_database
     from costlab.metaschedule.targets import measuring_host
     from costlab.metaschedule.traces import plain_json
 
@@ -65,8 +65,11 @@ def main(argv=None) -> int:
     target = measuring_target(args.target)
     with cpu_lock():
         _tune(args, work)
+        try:  # before the network's extraction (seconds of compiling)
+            db = json_database(work_dir=str(work))
+        except Exception as exc:  # noqa: BLE001  TVM's parse error, C++ frames and all: one line of it
+            raise SystemExit(f"{work}'s database does not load: {last_line(exc)}") from None
         tasks, _ = networks._network(args.network, target)
-        db = JSONDatabase(work_dir=str(work))
         measured = [t for t in tasks if db.has_workload(t.mod)]
         ways = {"one worker a task": lambda: [check_task(db, t.mod, target) for t in measured],
                 "all at once": lambda: check_tasks(db, [(t.mod, None, None) for t in measured], target)}

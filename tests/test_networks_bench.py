@@ -267,3 +267,19 @@ def json_database(path):
     from costlab.metaschedule.databases import json_database as open_db
 
     return open_db(work_dir=str(path))
+
+
+@pytest.mark.parametrize("script", ["checks", "keep_untuned"])
+def test_a_damaged_database_is_one_line_before_the_network_is_extracted(tmp_path, script, monkeypatch):
+    import importlib
+
+    import networks
+
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "costlab_tune.json").write_text("{}")  # a finished run: checks.py does not tune it again
+    (work / "database_workload.json").write_text('["not a workload"\n')
+    (work / "database_tuning_record.json").write_text("")
+    monkeypatch.setattr(networks, "_network", lambda *a: pytest.fail("the network was extracted"))
+    with pytest.raises(SystemExit, match=r"database does not load: \S"):
+        importlib.import_module(script).main(["--work", str(work), "--rounds", "1"])
