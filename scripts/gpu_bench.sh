@@ -19,6 +19,8 @@
 # tuned programs (benchmarks/networks.py finals, 3 rounds).
 # `first-batch` times arm c's first batch with the runner's worker started in the background against the same
 # run waiting for it (benchmarks/first_batch.py, FB_ROUNDS rounds, default 2, of about 40 s each way).
+# TARGET (default cuda) is what every step measures on: TARGET=host rehearses a lease's steps on the CPU, with a
+# CPU model (MODEL=x86-cpu) and few trials, before device time is spent on them.
 # RESERVE (seconds) is what the tuning step leaves for the retime and the table (default a quarter, at most 75).
 #
 # Each step gets what is left of SECONDS, up to its own share, and is stopped (TERM: a measurement keeps every
@@ -39,6 +41,7 @@ NETWORK=${NETWORK:-bert}  # the network step's: a BERT-base encoder layer (bench
 NET_TRIALS=${NET_TRIALS:-200}
 NET_ARMS=${NET_ARMS:-a,k-nolib}  # benchmarks/networks.py's arms; stock (tune_relax as users call it) on request
 NET_SEED=${NET_SEED:-0}
+TARGET=${TARGET:-cuda}
 for s in $STEPS; do
   case $s in startup|data|train|tuning|network|network-finals|first-batch) ;;
     *) echo "gpu_bench: unknown step $s (startup data train tuning network network-finals first-batch)" >&2
@@ -86,18 +89,18 @@ step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or wha
 has startup && step startup 60 $PY "$HERE/benchmarks/gpu.py" startup --json "$OUT/startup.json"
 MODEL=${MODEL:-cuda-sm90}  # arm c's model (and first-batch's); the train step replaces it with the one it trains
 has first-batch && step first-batch $(( ${FB_ROUNDS:-2} * 90 )) $PY "$HERE/benchmarks/first_batch.py" \
-  --model "$MODEL" --target cuda --workload C2D:1,56,56,64,64,3,1,1 --rounds "${FB_ROUNDS:-2}" \
+  --model "$MODEL" --target "$TARGET" --workload C2D:1,56,56,64,64,3,1,1 --rounds "${FB_ROUNDS:-2}" \
   --json "$OUT/first_batch.json"
 
 if has data; then
   args=()
   for w in $DATA_WORKLOADS; do args+=(--workload "$w"); done
-  step extract 60 $COSTLAB dataset extract "$DATA" --target cuda "${args[@]}"
+  step extract 60 $COSTLAB dataset extract "$DATA" --target "$TARGET" "${args[@]}"
   # a first pass of a few programs a task, so that every task has some when the time runs out. TERM to `measure`
   # alone, which shuts its own worker pools down (the first lease's measure2, TERM sent to the whole group,
   # outlived the 20 s grace and was killed before its summary; the cause was not established)
-  FG=--foreground step measure1 150 $COSTLAB dataset measure "$DATA" --target cuda --per-task 12 --no-progress
-  FG=--foreground step measure2 60 $COSTLAB dataset measure "$DATA" --target cuda --per-task "$PER_TASK" --no-progress
+  FG=--foreground step measure1 150 $COSTLAB dataset measure "$DATA" --target "$TARGET" --per-task 12 --no-progress
+  FG=--foreground step measure2 60 $COSTLAB dataset measure "$DATA" --target "$TARGET" --per-task "$PER_TASK" --no-progress
   step info 20 $COSTLAB dataset info "$DATA"
 fi
 if has train; then
@@ -117,8 +120,8 @@ if has tuning; then
     [ "$RESERVE" -gt 75 ] && RESERVE=75
   fi
   step tuning $(( $(left) - RESERVE - KILL_AFTER )) $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" \
-    --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target cuda --no-remeasure
-  [ "$RESERVE" -gt 0 ] && step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target cuda --rounds 3
+    --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target "$TARGET" --no-remeasure
+  [ "$RESERVE" -gt 0 ] && step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target "$TARGET" --rounds 3
   step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
 fi
 if has network; then
@@ -126,9 +129,9 @@ if has network; then
   # MODEL (k-nolib), NET_TRIALS trials over its tasks, seed NET_SEED, their final builds timed together
   step network $(( $(left) - 40 - KILL_AFTER )) $PY "$HERE/benchmarks/networks.py" run --out "$OUT/networks" \
     --networks "$NETWORK" --arms "$NET_ARMS" --model "$MODEL" --trials "$NET_TRIALS" --seeds "$NET_SEED" --rounds 3 \
-    --target cuda
+    --target "$TARGET"
   step network-table 30 $PY "$HERE/benchmarks/networks.py" table --out "$OUT/networks"
 fi
 has network-finals && step network-finals 240 $PY "$HERE/benchmarks/networks.py" finals --out "$OUT/networks" \
-  --networks "$NETWORK" --seeds "$NET_SEED" --rounds 3 --target cuda
+  --networks "$NETWORK" --seeds "$NET_SEED" --rounds 3 --target "$TARGET"
 echo "gpu_bench: done in $SECONDS s" >&2

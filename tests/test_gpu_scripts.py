@@ -313,3 +313,15 @@ def test_the_bench_times_the_first_batch_both_ways_on_request(tmp_path):
     assert f"--json {tmp_path / 'out' / 'first_batch.json'}" in line
     assert "== first-batch (at most 270 s)" in (tmp_path / "out" / "steps.log").read_text()
 
+
+
+def test_the_bench_rehearses_a_lease_on_the_cpu_with_the_target_it_is_given(tmp_path):
+    """TARGET=host: every step's command measures on the host, with the model it is given (stand-in commands)."""
+    ran, env = _stand_ins(tmp_path, STEPS="tuning network network-finals", TARGET="host", MODEL="x86-cpu")
+    done = _run(BENCH, [tmp_path / "out", "600"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = ran.read_text().splitlines()
+    measuring = [ln for ln in lines if " table " not in ln + " "]  # the tables measure nothing
+    assert len(lines) == 6 and len(measuring) == 4, lines
+    assert all("--target host" in ln and "--target cuda" not in ln for ln in measuring), measuring
+    assert "--model x86-cpu" in lines[0] and "--model x86-cpu" in lines[3]
