@@ -153,15 +153,17 @@ def test_model_that_is_a_dataset_or_a_file(run, tmp_path, capsys):
 
 
 def _context(workload="GMM:1,16,16,16", target=None):
-    import tvm
+    """A tuning context of the workload with MetaSchedule's default design space, and its first candidates.
+    Made by costlab's ``tune_context``: ``ms.TuneContext`` would parse every tensor intrinsic TVM ships first
+    (20-30 s in each of the processes that call this), which a float task on a CPU never uses."""
     from tvm.s_tir import meta_schedule as ms
 
     from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.metaschedule.tune_context import tune_context
 
-    target = tvm.target.Target(target or {"kind": "llvm", "num-cores": 2})
     _, func = te_workload_task(workload)
-    ctx = ms.TuneContext(mod=workload_json_mod(func), target=target, space_generator="post-order-apply",
-                         search_strategy="replay-trace", num_threads=1, rand_state=1).clone()
+    ctx = tune_context(workload_json_mod(func), target or {"kind": "llvm", "num-cores": 2}, "replay-trace",
+                       rand_state=1)
     spaces = ctx.generate_design_space()
     ctx.pre_tuning(64, 16, spaces, ms.database.MemoryDatabase(), ms.cost_model.RandomModel())
     cands = ctx.generate_measure_candidates()
