@@ -197,7 +197,7 @@ bad = sorted(m for m in sys.modules if m == "lightning" or m.startswith(("lightn
 assert not bad, bad
 print("ok")
 """
-    helper = f"from test_export import _context as context\n"
+    helper = "from test_export import _context as context\n"
     (run / "tests_ctx.py").write_text(helper)
     env_path = f"{run}:{REPO / 'tests'}"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
