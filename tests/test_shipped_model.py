@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from conftest import FIXTURES, REPO
