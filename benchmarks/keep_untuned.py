@@ -50,6 +50,7 @@ def main(argv=None) -> int:
     target = measuring_target(args.target)
     tjson = plain_json(target.export())
     seconds: dict = {"without": [], "with": []}
+    contenders: dict = {}
     with cpu_lock():
         try:  # before the network's extraction (seconds of compiling)
             database = json_database(work_dir=str(work))
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
                                               cold=not is_gpu(tjson), untuned=way == "with")
                     seconds[way].append(round(time.time() - t0, 2))
                     print(f"round {r} {way}: {seconds[way][-1]} s, {stats['measured']} contenders", flush=True)
+                    contenders[way] = stats["measured"]
                     if way == "with":
                         last = (orders, stats["untuned_s"])
         finally:
@@ -76,9 +78,11 @@ def main(argv=None) -> int:
         best = order[0][1] if order else None
         rows.append(dict(name=t.name, weight=t.weight, tuned_us=_us(best), untuned_us=_us(base),
                          untuned_faster=bool(best is not None and base is not None and base < best)))
+    median = {k: statistics.median(v) for k, v in seconds.items()}
     out = dict(work=str(work.resolve()), network=args.network, target=tjson, rounds=args.rounds,
-               seconds=seconds, median_s={k: statistics.median(v) for k, v in seconds.items()},
-               ratio=round(statistics.median(seconds["with"]) / statistics.median(seconds["without"]), 3),
+               seconds=seconds, median_s=median, contenders=contenders,
+               # no ratio where no task had two contenders: without the untuned programs, nothing is measured
+               ratio=round(median["with"] / median["without"], 3) if contenders["without"] else None,
                tasks=rows, untuned_faster=sum(r["untuned_faster"] for r in rows),
                host=measuring_host(tjson), at=time.strftime("%Y-%m-%d %H:%M:%S"))
     for r in rows:

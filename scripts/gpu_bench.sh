@@ -8,8 +8,8 @@
 #
 #   scripts/gpu_bench.sh OUT [SECONDS]      SECONDS: the time it may take in all (default 480)
 #
-# STEPS (default "startup data train tuning"; `network`, `network-finals` and `first-batch` on request) picks the
-# parts to run;
+# STEPS (default "startup data train tuning"; `network`, `network-finals`, `checks`, `keep-untuned` and
+# `first-batch` on request) picks the parts to run;
 # without `train`, arm c tunes with MODEL (default the shipped cuda-sm90), so a lease can spend all its time on
 # tuning, or on one network (NETWORK, default bert, NET_TRIALS trials, default 200):
 #   STEPS=tuning SEEDS=0 scripts/gpu_bench.sh OUT 540
@@ -17,6 +17,10 @@
 # NET_SEED (default 0) is the network runs' seed. `network-finals` times each finished arm's result against its
 # database's fastest records and against the result with the tasks that kept their untuned schedule given their
 # tuned programs (benchmarks/networks.py finals, 3 rounds).
+# `checks` and `keep-untuned` (after a network step) time, on a copy of that seed's arm-a work dir, the checks of its
+# tasks' programs (benchmarks/checks.py: all at once against one worker a task) and what the untuned programs add
+# to the second measurement (benchmarks/keep_untuned.py), one round each, into OUT/checks.json and
+# OUT/keep_untuned.json.
 # `first-batch` times arm c's first batch with the runner's worker started in the background against the same
 # run waiting for it (benchmarks/first_batch.py, FB_ROUNDS rounds, default 2, of about 40 s each way).
 # TARGET (default cuda) is what every step measures on: TARGET=host rehearses a lease's steps on the CPU, with a
@@ -42,10 +46,9 @@ NET_TRIALS=${NET_TRIALS:-200}
 NET_ARMS=${NET_ARMS:-a,k-nolib}  # benchmarks/networks.py's arms; stock (tune_relax as users call it) on request
 NET_SEED=${NET_SEED:-0}
 TARGET=${TARGET:-cuda}
+KNOWN="startup data train tuning network network-finals checks keep-untuned first-batch"
 for s in $STEPS; do
-  case $s in startup|data|train|tuning|network|network-finals|first-batch) ;;
-    *) echo "gpu_bench: unknown step $s (startup data train tuning network network-finals first-batch)" >&2
-       exit 1 ;; esac
+  [[ " $KNOWN " == *" $s "* ]] || { echo "gpu_bench: unknown step $s ($KNOWN)" >&2; exit 1; }
 done
 case ${RESERVE:-} in
   *[!0-9]*) echo "gpu_bench: RESERVE must be whole seconds, not $RESERVE" >&2; exit 1 ;;
@@ -134,4 +137,16 @@ if has network; then
 fi
 has network-finals && step network-finals 240 $PY "$HERE/benchmarks/networks.py" finals --out "$OUT/networks" \
   --networks "$NETWORK" --seeds "$NET_SEED" --rounds 3 --target "$TARGET"
+ARM_A="$OUT/networks/runs/$NETWORK/s$NET_SEED/a"  # the network step's arm-a run, copied: the benchmarks only read it
+for s in checks keep-untuned; do
+  has $s || continue
+  if [ ! -f "$ARM_A/done.json" ]; then
+    echo "   $s: skipped, no finished network run in $ARM_A" | tee -a "$OUT/steps.log" >&2
+    continue
+  fi
+  rm -rf "$OUT/$s-work" && cp -r "$ARM_A" "$OUT/$s-work"
+  step $s 240 $PY "$HERE/benchmarks/${s/-/_}.py" --work "$OUT/$s-work" --network "$NETWORK" --target "$TARGET" \
+    --rounds 1 --json "$OUT/${s/-/_}.json"
+  rm -rf "$OUT/$s-work"
+done
 echo "gpu_bench: done in $SECONDS s" >&2

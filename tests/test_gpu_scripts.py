@@ -236,7 +236,8 @@ def test_every_part_damaged_in_transfer_is_removed_from_the_stash(tmp_path, pack
 
 @pytest.mark.parametrize("extra, message", [
     (dict(STEPS="data bogus"),
-     "gpu_bench: unknown step bogus (startup data train tuning network network-finals first-batch)"),
+     "gpu_bench: unknown step bogus (startup data train tuning network network-finals checks keep-untuned "
+     "first-batch)"),
     (dict(STEPS="tuning", RESERVE="1m"), "gpu_bench: RESERVE must be whole seconds, not 1m")])
 def test_the_bench_refuses_an_unknown_step_or_reserve_before_anything(tmp_path, extra, message):
     env = _env(tmp_path, COSTLAB=str(tmp_path / "no-costlab"), **extra)
@@ -325,3 +326,25 @@ def test_the_bench_rehearses_a_lease_on_the_cpu_with_the_target_it_is_given(tmp_
     assert len(lines) == 6 and len(measuring) == 4, lines
     assert all("--target host" in ln and "--target cuda" not in ln for ln in measuring), measuring
     assert "--model x86-cpu" in lines[0] and "--model x86-cpu" in lines[3]
+
+
+def test_the_bench_times_the_checks_and_the_untuned_programs_on_a_copy_of_arm_a(tmp_path):
+    """STEPS="checks keep-untuned": each benchmark on a copy of the network step's arm-a run of NET_SEED (the run
+    itself untouched, the copy gone after); without a finished run, each step is skipped and said (stand-ins)."""
+    ran, env = _stand_ins(tmp_path, STEPS="checks keep-untuned", NET_SEED="1")
+    out = tmp_path / "out"
+    done = _run(BENCH, [out, "600"], env, tmp_path)
+    assert done.returncode == 0 and not ran.exists(), done.stderr
+    assert "checks: skipped, no finished network run" in (out / "steps.log").read_text()
+    arm = out / "networks" / "runs" / "bert" / "s1" / "a"
+    arm.mkdir(parents=True)
+    (arm / "done.json").write_text("{}")
+    done = _run(BENCH, [out, "600"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = ran.read_text().splitlines()
+    assert [ln.split()[1].rsplit("/", 1)[-1] for ln in lines] == ["checks.py", "keep_untuned.py"]
+    for line, name in zip(lines, ("checks", "keep_untuned")):
+        assert line.endswith(f"--work {out / (name.replace('_', '-') + '-work')} --network bert --target cuda "
+                             f"--rounds 1 --json {out / (name + '.json')}")
+    assert sorted(p.name for p in arm.iterdir()) == ["done.json"]
+    assert not (out / "checks-work").exists() and not (out / "keep-untuned-work").exists()

@@ -283,3 +283,36 @@ def test_a_damaged_database_is_one_line_before_the_network_is_extracted(tmp_path
     monkeypatch.setattr(networks, "_network", lambda *a: pytest.fail("the network was extracted"))
     with pytest.raises(SystemExit, match=r"database does not load: \S"):
         importlib.import_module(script).main(["--work", str(work), "--rounds", "1"])
+
+
+def test_keep_untuned_on_a_run_whose_tasks_have_one_contender_gives_no_ratio(tmp_path, monkeypatch):
+    """A run of few trials (one program a task): without the untuned programs the second measurement measures
+    nothing, so there is no ratio of the two ways' seconds; the untuned program and the one contender are still
+    measured and compared (real builds and runs of one tiny task)."""
+    from types import SimpleNamespace
+
+    import keep_untuned
+    import networks
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.metaschedule.databases import json_database
+
+    task = SimpleNamespace(name="gmm", weight=2, mod=workload_json_mod(te_workload_task("GMM:1,8,8,8")[1]))
+    work = tmp_path / "w"
+    work.mkdir()
+    db = json_database(work_dir=str(work))
+    sch = Schedule(task.mod)
+    sch.split(sch.get_loops(sch.get_sblock("Z"))[1], [None, 4])
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(task.mod), [1e-6],
+                                                     tvm.target.Target({"kind": "llvm", "num-cores": 2}),
+                                                     ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
+    monkeypatch.setattr(networks, "_network", lambda *a: ([task], None))
+    out = tmp_path / "k.json"
+    assert keep_untuned.main(["--work", str(work), "--rounds", "1", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["ratio"] is None and got["contenders"] == {"without": 0, "with": 1}
+    (row,) = got["tasks"]
+    assert isinstance(row["tuned_us"], float) and isinstance(row["untuned_us"], float)
