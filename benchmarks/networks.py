@@ -62,6 +62,7 @@ import netcurves  # noqa: E402
 
 from costlab.common.children import run_or_stop  # noqa: E402
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.common.host import host_difference, same_host  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 from costlab.metaschedule.databases import json_database  # noqa: E402
 
@@ -236,9 +237,9 @@ def run(args) -> int:
     meta = dict(host=measuring_host(runnable_target(args.target)), trials=args.trials, target=args.target,
                 model=args.model, library=str(Path(args.library).resolve()) if args.library else None)
     if (out / "benchmark.json").exists():
-        old = json.loads((out / "benchmark.json").read_text())
-        if any(old.get(k) != meta[k] for k in ("host", "trials", "target")):
-            raise SystemExit(f"{out} holds a benchmark of another host, budget or target: use another --out")
+        why = other_benchmark(json.loads((out / "benchmark.json").read_text()), meta)
+        if why:
+            raise SystemExit(f"{out} holds a benchmark of another {why}: use another --out")
     (out / "benchmark.json").write_text(json.dumps(meta, indent=1))
     if "k" in args.arms and not (args.library and Path(args.library).is_dir()):
         raise SystemExit("arm k needs --library DIR: the library it starts from (none of the networks' tasks in it)")
@@ -306,6 +307,18 @@ def timed_already(runs: Path, arms: list[str]) -> bool:
         return False
     timed_at = path.stat().st_mtime
     return all((runs / arm / "done.json").stat().st_mtime <= timed_at for arm in arms)
+
+
+def other_benchmark(old: dict, meta: dict) -> str | None:
+    """Why a benchmark recorded as ``old`` is not the one ``meta`` describes (another host, budget or target),
+    None when a run may continue it. Hosts compare by identity (``same_host``): the clock a host record holds
+    moves with the governor between two calls of one lease."""
+    if not same_host(old.get("host") or {}, meta["host"]):
+        return f"host ({host_difference(old.get('host') or {}, meta['host'])})"
+    for key, name in (("trials", "budget"), ("target", "target")):
+        if old.get(key) != meta[key]:
+            return f"{name} ({old.get(key)} vs {meta[key]})"
+    return None
 
 
 def _result_dir(work: Path) -> Path | None:
@@ -528,7 +541,7 @@ def earlier_runs(paths: list, bench: dict) -> tuple[dict, dict, dict, list[str]]
     fastest-round finals where recorded), their checkpoints, their per-run fastest-round figures, and a line per
     table saying where they come from. Refused unless measured on this host at this budget: figures of other
     machines or budgets are never summed."""
-    from costlab.common.host import describe_host, same_host
+    from costlab.common.host import describe_host
 
     runs, checkpoints, fastest, notes = {}, {}, {}, []
     for path in paths:

@@ -316,3 +316,19 @@ def test_keep_untuned_on_a_run_whose_tasks_have_one_contender_gives_no_ratio(tmp
     assert got["ratio"] is None and got["contenders"] == {"without": 0, "with": 1}
     (row,) = got["tasks"]
     assert isinstance(row["tuned_us"], float) and isinstance(row["untuned_us"], float)
+
+
+def test_a_benchmark_is_continued_on_the_same_host_at_another_clock_and_refused_elsewhere():
+    """A host record's clock moves with the governor between two calls of one lease: the same machine at
+    another ``mhz`` continues its benchmark; another machine, budget or target is refused, saying what differs."""
+    import networks
+
+    from costlab.common.host import host_info
+
+    host = host_info()
+    meta = dict(host=host, trials=200, target="cuda")
+    assert networks.other_benchmark(dict(meta, host=dict(host, mhz=1234)), meta) is None
+    why = networks.other_benchmark(dict(meta, host=dict(host, threads=host["threads"] + 1)), meta)
+    assert why.startswith("host (") and "threads" in why
+    assert networks.other_benchmark(dict(meta, trials=64), meta) == "budget (64 vs 200)"
+    assert networks.other_benchmark(dict(meta, target="host"), meta) == "target (host vs cuda)"
