@@ -28,6 +28,7 @@ from itertools import zip_longest
 import numpy as np
 
 from costlab.common.errors import InputError, UsageError, last_line
+from costlab.common.files import signals_deferred
 from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.stopwatch import stopwatch
 from costlab.datasets import records as rec
@@ -113,7 +114,8 @@ class _Sampler:
         out: list[tuple[object, str, int]] = []
         empty = 0
         while len(out) < n and empty < self.MAX_EMPTY_ROUNDS:
-            drawn = [self._draw(ctx) for ctx in self.contexts]
+            with signals_deferred():  # TVM's threads draw them: an exception raised in there ends the process
+                drawn = [self._draw(ctx) for ctx in self.contexts]
             before = len(out)
             for cand in (c for pair in zip_longest(*drawn) for c in pair if c is not None):
                 schedule = compact_json(trace_json(cand.sch.trace))

@@ -184,6 +184,58 @@ def test_interrupted_run_keeps_finished_batches_and_continues(tmp_path, monkeypa
         assert len(set(ds.records("cpu").program_id.tolist())) == 4
 
 
+_TERM_IN_THE_DRAW = """
+import os, signal
+import numpy as np
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+from costlab.cli import _terminate_as_interrupt
+from costlab.commands.signals import Terminated
+from costlab.datasets.extract import te_workload_task, workload_json_mod
+from costlab.datasets.measure import _Sampler
+
+SENT = []
+
+
+@derived_object
+class TermOnce(PyCostModel):  # the sampler's random model, which sends SIGTERM the first time TVM calls it
+    def load(self, path): pass
+    def save(self, path): pass
+    def update(self, context, candidates, results): pass
+    def predict(self, context, candidates):
+        if not SENT:
+            SENT.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return np.random.rand(len(candidates))
+
+
+ms.cost_model.RandomModel = TermOnce
+_terminate_as_interrupt()  # costlab's handler: SIGTERM raises Terminated
+sampler = _Sampler(workload_json_mod(te_workload_task("GMM:1,16,16,16")[1]),
+                   tvm.target.Target({"kind": "llvm", "num-cores": 2}), 0, 8)
+try:
+    drawn = sampler.sample(64, set(), "h")
+except Terminated:
+    print("terminated after the draw", SENT)
+"""
+
+
+def test_sigterm_inside_tvms_draw_of_candidates_is_handled_after_it(tmp_path):
+    """A stop signal while TVM's search draws candidates (here: from inside the Python cost model it calls back)
+    is held until the draw returns, then ends the command as an interruption. Raised in there, the handler's
+    exception crossed TVM's C++ frames: a RuntimeError out of the draw, and with TVM's threads in it, at times
+    a crash of the whole process (``costlab dataset measure`` stopped by a process-group SIGTERM 3 s in)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _TERM_IN_THE_DRAW], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "terminated after the draw [1]", done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 def test_local_runner_runs_kernels_on_the_targets_cores(cores):
     """TVM sizes its thread pool from the machine unless told; a '1c' platform must run on 1 thread."""
