@@ -191,3 +191,34 @@ def test_transfer_tasks_refuse_sources_with_nothing_to_start_from(tmp_path):
         transfer_tasks([SimpleNamespace(mod=_workload(CONV), name="conv")], None, None, None, None,
                        TransferOptions(str(tmp_path / "w"), sources=[empty]), state)
     assert not state.exists()
+
+
+def test_a_program_that_fails_while_the_transfer_is_stopped_is_not_recorded(tmp_path, capsys, monkeypatch):
+    """The signal that stops ``costlab transfer`` (and the library start of ``costlab tune``) reaches the builder's
+    and runner's workers too: a program of the batch in flight that fails then is not the program's failure, and
+    is not recorded (as the search's own batches); its measured neighbour is. Real builds and runs; the stop and
+    a killed worker's failure are made by a wrapper of the measurement."""
+    import signal
+
+    import costlab.export.transfer.run as run
+    from costlab.export.stop import clear_stop, request_stop
+    from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS
+
+    real = run.build_and_run
+
+    def stopped_during_the_batch(*args, **kwargs):
+        results = real(*args, **kwargs)
+        request_stop(signal.SIGTERM)  # SIGTERM arrived while the batch was measured, and took a worker with it
+        return [([MS_FAILURE_SECS], ERROR_MS_FAILED, "worker killed")] + results[1:]
+
+    monkeypatch.setattr(run, "build_and_run", stopped_during_the_batch)
+    work = tmp_path / "w"
+    try:
+        assert main(["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "2", "--work-dir", str(work),
+                     "--no-progress"]) == 143
+    finally:
+        clear_stop()
+    assert "interrupted" in capsys.readouterr().err
+    assert _records(work) == 1  # the measured one; not the one the stop failed
+    (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
+    assert len(row["measured"]) == 1 and row["measured"][0]["us"] is not None

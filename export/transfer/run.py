@@ -204,8 +204,11 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
                 picked = [scheds[i] for i in order]
                 mc = measure_candidates(picked)
                 results = build_and_run(builder, runner, target, mc)
+                stopping = should_stop is not None and should_stop()
                 workload = database.commit_workload(task.mod)
                 for i, c, (costs, err, msg) in zip(order, mc, results):
+                    if stopping and err != 0:  # the stop's signal reached the workers: not the program's failure,
+                        continue  # so not recorded (as the search's measure callbacks do); the search may measure it
                     database.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [float(x) for x in costs],
                                                                            target, c.args_info))
                     secs = [float(x) for x in costs]
