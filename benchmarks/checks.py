@@ -23,7 +23,6 @@ from pathlib import Path
 
 import networks  # this folder's: the benchmark networks (nets.py) and their tasks
 from costlab.common.cpu_lock import cpu_lock
-from costlab.common.errors import last_line
 from costlab.common.host import describe_host
 
 
@@ -54,7 +53,6 @@ def main(argv=None) -> int:
         raise SystemExit("--rounds and --trials must be at least 1")
     from costlab.export.check import check_task, check_tasks
     from costlab.export.tasks import measuring_target
-    from costlab.metaschedule.databases import json_database
     from costlab.metaschedule.targets import measuring_host
     from costlab.metaschedule.traces import plain_json
 
@@ -65,10 +63,7 @@ def main(argv=None) -> int:
     target = measuring_target(args.target)
     with cpu_lock():
         _tune(args, work)
-        try:  # before the network's extraction (seconds of compiling)
-            db = json_database(work_dir=str(work))
-        except Exception as exc:  # noqa: BLE001  TVM's parse error, C++ frames and all: one line of it
-            raise SystemExit(f"{work}'s database does not load: {last_line(exc)}") from None
+        db = networks.run_database(work)
         tasks, _ = networks._network(args.network, target)
         measured = [t for t in tasks if db.has_workload(t.mod)]
         ways = {"one worker a task": lambda: [check_task(db, t.mod, target) for t in measured],

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import networks  # noqa: E402  this folder's: the benchmark networks (nets.py) and their tasks
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
-from costlab.common.errors import last_line  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -43,7 +42,6 @@ def main(argv=None) -> int:
     from costlab.export.finals import remeasure
     from costlab.export.tasks import measuring_target
     from costlab.export.workdir import MeasuringStack
-    from costlab.metaschedule.databases import json_database
     from costlab.metaschedule.targets import is_gpu, measuring_host
     from costlab.metaschedule.traces import plain_json
 
@@ -52,10 +50,7 @@ def main(argv=None) -> int:
     seconds: dict = {"without": [], "with": []}
     contenders: dict = {}
     with cpu_lock():
-        try:  # before the network's extraction (seconds of compiling)
-            database = json_database(work_dir=str(work))
-        except Exception as exc:  # noqa: BLE001  TVM's parse error, C++ frames and all: one line of it
-            raise SystemExit(f"{work}'s database does not load: {last_line(exc)}") from None
+        database = networks.run_database(work)
         tasks, _ = networks._network(args.network, target)
         stack = MeasuringStack()
         builder, runner = stack.start(target, workers=2)

@@ -62,6 +62,7 @@ import netcurves  # noqa: E402
 
 from costlab.common.children import run_or_stop  # noqa: E402
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.common.errors import last_line  # noqa: E402
 from costlab.common.host import host_difference, same_host  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 from costlab.metaschedule.databases import json_database  # noqa: E402
@@ -319,6 +320,15 @@ def other_benchmark(old: dict, meta: dict) -> str | None:
         if old.get(key) != meta[key]:
             return f"{name} ({old.get(key)} vs {meta[key]})"
     return None
+
+
+def run_database(work: Path):
+    """A finished run's database, for a benchmark that reads it; one line and exit 1 when it does not load (TVM's
+    parse error comes with its C++ frames). Opened before a network is extracted: that takes seconds of compiling."""
+    try:
+        return json_database(work_dir=str(work))
+    except Exception as exc:  # noqa: BLE001  TVM raises its own errors
+        raise SystemExit(f"{work}'s database does not load: {last_line(exc)}") from None
 
 
 def _result_dir(work: Path) -> Path | None:
