@@ -20,3 +20,11 @@ def stop_requested() -> int | None:
 
 def clear_stop() -> None:
     _STOP["signal"] = None
+
+
+def recordable(failed: bool) -> bool:
+    """Whether a measured program's result becomes a record. The signal that stops a run reaches its whole
+    process group, the builder's and runner's workers too: a build or run that fails while the run is being
+    stopped failed for that alone, so it is not recorded (nor counted against a budget) and a re-run measures
+    the program. A deadline does not reach the workers: only the signal counts."""
+    return not (failed and stop_requested() is not None)

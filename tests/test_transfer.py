@@ -222,3 +222,10 @@ def test_a_program_that_fails_while_the_transfer_is_stopped_is_not_recorded(tmp_
     assert _records(work) == 1  # the measured one; not the one the stop failed
     (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
     assert len(row["measured"]) == 1 and row["measured"][0]["us"] is not None
+    assert row["done"] is False  # its top was not measured: a re-run goes on with it
+    monkeypatch.setattr(run, "build_and_run", real)
+    assert main(["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "2", "--work-dir", str(work),
+                 "--no-progress"]) == 0
+    assert _records(work) == 2  # the one the stop failed, measured now; not the first again, nor a third
+    (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
+    assert row["done"] is True and len(row["measured"]) == 2

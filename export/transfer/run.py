@@ -15,7 +15,9 @@ Per task of the workload (``--workload`` or ``--network``, the tasks ``costlab t
 
 ``transfer.json`` beside the database says, per task, what matched, what was replayed, what failed and
 why, and what was measured from which source record; it is rewritten after each task, and a re-run skips
-the tasks it marks done. Sources that hold nothing to start from (no file that reads as a dataset or
+the tasks it marks done. A program that fails while the run is being stopped is not recorded (the stop's
+signal failed it: ``export.stop.recordable``) and leaves its task not done: a re-run measures the rest of the
+task's ``top``. Sources that hold nothing to start from (no file that reads as a dataset or
 database, or no successfully measured program that decodes) are refused before the work dir is made or a
 task is marked done (``usable_sources``).
 """
@@ -32,6 +34,7 @@ from costlab.common.errors import InputError, UsageError, last_line
 from costlab.costmodels import kinds
 from costlab.datasets.records import record_latency
 from costlab.export.search.common import measure_candidates, measured_hashes, model_order, schedule_hash
+from costlab.export.stop import recordable
 from costlab.export.tasks import measuring_target, workload_tasks
 from costlab.export.transfer.match import match, structure
 from costlab.export.transfer.replay import TransferError, transfer_schedule
@@ -198,17 +201,20 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
             measured = measured_hashes(ctx, database)
             scheds, prov, counts = candidates_for(task.mod, target, ctx.space_generator.postprocs, sources, measured,
                                                   opts.max_candidates, seed=opts.seed + 1)
-            row = dict(name=task.name, done=False, replayed=len(scheds), counts=dict(counts), measured=[])
-            if scheds:
-                order = model_order(predictor, head, task.mod, target, scheds)[:opts.top]
+            # a task a stopped run left not done keeps what it measured; its re-run measures the rest of its top
+            earlier = state["tasks"].get(key, {}).get("measured", [])
+            row = dict(name=task.name, done=False, replayed=len(scheds), counts=dict(counts), measured=list(earlier))
+            disturbed, take = 0, max(0, opts.top - len(earlier))
+            if scheds and take:
+                order = model_order(predictor, head, task.mod, target, scheds)[:take]
                 picked = [scheds[i] for i in order]
                 mc = measure_candidates(picked)
                 results = build_and_run(builder, runner, target, mc)
-                stopping = should_stop is not None and should_stop()
                 workload = database.commit_workload(task.mod)
                 for i, c, (costs, err, msg) in zip(order, mc, results):
-                    if stopping and err != 0:  # the stop's signal reached the workers: not the program's failure,
-                        continue  # so not recorded (as the search's measure callbacks do); the search may measure it
+                    if not recordable(err != 0):  # failed because the run is being stopped: a re-run measures it
+                        disturbed += 1
+                        continue
                     database.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [float(x) for x in costs],
                                                                            target, c.args_info))
                     secs = [float(x) for x in costs]
@@ -216,10 +222,11 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
                     ok = math.isfinite(lat)
                     row["measured"].append(dict(prov[i], us=round(lat * 1e6, 3) if ok else None,
                                                 error=None if ok else (msg or "failed")[:200]))
+            if row["measured"]:
                 good = [m["us"] for m in row["measured"] if m["us"] is not None]
                 row["best_us"] = min(good) if good else None
                 row["failed_measurements"] = len(row["measured"]) - len(good)
-            row.update(done=True, seconds=round(time.time() - t0, 2))
+            row.update(done=not disturbed, seconds=round(time.time() - t0, 2))
             state["tasks"][key] = row
             write_state(state_path, state)
             if bar is not None:
