@@ -538,7 +538,7 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
     top = min(opts.transfer_top, opts.trials - min(taken, opts.trials)) if opts.workloads else opts.transfer_top
     if top <= 0:
         return dict(skipped="the transfer took the workload's --trials")
-    libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())))
+    libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())), kind=target.kind.name)
     return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
                               model=opts.model, top=top, seed=opts.seed, number=opts.number, repeat=opts.repeat,
                               progress=opts.progress, should_stop=lambda: stop_requested() is not None)

@@ -237,3 +237,21 @@ def test_a_run_adds_the_program_its_check_vouched_for_when_a_second_measurement_
     assert keys[0] == key(trace_json(a.trace)) and programs[0]["checked"] is True
     assert key(trace_json(b.trace)) not in keys and not any(p["checked"] for p in programs[1:])
     assert len(programs) == 4 and all(p["us"] >= programs[0]["us"] for p in programs)
+
+
+def test_a_run_starts_only_from_the_starters_of_its_target_kind(tmp_path, monkeypatch):
+    """The shipped starter is a CPU's: a CPU run (of any CPU) starts from it, a GPU run does not (a CPU's
+    schedules bind no GPU threads)."""
+    from costlab.export.library.start import run_libraries
+    from costlab.export.library.store import STARTER_DIR
+
+    monkeypatch.delenv("COSTLAB_STARTER_LIBRARY", raising=False)
+    shipped = sorted(p.name for p in STARTER_DIR.glob("*.json.gz"))
+    assert shipped and all(name.startswith("llvm-") for name in shipped)
+
+    def starters(platform, kind):
+        return [lib.path.name for lib in run_libraries(tmp_path, platform, kind)[1:]]
+
+    assert starters("llvm-znver4-2c", "llvm") == shipped
+    assert starters("llvm-skylake-avx512-16c", "llvm") == shipped
+    assert starters("cuda-sm_90", "cuda") == []

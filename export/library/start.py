@@ -47,10 +47,18 @@ class LibrarySource:
         return self._mod
 
 
-def run_libraries(root, platform: str) -> list[Library]:
+def run_libraries(root, platform: str, kind: str | None = None) -> list[Library]:
     """The libraries a run on ``platform`` starts from: the user's (under ``root``, default ``default_root()``)
-    and the starter shipped with costlab."""
-    return [read_library(root or default_root(), platform), *starter_library()]
+    and the starters shipped with costlab for its target ``kind`` (``llvm``, ``cuda``, ...; None: every
+    starter). A starter of another kind is no start: a CPU's schedules bind no GPU threads, and would only
+    spend the run's trials on programs that fail."""
+    starters = [lib for lib in starter_library() if kind is None or platform_kind(lib.platform) == kind]
+    return [read_library(root or default_root(), platform), *starters]
+
+
+def platform_kind(platform: str) -> str:
+    """The target kind a platform id (``metaschedule.targets.platform_id_for``) starts with."""
+    return platform.split("-", 1)[0]
 
 
 def library_sources(libraries: list[Library], tasks) -> tuple[list[LibrarySource], ImportReport]:
