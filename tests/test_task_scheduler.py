@@ -229,10 +229,12 @@ def test_a_network_tuned_with_the_gain_scheduler(tmp_path, capsys, monkeypatch):
     assert picks > len(trials)  # the first rounds, then at least one choice by predicted gain
 
 
-def test_the_models_view_of_a_round_leaves_its_score_map_to_the_next_population():
+@pytest.mark.parametrize("strategy", ["model-led", "draft-filter"])
+def test_the_models_view_of_a_round_leaves_its_score_map_to_the_next_population(strategy):
     """The scheduler scores a measured round with the run's costlab model by its raw scores: the model's
     ``predict`` would fix the task's map of scores (``CostlabCostModel._scales``, set once from the first
-    population it scores) from these few measured programs instead of the next search population."""
+    population it scores) from these few measured programs instead of the next search population. Under
+    draft-filter the run's model is the draft and verifier together: the verifier's raw scores, the same."""
     from types import SimpleNamespace
 
     import _sched_cases as cases
@@ -240,6 +242,7 @@ def test_the_models_view_of_a_round_leaves_its_score_map_to_the_next_population(
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     from costlab.export.cost_model import CostlabCostModel, _task_key
+    from costlab.export.search.draft_filter import DraftFilterModel
     from costlab.featurizers.ms_records import feature_context
 
     mod = cases.matmul()
@@ -249,10 +252,11 @@ def test_the_models_view_of_a_round_leaves_its_score_map_to_the_next_population(
                  cases.cpu_tiled(mod, i_tiles=(1, 8, 2, 8), unroll=16)]
     cands = [MeasureCandidate(s, args) for s in schedules]
     model = CostlabCostModel("psa")
-    scheduler = make_task_scheduler("gain", cost_model=model)
+    run_model = model if strategy == "model-led" else DraftFilterModel(model)
+    scheduler = make_task_scheduler("gain", cost_model=run_model)
     scheduler._best_candidate[0] = cands[0]
     share = scheduler._model_share(SimpleNamespace(cost_model_=None), 0, SimpleNamespace(ctx=ctx), cands)
     assert share is not None and 0.0 <= share <= 1.0
     assert _task_key(ctx) not in model._scales
-    model.predict(ctx, cands)  # what the search does with its population: the map is fixed then
+    run_model.predict(ctx, cands)  # what the search does with its population: the map is fixed then
     assert _task_key(ctx) in model._scales

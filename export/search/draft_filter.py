@@ -50,6 +50,11 @@ class DraftFilterModel(PyCostModel):
         self.stats["verify_s"] += time.perf_counter() - t1
         return out.astype(np.float64)
 
+    def raw_scores(self, context, candidates) -> np.ndarray:
+        """The verifier's own scores (what the gain task scheduler compares a round's programs by): ``predict``
+        would fix the verifier's per-task map of scores from those few measured programs."""
+        return self.verify.raw_scores(context, candidates)
+
     def update(self, context, candidates, results) -> None:
         self.verify.update(context, candidates, results)
 
