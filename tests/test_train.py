@@ -209,6 +209,24 @@ def test_finetune_with_momentum(ansor_data, tmp_path):
     assert pred.featurizer.config == load_predictor(str(tmp_path / "src")).featurizer.config
 
 
+def test_finetune_from_a_checkpoint_writes_a_model_that_loads(trained, tmp_path):
+    """``--from RUN/checkpoints/last.ckpt`` (a training run in progress): the fine-tuned model records what
+    the checkpoint's net is (kind, net, featurizer), and loads and scores like the checkpoint it came from."""
+    import shutil
+
+    from costlab.costmodels.artifact import read_artifact
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    ckpt = trained / "run" / "checkpoints" / "last.ckpt"
+    assert main(["finetune", "--from", str(ckpt), "--data", str(data), "--platform", "llvm-x86_64-2c",
+                 "--out", str(tmp_path / "ft"), "--no-progress"]) == 0
+    tuned, source = read_artifact(tmp_path / "ft" / "model"), read_artifact(trained / "run" / "model")
+    for key in ("kind", "net", "featurizer"):
+        assert tuned.config[key] == source.config[key]
+    assert load_predictor(str(tmp_path / "ft")).kind == source.kind
+
+
 def test_finetune_from_a_shipped_model_by_name(tmp_path):
     """``--from NAME`` takes a shipped model by the name ``costlab models`` lists, as evaluate and export do."""
     import shutil

@@ -11,6 +11,7 @@ from costlab.common.errors import InputError
 from costlab.costmodels.artifact import check_finite, load_state
 from costlab.costmodels.nets import build_net
 from costlab.costmodels.predictors import NetPredictor, load
+from costlab.featurizers import hardware_vector
 
 
 def read_checkpoint(path) -> dict:
@@ -48,8 +49,16 @@ def checkpoint_net(ckpt: dict) -> torch.nn.Module:
 
 
 def load_checkpoint(path) -> NetPredictor:
+    """The checkpoint's net as a predictor, with the model config an artifact of it records (kind, net,
+    featurizer, platforms, the hardware input's description): a model saved from it (``costlab finetune
+    --from X.ckpt``) loads like one ``costlab train`` wrote."""
     ckpt = read_checkpoint(path)
-    return NetPredictor(checkpoint_net(ckpt), ckpt["kind"], ckpt["featurizer"], ckpt["platforms"])
+    net = checkpoint_net(ckpt)
+    config = dict(kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"],
+                  platforms=ckpt["platforms"])
+    if getattr(getattr(net, "config", None), "hardware_dim", 0):
+        config["hardware"] = hardware_vector.describe()
+    return NetPredictor(net, ckpt["kind"], ckpt["featurizer"], ckpt["platforms"], config=config)
 
 
 def load_predictor(model, seed: int = 0):
