@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURES
+from conftest import FIXTURES, TINY
 
 from costlab.cli import main
 from costlab.datasets import DatasetWriter, RecordBatch, open_dataset
@@ -207,6 +207,26 @@ def test_finetune_with_momentum(ansor_data, tmp_path):
                  "--out", str(tmp_path / "ft"), "--no-progress"]) == 0
     pred = load_predictor(str(tmp_path / "ft"))
     assert pred.featurizer.config == load_predictor(str(tmp_path / "src")).featurizer.config
+
+
+def test_a_validation_part_with_nothing_to_rank_trains_without_one(trained, tmp_path):
+    """A within-task split draws validation by program: on few records, a small fraction draws programs no two
+    of one task, which rank nothing (no validation top-1 is logged, or it is NaN, and the best checkpoint
+    watches a value never set, or stays the first epoch's). Such a part is none: its rows train."""
+    import json
+    import shutil
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["dataset", "split", str(data), "--by", "within-task", "--name", "w"]) == 0
+    # seed 0 draws for validation: one program; four, each of another task; seven, four of them of one task
+    for fraction, few in ((0.01, True), (0.05, True), (0.1, False)):
+        out = tmp_path / f"run{fraction}"
+        assert main(["train", "--data", str(data), "--split", "w", "--out", str(out), "--epochs", "1",
+                     "--no-progress", *TINY[:4], "--set", f"data_options.val_fraction={fraction}"]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert (summary["val_records"] == 0) == few and summary["train_records"] + summary["val_records"] == 64
+        assert (summary["best_val_top1"] is None) == few  # a number wherever there is a validation part
 
 
 def test_finetune_from_a_checkpoint_writes_a_model_that_loads(trained, tmp_path):

@@ -232,6 +232,12 @@ class CostDataModule(L.LightningDataModule):
                 val_tasks = rng.permutation(rankable)[:n_val] if len(rankable) > 1 else []
                 val = np.isin(self.labels.task, val_tasks) & ~test
             has_label = np.isfinite(self.labels.score).any(1)
+            _t, per_task = np.unique(self.labels.task[val & np.isfinite(self.labels.score[:, 0])], return_counts=True)
+            if not (per_task >= 2).any():
+                # no task with two labelled programs on the target platform (a few records drawn by program):
+                # nothing to rank, so no validation part, its rows train; a validation top-1 that is never a
+                # number would leave the best checkpoint at the first epoch's, or unset
+                val = np.zeros(n, bool)
             self.train_rows = np.flatnonzero(~test & ~val & has_label)
             self.val_rows = np.flatnonzero(val & has_label)
             self.test_rows = np.flatnonzero(test & has_label)
