@@ -229,6 +229,26 @@ def test_a_validation_part_with_nothing_to_rank_trains_without_one(trained, tmp_
         assert (summary["best_val_top1"] is None) == few  # a number wherever there is a validation part
 
 
+def test_a_within_task_splits_held_out_programs_never_set_the_training_labels(trained, tmp_path):
+    """A training label is ``best / latency`` over its task's training programs: in every task the fastest
+    training program scores 1, whether or not a faster one was held out for the test."""
+    import shutil
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["dataset", "split", str(data), "--by", "within-task", "--name", "w"]) == 0
+    dm = CostDataModule(DataConfig(data=str(data), platforms=["llvm-x86_64-2c"], split="w", val_fraction=0.0))
+    dm.setup()
+    task, score, lat = dm.labels.task, dm.labels.score[:, 0], dm.labels.latency[:, 0]
+    rows = dm.train_rows[np.isfinite(lat[dm.train_rows])]
+    assert len(np.unique(task[rows])) >= 3
+    for t in np.unique(task[rows]):
+        assert score[rows][task[rows] == t].max() == 1.0
+    faster_held_out = [t for t in np.unique(task[rows])
+                       if lat[dm.test_rows][task[dm.test_rows] == t].min(initial=np.inf) < lat[rows][task[rows] == t].min()]
+    assert faster_held_out, "the fixture's split holds out some task's fastest program (what this test is about)"
+
+
 def test_finetune_from_a_checkpoint_writes_a_model_that_loads(trained, tmp_path):
     """``--from RUN/checkpoints/last.ckpt`` (a training run in progress): the fine-tuned model records what
     the checkpoint's net is (kind, net, featurizer), and loads and scores like the checkpoint it came from."""

@@ -189,13 +189,16 @@ class CostDataModule(L.LightningDataModule):
         ds = open_dataset(cfg.data)
         try:
             self.featurizer = self._resolve_featurizer(ds)
+            split = ds.split(cfg.split) if cfg.split else None
+            # a training label's best is its task's best training program: never a held-out one's latency
+            held_out = split.is_test if split is not None else None
             if cfg.row_platforms:
-                parts = [build_label_table(ds, [p], p, cfg.keep_fraction, cfg.seed) for p in self.rows_of]
+                parts = [build_label_table(ds, [p], p, cfg.keep_fraction, cfg.seed, held_out) for p in self.rows_of]
                 self.labels = LabelTable([cfg.platforms[0]], *(np.concatenate([getattr(t, k) for t in parts])
                                                                for k in ("task", "program_id", "score", "latency")))
                 self.row_platform = np.repeat(np.arange(len(parts)), [len(t) for t in parts])
             else:
-                self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed)
+                self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed, held_out)
                 self.row_platform = np.zeros(len(self.labels), np.int64)
             self.offsets = np.concatenate([[0], np.cumsum(np.bincount(self.row_platform, minlength=len(self.rows_of)))])
             # ranking lists and per-task metrics stay within one task of one platform
@@ -211,11 +214,7 @@ class CostDataModule(L.LightningDataModule):
             self.targets = {p: ds.platforms[p].target for p in dict.fromkeys(cfg.platforms + self.rows_of)
                             if p in ds.platforms}
             n = len(self.labels)
-            if cfg.split:
-                split = ds.split(cfg.split)
-                test = split.is_test(self.labels.task, self.labels.program_id)
-            else:
-                split, test = None, np.zeros(n, bool)
+            test = split.is_test(self.labels.task, self.labels.program_id) if split is not None else np.zeros(n, bool)
             rng = np.random.default_rng(cfg.seed)
             if split is not None and split.by == "within-task":
                 # by program: one program's records (on several CPUs, or measured twice) are all in it or none

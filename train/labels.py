@@ -3,7 +3,10 @@
 Multi-platform data lines up by program id: row ``i`` of the base platform's records gets, for each platform
 ``p``, the score of the same program measured on ``p`` (``best / latency`` within its task on ``p``, failed
 0), or NaN where ``p`` has no measurement — or where it was hidden to simulate scarce target labels
-(``keep_fraction``), in which case the best of the task is taken over the kept labels only.
+(``keep_fraction``), in which case the best of the task is taken over the kept labels only. With a split
+(``held_out``: its ``is_test``), a training row's best is taken over the task's training programs only: a
+within-task split's held-out programs never set the training labels (a test program's label keeps the
+whole task's best).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ class LabelTable:
 
 
 def build_label_table(ds, platforms: list[str], base: str | None = None, keep_fraction=None,
-                      seed: int = 0) -> LabelTable:
-    """``keep_fraction``: optional {platform: fraction of its programs whose labels are kept}."""
+                      seed: int = 0, held_out=None) -> LabelTable:
+    """``keep_fraction``: optional {platform: fraction of its programs whose labels are kept}; ``held_out``:
+    optional ``(task, program_id) -> bool mask`` of the test records."""
     base = base or platforms[0]
     table = ds.records(base)
     task, pids = table.task.astype(np.int64), table.program_id
@@ -44,6 +48,10 @@ def build_label_table(ds, platforms: list[str], base: str | None = None, keep_fr
             keep = rng.random(len(p_ids)) < frac
             p_task, p_ids, p_lat = p_task[keep], p_ids[keep], p_lat[keep]
         p_score = scores(p_task, p_lat)
+        if held_out is not None:
+            test = held_out(p_task, p_ids)
+            if test.any():
+                p_score[~test] = scores(p_task[~test], p_lat[~test])
         order = np.argsort(p_ids)
         pos = np.searchsorted(p_ids[order], pids).clip(0, max(len(order) - 1, 0))
         found = (p_ids[order][pos] == pids) if len(order) else np.zeros(n, bool)
