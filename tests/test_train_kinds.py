@@ -65,6 +65,30 @@ def test_baselines_fit_their_training_records(ms_data, tmp_path, kind):
     assert not list((tmp_path / kind / "model").glob("*.pkl"))
 
 
+def test_a_baseline_does_not_learn_from_a_task_whose_every_program_failed(ms_data, tmp_path):
+    """MetaSchedule's labels are best / cost within a task: in a task none of whose programs ran, every failure
+    would be its task's best (label 1). Such a task has nothing to rank, and is left out of the training."""
+    from costlab.datasets import DatasetWriter, RecordBatch
+    from costlab.metaschedule.results import ERROR_MS_FAILED
+
+    path, platform = ms_data
+    data = tmp_path / "failed.h5"
+    shutil.copy(path, data)
+    with open_dataset(data) as ds:
+        src = ds.tasks[0]
+        t = ds.records(platform)
+        rows = np.flatnonzero(t.task == 0)[:4]
+        schedules = t.schedules(rows)
+    b = RecordBatch()
+    with DatasetWriter(data) as w:
+        failed = w.add_task("all-failed", src.dialect, src.workload, name="all-failed")
+        for i, sched in enumerate(schedules):
+            b.append(failed, sched, [1e10], ERROR_MS_FAILED, 0.0, 10**6 + i)
+        w.add_records(platform, b)
+    cfg = load_config(None, ["trainer.max_epochs=2"], model="xgb", data=str(data), out=str(tmp_path / "x"))
+    assert train(cfg, progress=False)["train_records"] == 80  # not the 4 failures of the new task
+
+
 def test_a_baseline_keeps_the_fraction_of_labels_it_is_given_and_refuses_rows_of_other_platforms(ms_data, tmp_path):
     """``data_options.keep_fraction`` takes labels away from the XGBoost baseline as from the nets it is compared
     with (it trained on all of them); ``row_platforms``, which it cannot take, is refused, not ignored."""

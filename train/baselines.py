@@ -39,8 +39,9 @@ _NET_ONLY = ("row_platforms",)
 
 
 def _training_data(cfg: dict):
-    """The baseline's training records (those with a label on the target platform: ``keep_fraction`` drops some)
-    as per-store feature arrays, their tasks and costs (failed records at MetaSchedule's 1e10)."""
+    """The baseline's training records (those with a label on the target platform: ``keep_fraction`` drops some;
+    not those of a task whose every program failed) as per-store feature arrays, their tasks and costs (failed
+    records at MetaSchedule's 1e10)."""
     options = dict(cfg.get("data_options") or {})
     other = sorted(k for k, v in options.items() if k not in BASELINE_DATA_OPTIONS and k in _NET_ONLY and v)
     if other:
@@ -59,6 +60,10 @@ def _training_data(cfg: dict):
     keep = np.array([ok and len(x) > 0 for x, ok in zip(feats[FEATURE], valid)], bool)
     task = dm.labels.task[rows][keep]
     lat = dm.labels.latency[rows, 0][keep]
+    # a task none of whose programs ran has nothing to rank: MetaSchedule's labels (best / cost within the
+    # task) would score its failures 1, as the fastest, where every costlab model scores a failure 0
+    ranked = np.isin(task, task[np.isfinite(lat)])
+    xs, task, lat = [x for x, ok in zip(xs, ranked) if ok], task[ranked], lat[ranked]
     cost = np.where(np.isfinite(lat), lat, 1e10).astype(np.float32)
     return dm, xs, task, cost
 
