@@ -92,7 +92,11 @@ class TLPNet(nn.Module):
             x = x + self.hardware_proj(hardware.to(x.dtype))[:, None]
         x = self.encoder_mlp(self.norm_in(x))
         if self.config.backbone == "attention":
-            x = self.backbone(x, src_key_padding_mask=~mask)
+            # a program without tokens (an unreadable schedule) attends to nothing, which gives NaN in eval
+            # (0 in training): one dummy slot stays unmasked, and the pooling's mask zeroes it
+            attend = mask.clone()
+            attend[~mask.any(1), 0] = True
+            x = self.backbone(x, src_key_padding_mask=~attend)
         elif self.config.backbone == "bert":
             x = self.backbone(inputs_embeds=x, attention_mask=mask.long()).last_hidden_state
         else:

@@ -35,6 +35,25 @@ def test_tlp_net_shapes_and_padding(backbone):
     out.sum().backward()
 
 
+@pytest.mark.parametrize("backbone", ["attention", "bert", "lstm"])
+def test_a_program_without_tokens_scores_zero_in_training_and_in_eval(backbone):
+    """An unreadable schedule has no token: its score is the empty sum, 0, whichever mode the net is in (an
+    attention encoder over nothing gives NaN in eval), and the other programs' scores are unaffected."""
+    torch.manual_seed(0)
+    net = TLPNet(TLPNetConfig(vocab_size=20, num_slots=6, max_len=12, d_model=32, backbone=backbone,
+                              attention_heads=4))
+    kind, numeric, mask = _tokens()
+    empty = mask.clone()
+    empty[1] = False
+    for train in (True, False):
+        net.train(train)
+        with torch.no_grad():
+            out = net(kind, numeric, empty)
+        assert torch.isfinite(out).all() and out[1] == 0
+    with torch.no_grad():
+        assert torch.allclose(net(kind, numeric, empty)[[0, 2, 3]], net(kind, numeric, mask)[[0, 2, 3]], atol=1e-5)
+
+
 def test_tlp_net_heads():
     net = TLPNet(TLPNetConfig(vocab_size=20, num_slots=6, max_len=12, d_model=32, heads=3, attention_heads=4))
     assert net(*_tokens()).shape == (4, 3)
