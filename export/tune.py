@@ -405,7 +405,7 @@ def tune(opts: TuneOptions) -> dict:
                                     database=database, locked=True, should_stop=clock.expired)
             # the summary of a finished run re-run (None: none, or the database has grown since); a re-run whose run
             # was stopped after its last batch (no summary) measures its finals now
-            earlier = _finished_summary(work, tasks, _done_per_task(database, tasks))
+            earlier = _finished_summary(work, tasks, _done_per_task(database, tasks), opts)
             if (network is not None and opts.final_top > 1 and not opts.rpc_key
                     and (clock.first_batch_at is not None or earlier is None)
                     and stop_requested() is None and clock.lost is None and not clock.expired()):
@@ -636,15 +636,25 @@ def resolved_adapt(opts: TuneOptions, work: Path) -> str:
     return auto_adapt_mode(kind_of(opts.model) in kinds.learned())
 
 
-def _finished_summary(work: Path, tasks: list, done: list) -> dict | None:
-    """The summary of the run this work dir already finished, when its per-task trials are the database's now;
-    None when there is none (or it no longer describes the database)."""
+FINAL_KEYS = ("final_top", "final_measure", "keep_untuned")  # how a network's finals are chosen
+
+
+def _finished_summary(work: Path, tasks: list, done: list, opts: TuneOptions) -> dict | None:
+    """The summary of the run this work dir already finished, when its per-task trials are the database's now
+    and it did the work after the search that ``opts`` ask for: checks (a run that checked stands for one
+    that does not), the library's update, a network's finals chosen the same way. None when there is none
+    (or it no longer describes the database, or that work is still to do)."""
     try:
         old = json.loads(WorkDir(work).summary_file.read_text())
         same = [(r["name"], r["trials"]) for r in old["tasks"]] == [(t.name, n) for t, n in zip(tasks, done)]
+        before = old.get("options") or {}
+        done_after = ((not opts.check_output or before.get("check_output", True))
+                      and (not opts.use_library or (before.get("use_library", True)
+                                                    and before.get("library") == opts.library))
+                      and (opts.network is None or all(before.get(k) == getattr(opts, k) for k in FINAL_KEYS)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return old if same else None
+    return old if same and done_after else None
 
 
 MEASURE_KEYS = ("number", "repeat", "screen", "sized_repeats")  # how a program is timed: one way per database

@@ -477,6 +477,19 @@ def test_a_finished_run_re_run_keeps_its_summary(tmp_path, capsys):
     assert len(_records(work)) == 4
 
 
+def test_a_finished_run_re_run_does_the_work_after_the_search_it_asks_for(tmp_path):
+    """A run finished with --no-check, re-run without it: the search is not run again, its best programs are
+    checked and the summary says so."""
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--trials", "4", "--work-dir", str(work), *SMALL_SEARCH]
+    assert main(argv + ["--no-check"]) == 0
+    assert "check" not in json.loads((work / "costlab_tune.json").read_text())["tasks"][0]
+    assert main(argv) == 0
+    summary = json.loads((work / "costlab_tune.json").read_text())
+    assert summary["tasks"][0]["check"]["status"] == "ok" and summary["options"]["check_output"] is True
+    assert len(_records(work)) == 4
+
+
 def test_a_work_dir_of_another_machine_is_not_continued(tmp_path, capsys, monkeypatch, another_host):
     """A work dir records the host that measured it; continuing it on another CPU (another CPU's description faked)
     would mix two machines' timings in one database: tune, exploit and transfer into it are refused in one line,
