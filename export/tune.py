@@ -349,10 +349,10 @@ def tune(opts: TuneOptions) -> dict:
             unmeasured = [t for t, n in zip(tasks, _done_per_task(database, tasks)) if n == 0]
             taken = 0  # what the transfer measured of a workload's --trials (the most of any task)
             if opts.transfer_from and unmeasured:
-                transferred = _transfer(opts, unmeasured, target, database, builder, runner)
+                transferred = _transfer(opts, unmeasured, target, database, builder, runner, clock)
                 taken = max((len(row.get("measured", [])) for row in transferred.get("tasks", {}).values()), default=0)
             if opts.use_library and not opts.rpc_key and unmeasured:
-                started_from = _library_start(opts, unmeasured, target, database, builder, runner, taken)
+                started_from = _library_start(opts, unmeasured, target, database, builder, runner, clock, taken)
             done = _done_per_task(database, tasks)
             # workloads are tuned one after the other, each with its own budget; a network's tasks share one
             groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
@@ -513,35 +513,33 @@ def tune(opts: TuneOptions) -> dict:
     return summary
 
 
-def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner) -> dict:
+def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, clock) -> dict:
     """``--transfer-from``: ``costlab transfer`` into the run's database, before the search of the tasks not
     measured yet (a continued run's tasks go on from their own programs). A workload's transfer stays within its
     ``--trials``; a network's budget is for
     all its tasks: each gets its ``--transfer-top``, and the search has what is left (none with ``--trials 1``:
-    transfer alone)."""
-    from costlab.export.search.timed import stop_requested  # lazy: pulls torch and tvm
-
+    transfer alone). It stops between tasks once the run is stopped or its ``--max-seconds`` are spent
+    (``clock``); a re-run goes on with the tasks left."""
     topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model,
                             top=min(opts.transfer_top, opts.trials) if opts.workloads else opts.transfer_top,
                             seed=opts.seed, number=opts.number, repeat=opts.repeat, progress=opts.progress)
     return transfer_tasks(tasks, target, database, builder, runner, topts, WorkDir(opts.work_dir).transfer_state,
-                          should_stop=lambda: stop_requested() is not None)
+                          should_stop=clock.expired)
 
 
-def _library_start(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, taken: int = 0) -> dict:
+def _library_start(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, clock,
+                   taken: int = 0) -> dict:
     """Each task starts from the library: its ``--transfer-top`` best replayed programs of the library's matching
     tasks (``export/library/start``), measured into the database before the search, within what ``taken`` (the
     transfer's share) leaves of a workload's ``--trials``; a network's tasks each get theirs, as with
-    ``--transfer-from``."""
-    from costlab.export.search.timed import stop_requested  # lazy: pulls torch and tvm
-
+    ``--transfer-from``. It stops between tasks once the run is stopped or its ``--max-seconds`` are spent."""
     top = min(opts.transfer_top, opts.trials - min(taken, opts.trials)) if opts.workloads else opts.transfer_top
     if top <= 0:
         return dict(skipped="the transfer took the workload's --trials")
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())), kind=target.kind.name)
     return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
                               model=opts.model, top=top, seed=opts.seed, number=opts.number, repeat=opts.repeat,
-                              progress=opts.progress, should_stop=lambda: stop_requested() is not None)
+                              progress=opts.progress, should_stop=clock.expired)
 
 
 def _library_add(opts: TuneOptions, tasks: list[Task], target, database, answers: list, checked: bool) -> dict:

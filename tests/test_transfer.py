@@ -229,3 +229,19 @@ def test_a_program_that_fails_while_the_transfer_is_stopped_is_not_recorded(tmp_
     assert _records(work) == 2  # the one the stop failed, measured now; not the first again, nor a third
     (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
     assert row["done"] is True and len(row["measured"]) == 2
+
+
+def test_tunes_transfer_stops_at_the_runs_deadline(tmp_path):
+    """``--max-seconds`` holds for the transfer before the search too: a run whose time is spent when the
+    transfer starts measures nothing there, and leaves its task to a re-run (not done)."""
+    import time
+
+    from costlab.export.tune import TuneOptions, tune
+
+    work = tmp_path / "w"
+    summary = tune(TuneOptions(str(work), workloads=[CONV], trials=2, transfer_from=[str(FIXTURE)], transfer_top=2,
+                               max_seconds=1, started_at=time.time() - 60, progress=False, check_output=False))
+    assert summary["stopped"] == "--max-seconds 1 reached"
+    assert _records(work) == 0
+    state = work / "transfer.json"
+    assert not state.exists() or not any(row.get("done") for row in json.loads(state.read_text())["tasks"].values())
