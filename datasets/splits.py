@@ -127,15 +127,24 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
                 raise InputError(ds.path, f"no network named {', '.join(missing)} (networks: {', '.join(nets) or 'none'})")
             chosen = list(held_out)
         else:
+            # a network none of whose tasks has a record (TenSet's network info lists every target's networks)
+            # would hold out nothing: only networks with records are drawn
+            recorded = set(with_records)
+            nets = [n for n in nets if any(t in recorded for t, _ in ds.networks[n])]
             if len(nets) < 2:
-                raise InputError(ds.path, f"a split by network needs at least 2 networks, found {len(nets)}")
+                raise InputError(ds.path, f"a split by network needs at least 2 networks with records, found {len(nets)}")
             chosen, covered = [], set()
             for n in rng.permutation(nets).tolist():
                 if len(chosen) == len(nets) - 1 or len(covered) >= test_fraction * len(with_records):
                     break
                 chosen.append(n)
-                covered |= {t for t, _ in ds.networks[n]}
+                covered |= {t for t, _ in ds.networks[n]} & recorded
         test = np.array(sorted({t for n in chosen for t, _ in ds.networks[n]}), np.int64)
+        held = set(test.tolist()) & set(with_records)
+        if not held or held == set(with_records):
+            which = "no task with records" if not held else "every task with records"
+            raise InputError(ds.path, f"holding out {', '.join(sorted(chosen))} leaves {which} in the test part: "
+                                      "hold out other networks, or split by task")
         return Split(name, by, seed, test_fraction, test, held_out_networks=sorted(chosen))
     # within task: a fraction of each task's programs, chosen over the union of all platforms
     test_ids = []

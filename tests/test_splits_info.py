@@ -87,6 +87,25 @@ def test_split_named_networks(data):
         assert s.by == "network" and s.test_tasks.tolist() == [3, 4, 5, 6, 7]
 
 
+def test_a_network_without_records_is_never_the_held_out_part(data, capsys):
+    """TenSet's network info lists every target's networks: one whose tasks have no record here would hold out
+    nothing. Drawn, such networks are left out; named, the split is refused in one line."""
+    with DatasetWriter(data) as w:
+        tasks = [w.add_task(f"gpu{t}", "ansor", f"gpu{t}") for t in range(2)]
+        w.set_network("gpu-only", [(t, 1) for t in tasks])
+    with open_dataset(data) as ds:
+        recorded = set(ds.records("cpu-a").task.tolist())
+    for seed in range(6, 18):  # seeds 12 and 16 draw gpu-only first
+        assert main(["dataset", "split", str(data), "--by", "network", "--seed", str(seed), "--name", f"n{seed}"]) == 0
+        with open_dataset(data) as ds:
+            split = ds.split(f"n{seed}")
+            assert "gpu-only" not in split.held_out_networks and set(split.test_tasks.tolist()) & recorded
+    capsys.readouterr()
+    assert main(["dataset", "split", str(data), "--held-out", "gpu-only"]) == 2
+    err = capsys.readouterr().err
+    assert "gpu-only leaves no task with records in the test part" in err and len(err.strip().splitlines()) == 1
+
+
 def test_split_bad_network(data, capsys):
     assert main(["dataset", "split", str(data), "--held-out", "gpt9"]) == 2
     assert "no network named gpt9" in capsys.readouterr().err
