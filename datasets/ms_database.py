@@ -32,12 +32,18 @@ CHUNK = 8192  # records handed to the writer at once
 
 
 def _check_host(writer, pid: str, host: dict | None) -> None:
-    """Refuse records of one machine for a platform the dataset holds as another machine's."""
+    """Refuse records of one machine for a platform the dataset holds as another machine's, or as an unknown
+    machine's (records imported without --host): the host would be stated for those records too."""
     known = writer.platforms[pid].host if pid in writer.platforms else None
     if host and known and not same_host(known, host):
         raise InputError(writer.path, f"platform {pid!r} holds records measured on {describe_host(known)}; these "
                                       f"were measured on {describe_host(host)} ({host_difference(known, host)}): "
                                       "import them as another --platform")
+    if host and not known and len(writer.known_program_ids(pid)):
+        raise InputError(writer.path, f"platform {pid!r} holds records of an unknown machine (imported without "
+                                      f"--host); these were measured on {describe_host(host)}: import them as "
+                                      "another --platform, or state the machine of the records it holds first "
+                                      "(costlab dataset set-machine)")
 
 
 def import_ms(work_dirs, out, platform: str | None = None, network: str | None = None,
@@ -97,11 +103,12 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 else:
                     report.problem(f"{where}: record without a target (pass --platform to name one)")
                     continue
+                if host and pid not in hosted:  # before the platform is added with the host (which states it)
+                    _check_host(writer, pid, host)
                 if pid not in writer.platforms or (target and target != last_added):
                     writer.add_platform(pid, target or {}, host=host)  # a platform of another target: refused
                     last_added = target
                 if host and pid not in hosted:  # once per platform: the records' machine is the platform's
-                    _check_host(writer, pid, host)
                     writer.add_platform(pid, writer.platforms[pid].target, host=host)
                     hosted.add(pid)
                 shash, b64 = workloads[idx]

@@ -172,6 +172,15 @@ def test_import_ms_records_the_host_that_measured_the_records(tmp_path, capsys):
     assert len(err) == 1 and "import them as another --platform" in err[0]
     with open_dataset(data) as ds:
         assert ds.num_records(PLATFORM) == n and ds.platforms[PLATFORM].host["cpu_model"] == "AMD EPYC 9454P"
+    # records imported without a host: a host given later would be stated for them too
+    assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(tmp_path / "n.h5")]) == 0
+    capsys.readouterr()
+    assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(tmp_path / "n.h5"), "--host",
+                 str(tmp_path / "run.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds records of an unknown machine" in err[0] and "set-machine" in err[0]
+    with open_dataset(tmp_path / "n.h5") as ds:
+        assert ds.platforms[PLATFORM].host is None
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert main(["dataset", "import-ms", str(ZEN5_DB), "-o", str(tmp_path / "e.h5"), "--host",
                  str(tmp_path / "bad.json")]) != 0
