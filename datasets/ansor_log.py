@@ -109,7 +109,10 @@ class _Importer:
         except ValueError as exc:
             raise BadLine(f"bad target: {exc}") from None
         pid = forced or platform_id_for(tdict)
-        self.w.add_platform(pid, tdict)  # an existing platform of another target is refused
+        try:
+            self.w.add_platform(pid, tdict)  # an existing platform of another target is refused
+        except InputError as exc:  # that line is skipped and counted, never the end of the whole import
+            raise BadLine(exc.message) from None
         self.targets[cache_key] = pid
         return pid
 
@@ -128,9 +131,10 @@ class _Importer:
         return cols
 
     def combo(self, combos: dict, key, target, host, forced: str | None) -> tuple:
-        """What the lines of one (workload key, target) share: task, id prefix, platform and its columns."""
-        task, prefix = self.task_for(key)
+        """What the lines of one (workload key, target) share: task, id prefix, platform and its columns. The
+        platform first: a line whose target is refused adds no task."""
         pid = self.platform_for(target, host, forced)
+        task, prefix = self.task_for(key)
         if (task, pid) not in self.hw_seen:
             self.note_hw_params(task, pid, self._hw)
         self.file_tasks.add(task)

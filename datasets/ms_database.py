@@ -106,7 +106,11 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 if host and pid not in hosted:  # before the platform is added with the host (which states it)
                     _check_host(writer, pid, host)
                 if pid not in writer.platforms or (target and target != last_added):
-                    writer.add_platform(pid, target or {}, host=host)  # a platform of another target: refused
+                    try:
+                        writer.add_platform(pid, target or {}, host=host)  # a platform of another target: refused
+                    except InputError as exc:  # that record is skipped and counted, never the end of the import
+                        report.problem(f"{where}: {exc.message}")
+                        continue
                     last_added = target
                 if host and pid not in hosted:  # once per platform: the records' machine is the platform's
                     writer.add_platform(pid, writer.platforms[pid].target, host=host)

@@ -116,6 +116,23 @@ def test_logs_of_another_target_into_an_existing_platform_are_refused(tmp_path, 
     assert out.read_bytes() == before
 
 
+def test_a_line_of_another_target_among_good_ones_is_skipped_counted_and_adds_no_task(tmp_path, capsys):
+    """--platform names one setup: a line of another target, in a log of good ones, is a bad line named by its
+    file and line (not the end of the import, nor an error naming the dataset), and its new workload is no
+    task of the dataset."""
+    rec = orjson.loads(_good_lines(1)[0])
+    rec["i"][0][1] = rec["i"][0][1].replace("-model=platinum-8358", "-model=other-box")
+    rec["i"][0][0] = '["deadbeef", 1]'  # a workload none of the good lines has
+    log = _log(tmp_path, _good_lines(4) + [orjson.dumps(rec)], name="mixed.json")
+    out = tmp_path / "d.h5"
+    code, err = _run(capsys, log, "-o", out, "--platform", "box")
+    assert code == 0, err
+    assert "1 bad line" in err and "mixed.json:5" in err and "holds records of target" in err
+    with open_dataset(out) as ds:
+        assert ds.num_records("box") == 4
+        assert all("deadbeef" not in t.workload_hash for t in ds.tasks) and len(ds.tasks) == 1
+
+
 def test_report_counts_every_bad_line_and_shows_the_first(tmp_path):
     good = _good_lines()
     lines = []

@@ -103,6 +103,19 @@ def test_bad_lines_are_skipped_and_counted(tmp_path, tune_db):
     assert f"{wl_path}:3: not JSON" in text
 
 
+def test_a_record_of_another_target_into_one_platform_is_skipped_and_counted(tmp_path, tune_db):
+    """--platform names one setup: a record of another target among the good ones is a bad record named by its
+    file and line, not the end of the import nor an error naming the dataset."""
+    rec_path = tune_db / RECORD_FILE
+    lines = rec_path.read_text().splitlines()
+    odd = json.loads(lines[-1])
+    odd[1][2] = dict(odd[1][2], mcpu="skylake-avx512")
+    rec_path.write_text("\n".join(lines[:-1] + [json.dumps(odd)]) + "\n")
+    report = import_ms([tune_db], tmp_path / "d.h5", platform="box", progress=False)
+    assert report.bad == 1 and sum(report.added.values()) == len(lines) - 1
+    assert f"{rec_path}:{len(lines)}: platform 'box' holds records of target" in report.format()
+
+
 def test_records_of_a_workload_tvm_cannot_decode_are_skipped_and_counted(tmp_path, tune_db):
     """A workload line of valid base64 that is no IRModule: its records are bad records (no command could replay,
     measure or export them), each named, the others imported."""
