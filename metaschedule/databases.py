@@ -247,8 +247,9 @@ def write_database(out_dir, workloads, records, replace: bool = False) -> Path:
 
     ``workloads``: ``(shash, base64 IR)`` per line; ``records``: ``(workload line index, trace, run_secs,
     target, args_info)`` per line, the trace as its JSON text (written as it is) or value (written by
-    ``compact_json``). Each file is written under a temporary name and renamed when complete. An existing
-    database is an InputError unless ``replace``."""
+    ``compact_json``). Each file is written under a temporary name and renamed when complete; when the second
+    cannot be written, the first is removed again (a new database is both files or none). An existing database
+    is an InputError unless ``replace``."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(out_dir, "exists and is not a directory")
@@ -261,6 +262,16 @@ def write_database(out_dir, workloads, records, replace: bool = False) -> Path:
     rec_lines = ["[%d,[%s,%s,%s,%s]]" % (
         index, trace if isinstance(trace, str) else compact_json(trace), json.dumps(run_secs),
         json.dumps(target, sort_keys=True), json.dumps(args_info)) for index, trace, run_secs, target, args_info in records]
-    for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
-        write_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
+    written = []
+    try:
+        for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
+            write_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
+            written.append(out_dir / name)
+    except BaseException as exc:
+        if not replace:  # a workload file without its records would be a database that refuses the next try
+            for path in written:
+                path.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(out_dir / name, f"cannot write ({exc.strerror or exc}); nothing was written") from None
+        raise
     return out_dir

@@ -212,6 +212,30 @@ def test_export_then_import_gives_the_same_programs(tmp_path, tune_db):
         assert ds.num_records(pid) == n
 
 
+def test_an_export_whose_second_file_cannot_be_written_leaves_no_half_database(tmp_path, tune_db, monkeypatch):
+    """The disk fills while the records are written: one error naming the file, the workload file written
+    before removed again, and the same export, with room, succeeds in the same directory."""
+    import errno
+
+    import costlab.metaschedule.databases as dbs
+
+    out = tmp_path / "d.h5"
+    import_ms([tune_db], out, platform="p", progress=False)
+    real = dbs.write_atomically
+
+    def full_at_the_records(path, data):
+        if path.name == RECORD_FILE:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(dbs, "write_atomically", full_at_the_records)
+    with pytest.raises(InputError, match=f"{RECORD_FILE}: cannot write \\(No space left on device\\)"):
+        export_ms(out, "p", tmp_path / "db")
+    assert not list((tmp_path / "db").iterdir())
+    monkeypatch.setattr(dbs, "write_atomically", real)
+    assert "records" in export_ms(out, "p", tmp_path / "db")
+
+
 def test_export_refuses_ansor_tasks_and_existing_databases(tmp_path, tune_db):
     out = tmp_path / "d.h5"
     import_ms([tune_db], out, platform="p", progress=False)
