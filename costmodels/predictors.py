@@ -46,8 +46,8 @@ class Predictor(Protocol):
 
 
 def _count(features: dict) -> int:
-    value = next(iter(features.values()))
-    return len(value)
+    """Programs in a batch of features; 0 for none (a featurizer's answer for zero records may hold no array)."""
+    return len(next(iter(features.values()))) if features else 0
 
 
 def head_of(predictor, platform: str | None) -> int:

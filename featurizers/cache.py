@@ -86,8 +86,8 @@ def features_of(ds, featurizer, platform: str, rows: np.ndarray, chunk: int = 20
     if cache is not None and (rows.size == 0 or rows.max() < cache.n_done):
         return cache.get(rows)
     parts = [featurizer.featurize_records(ds, platform, rows[a : a + chunk]) for a in range(0, len(rows), chunk)]
-    if not parts:
-        return {}
+    if not parts:  # no record: the featurizer's own empty arrays, so a model scores none (shape (0, heads))
+        return featurizer.featurize_records(ds, platform, rows[:0])
     return {k: (sum((p[k] for p in parts), []) if isinstance(parts[0][k], list) else np.concatenate([p[k] for p in parts]))
             for k in parts[0]}
 

@@ -285,3 +285,19 @@ def test_finetune_from_a_shipped_model_by_name(tmp_path):
     assert tuned.config["platforms"] == ["llvm-x86_64-2c"]
     assert set(tuned.tensors) == set(shipped.tensors)
     assert any(not torch.equal(tuned.tensors[k], shipped.tensors[k]) for k in shipped.tensors)  # it trained
+
+
+@pytest.mark.parametrize("model", ["trained", "psa", "random"])
+def test_no_records_are_scored_as_none(trained, model):
+    """Zero records (an empty test part, a model whose featurizer has no cache in the dataset) are no features
+    of the featurizer's own keys, and every kind of model scores them as an empty (0, heads) array."""
+    from costlab.featurizers.cache import features_of
+
+    pred = load_predictor(str(trained / "run") if model == "trained" else model)
+    with open_dataset(trained / "d.h5") as ds:
+        platform = ds.record_platforms()[0]
+        if hasattr(pred, "use_platform"):
+            pred.use_platform(ds.platforms[platform])
+        features = features_of(ds, pred.featurizer, platform, np.zeros(0, np.int64))
+    assert features and all(len(v) == 0 for v in features.values())
+    assert pred.predict(features).shape == (0, 1)
