@@ -272,6 +272,33 @@ def test_evolutionary_never_measures_a_program_of_the_database_again():
     assert batch and not batch & known
 
 
+def test_a_batch_cut_to_the_runs_budget_leaves_what_it_dropped_to_later_rounds():
+    """The model-led search picks its first round (8 programs); the run has 3 trials left, so 3 are measured:
+    the 5 dropped were never measured, and a later round may pick them again (nothing is banned for having
+    been picked)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.export.search.common import schedule_hash
+    from costlab.export.search.timed import RoundClock, TimedSearch
+    from costlab.metaschedule.tune_context import tune_context
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    mod = workload_json_mod(te_workload_task("GMM:1,16,16,16")[1])
+    clock = RoundClock()
+    clock.trials_left = 3
+    timed = TimedSearch(make_strategy("model-led"), clock)
+    ctx = tune_context(mod, target, timed, rand_state=1)
+    spaces = ctx.space_generator.generate_design_space(ctx.mod)
+    timed.pre_tuning(16, 8, spaces, ms.database.MemoryDatabase(), CostlabCostModel("psa"))
+    out = timed.generate_measure_candidates()
+    assert len(out) == 3 and timed.inner._pending["picked"] == 8
+    assert timed.inner.measured == {schedule_hash(c.sch) for c in out}
+    timed.post_tuning()
+
+
 def _start_tune(work, model, trials: int):
     import signal
 

@@ -132,6 +132,11 @@ class ModelLedSearch(PySearchStrategy):
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)
 
+    def forget(self, schedules: list) -> None:
+        """Picked programs that will not be measured (a batch cut to the run's budget or deadline): a later
+        round may pick them again."""
+        self.measured -= {schedule_hash(s) for s in schedules}
+
     def clone(self):
         return ModelLedSearch(draft=self.draft, log=self.log, **self.options)
 

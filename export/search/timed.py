@@ -142,7 +142,13 @@ class TimedSearch(PySearchStrategy):
             return None
         n = self.clock.affordable(len(out), first=not self.reached)
         self.reached = True
-        out = list(out)[:n] if n > 0 else None
+        out = list(out)
+        # what was cut is not measured: a strategy that keeps its own set of picked programs (model-led) is told,
+        # so a later round may pick them; MetaSchedule's evolutionary state (C++) keeps them marked
+        forget = getattr(self.inner, "forget", None)
+        if forget is not None and n < len(out):
+            forget([c.sch for c in out[max(n, 0):]])
+        out = out[:n] if n > 0 else None
         if out and self.clock.tags is not None and getattr(self, "task", None) is not None:
             self.clock.tags.candidates(out, self.task)
         return out
