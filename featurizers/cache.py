@@ -182,6 +182,11 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                 g.attrs["n_done"] = 0
                 g.attrs["config"] = json.dumps(featurizer.config, sort_keys=True, default=str)
                 g.attrs["fingerprint"] = fingerprint
+            # the file's own count, read under the writer's lock: another process (a second featurize, every
+            # rank of a multi-node training) may have cached rows since this one looked
+            row = int(g.attrs["n_done"])
+            if row >= total:
+                break
             start_tx = row
             t_commit = time.perf_counter()
             # at least one chunk per transaction; commit (rename the copy over the file) every commit_seconds

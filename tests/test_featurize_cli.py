@@ -127,6 +127,23 @@ def test_interrupted_build_resumes(tmp_path, monkeypatch):
     assert stats["cached_before"] == 64 and stats["computed"] == 64 and _cache(data, CPU)[0] == 128
 
 
+def test_a_build_that_looked_before_another_finished_goes_on_from_the_files_count(tmp_path, monkeypatch):
+    """Two builds of one cache (a second featurize, every rank of a multi-node training): the one that read the
+    cache's count before the other committed continues from the file's count under the writer's lock, so no
+    row is cached twice and every row stays its record's."""
+    import costlab.featurizers.cache as cache_mod
+
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    build_cache(data, "tlp", CPU, chunk=32, commit_seconds=0, progress=False)
+    n_done, _, done = _cache(data, CPU)
+    monkeypatch.setattr(cache_mod, "open_cache", lambda ds, featurizer, platform: None)  # looked before: nothing
+    build_cache(data, "tlp", CPU, chunk=32, commit_seconds=0, progress=False)
+    again, _, now = _cache(data, CPU)
+    assert again == n_done == 128 and now["kind"].shape == done["kind"].shape
+    assert all(np.array_equal(now[k], done[k]) for k in done)
+
+
 def test_bad_input(tmp_path, capsys):
     data = tmp_path / "d.h5"
     import_ansor([MLP], data, progress=False)
