@@ -28,7 +28,13 @@ class DatabaseScan:
         self.target = None
         wl_lines = self.wl_path.read_bytes().splitlines(keepends=True) if self.wl_path.is_file() else []
         good = read_workloads(self.wl_path, ImportReport()) if self.wl_path.is_file() else {}
-        bad_wl = [i for i, line in enumerate(wl_lines) if line.strip() and i not in good]
+        # blank lines at the end are dropped; one before a workload counts in MetaSchedule's line numbers and
+        # makes its loader fail: a bad line like any other there
+        self.wl_trailing_blanks = 0
+        while wl_lines and not wl_lines[-1].strip():
+            wl_lines.pop()
+            self.wl_trailing_blanks += 1
+        bad_wl = [i for i, line in enumerate(wl_lines) if i not in good]
         for i in bad_wl:
             if i != len(wl_lines) - 1:
                 raise InputError(self.wl_path, f"line {i + 1} is not a workload, and records after it refer to "
@@ -46,28 +52,32 @@ class DatabaseScan:
         self.wl_eol = bool(wl_lines) and not wl_lines[-1].endswith(b"\n") and len(wl_lines) - 1 in good
         if self.wl_eol:
             wl_lines[-1] += b"\n"
+        self.wl_eol = self.wl_eol or bool(self.wl_trailing_blanks)  # the file is rewritten as wl_lines
         self.wl_lines = wl_lines
         self.keep: list[bytes] = []
         tr_lines = self.tr_path.read_bytes().splitlines(keepends=True) if self.tr_path.is_file() else []
-        self.tr_count = len([x for x in tr_lines if x.strip()])
         for i, line in enumerate(tr_lines):
             if not line.strip():
-                continue
+                continue  # a blank line makes MetaSchedule's loader crash: the file is rewritten without it
             try:
-                parsed = parse_record(orjson.loads(line))
+                value = orjson.loads(line)
+                parsed = parse_record(value)
+                if len(value[1]) != 4:  # MetaSchedule's loader refuses the whole database for one such line
+                    raise ValueError(f"a tuning record holds 4 fields (trace, run_secs, target, args_info), this "
+                                     f"one {len(value[1])}")
                 idx = parsed[0]
                 if idx not in good:
                     raise ValueError(f"refers to workload line {idx + 1}, which is "
                                      f"{'bad' if idx < len(wl_lines) + 1 else 'missing'}")
-                if not line.endswith(b"\n"):
-                    raise ValueError("cut short (no end of line)")
             except (orjson.JSONDecodeError, ValueError) as exc:
                 self.problems.append(f"{self.tr_path}:{i + 1}: {str(exc).splitlines()[0][:120]}")
                 self.moved.append(line.rstrip(b"\n") + b"\n")
                 continue
             if self.target is None:
                 self.target = parsed[3]
-            self.keep.append(line)
+            # a whole record without its end of line (a write cut just before it) is kept, its end restored
+            self.keep.append(line if line.endswith(b"\n") else line + b"\n")
+        self.tr_rewrite = self.keep != tr_lines  # a line moved, a blank line dropped, or an end of line restored
 
     @property
     def records(self) -> int:
@@ -93,8 +103,8 @@ def repair_work_dir(work_dir, scan: DatabaseScan | None = None) -> list[str]:
             fh.writelines(scan.moved)
         if scan.cut_workload:
             write_atomically(scan.wl_path, scan.wl_lines)
-        if len(scan.keep) != scan.tr_count:
-            write_atomically(scan.tr_path, scan.keep)
+    if scan.tr_rewrite:
+        write_atomically(scan.tr_path, scan.keep)
     return scan.problems
 
 

@@ -347,3 +347,65 @@ def test_a_last_workload_line_without_its_end_of_line_gets_it_back(tune_db):
     assert repair_work_dir(tune_db) == []
     assert wl_path.read_text() == text and not (tune_db / "database_tuning_record.bad-lines.jsonl").exists()
     assert len(JSONDatabase(work_dir=str(tune_db)).get_all_tuning_records()) == n
+
+
+def _loads_in_metaschedule(work) -> int:
+    """Records MetaSchedule's own loader reads from ``work``, in a process of its own (a damaged database can
+    crash it); -1 when it fails."""
+    import subprocess
+    import sys
+
+    code = ("from tvm.s_tir.meta_schedule.database import JSONDatabase; "
+            f"print(len(JSONDatabase(work_dir={str(work)!r}).get_all_tuning_records()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else -1
+
+
+def _blank_record_line(db):
+    lines = (db / RECORD_FILE).read_text().splitlines(keepends=True)
+    (db / RECORD_FILE).write_text("".join(lines[:3] + ["\n"] + lines[3:]))
+    return 0, 0
+
+
+def _blank_workload_line_at_the_end(db):
+    (db / WORKLOAD_FILE).write_text((db / WORKLOAD_FILE).read_text() + "\n")
+    return 0, 0
+
+
+def _record_of_two_fields(db):
+    lines = (db / RECORD_FILE).read_text().splitlines()
+    rec = json.loads(lines[2])
+    rec[1] = rec[1][:2]
+    lines[2] = json.dumps(rec)
+    (db / RECORD_FILE).write_text("\n".join(lines) + "\n")
+    return 1, 1
+
+
+def _whole_last_record_without_its_end_of_line(db):
+    (db / RECORD_FILE).write_text((db / RECORD_FILE).read_text().rstrip("\n"))
+    return 0, 0
+
+
+@pytest.mark.parametrize("damage", [_blank_record_line, _blank_workload_line_at_the_end, _record_of_two_fields,
+                                    _whole_last_record_without_its_end_of_line])
+def test_repair_leaves_a_database_metaschedules_loader_reads(tune_db, damage):
+    """What a kill or an editor leaves that MetaSchedule's loader refuses or crashes on (a blank line, a record
+    of too few fields): repair drops or moves it aside; a whole record that lost only its end of line is kept.
+    The repaired database loads in MetaSchedule with every good record."""
+    from costlab.metaschedule.repair import repair_work_dir
+
+    n = len(_lines(tune_db / RECORD_FILE))
+    moved, lost = damage(tune_db)
+    problems = repair_work_dir(tune_db)
+    assert len(problems) == moved
+    assert _loads_in_metaschedule(tune_db) == n - lost
+    assert (tune_db / RECORD_FILE).read_text().endswith("\n")
+
+
+def test_a_blank_workload_line_before_others_is_refused_naming_it(tune_db):
+    from costlab.metaschedule.repair import repair_work_dir
+
+    lines = (tune_db / WORKLOAD_FILE).read_text().splitlines(keepends=True)
+    (tune_db / WORKLOAD_FILE).write_text("".join(lines[:1] + ["\n"] + lines[1:]))
+    with pytest.raises(InputError, match=f"{WORKLOAD_FILE}: line 2 is not a workload"):
+        repair_work_dir(tune_db)
