@@ -94,10 +94,14 @@ def json_database(**kwargs):
 
 
 @contextmanager
-def work_dir_database(work):
+def work_dir_database(work, skipped: list | None = None):
     """A MetaSchedule work dir's database (``JSONDatabase``), opened read-only in effect: gzip-compressed files,
-    as benchmarks archive them, are read from a temporary copy, removed when the block ends; an InputError when
-    the folder holds none."""
+    as benchmarks archive them, and a database with lines MetaSchedule's loader refuses or crashes on (a line
+    cut by a kill, a blank line) are read from a temporary copy of their good lines, removed when the block
+    ends; each line left out is a ``FILE:LINE: what`` appended to ``skipped``. An InputError when the folder
+    holds no database, or one whose workload lines cannot be read in order."""
+    from costlab.metaschedule.repair import DatabaseScan  # lazy: the repair module reads databases with this one
+
     work = Path(work)
     wl, rec = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
     if not work.is_dir() or wl is None or rec is None:
@@ -110,6 +114,20 @@ def work_dir_database(work):
                 opener = gzip.open if src.suffix == ".gz" else open
                 with opener(src, "rb") as fi, open(tmp / name, "wb") as fo:
                     shutil.copyfileobj(fi, fo)
+        try:
+            scan = DatabaseScan(tmp or work)
+        except InputError as exc:
+            raise InputError(wl, exc.message) from None
+        if scan.problems or scan.tr_rewrite or scan.wl_eol:  # the good lines, in a copy: the work dir is only read
+            tmp = tmp or Path(tempfile.mkdtemp(prefix="costlab-database-"))
+            write_atomically(tmp / WORKLOAD_FILE, scan.wl_lines)
+            write_atomically(tmp / RECORD_FILE, scan.keep)
+            if skipped is not None:
+                names = {str(tmp / WORKLOAD_FILE): str(wl), str(tmp / RECORD_FILE): str(rec)}
+                for problem in scan.problems:
+                    file, _, rest = problem.partition(":")
+                    skipped.append(f"{names.get(file, file)}:{rest}")
+        if tmp is not None:
             wl, rec = tmp / WORKLOAD_FILE, tmp / RECORD_FILE
         yield json_database(path_workload=str(wl), path_tuning_record=str(rec), allow_missing=False)
     finally:

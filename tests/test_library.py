@@ -255,3 +255,22 @@ def test_a_run_starts_only_from_the_starters_of_its_target_kind(tmp_path, monkey
     assert starters("llvm-znver4-2c", "llvm") == shipped
     assert starters("llvm-skylake-avx512-16c", "llvm") == shipped
     assert starters("cuda-sm_90", "cuda") == []
+
+
+def test_adding_a_run_whose_last_write_a_kill_cut_reads_its_good_lines(tmp_path, capsys):
+    """A work dir whose last record line a kill cut short (MetaSchedule's loader fails on it): `library add`
+    reads the good lines, says the one it skipped by file and line, and leaves the work dir as it was."""
+    from costlab.metaschedule.databases import RECORD_FILE
+
+    work = tmp_path / "w"
+    shutil.copytree(FIXTURE, work)
+    text = (work / RECORD_FILE).read_text()
+    n = len(text.splitlines())
+    (work / RECORD_FILE).write_text(text + text.splitlines()[0][:200])
+    before = (work / RECORD_FILE).read_bytes()
+    assert main(["library", "add", str(work), "--library", str(tmp_path / "lib"), "--no-check",
+                 "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "programs of 2 tasks added" in out and "Traceback" not in err
+    assert f"skipped 1 bad line(s) of its database: {work / RECORD_FILE}:{n + 1}:" in err
+    assert (work / RECORD_FILE).read_bytes() == before

@@ -101,6 +101,10 @@ def _add(args) -> int:
                              platform=args.platform, progress=not args.no_progress):
         print(f"{row['source']}: {row['added']} programs of {row['tasks']} tasks added to {row['library']}"
               + (f" ({row['note']})" if row.get("note") else ""))
+        skipped = row.get("skipped_lines") or []
+        if skipped:
+            print(f"{row['source']}: skipped {len(skipped)} bad line(s) of its database: {skipped[0]}"
+                  + (" ..." if len(skipped) > 1 else ""), file=sys.stderr)
     return 0
 
 

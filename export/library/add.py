@@ -55,8 +55,9 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
             bar.update(1)
             bar.set_postfix_str(name[:30])
 
+    skipped: list = []
     try:
-        rows = list(work_dir_programs(work, per_task, may_check=check and local, progress=tick))
+        rows = list(work_dir_programs(work, per_task, may_check=check and local, progress=tick, skipped=skipped))
     finally:
         if bar is not None:
             bar.close()
@@ -68,7 +69,10 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
         with open_library(root, platform) as lib:
             added += lib.take(host or here, f"the run in {work}", items, per_task)
     libs = ", ".join(str(root / p) for p in by_platform) or str(root)
-    return dict(source=str(work), library=libs, added=added, tasks=len(rows), note=note)
+    out = dict(source=str(work), library=libs, added=added, tasks=len(rows), note=note)
+    if skipped:  # lines of the run's database that could not be read (a kill cut its last write short)
+        out["skipped_lines"] = skipped
+    return out
 
 
 def _records_platform(work: Path) -> str | None:

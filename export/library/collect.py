@@ -56,12 +56,13 @@ def task_programs(database, mod, per_task: int, source: str, check=None, target=
     return [_program(right, source, True)] + [_program(r, source, False) for r in rest[:per_task - 1]]
 
 
-def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progress=None):
+def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progress=None, skipped=None):
     """Per workload of a work dir's database: ``(shash, base64 workload, name, structure, programs, target)``,
-    each task checked here when ``may_check``. ``progress(done, total, name)`` is called after each task."""
+    each task checked here when ``may_check``. ``progress(done, total, name)`` is called after each task; the
+    database's lines that could not be read are appended to ``skipped``."""
     import tvm
 
-    with work_dir_database(work) as database:
+    with work_dir_database(work, skipped) as database:
         workloads: dict = {}
         for rec in database.get_all_tuning_records():
             shash = str(rec.workload.as_json()[0])
