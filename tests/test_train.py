@@ -207,6 +207,15 @@ def test_finetune_with_momentum(ansor_data, tmp_path):
                  "--out", str(tmp_path / "ft"), "--no-progress"]) == 0
     pred = load_predictor(str(tmp_path / "ft"))
     assert pred.featurizer.config == load_predictor(str(tmp_path / "src")).featurizer.config
+    # --seed reaches the Lightning trainer's config too; --every belongs to --momentum
+    import yaml
+
+    assert main(["finetune", "--from", str(tmp_path / "src"), "--data", str(ansor_data), "--platform", PLATFORM,
+                 "--momentum", "--every", "1", "--epochs", "1", "--seed", "3", "--set", "data_options.val_fraction=0",
+                 "--out", str(tmp_path / "ft3"), "--no-progress"]) == 0
+    assert yaml.safe_load((tmp_path / "ft3" / "config.yaml").read_text())["seed"] == 3
+    assert main(["finetune", "--from", str(tmp_path / "src"), "--data", str(ansor_data), "--platform", PLATFORM,
+                 "--every", "1", "--out", str(tmp_path / "ft4"), "--no-progress"]) == 2
 
 
 def test_a_validation_part_with_nothing_to_rank_trains_without_one(trained, tmp_path):

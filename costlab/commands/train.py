@@ -61,7 +61,7 @@ def register(sub) -> None:
     q.add_argument("--split", help="a split stored in the dataset")
     q.add_argument("--momentum", nargs="?", const=0.99, type=fraction("--momentum"), metavar="M",
                    help="momentum transfer with EMA factor M (default 0.99)")
-    q.add_argument("--every", type=positive_int("--every"), default=2, help="epochs per momentum round (default 2)")
+    q.add_argument("--every", type=positive_int("--every"), help="epochs per momentum round (default 2; with --momentum)")
     q.add_argument("--out", type=directory("--out"), required=True, metavar="RUN_DIR")
     q.add_argument("--overwrite", action="store_true", help="replace the model an existing RUN_DIR holds")
     _common(q)
@@ -118,6 +118,8 @@ def _finetune(args) -> int:
     from costlab.train.fit import source_meta  # lazy: pulls torch and Lightning; the parser must not
 
     _refuse_existing_model(Path(args.out), args.overwrite)
+    if args.every is not None and args.momentum is None:
+        raise UsageError("--every is the epochs per momentum round: it takes --momentum")
     trainer_options = args.momentum is not None or args.epochs is not None or args.overrides
     r = recipe(args.recipe or (TRAINER if trainer_options else DEFAULT), runner=None)
     if r.runner == FIT_LISTS:
@@ -133,8 +135,9 @@ def _finetune(args) -> int:
     kind = source_meta(args.source)["kind"]
     model = kinds.find(kind)
     cfg = load_config(None, _overrides(args), model=model.net if model and model.multi_head else kind,
-                      data=str(args.data), split=args.split, platforms=[args.platform], out=str(args.out))
-    cfg.update(init_from=str(args.source), momentum=args.momentum, momentum_every=args.every)
+                      data=str(args.data), split=args.split, platforms=[args.platform], out=str(args.out),
+                      seed=args.seed)
+    cfg.update(init_from=str(args.source), momentum=args.momentum, momentum_every=args.every or 2)
     return _run(cfg, args)
 
 
