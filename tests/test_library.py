@@ -149,6 +149,13 @@ def test_list_prune_export_round_trip(library, tmp_path, capsys):
     assert main(["dataset", "import-ms", str(out), "-o", str(tmp_path / "d.h5")]) == 0  # MetaSchedule's format
     assert main(["library", "prune", "--library", str(root), "--remove", "*"]) == 0
     assert _library(root)["entries"] == {}
+    # a mistyped platform: one error naming the libraries there, for each verb; no empty library made
+    capsys.readouterr()
+    for verb in (["list"], ["prune", "--per-task", "1"], ["export", str(tmp_path / "x")]):
+        assert main(["library", *verb, "--library", str(root), "--platform", "typo-llvm"]) == 2
+        err = capsys.readouterr().err
+        assert f"holds no schedule library of platform 'typo-llvm' (libraries here: {_platform()})" in err
+    assert not (root / "typo-llvm").exists()
 
 
 @pytest.mark.slow

@@ -74,6 +74,8 @@ def _list(args) -> int:
     from pathlib import Path
 
     root = Path(args.library) if args.library else default_root()
+    if args.platform:
+        _existing(root, args.platform)
     platforms = [args.platform] if args.platform else sorted(
         p.name for p in root.iterdir() if (p / FILE).exists()) if root.is_dir() else []
     libs = [read_library(root, p) for p in platforms] + (starter_library() if args.starter else [])
@@ -108,13 +110,23 @@ def _add(args) -> int:
     return 0
 
 
+def _existing(root, platform: str) -> str:
+    """``platform``, when ``root`` holds its library; else one error naming the folder and the libraries there
+    (a mistyped --platform never makes an empty library, nor lists one)."""
+    if not (root / platform / FILE).exists():
+        held = sorted(p.name for p in root.iterdir() if (p / FILE).exists()) if root.is_dir() else []
+        raise InputError(root / platform, f"holds no schedule library of platform {platform!r} (libraries here: "
+                                          f"{', '.join(held) or 'none'})")
+    return platform
+
+
 def _prune(args) -> int:
     from pathlib import Path
 
     if args.per_task is None and args.max_tasks is None and not args.remove:
         raise UsageError("say what to prune: --per-task K, --max-tasks N and/or --remove PATTERN")
     root = Path(args.library) if args.library else default_root()
-    with open_library(root, args.platform or _this_platform()) as lib:
+    with open_library(root, _existing(root, args.platform or _this_platform())) as lib:
         gone = lib.prune(args.per_task, args.max_tasks, args.remove)
         left = (len(lib), lib.programs())
     print(f"{root / lib.platform}: removed {gone['workloads']} tasks and {gone['programs']} programs; "
@@ -126,9 +138,7 @@ def _export(args) -> int:
     from pathlib import Path
 
     root = Path(args.library) if args.library else default_root()
-    platform = args.platform or _this_platform()
-    if not (root / platform / FILE).exists():
-        raise InputError(root / platform, f"holds no schedule library of platform {platform!r}")
+    platform = _existing(root, args.platform or _this_platform())
     lib = read_library(root, platform)
     out = lib.export_database(args.out)
     print(f"{out}: {len(lib)} tasks, {lib.programs()} programs (database_workload.json, "
