@@ -52,9 +52,16 @@ def target_from_string(text: str) -> dict:
             target[key] = True
         elif key in ("keys", "mattr", "libs"):
             target[key] = [v for v in value.split(",") if v]
+        elif key == "host":  # a target itself (``-host='llvm -mcpu=znver4'``): TVM takes it as a JSON dict only
+            target[key] = target_from_string(value)
+        elif key in STRING_OPTIONS:  # names, even all digits (``-model=8358``): TVM refuses a number there
+            target[key] = value
         else:
             target[key] = _parse_value(value)
     return target
+
+
+STRING_OPTIONS = ("model", "mcpu", "mtriple", "mabi", "arch", "device", "tag")  # options TVM types as strings
 
 
 def normalize_target(target) -> dict:

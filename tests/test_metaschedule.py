@@ -29,6 +29,21 @@ def test_gpu_kinds_are_one_list():
     assert is_gpu({"kind": "llvm", "keys": ["gpu"]}) and not is_gpu({"kind": "llvm", "mcpu": "znver4"})
 
 
+def test_the_string_form_of_a_target_becomes_a_dict_tvm_takes():
+    """``-host`` is a target itself (a nested dict), and names stay strings even when all digits (TVM refuses
+    a number there); lists and numbers are typed as before."""
+    import tvm
+
+    from costlab.metaschedule.targets import target_from_string
+
+    cuda = target_from_string("cuda -arch=sm_80 -host='llvm -mcpu=znver4 -num-cores=2'")
+    assert cuda["host"] == {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+    cpu = target_from_string("llvm -mcpu=icelake-server -model=8358 -num-cores=4 -mattr=+avx2,+fma")
+    assert cpu == {"kind": "llvm", "mcpu": "icelake-server", "model": "8358", "num-cores": 4, "mattr": ["+avx2", "+fma"]}
+    for target in (cuda, cpu):
+        tvm.target.Target(target)  # accepted as it is
+
+
 def test_cores_are_the_affinity():
     want = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert usable_cores() == want
