@@ -245,3 +245,21 @@ def test_tunes_transfer_stops_at_the_runs_deadline(tmp_path):
     assert _records(work) == 0
     state = work / "transfer.json"
     assert not state.exists() or not any(row.get("done") for row in json.loads(state.read_text())["tasks"].values())
+
+
+def test_programs_of_another_target_kind_are_no_start(tmp_path, capsys):
+    """A GPU's programs bind threads a CPU task has not (and a CPU's bind none a GPU task needs): sources of
+    another target kind are left out and said, and a transfer with nothing else to start from is refused in one
+    line, before anything is written."""
+    from costlab.export.transfer.sources import read_sources
+
+    gpu = FIXTURE.parent / "h100" / "cuda_sm90.h5"
+    cpu_tasks, report = read_sources([gpu], 4, kind="llvm")
+    assert cpu_tasks == [] and "of target kind 'cuda' left out: no start for a 'llvm' task" in report.problems[0]
+    assert read_sources([gpu], 4, kind="cuda")[0]
+    assert read_sources([FIXTURE], 4, kind="cuda")[0] == [] and read_sources([FIXTURE], 4, kind="llvm")[0]
+    work = tmp_path / "w"
+    assert main(["transfer", "--from", str(gpu), "--workload", "GMM:1,64,64,64", "--target", "llvm -num-cores=2",
+                 "--work-dir", str(work), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to transfer from" in err and "target kind 'cuda'" in err and not work.exists()

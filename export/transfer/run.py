@@ -107,12 +107,12 @@ def _decode(sources, report) -> list[_Source]:
     return out
 
 
-def usable_sources(paths, per_source: int = 4, exclude=()) -> tuple[list[_Source], object]:
+def usable_sources(paths, per_source: int = 4, exclude=(), kind: str | None = None) -> tuple[list[_Source], object]:
     """The decoded source tasks of ``paths`` and the report of what was skipped (``read_sources``), or an
     InputError when there is nothing to start from: no line read as a workload and record, no successfully
     measured program, or no workload that decodes. Called before anything is written (the work dir, its
     database, ``transfer.json``), so that a wrong ``--from`` leaves nothing behind and marks no task done."""
-    raw, report = read_sources(paths, per_source, exclude=exclude)
+    raw, report = read_sources(paths, per_source, exclude=exclude, kind=kind)
     sources = _decode(raw, report)
     if not sources:
         where = ", ".join(str(p) for p in paths)
@@ -183,7 +183,8 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     todo = [t for t in tasks if not state["tasks"].get(_key(database, t.mod), {}).get("done")]
     if not todo:
         return state
-    sources, report = sources or usable_sources(opts.sources, opts.per_source, exclude=[state_path.parent])
+    sources, report = sources or usable_sources(opts.sources, opts.per_source, exclude=[state_path.parent],
+                                                kind=target.kind.name if target is not None else None)
     state["source_tasks"], state["source_problems"] = len(sources), report.problems
     predictor, head = ranking_model(opts)
     bar = None
@@ -260,7 +261,8 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     work = WorkDir(opts.work_dir)
     work.check_folder()
     work.check_same_host("transferring into it")
-    sources = usable_sources(opts.sources, opts.per_source, exclude=[work.path])  # before anything is written
+    sources = usable_sources(opts.sources, opts.per_source, exclude=[work.path],  # before anything is written
+                             kind=target.kind.name)
     work.path.mkdir(parents=True, exist_ok=True)
     with work.lock("transfer"), work.measuring() as stack:  # both released however it ends
         tasks, _network = workload_tasks(opts, target)

@@ -29,22 +29,38 @@ class SourceTask:
     programs: list = field(default_factory=list)  # (trace JSON, mean latency in seconds), fastest first
 
 
-def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
+def _another_kind(where, kind: str | None, found) -> bool:
+    """Whether programs of target kind ``found`` are no start for a task of ``kind`` (None: any kind is)."""
+    return kind is not None and found is not None and str(found) != kind
+
+
+def _left_out(report: ImportReport, where, n: int, found, kind: str) -> None:
+    report.problem(f"{where}: {n} program(s) of target kind {found!r} left out: no start for a {kind!r} task")
+
+
+def _work_dir(work: Path, per_task: int, report: ImportReport, kind: str | None = None) -> list[SourceTask]:
     wl_path, rec_path = database_file(work, WORKLOAD_FILE), database_file(work, RECORD_FILE)
     report.files += 1
     workloads = read_workloads(wl_path, report)
     best: dict[int, list] = {}
+    other: dict = {}  # target kind -> programs left out
     for i, _size, parsed in read_records(rec_path, report):
         if parsed is None:
             continue
-        idx, trace, run_secs, _target, _args = parsed
+        idx, trace, run_secs, target, _args = parsed
         if idx not in workloads:
             report.problem(f"{rec_path}:{i + 1}: workload index {idx} is not in {wl_path.name}")
+            continue
+        found = (target or {}).get("kind")
+        if _another_kind(work, kind, found):  # a GPU's programs bind threads a CPU task has not (and back)
+            other[found] = other.get(found, 0) + 1
             continue
         costs, error = costs_and_error(run_secs)
         if error != ERROR_NONE or not costs:
             continue  # a failed program is nothing to start from
         best.setdefault(idx, []).append((trace, sum(costs) / len(costs)))
+    for found, n in other.items():
+        _left_out(report, rec_path, n, found, kind)
     out = []
     for idx, progs in best.items():
         progs.sort(key=lambda p: p[1])
@@ -53,7 +69,7 @@ def _work_dir(work: Path, per_task: int, report: ImportReport) -> list[SourceTas
     return out
 
 
-def _dataset(path: Path, per_task: int, report: ImportReport) -> list[SourceTask]:
+def _dataset(path: Path, per_task: int, report: ImportReport, kind: str | None = None) -> list[SourceTask]:
     import json
 
     import numpy as np
@@ -62,6 +78,10 @@ def _dataset(path: Path, per_task: int, report: ImportReport) -> list[SourceTask
     out = []
     with open_dataset(path) as ds:
         for platform in ds.record_platforms():
+            found = ds.platforms[platform].target.get("kind")
+            if _another_kind(path, kind, found):
+                _left_out(report, f"{path}#{platform}", ds.num_records(platform), found, kind)
+                continue
             table = ds.records(platform)
             for tr in ds.iter_tasks(platform):
                 if tr.task.dialect != "ms":
@@ -91,10 +111,11 @@ def _work_dirs_under(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-def read_sources(paths, per_task: int = 4, exclude=()) -> tuple[list[SourceTask], ImportReport]:
+def read_sources(paths, per_task: int = 4, exclude=(), kind: str | None = None) -> tuple[list[SourceTask], ImportReport]:
     """The source tasks of ``paths`` (datasets, work dirs, folders of work dirs), each with its ``per_task``
-    fastest programs; ``exclude``: paths to leave out (the work dir being tuned). Raises ``InputError``
-    for a path that is none of these."""
+    fastest programs; ``exclude``: paths to leave out (the work dir being tuned); ``kind``: the target kind of
+    the tasks they start (``llvm``, ``cuda``, ...): programs measured on another kind are left out and said in
+    the report (None: every kind). Raises ``InputError`` for a path that is none of these."""
     report = ImportReport()
     skip = {Path(p).resolve() for p in exclude}
     out: list[SourceTask] = []
@@ -105,7 +126,7 @@ def read_sources(paths, per_task: int = 4, exclude=()) -> tuple[list[SourceTask]
         if path.is_file():
             if path.suffix not in (".h5", ".hdf5"):
                 raise InputError(path, "is neither a costlab dataset (.h5) nor a MetaSchedule work dir (--from)")
-            out += _dataset(path, per_task, report)
+            out += _dataset(path, per_task, report, kind)
             continue
         dirs = [path] if database_file(path, WORKLOAD_FILE) and database_file(path, RECORD_FILE) else _work_dirs_under(path)
         dirs = [d for d in dirs if d.resolve() not in skip]
@@ -113,5 +134,5 @@ def read_sources(paths, per_task: int = 4, exclude=()) -> tuple[list[SourceTask]
             raise InputError(path, f"holds no MetaSchedule database ({WORKLOAD_FILE} and {RECORD_FILE}, "
                                    "or .gz) at any depth (--from)")
         for d in dirs:
-            out += _work_dir(d, per_task, report)
+            out += _work_dir(d, per_task, report, kind)
     return out, report
