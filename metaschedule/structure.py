@@ -48,9 +48,10 @@ def _reduction_kind(block) -> str:
     return kind
 
 
-def _blocks(mod):
-    """The blocks of every PrimFunc of a module (root excluded), found by walking the statement tree
-    (this TVM has no Python ``post_order_visit`` for TIR)."""
+def _blocks(mod, root: bool = False):
+    """The blocks of every PrimFunc of a module (``root``: the root blocks too, which hold the functions'
+    intermediate buffers), found by walking the statement tree (this TVM has no Python ``post_order_visit``
+    for TIR)."""
     from tvm import tirx
 
     found = []
@@ -61,7 +62,7 @@ def _blocks(mod):
             for s in node.seq:
                 visit(s)
         elif k == "SBlockRealize":
-            if node.block.name_hint != "root":
+            if root or node.block.name_hint != "root":
                 found.append(node.block)
             visit(node.block.body)
         elif k == "IfThenElse":

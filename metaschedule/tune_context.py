@@ -21,30 +21,44 @@ rules with the registry loaded. The registry is then loaded for such tasks alone
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 
 from costlab.metaschedule import intrinsics
+from costlab.metaschedule.structure import _blocks
 from costlab.metaschedule.targets import arch_number
 
 _NARROW_INT = ("int8", "uint8")
-_INT32_BUFFER = re.compile(r'(?:Buffer|alloc_buffer)\(\([^)]*\), "int32"')  # a buffer, not a cast or an index
-
 
 # From sm_80 on, MetaSchedule's own choice for a CUDA target is its tensor-core rule set (whose MMA groups copy
 # asynchronously, which sm_80 brought); costlab keeps that threshold
 _TENSOR_CORE_ARCH = 80
-_FLOAT32_BUFFER = re.compile(r'(?:Buffer|alloc_buffer)\(\([^)]*\), "float32"')
+
+
+@dataclass
+class _Func:
+    """What the rule choice reads of a PrimFunc, from its IR (not its printed text, whose forms vary: a
+    float32 buffer prints without its dtype, a shape of int64 extents nests parentheses)."""
+
+    params: set  # dtypes of its parameters' buffers
+    buffers: set  # dtypes of every buffer: its parameters' and those its blocks allocate
+    reduction: bool  # a block with an init statement
 
 
 def _prim_funcs(mod):
-    """``[(ArgInfo list, TVMScript text)]`` of a module's PrimFuncs; None when one cannot be read."""
+    """``[_Func]`` of a module's PrimFuncs; None when one cannot be read."""
+    from tvm import IRModule, tirx
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     out = []
-    for func in mod.functions.values():
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            return None  # not a PrimFunc MetaSchedule can read
         try:
-            out.append((ArgInfo.from_prim_func(func), func.script()))
-        except Exception:  # noqa: BLE001  not a PrimFunc MetaSchedule can read
+            params = {str(getattr(i, "dtype", "")) for i in ArgInfo.from_prim_func(func)}
+            blocks = _blocks(IRModule({gvar: func}), root=True)
+            allocated = {str(b.dtype) for blk in blocks for b in blk.alloc_buffers}
+            out.append(_Func(params, params | allocated, any(blk.init is not None for blk in blocks)))
+        except Exception:  # noqa: BLE001  a function this walk cannot read: MetaSchedule's own defaults
             return None
     return out
 
@@ -65,13 +79,12 @@ def tensor_core_task(mod, target) -> bool:
     funcs = _prim_funcs(mod)
     if funcs is None:
         return False
-    for infos, text in funcs:
-        if "T.init()" not in text or not infos:
+    for f in funcs:
+        if not f.reduction or not f.params:
             continue
-        dtypes = {str(getattr(i, "dtype", "")) for i in infos}
-        if dtypes == {"float16"} and not _FLOAT32_BUFFER.search(text):
+        if f.params == {"float16"} and "float32" not in f.buffers:
             return True
-        if dtypes & set(_NARROW_INT) and _INT32_BUFFER.search(text):
+        if f.params & set(_NARROW_INT) and "int32" in f.buffers:
             return True
     return False
 
@@ -98,10 +111,8 @@ def needs_intrinsics(mod, target) -> bool:
     funcs = _prim_funcs(mod)
     if funcs is None:  # keep MetaSchedule's defaults
         return True
-    for infos, text in funcs:
-        narrow = any(str(getattr(info, "dtype", "")) in _NARROW_INT for info in infos) or any(
-            f'"{t}"' in text for t in _NARROW_INT)
-        if narrow and "T.init()" in text and _INT32_BUFFER.search(text):  # an int32 reduction of 8-bit data
+    for f in funcs:
+        if f.reduction and f.buffers & set(_NARROW_INT) and "int32" in f.buffers:  # an int32 reduction of 8-bit data
             return True
     return False
 

@@ -58,6 +58,33 @@ def test_tensor_core_rules_only_for_float16_and_int8_reductions_on_sm80_and_late
     assert tensor_core_task(mod, t) == (kind == "cuda-tensorcore")
 
 
+def test_the_rule_choice_reads_the_ir_not_its_printed_form():
+    """Two forms the printed TVMScript hid: an int8 matmul with int64 extents (as networks' tasks have them) is a
+    tensor-core and a dot-product task; float16 data summed into a float32 buffer allocated inside the function
+    (which prints without its dtype) is not a tensor-core task (its programs fail to build in TVM 0.27)."""
+    import tvm
+    from tvm import te, tirx
+
+    from costlab.metaschedule.tune_context import needs_intrinsics, tensor_core_task
+
+    n = tirx.IntImm("int64", 64)
+    a, b = te.placeholder((n, n), "int8", name="A"), te.placeholder((n, n), "int8", name="B")
+    k = te.reduce_axis((0, n), "k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k].astype("int32") * b[k, j].astype("int32"), axis=k))
+    int8 = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    assert "T.int64(64)" in int8["main"].script()
+    assert tensor_core_task(int8, tvm.target.Target(SM90))
+    assert needs_intrinsics(int8, tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}))
+
+    h, w = te.placeholder((64, 64), "float16", name="A"), te.placeholder((64, 64), "float16", name="B")
+    r = te.reduce_axis((0, 64), "k")
+    acc = te.compute((64, 64), lambda i, j: te.sum(h[i, r].astype("float32") * w[r, j].astype("float32"), axis=r))
+    out = te.compute((64, 64), lambda i, j: acc[i, j].astype("float16"))
+    fp16 = tvm.IRModule({"main": te.create_prim_func([h, w, out])})
+    assert "T.sblock_alloc_buffer((64, 64))" in fp16["main"].script()  # the accumulator prints without its dtype
+    assert not tensor_core_task(fp16, tvm.target.Target(SM90))
+
+
 def test_registry_loaded_for_tensor_core_tasks_alone():
     """A plain CUDA task's design space is made without the intrinsic registry (tens of seconds to import); a
     tensor-core task's loads its CUDA part alone (no x86 or ARM intrinsic registered) and tensorizes with WMMA
