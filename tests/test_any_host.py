@@ -60,6 +60,11 @@ def test_a_host_record_decides_the_spec():
     assert spec_from_host(old, target).freq_ghz == CPU_TABLE["znver4"]["freq_ghz"]
     unknown = spec_from_host({}, {"kind": "llvm", "mcpu": "no-such-cpu"})
     assert unknown.name.startswith("generic CPU") and unknown.l1_bytes == 32 * 1024
+    # a machine that exposes no cache sizes (some VMs): its clock and threads still decide, the caches the table's
+    bare = dict(zen4, caches={}, mhz=3700, threads=8)
+    spec = spec_from_host(bare, {"kind": "llvm", "mcpu": "znver4"})
+    assert (spec.freq_ghz, spec.cores, spec.l1_bytes) == (3.7, 8, CPU_TABLE["znver4"]["l1_bytes"])
+    assert spec.name == "AMD EPYC 9454P (host record)"
 
 
 def test_a_platform_measured_with_mcpu_native_is_its_host_records_cpu_whatever_the_local_cpu(monkeypatch):

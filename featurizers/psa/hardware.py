@@ -318,7 +318,8 @@ def spec_from_host(host: dict | None, target) -> CPUSpec:
     known = CPU_TABLE.get(mcpu)
     changes: dict = dict(known or {})
     caches = {k: size_bytes(v) for k, v in (host.get("caches") or {}).items()}
-    if host and caches:
+    # a machine that exposes no cache sizes (some VMs) still records its clock, threads and ISA flags
+    if host and (caches or any(host.get(k) for k in ("mhz", "threads", "flags"))):
         name = f"{host.get('cpu_model') or 'unknown CPU'} (host record)"
         for level, field in (("L1d", "l1_bytes"), ("L2", "l2_bytes"), ("L3", "llc_bytes")):
             if caches.get(level):
