@@ -191,7 +191,11 @@ def test_a_library_refuses_another_hosts_run(library, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Some Other CPU" in err and "library" in err and len(err.strip().splitlines()) == 1
     assert (root / _platform() / "library.json").read_bytes() == before  # nothing written
-    # into a library of its own (an empty one) it goes, unchecked: it cannot run here
+    # not into this machine's default libraries (the first such run would make one another host's) ...
+    assert main(["library", "add", str(work), "--platform", _platform()]) == 2
+    err = capsys.readouterr().err
+    assert "Some Other CPU" in err and "--library DIR" in err and len(err.strip().splitlines()) == 1
+    # ... into a library of its own (an empty one) it goes, unchecked: it cannot run here
     assert main(["library", "add", str(work), "--library", str(tmp_path / "lib3"), "--platform", _platform()]) == 0
     progs = [p for e in _library(tmp_path / "lib3")["entries"].values() for p in e["programs"]]
     assert progs and not any(p["checked"] for p in progs)

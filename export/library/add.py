@@ -3,7 +3,8 @@
 A work dir's platform is its records' target's (``metaschedule.targets.platform_id_for``) and its host the one its
 ``costlab_run.json`` records (a work dir of MetaSchedule's own ``tune_tir`` records none: it is taken as this
 machine's, and said so). Its tasks are checked here when it was measured on this machine; another machine's
-programs are added unchecked (they cannot run here). An exported library (``costlab library export``) is merged
+programs are added unchecked (they cannot run here), and only into a library named with ``--library``: the
+default libraries are this machine's. An exported library (``costlab library export``) is merged
 as it is, into the library of its own platform and host.
 """
 
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costlab.common.errors import CostlabError, InputError
-from costlab.common.host import host_info, same_host
+from costlab.common.errors import CostlabError, InputError, UsageError
+from costlab.common.host import describe_host, host_info, same_host
 from costlab.common.import_report import ImportReport
 from costlab.export.library.collect import work_dir_programs
 from costlab.export.library.store import FILE, Library, default_root, open_library, read_library
@@ -39,6 +40,11 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     note = None if host is not None else "no host recorded: taken as this machine's"
     local = host is None or same_host(host, here)
     first = platform or _records_platform(work)
+    if not local and Path(root).resolve() == default_root().resolve():
+        # the default libraries are this machine's: the first run added would make one another host's, and
+        # every later run of this machine would be refused there
+        raise UsageError(f"the run in {work} was measured on {describe_host(host)}, not this machine; add it to a "
+                         "library of that host's with --library DIR")
     if first is not None:  # refused before any program is checked
         read_library(root, first).check_host(host or here, f"the run in {work}")
     if check and not local:
