@@ -198,3 +198,23 @@ def test_faked_host_files_name_their_llvm_cpu(monkeypatch):
 
     monkeypatch.setenv(FAKE_HOST_ENV, str(Path(__file__).parent / "fixtures" / "hosts" / "zen4"))
     assert host_target()["mcpu"] == "znver4"
+
+
+def test_a_cpu_name_outside_the_table_is_read_for_one_triple_on_every_machine(monkeypatch):
+    """``-mcpu=arrowlake`` (not in the table) without ``-mtriple``: TVM's LLVM is asked for x86-64, not for the
+    triple of the machine featurizing (an aarch64 machine would read the name as 128-bit code); with a triple,
+    for that one."""
+    from tvm.target import codegen
+
+    from costlab.featurizers.psa.hardware import mcpu_simd_bits
+
+    asked = []
+    real = codegen.llvm_get_cpu_features
+
+    def spy(target):
+        asked.append(str(target.attrs.get("mtriple")))
+        return real(target)
+
+    monkeypatch.setattr(codegen, "llvm_get_cpu_features", spy)
+    assert mcpu_simd_bits("arrowlake") == 256 and asked == ["x86_64-unknown-linux-gnu"]
+    assert mcpu_simd_bits("arrowlake", "aarch64-linux-gnu") == 128 and asked[-1] == "aarch64-linux-gnu"

@@ -258,10 +258,15 @@ _SIMD_BY_MCPU = [(r"avx512|skylake-server|skylake-avx512|skx|cascadelake|cooperl
                  (r"neoverse|cortex|apple|graviton|aarch64|arm|a64fx", 128)]  # TVM's code for them: NEON
 
 
+DEFAULT_TRIPLE = "x86_64-unknown-linux-gnu"  # what a -mcpu name without -mtriple is read for, on every machine
+
+
 def mcpu_simd_bits(mcpu: str, mtriple: str | None = None) -> int | None:
     """The vector width LLVM compiles for with ``-mcpu=NAME``: looked up in ``_SIMD_BY_MCPU`` (the same on every
-    machine), else asked of TVM's LLVM (its feature list of that CPU, for ``mtriple`` when the target names one:
-    without, LLVM reads the name for the triple of the machine asking); None for a name neither knows."""
+    machine), else asked of TVM's LLVM (its feature list of that CPU, for ``mtriple`` when the target names one,
+    else for x86-64: never the triple of the machine asking, which would make a dataset's features depend on
+    it; an ARM name unknown to the x86 tables comes out as 128 bits, NEON's width, either way); None for a
+    name neither knows."""
     for pattern, bits in _SIMD_BY_MCPU:
         if re.search(pattern, mcpu):
             return bits
@@ -271,7 +276,7 @@ def mcpu_simd_bits(mcpu: str, mtriple: str | None = None) -> int | None:
         import tvm
         from tvm.target import codegen
 
-        target = {"kind": "llvm", "mcpu": mcpu, **({"mtriple": mtriple} if mtriple else {})}
+        target = {"kind": "llvm", "mcpu": mcpu, "mtriple": mtriple or DEFAULT_TRIPLE}
         features = codegen.llvm_get_cpu_features(tvm.target.Target(target))
         if "avx512f" in features:
             return 512
