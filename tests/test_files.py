@@ -84,3 +84,27 @@ def test_files_written_together_are_replaced_whole_when_a_signal_comes_between_t
     assert calls == ["model.safetensors", "config.json"]
     assert a.read_bytes() == b"new config" and b.read_bytes() == b"new weights"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_files_written_together_are_unchanged_when_one_cannot_be_synced(tmp_path, monkeypatch):
+    """A full disk (or a quota reported at the sync) while a model's config is written: the old
+    pair stays whole (never new weights beside the old config) and no temporary file is left."""
+    import errno
+
+    from costlab.common.files import write_together
+
+    a, b = tmp_path / "config.json", tmp_path / "model.safetensors"
+    a.write_bytes(b"old config")
+    b.write_bytes(b"old weights")
+    sync = os.fsync
+
+    def full_at_the_config(fd):
+        if ".config.json.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return sync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_at_the_config)
+    with pytest.raises(OSError, match="No space left"):
+        write_together({a: b"new config", b: b"new weights"})
+    assert a.read_bytes() == b"old config" and b.read_bytes() == b"old weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]

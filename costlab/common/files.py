@@ -53,9 +53,10 @@ def _fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path) -> Iterator[BinaryIO]:
-    """A binary file to write ``path`` through: what was written replaces ``path`` when the ``with`` block
-    ends normally, and nothing changes when it ends by an exception (see the module's guarantees)."""
+def _synced_temporary(path) -> Iterator[tuple]:
+    """``(file, temporary path, final path)``: a binary file beside ``path`` (its target when a link), written in
+    the block and, when the block ends normally, flushed, given the mode ``path`` has (a new file: the umask's)
+    and synced to disk; removed when the block ends by an exception."""
     path = Path(path)
     if path.is_symlink():
         path = Path(os.path.realpath(path))
@@ -66,10 +67,23 @@ def atomic_file(path) -> Iterator[BinaryIO]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            yield fh
+            yield fh, tmp, path
             fh.flush()
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(path) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through: what was written replaces ``path`` when the ``with`` block
+    ends normally, and nothing changes when it ends by an exception (see the module's guarantees)."""
+    with _synced_temporary(path) as (fh, tmp, path):
+        yield fh
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -117,9 +131,22 @@ def write_together(files: dict) -> None:
     """Replace several files (path -> bytes), each as ``write_atomically`` does, with no Ctrl-C or SIGTERM between
     their renames: a model's weights and the config that names them by hash, where a stop between the two would
     leave neither model loadable. Such a signal waits until the last file is renamed (``signals_deferred``; the
-    data is in memory, so that is a moment). The renames run in the reverse order of ``files``; an exception
-    before them changes nothing."""
-    with signals_deferred(), contextlib.ExitStack() as stack:
-        handles = [stack.enter_context(atomic_file(path)) for path in files]
-        for fh, data in zip(handles, files.values()):
-            fh.write(data)
+    data is in memory, so that is a moment). Every file is written and synced under its temporary name before
+    the first rename, so a write that fails (a full disk, a quota reported at the sync) changes nothing: the
+    temporary files are removed. The renames run in the reverse order of ``files``."""
+    ready = []  # (temporary path, final path), each written and synced
+    with signals_deferred():
+        try:
+            for path, data in files.items():
+                with _synced_temporary(path) as (fh, tmp, final):
+                    fh.write(data)
+                ready.append((tmp, final))
+            for tmp, final in reversed(ready):
+                os.replace(tmp, final)
+        except BaseException:
+            for tmp, _final in ready:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
+    for folder in dict.fromkeys(final.parent for _tmp, final in ready):
+        _fsync_dir(folder)
