@@ -32,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from costlab.common import jsontext
 from costlab.common.errors import CostlabError, InputError, UsageError, last_line
 from costlab.common.files import write_atomically
 from costlab.common.host import host_info
@@ -503,7 +504,7 @@ def tune(opts: TuneOptions) -> dict:
                                             reference=network[2] if checked else None)
         except Exception as exc:  # noqa: BLE001  the tuning it follows is complete: its summary is still written
             summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")
-    write_atomically(work.summary_file, json.dumps(summary, indent=2, default=str).encode())
+    write_atomically(work.summary_file, jsontext.dumps(summary, indent=2).encode())
     try:
         from costlab.export.progress import plot_history  # lazy: pulls torch and tvm
 

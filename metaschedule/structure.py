@@ -48,7 +48,7 @@ def _reduction_kind(block) -> str:
     return kind
 
 
-def _blocks(mod, root: bool = False):
+def module_blocks(mod, root: bool = False):
     """The blocks of every PrimFunc of a module (``root``: the root blocks too, which hold the functions'
     intermediate buffers), found by walking the statement tree (this TVM has no Python ``post_order_visit``
     for TIR)."""
@@ -106,7 +106,7 @@ def kernel_class(mod) -> tuple[str, str, list[int]]:
         reduce_ = sum(1 for iv in anchor.iter_vars if int(iv.iter_type) == 2)
         extents = [int(iv.dom.extent) if hasattr(iv.dom.extent, "value") else -1 for iv in anchor.iter_vars]
         return f"{_reduction_kind(anchor)}.s{spatial}r{reduce_}", anchor.name_hint, extents
-    blocks = _blocks(mod)
+    blocks = module_blocks(mod)
     if not blocks:
         return UNKNOWN_CLASS, "", []
 
@@ -153,7 +153,7 @@ def block_signature(block) -> str:
 def block_structure(mod) -> tuple[list[str], list[str], int, list[int]]:
     """``(block names, block signatures, anchor position, anchor iterator extents)`` of a workload, blocks in
     program order; the anchor is the kernel-class block (``kernel_class``), position -1 when there is none."""
-    blocks = _blocks(mod)
+    blocks = module_blocks(mod)
     _cls, anchor, extents = kernel_class(mod)
     names = [b.name_hint for b in blocks]
     at = names.index(anchor) if anchor in names else -1

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costlab.metaschedule import intrinsics
-from costlab.metaschedule.structure import _blocks
+from costlab.metaschedule.structure import module_blocks
 from costlab.metaschedule.targets import arch_number
 
 _NARROW_INT = ("int8", "uint8")
@@ -55,7 +55,7 @@ def _prim_funcs(mod):
             return None  # not a PrimFunc MetaSchedule can read
         try:
             params = {str(getattr(i, "dtype", "")) for i in ArgInfo.from_prim_func(func)}
-            blocks = _blocks(IRModule({gvar: func}), root=True)
+            blocks = module_blocks(IRModule({gvar: func}), root=True)
             allocated = {str(b.dtype) for blk in blocks for b in blk.alloc_buffers}
             out.append(_Func(params, params | allocated, any(blk.init is not None for blk in blocks)))
         except Exception:  # noqa: BLE001  a function this walk cannot read: MetaSchedule's own defaults

@@ -574,3 +574,20 @@ def test_a_batch_that_failed_while_the_run_was_stopped_is_not_recorded():
                RunnerResult(None, f"{LOST}: the device stopped answering"), RunnerResult([2e-6], None)]
     assert recorded(results, stopping=False) == [0, 1, 3]
     assert recorded(results, stopping=True) == [0, 3]
+
+
+def test_the_json_summary_is_strict_json_when_a_figure_is_not_a_number(tmp_path, capsys, monkeypatch):
+    """A tuned network whose output holds a NaN gives a NaN largest difference: `--json` prints it as null, never
+    as a bare NaN no strict JSON reader takes."""
+    import costlab.commands.tune as command
+
+    summary = dict(tasks=[], wall_s=1.0, network=dict(output_check=dict(status="differs", max_abs_diff=float("nan"))))
+    monkeypatch.setattr(command, "tune", lambda opts: summary)
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(tmp_path / "w"), "--json"]) == 1
+    out = capsys.readouterr().out
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    printed = json.loads(out, parse_constant=refuse)
+    assert printed["network"]["output_check"]["max_abs_diff"] is None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.options import add_to_library, int_in, library_options, positive_int
 from costlab.commands.signals import signals_end_cleanly
+from costlab.common import jsontext
 from costlab.costmodels import kinds
 from costlab.export.stop import stop_requested
 from costlab.export.transfer.run import TransferOptions, transfer
@@ -62,7 +62,7 @@ def _transfer(args) -> int:
     if summary.get("skipped_lines"):
         print(moved_aside_note(args.work_dir, summary["skipped_lines"]), file=sys.stderr)
     if args.json:
-        print(json.dumps(summary))
+        print(jsontext.dumps(summary))
         return 0
     print(f"{args.work_dir}: {summary.get('source_tasks', 0)} source tasks", file=sys.stderr)
     for row in summary["tasks"].values():

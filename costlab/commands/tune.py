@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.signals import signals_end_cleanly
+from costlab.common import jsontext
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, auto_adapt_mode
@@ -177,7 +177,7 @@ def _tune(args) -> int:
         if not args.json:
             return 1
     if args.json:
-        print(json.dumps(summary, default=str))
+        print(jsontext.dumps(summary))
         return 1 if failed else 0
     for t in summary["tasks"]:
         best = f"{t['best_us']:.2f} us" if t["best_us"] is not None else "no valid program"
