@@ -81,6 +81,15 @@ def _check_output(out: str, archive: bool, force: bool) -> Path:
     return path
 
 
+def _run_json(path: Path):
+    """A run's summary or metrics file, or one error naming it (before anything is written)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(path, f"is not readable JSON ({str(exc).splitlines()[0][:120]}); fix or remove it "
+                               "to export the model without it") from None
+
+
 def export_model(source, out, archive: bool = False, force: bool = False) -> Path:
     """Export a run directory (or a model directory / archive) to ``out``; returns what was written. An
     existing model at ``out`` is replaced only with ``force``."""
@@ -90,9 +99,9 @@ def export_model(source, out, archive: bool = False, force: bool = False) -> Pat
     config = dict(art.config)
     run = src.parent if src.name == "model" else None
     if run is not None and (run / "summary.json").exists():
-        config.setdefault("training", json.loads((run / "summary.json").read_text()))
+        config.setdefault("training", _run_json(run / "summary.json"))
     if run is not None and (run / "report" / "metrics.json").exists():
-        config["evaluation"] = json.loads((run / "report" / "metrics.json").read_text())
+        config["evaluation"] = _run_json(run / "report" / "metrics.json")
     for key, value in _dataset_info(config).items():
         config.setdefault(key, value)
     config["versions"] = _versions()

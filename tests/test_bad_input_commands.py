@@ -79,6 +79,14 @@ def _misfit_ckpt(c):
     return _edited_ckpt(c, edit)
 
 
+def _run_with_empty_summary(c):
+    """A copy of the trained run whose summary.json a full disk left empty."""
+    run = c["tmp"] / "run"
+    shutil.copytree(c["run"], run)
+    (run / "summary.json").write_text("")
+    return run
+
+
 def _set_attr(c, edit):
     """The dataset with one attribute damaged (``edit(h5 file)``)."""
     with h5py.File(c["data"], "a") as f:
@@ -175,6 +183,8 @@ CASES = {
     "export damaged ckpt": (lambda c: ["export", _truncated_ckpt(c), "-o", c["tmp"] / "m"],
                             "a training checkpoint, not a model"),
     "export missing ckpt": (lambda c: ["export", c["tmp"] / "none.ckpt", "-o", c["tmp"] / "m"], "no such model"),
+    "export a run whose summary is empty": (lambda c: ["export", _run_with_empty_summary(c), "-o", c["tmp"] / "m"],
+                                            "summary.json: is not readable JSON"),
     "evaluate --model is a dataset": (lambda c: _evaluate(c, c["data"]), "d.h5: not a costlab model"),
     "finetune --from is a dataset": (lambda c: ["finetune", "--from", c["data"], "--data", c["data"],
                                                 "--platform", PLATFORM, "--out", c["tmp"] / "ft"],
