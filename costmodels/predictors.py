@@ -155,8 +155,17 @@ def pinned_name(model, sha256: str | None = None) -> str | None:
     if not model:
         return model
     if sha256 is None or weights_sha256(model) == sha256:
-        return aliases().get(str(model), model)
+        return shipped_alias(model)
     return next((v for v in versioned_names() if weights_sha256(v) == sha256), None)
+
+
+def shipped_alias(model):
+    """A shipped alias as the version it stands for now, when the name means that shipped model (``resolve``: a
+    file or folder of that name here comes first, and is given as it is); anything else as given."""
+    name = str(model)
+    if name in aliases() and resolve(model) == shipped_path(name):
+        return aliases()[name]
+    return model
 
 
 def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:

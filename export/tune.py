@@ -39,7 +39,6 @@ from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
-from costlab.costmodels.shipped import aliases
 from costlab.export.check import check_tasks, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
 from costlab.export.finals import KEEP_UNTUNED, MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN
@@ -670,7 +669,9 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     mine["target"] = plain_json(target.export())
     # a shipped alias recorded as the version it stands for: once the alias moves on, continuing the run with it
     # is refused (two models' choices in one search), as is a run recorded under the bare alias
-    mine["model"] = aliases().get(opts.model, opts.model) if isinstance(opts.model, str) else mine["model"]
+    from costlab.costmodels.predictors import shipped_alias  # lazy: pulls torch; MetaSchedule's default needs none
+
+    mine["model"] = shipped_alias(opts.model) if isinstance(opts.model, str) else mine["model"]
     old = work.run_record()
     if old is not None:
         if "target" in old:

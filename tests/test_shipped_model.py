@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,7 @@ def test_loads_by_name_without_lightning_and_scores_candidates(name):
     now) load by name and score a live tuning context's candidates."""
     code = """
 import sys
+from pathlib import Path
 import numpy as np
 from costlab.export import load
 from test_export import _context  # it imports the command line, and with it costlab.train's torch-free modules
@@ -94,6 +96,21 @@ def test_versioned_names_and_the_alias_load_the_same_weights(capsys):
     assert rows["x86-cpu"]["alias_of"] == version and rows[version]["alias_of"] is None
     assert main(["models"]) == 0
     assert f"x86-cpu is {version} now" in capsys.readouterr().out
+
+
+def test_a_folder_named_like_the_alias_is_recorded_as_itself(tmp_path, monkeypatch):
+    """A model folder named ``x86-cpu`` in the working directory is what ``--model x86-cpu`` loads (a path comes
+    first): its provenance is that folder, never the shipped version the alias stands for."""
+    import shutil
+
+    from costlab.costmodels.predictors import pinned_name, resolve
+    from costlab.costmodels.shipped import aliases, shipped_path
+
+    version = aliases()["x86-cpu"]
+    assert pinned_name("x86-cpu") == version  # the shipped model, as the alias means it
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(shipped_path("x86-cpu-v1"), tmp_path / "x86-cpu")
+    assert resolve("x86-cpu") == Path("x86-cpu") and pinned_name("x86-cpu") == "x86-cpu"
 
 
 def test_a_model_of_two_cpus_lists_what_each_gave():
