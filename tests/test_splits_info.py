@@ -129,3 +129,45 @@ def test_the_network_score_counts_only_networks_whose_every_task_is_evaluated(tm
     whole = evaluate("random", data, split=None)
     assert list(whole["networks"]) == [mlp.stem]
 
+
+
+def test_the_headline_top_k_never_leaves_out_an_evaluated_task_nor_becomes_nan(tmp_path):
+    """The headline top-k weighs networks only when they hold every evaluated task: a task split whose test part
+    holds one whole network and a task of another is the per-task mean of both tasks. A held-out network is
+    scored over its tasks with measured programs: one task never measured here, or a second held-out network
+    whose every record failed, neither drops it nor makes the score NaN."""
+    import math
+    import shutil
+
+    from conftest import FIXTURES
+
+    from costlab.datasets.records import RecordBatch
+    from costlab.datasets.splits import Split
+    from costlab.train.evaluate import evaluate
+
+    data = tmp_path / "d.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    with open_dataset(data) as ds:
+        platform = ds.record_platforms()[0]
+        src = ds.tasks[0]
+        sched = ds.records(platform).schedules(np.arange(1))[0]
+    with DatasetWriter(data) as w:
+        for n in list(w.networks):
+            del w.networks[n]
+        unmeasured = w.add_task("never-measured", src.dialect, src.workload, name="never-measured")
+        failed = w.add_task("all-failed", src.dialect, src.workload, name="all-failed")
+        b = RecordBatch()
+        for i in range(3):
+            b.append(failed, sched, [1e10], 1, 0.0, 10**6 + i)
+        w.add_records(platform, b)
+        w.set_network("big", [(0, 1), (1, 1), (unmeasured, 1)])
+        w.set_network("one", [(3, 1)])
+        w.set_network("broken", [(failed, 1)])
+        splits = w.h5.require_group("splits")
+        Split("t", "task", 0, 0.5, np.array([0, 1, 3], np.int64)).write(splits)
+        Split("n", "network", 0, 0.5, np.array([0, 1, unmeasured, failed], np.int64),
+              held_out_networks=["big", "broken"]).write(splits)
+    by_task = evaluate("random", data, split="t", part="test")
+    assert by_task["networks"] == {} and len(by_task["tasks"]) == 3  # "one" is whole, "big" is cut: per-task mean
+    by_net = evaluate("random", data, split="n", part="test")
+    assert list(by_net["networks"]) == ["big"] and math.isfinite(by_net["top1"]) and math.isfinite(by_net["top5"])

@@ -109,13 +109,7 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         if head is None:
             head = head_of(pred_obj, platform)
         pred = out[:, head]
-        networks = ds.networks
-        if split is not None and ds.split(split).held_out_networks:
-            networks = {n: ds.networks[n] for n in ds.split(split).held_out_networks}
-        # TenSet's score is a whole network's: only networks whose every task is evaluated (a task split's
-        # partial networks would each weigh as much as a whole one); none left: the per-task mean
-        evaluated = set(task.tolist())
-        networks = {n: w for n, w in networks.items() if w and all(t in evaluated for t, _ in w)}
+        networks = _scored_networks(ds, split, task, latency)
         # TenSet's per-task score: the best of each task is its best among the evaluated records
         result = metrics.summary(task, pred, latency, score, networks=networks)
         result.update(model=str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model"),
@@ -129,6 +123,23 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         if baselines:
             result["_arrays"]["baselines"] = _baseline_scores(ds, platform, rows, seed)
     return result
+
+
+def _scored_networks(ds, split: str | None, task: np.ndarray, latency: np.ndarray) -> dict:
+    """The networks the headline top-k weighs (TenSet's score is a whole network's), or {} for the per-task
+    mean. Only tasks with a measured program count (a task whose every record failed has no best). A network
+    split's held-out networks, each over its tasks with records (one never measured here is skipped); otherwise
+    the networks whose every task is evaluated (a task split's partial networks would each weigh as much as a
+    whole one). Weighted only when those networks hold every evaluated task: the headline never leaves out a
+    test task that no scored network holds."""
+    evaluated = set(task[np.isfinite(latency)].tolist())
+    held_out = ds.split(split).held_out_networks if split is not None else None
+    if held_out:
+        networks = {n: ds.networks[n] for n in held_out if any(t in evaluated for t, _ in ds.networks[n])}
+    else:
+        networks = {n: w for n, w in ds.networks.items() if w and all(t in evaluated for t, _ in w)}
+    covered = {t for w in networks.values() for t, _ in w}
+    return networks if evaluated and evaluated <= covered else {}
 
 
 RANDOM_DRAWS = 20  # draws of a kind whose scores are random (``stochastic``): its curve is the expected one
