@@ -145,22 +145,21 @@ def _select_tasks(ds, spec: str | None, path) -> list:
     ms_tasks = [t for t in ds.tasks if t.dialect == "ms"]
     if not spec:
         return ms_tasks
-    by_name = {}
+    by_name: dict = {}  # a name can be several tasks' (one fused kernel of several shapes): it means them all
     for t in ds.tasks:
-        by_name.setdefault(t.name, t)
+        by_name.setdefault(t.name, []).append(t)
     chosen = []
     for item in (s.strip() for s in spec.split(",") if s.strip()):
         if item.isdigit() and int(item) < len(ds.tasks):
-            t = ds.tasks[int(item)]
+            named = [ds.tasks[int(item)]]
         elif item in by_name:
-            t = by_name[item]
+            named = by_name[item]
         else:
             raise InputError(path, f"no task {item!r} (give task indices 0..{len(ds.tasks) - 1} or names; "
                                    "`costlab dataset info` lists them)")
-        if t.dialect != "ms":
+        if any(t.dialect != "ms" for t in named):
             raise InputError(path, f"task {item!r} is an Ansor task; only MetaSchedule tasks can be measured")
-        if t not in chosen:
-            chosen.append(t)
+        chosen += [t for t in named if t not in chosen]
     return chosen
 
 
@@ -200,6 +199,11 @@ def measure(data, opts: MeasureOptions) -> str:
         check_same_target(data, pid, ds.platforms.get(pid), target_json)  # before anything is measured
         if host is not None:
             check_host(ds, pid, host)
+        elif ds.num_records(pid) if pid in ds.record_platforms() else 0:
+            known = ds.platforms[pid].host
+            if known:  # a remote device's timings beside this platform's machine's would be two machines
+                raise InputError(data, f"platform {pid!r} holds records measured on {describe_host(known)}; a "
+                                       f"remote device's records go to another platform, e.g. --platform {pid}-rpc")
         tasks = _select_tasks(ds, opts.tasks, data)
         if not tasks:
             raise InputError(data, "has no MetaSchedule tasks to measure (run `costlab dataset extract` first)")

@@ -350,6 +350,24 @@ def test_measure_refuses_a_platform_of_another_or_an_unknown_machine(tmp_path, c
     err = capsys.readouterr().err
     assert "was measured on another machine (Some Other CPU" in err and "differs in" in err
     assert digest() == before
+    # a remote device's timings (an RPC run records no host of this machine) beside that machine's: refused too,
+    # before any tracker is asked
+    assert main(argv + ["--rpc-key", "board", "--rpc-wait", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds records measured on Some Other CPU" in err and "--platform llvm-x86_64-2c-rpc" in err
+    assert digest() == before
+
+
+def test_a_task_name_several_tasks_share_selects_them_all():
+    """A fused kernel of several shapes (from several networks) has one name: ``--tasks NAME`` means all of them."""
+    from types import SimpleNamespace
+
+    from costlab.datasets.measure import _select_tasks
+
+    tasks = [SimpleNamespace(index=i, name=n, dialect="ms") for i, n in enumerate(["conv", "dense", "conv"])]
+    ds = SimpleNamespace(tasks=tasks)
+    assert [t.index for t in _select_tasks(ds, "conv", "d.h5")] == [0, 2]
+    assert [t.index for t in _select_tasks(ds, "dense,0", "d.h5")] == [1, 0]
 
 
 def test_runner_starts_its_worker_in_the_background(tmp_path):
