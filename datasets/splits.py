@@ -132,7 +132,8 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
             recorded = set(with_records)
             nets = [n for n in nets if any(t in recorded for t, _ in ds.networks[n])]
             if len(nets) < 2:
-                raise InputError(ds.path, f"a split by network needs at least 2 networks with records, found {len(nets)}")
+                raise InputError(ds.path, "a split by network needs at least 2 networks with records, found "
+                                          f"{len(nets)}")
             chosen, covered = [], set()
             for n in rng.permutation(nets).tolist():
                 if len(chosen) == len(nets) - 1 or len(covered) >= test_fraction * len(with_records):

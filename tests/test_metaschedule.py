@@ -39,7 +39,8 @@ def test_the_string_form_of_a_target_becomes_a_dict_tvm_takes():
     cuda = target_from_string("cuda -arch=sm_80 -host='llvm -mcpu=znver4 -num-cores=2'")
     assert cuda["host"] == {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
     cpu = target_from_string("llvm -mcpu=icelake-server -model=8358 -num-cores=4 -mattr=+avx2,+fma")
-    assert cpu == {"kind": "llvm", "mcpu": "icelake-server", "model": "8358", "num-cores": 4, "mattr": ["+avx2", "+fma"]}
+    assert cpu == {"kind": "llvm", "mcpu": "icelake-server", "model": "8358", "num-cores": 4,
+                   "mattr": ["+avx2", "+fma"]}
     for target in (cuda, cpu):
         tvm.target.Target(target)  # accepted as it is
 

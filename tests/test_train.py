@@ -253,8 +253,9 @@ def test_a_within_task_splits_held_out_programs_never_set_the_training_labels(tr
     assert len(np.unique(task[rows])) >= 3
     for t in np.unique(task[rows]):
         assert score[rows][task[rows] == t].max() == 1.0
+    test_rows = dm.test_rows
     faster_held_out = [t for t in np.unique(task[rows])
-                       if lat[dm.test_rows][task[dm.test_rows] == t].min(initial=np.inf) < lat[rows][task[rows] == t].min()]
+                       if lat[test_rows][task[test_rows] == t].min(initial=np.inf) < lat[rows][task[rows] == t].min()]
     assert faster_held_out, "the fixture's split holds out some task's fastest program (what this test is about)"
 
 

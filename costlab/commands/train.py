@@ -61,7 +61,8 @@ def register(sub) -> None:
     q.add_argument("--split", help="a split stored in the dataset")
     q.add_argument("--momentum", nargs="?", const=0.99, type=fraction("--momentum"), metavar="M",
                    help="momentum transfer with EMA factor M (default 0.99)")
-    q.add_argument("--every", type=positive_int("--every"), help="epochs per momentum round (default 2; with --momentum)")
+    q.add_argument("--every", type=positive_int("--every"),
+                   help="epochs per momentum round (default 2; with --momentum)")
     q.add_argument("--out", type=directory("--out"), required=True, metavar="RUN_DIR")
     q.add_argument("--overwrite", action="store_true", help="replace the model an existing RUN_DIR holds")
     _common(q)

@@ -111,7 +111,8 @@ def _work_dirs_under(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-def read_sources(paths, per_task: int = 4, exclude=(), kind: str | None = None) -> tuple[list[SourceTask], ImportReport]:
+def read_sources(paths, per_task: int = 4, exclude=(),
+                 kind: str | None = None) -> tuple[list[SourceTask], ImportReport]:
     """The source tasks of ``paths`` (datasets, work dirs, folders of work dirs), each with its ``per_task``
     fastest programs; ``exclude``: paths to leave out (the work dir being tuned); ``kind``: the target kind of
     the tasks they start (``llvm``, ``cuda``, ...): programs measured on another kind are left out and said in
