@@ -35,7 +35,7 @@ from costlab.datasets import records as rec
 from costlab.datasets.store import DatasetWriter, check_same_target, open_dataset
 from costlab.metaschedule.builders import make_builder
 from costlab.metaschedule.pools import warm_up
-from costlab.metaschedule.results import ERROR_NONE
+from costlab.metaschedule.results import ERROR_NONE, short_error
 from costlab.metaschedule.rpc import LOST, is_lost
 from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
 from costlab.metaschedule.targets import measuring_host, platform_id_for, runnable_target, target_cores
@@ -133,14 +133,6 @@ _PHASES = {"start": "start-up", "space": "design spaces", "sample": "sampling", 
            "run": "running", "save": "saving"}
 
 
-def _short_error(msg: str) -> str:
-    """The gist of a builder/runner error: its first line and its last non-empty line."""
-    lines = [x.strip() for x in str(msg).strip().splitlines() if x.strip()]
-    if not lines:
-        return "unknown error"
-    return lines[0][:100] if len(lines) == 1 else f"{lines[0][:60]} ... {lines[-1][:120]}"
-
-
 def _select_tasks(ds, spec: str | None, path) -> list:
     ms_tasks = [t for t in ds.tasks if t.dialect == "ms"]
     if not spec:
@@ -199,11 +191,11 @@ def measure(data, opts: MeasureOptions) -> str:
         check_same_target(data, pid, ds.platforms.get(pid), target_json)  # before anything is measured
         if host is not None:
             check_host(ds, pid, host)
-        elif ds.num_records(pid) if pid in ds.record_platforms() else 0:
-            known = ds.platforms[pid].host
-            if known:  # a remote device's timings beside this platform's machine's would be two machines
-                raise InputError(data, f"platform {pid!r} holds records measured on {describe_host(known)}; a "
-                                       f"remote device's records go to another platform, e.g. --platform {pid}-rpc")
+        elif pid in ds.record_platforms() and ds.num_records(pid) and ds.platforms[pid].host:
+            # a remote device's timings beside this platform's machine's would be two machines
+            known = describe_host(ds.platforms[pid].host)
+            raise InputError(data, f"platform {pid!r} holds records measured on {known}; a remote device's records "
+                                   f"go to another platform, e.g. --platform {pid}-rpc")
         tasks = _select_tasks(ds, opts.tasks, data)
         if not tasks:
             raise InputError(data, "has no MetaSchedule tasks to measure (run `costlab dataset extract` first)")
@@ -295,7 +287,7 @@ def measure(data, opts: MeasureOptions) -> str:
                     records.append(task.index, schedule, costs, error, now, prog)
                     task_failed += error != ERROR_NONE
                     if msg:
-                        reason = _short_error(msg)
+                        reason = short_error(msg)
                         errors[reason] = errors.get(reason, 0) + 1
                 # one transaction per batch: Ctrl-C loses only this batch
                 with stopwatch(clock, "save"), DatasetWriter(data) as w:

@@ -120,7 +120,7 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
         test = np.sort(rng.permutation(tasks)[:n_test])
         return Split(name, by, seed, test_fraction, test)
     if by == "network":
-        nets = sorted(ds.networks)
+        nets, recorded = sorted(ds.networks), set(with_records)
         if held_out:
             missing = [n for n in held_out if n not in ds.networks]
             if missing:
@@ -129,7 +129,6 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
         else:
             # a network none of whose tasks has a record (TenSet's network info lists every target's networks)
             # would hold out nothing: only networks with records are drawn
-            recorded = set(with_records)
             nets = [n for n in nets if any(t in recorded for t, _ in ds.networks[n])]
             if len(nets) < 2:
                 raise InputError(ds.path, "a split by network needs at least 2 networks with records, found "
@@ -141,8 +140,8 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
                 chosen.append(n)
                 covered |= {t for t, _ in ds.networks[n]} & recorded
         test = np.array(sorted({t for n in chosen for t, _ in ds.networks[n]}), np.int64)
-        held = set(test.tolist()) & set(with_records)
-        if not held or held == set(with_records):
+        held = set(test.tolist()) & recorded
+        if not held or held == recorded:
             which = "no task with records" if not held else "every task with records"
             raise InputError(ds.path, f"holding out {', '.join(sorted(chosen))} leaves {which} in the test part: "
                                       "hold out other networks, or split by task")

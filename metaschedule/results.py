@@ -23,3 +23,11 @@ def costs_and_error(run_secs) -> tuple[list[float], int]:
     if any(not math.isfinite(x) or x >= MS_FAILURE_SECS or x < 0 for x in costs):
         return costs, ERROR_MS_FAILED
     return costs, ERROR_NONE
+
+
+def short_error(msg) -> str:
+    """The gist of a builder/runner error: its first line and its last non-empty line."""
+    lines = [x.strip() for x in str(msg).strip().splitlines() if x.strip()]
+    if not lines:
+        return "unknown error"
+    return lines[0][:100] if len(lines) == 1 else f"{lines[0][:60]} ... {lines[-1][:120]}"

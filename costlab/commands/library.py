@@ -74,10 +74,7 @@ def _list(args) -> int:
     from pathlib import Path
 
     root = Path(args.library) if args.library else default_root()
-    if args.platform:
-        _existing(root, args.platform)
-    platforms = [args.platform] if args.platform else sorted(
-        p.name for p in root.iterdir() if (p / FILE).exists()) if root.is_dir() else []
+    platforms = [_existing(root, args.platform)] if args.platform else _platforms(root)
     libs = [read_library(root, p) for p in platforms] + (starter_library() if args.starter else [])
     if args.json:
         print(json.dumps([dict(path=str(lib.path), platform=lib.platform, host=lib.host, rows=lib.rows())
@@ -110,13 +107,17 @@ def _add(args) -> int:
     return 0
 
 
+def _platforms(root) -> list[str]:
+    """The platforms whose libraries ``root`` holds."""
+    return sorted(p.name for p in root.iterdir() if (p / FILE).exists()) if root.is_dir() else []
+
+
 def _existing(root, platform: str) -> str:
     """``platform``, when ``root`` holds its library; else one error naming the folder and the libraries there
     (a mistyped --platform never makes an empty library, nor lists one)."""
     if not (root / platform / FILE).exists():
-        held = sorted(p.name for p in root.iterdir() if (p / FILE).exists()) if root.is_dir() else []
         raise InputError(root / platform, f"holds no schedule library of platform {platform!r} (libraries here: "
-                                          f"{', '.join(held) or 'none'})")
+                                          f"{', '.join(_platforms(root)) or 'none'})")
     return platform
 
 

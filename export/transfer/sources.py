@@ -29,7 +29,7 @@ class SourceTask:
     programs: list = field(default_factory=list)  # (trace JSON, mean latency in seconds), fastest first
 
 
-def _another_kind(where, kind: str | None, found) -> bool:
+def _another_kind(kind: str | None, found) -> bool:
     """Whether programs of target kind ``found`` are no start for a task of ``kind`` (None: any kind is)."""
     return kind is not None and found is not None and str(found) != kind
 
@@ -52,7 +52,7 @@ def _work_dir(work: Path, per_task: int, report: ImportReport, kind: str | None 
             report.problem(f"{rec_path}:{i + 1}: workload index {idx} is not in {wl_path.name}")
             continue
         found = (target or {}).get("kind")
-        if _another_kind(work, kind, found):  # a GPU's programs bind threads a CPU task has not (and back)
+        if _another_kind(kind, found):  # a GPU's programs bind threads a CPU task has not (and back)
             other[found] = other.get(found, 0) + 1
             continue
         costs, error = costs_and_error(run_secs)
@@ -79,7 +79,7 @@ def _dataset(path: Path, per_task: int, report: ImportReport, kind: str | None =
     with open_dataset(path) as ds:
         for platform in ds.record_platforms():
             found = ds.platforms[platform].target.get("kind")
-            if _another_kind(path, kind, found):
+            if _another_kind(kind, found):
                 _left_out(report, f"{path}#{platform}", ds.num_records(platform), found, kind)
                 continue
             table = ds.records(platform)
