@@ -117,6 +117,11 @@ class Featurizer(ABC):
         """Learn the data-derived part of the config from a dataset (default: nothing to learn)."""
         return self
 
+    def unknown_tokens(self, feats: Features) -> tuple[int, int] | None:
+        """For a featurizer with a learned vocabulary: (tokens it did not know, tokens) in some features;
+        None for one without a vocabulary."""
+        return None
+
     @abstractmethod
     def featurize_records(self, ds, platform: str, rows: np.ndarray) -> Features:
         """Features of the given records (indices into the platform's record table)."""

@@ -147,6 +147,21 @@ def _append(w, g, name: str, value) -> None:
     ds[n:] = value
 
 
+#: the share of a platform's tokens outside the vocabulary above which featurizing it warns
+UNKNOWN_WARN = 0.01
+
+
+def vocabulary_warning(stats: dict) -> str | None:
+    """A line for ``build_cache``'s counts when many of the tokens it featurized were unknown to the vocabulary
+    (one fitted before the platform had records, reused for it); None otherwise."""
+    if not stats.get("tokens") or stats["unknown_tokens"] <= UNKNOWN_WARN * stats["tokens"]:
+        return None
+    return (f"warning: {stats['unknown_tokens']} of {stats['tokens']} tokens of {stats['platform']!r} "
+            f"({stats['unknown_tokens'] / stats['tokens']:.1%}) are unknown to the vocabulary of {stats['featurizer']} "
+            f"(fitted before these records were there); `costlab featurize --refit` fits one on every platform "
+            f"(models trained on the old vocabulary need retraining)")
+
+
 def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_seconds: float = 60.0,
                 progress: bool = True, fit: bool = True) -> dict:
     """Featurize every record of a platform not yet cached; returns counts. Resumable and re-runnable.
@@ -163,7 +178,7 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
         start = cache.n_done if cache else 0
         fingerprint = featurizer.platform_fingerprint(ds, platform)
     stats = dict(featurizer=featurizer.key, platform=platform, total=total, cached_before=start, computed=0,
-                 invalid=0, seconds=0.0)
+                 invalid=0, seconds=0.0, unknown_tokens=0, tokens=0)
     if start >= total:
         return stats
     from tqdm import tqdm
@@ -197,6 +212,10 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                     _append(w, g, key, value)
                 if "valid" in feats:
                     stats["invalid"] += int(np.count_nonzero(~np.asarray(feats["valid"], bool)))
+                unknown = featurizer.unknown_tokens(feats)
+                if unknown is not None:
+                    stats["unknown_tokens"] += unknown[0]
+                    stats["tokens"] += unknown[1]
                 row = int(rows[-1]) + 1
                 g.attrs["n_done"] = row
                 stats["computed"] += len(rows)

@@ -185,6 +185,11 @@ class TLPFeaturizer(Featurizer):
         mask = np.arange(L)[None, :] < used[:, None]
         return {"kind": kind, "numeric": numeric, "mask": mask, "length": length}
 
+    def unknown_tokens(self, feats) -> tuple[int, int]:
+        """(tokens mapped to ``<unk>``, tokens) in some features: a primitive the vocabulary never saw."""
+        kind, mask = np.asarray(feats["kind"]), np.asarray(feats["mask"], bool)
+        return int(np.count_nonzero(kind[mask] == UNK)), int(np.count_nonzero(mask))
+
     def featurize_candidates(self, mod, target, schedules) -> dict:
         """Features of live candidates (``tvm.s_tir.Schedule``): their traces in the form a MetaSchedule JSON
         database stores them (``metaschedule.traces.trace_json``: postprocessing kept, booleans as 0/1), so

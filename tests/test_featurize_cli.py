@@ -83,10 +83,14 @@ def test_new_platform_refit_and_config_change(tmp_path, capsys):
     assert "platinum-8358: 128 records, cache up to date" in err
     assert "2080ti: 128 records, 0 cached before, 128 featurized" in err
     assert _cache(data, "2080ti")[1] == cpu_config
+    # ... which says how much of the new platform it does not know, and what to do
+    assert "384 of 1664 tokens of '2080ti' (23.1%) are unknown to the vocabulary of tlp@1" in err
+    assert "--refit" in err and err.count("are unknown") == 1
     # ... until --refit fits on both platforms: GPU keys join the vocabulary and both caches are rebuilt
     code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--no-progress")
     assert code == 0, err
     assert "platinum-8358: 128 records, 0 cached before" in err and "2080ti: 128 records, 0 cached before" in err
+    assert "are unknown" not in err
     voc = json.loads(_cache(data, "2080ti")[1])["vocabulary"]
     assert "AN:threadIdx.x" in voc and "AN:threadIdx.x" not in json.loads(cpu_config)["vocabulary"]
     assert _cache(data, "2080ti")[1] == _cache(data, CPU)[1]

@@ -11,7 +11,7 @@ from costlab.commands.options import positive_int
 from costlab.common.errors import InputError
 from costlab.datasets import open_dataset
 from costlab.featurizers import available, create
-from costlab.featurizers.cache import build_cache, fitted_featurizer
+from costlab.featurizers.cache import build_cache, fitted_featurizer, vocabulary_warning
 
 EPILOG = """\
 The features are stored in the dataset under features/<featurizer>@<version>/<platform>/, one row per
@@ -99,6 +99,9 @@ def _featurize(args) -> int:
             print(f"{s['featurizer']} {pid}: {s['total']} records, {s['cached_before']} cached before, "
                   f"{s['computed']} featurized in {s['seconds']:.1f} s ({s['invalid']} unreadable)",
                   file=sys.stderr)
+        warning = vocabulary_warning(s)
+        if warning:
+            print(f"costlab featurize: {warning}", file=sys.stderr)
     return 0
 
 
