@@ -80,7 +80,9 @@ def config_digest(config: dict) -> str:
     """SHA-256 of a config's canonical JSON (sorted keys, no spaces), ``config_sha256`` left out."""
     body = {k: v for k, v in config.items() if k != "config_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    # a lone surrogate (JSON's "\udcff", no character) is hashed as its code unit's UTF-8 form; every other
+    # text hashes as UTF-8, as before
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def seal_config(config: dict) -> dict:

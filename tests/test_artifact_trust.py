@@ -446,3 +446,14 @@ def test_models_table_without_figures():
                               data=dict(tasks=3, records={"p": 1200}), held_out=None)])
     assert text.splitlines()[1].split() == ["m", "tlp", "?", "3", "tasks", "/", "1,200", "records", "-", "-"]
     assert models_table([]) == "no shipped models"
+
+
+def test_a_lone_surrogate_in_a_config_is_hashed_and_the_digests_of_text_stay(pacm, tmp_path):
+    # JSON's "\udcff" is a lone surrogate once read: sealing, saving and loading such a config works ...
+    _edit(pacm, seal=True, note="caf\udcff")
+    assert _config(pacm)["note"] == "caf\udcff" and load(str(pacm)).kind == "pacm"
+    # ... and every config of valid text keeps the digest it had: the UTF-8 of its canonical JSON
+    c = dict(_config(pacm), note="café ✓")
+    body = json.dumps({k: v for k, v in c.items() if k != "config_sha256"}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+    assert config_digest(c) == hashlib.sha256(body.encode("utf-8")).hexdigest()
