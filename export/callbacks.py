@@ -12,7 +12,7 @@ from __future__ import annotations
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
 
-from costlab.export.stop import stop_requested
+from costlab.export.stop import recordable, stop_requested
 from costlab.metaschedule.rpc import is_lost
 
 
@@ -21,7 +21,7 @@ def recorded(runner_results, stopping: bool) -> list[int]:
     the run is being stopped, only those that measured (a build or a run that failed then is not the
     program's failure; a re-run measures it)."""
     return [i for i, r in enumerate(runner_results)
-            if not is_lost(r.error_msg) and not (stopping and r.error_msg is not None)]
+            if not is_lost(r.error_msg) and recordable(r.error_msg is not None, stopping)]
 
 
 @derived_object

@@ -22,9 +22,13 @@ def clear_stop() -> None:
     _STOP["signal"] = None
 
 
-def recordable(failed: bool) -> bool:
+def recordable(failed: bool, stopping: bool | None = None) -> bool:
     """Whether a measured program's result becomes a record. The signal that stops a run reaches its whole
     process group, the builder's and runner's workers too: a build or run that fails while the run is being
     stopped failed for that alone, so it is not recorded (nor counted against a budget) and a re-run measures
-    the program. A deadline does not reach the workers: only the signal counts."""
-    return not (failed and stop_requested() is not None)
+    the program. A deadline does not reach the workers: only the signal counts. ``stopping`` (default: whether a
+    stop was requested) is the one rule for every kind of result: ``build_and_run``'s tuples, MetaSchedule's
+    runner results (``export/callbacks.recorded``)."""
+    if stopping is None:
+        stopping = stop_requested() is not None
+    return not (failed and stopping)

@@ -20,6 +20,7 @@ from costlab.export.transfer.replay import TransferError
 from costlab.export.transfer.run import TransferOptions, transfer_tasks
 from costlab.export.transfer.sources import SourceTask
 from costlab.export.workdir import WorkDir
+from costlab.metaschedule.targets import platform_kind
 from costlab.metaschedule.workloads import decode_workload, workload_json
 
 MAX_CANDIDATES = 32  # library programs replayed per task at most (the closest source tasks' first)
@@ -54,11 +55,6 @@ def run_libraries(root, platform: str, kind: str | None = None) -> list[Library]
     spend the run's trials on programs that fail."""
     starters = [lib for lib in starter_library() if kind is None or platform_kind(lib.platform) == kind]
     return [read_library(root or default_root(), platform), *starters]
-
-
-def platform_kind(platform: str) -> str:
-    """The target kind a platform id (``metaschedule.targets.platform_id_for``) starts with."""
-    return platform.split("-", 1)[0]
 
 
 def library_sources(libraries: list[Library], tasks) -> tuple[list[LibrarySource], ImportReport]:
