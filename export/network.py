@@ -125,6 +125,10 @@ def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> d
     got, ref = np.asarray(out.numpy(), np.float64), np.asarray(reference, np.float64)
     if got.shape != ref.shape:
         return dict(status="differs", reason=f"shape {list(got.shape)} against PyTorch's {list(ref.shape)}")
+    bad = int(np.count_nonzero(~np.isfinite(got) & np.isfinite(ref)))
+    if bad:  # a NaN has no difference to report (and JSON no NaN to write)
+        return dict(status="differs", reason=f"{bad} of {got.size} output elements are not finite "
+                                             f"where PyTorch's are")
     atol = 1e-4 * max(1.0, float(np.abs(ref).max(initial=0.0)))
     diff = np.abs(got - ref)
     ok = bool(np.all(diff <= atol + rtol * np.abs(ref)))

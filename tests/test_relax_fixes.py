@@ -47,7 +47,7 @@ def test_the_network_compiles_and_computes_what_pytorch_does():
     import tvm
     from tvm import relax
 
-    from costlab.export.network import build
+    from costlab.export.network import build, check_output
 
     x = torch.tensor([[[1.0, 1.0], [-1, 2], [0.5, -1], [-2, -2], [3, 1], [1, -4]]])
     target = tvm.target.Target(host_target())
@@ -57,6 +57,18 @@ def test_the_network_compiles_and_computes_what_pytorch_does():
     out = vm["main"](tvm.runtime.tensor(x.numpy()))
     got = (out[0] if isinstance(out, (list, tuple)) or type(out).__name__ == "Array" else out).numpy()
     np.testing.assert_allclose(got, _Mask()(x).numpy(), rtol=1e-6)
+
+    # the output check a tuned network gets: ok, a difference, and a NaN where PyTorch gave a number (no
+    # difference to report, nor to write in JSON: a reason instead)
+    ref = _Mask()(x).numpy()
+    assert check_output(executable, (x,), tvm.cpu(0), ref)["status"] == "ok"
+    off = check_output(executable, (x,), tvm.cpu(0), ref + 1.0)
+    assert off["status"] == "differs" and abs(off["max_abs_diff"] - 1.0) < 1e-5
+    x_nan = x.clone()
+    x_nan[0, 0, 0] = float("nan")
+    nan = check_output(executable, (x_nan,), tvm.cpu(0), ref)
+    assert nan["status"] == "differs" and "max_abs_diff" not in nan
+    assert nan["reason"].endswith(f"of {ref.size} output elements are not finite where PyTorch's are")
 
 
 class _Layer(torch.nn.Module):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from costlab.common import jsontext
 from costlab.cli import main
 from costlab.datasets import open_dataset
 from costlab.export.tune import TuneOptions, _measure_stack
@@ -591,3 +592,20 @@ def test_the_json_summary_is_strict_json_when_a_figure_is_not_a_number(tmp_path,
 
     printed = json.loads(out, parse_constant=refuse)
     assert printed["network"]["output_check"]["max_abs_diff"] is None
+
+
+@pytest.mark.parametrize("check", [dict(status="differs", max_abs_diff=None),  # an earlier costlab's NaN, read back
+                                   dict(status="differs", max_abs_diff=float("nan")),
+                                   dict(status="differs", reason="3 of 8 output elements are not finite")])
+def test_a_finished_network_run_whose_output_differed_is_reported_again_in_text(tmp_path, capsys, monkeypatch,
+                                                                                  check):
+    """A re-run of a finished run returns its costlab_tune.json as read back, where a NaN is null: the text
+    output says the output differs, without a traceback."""
+    import costlab.commands.tune as command
+
+    summary = json.loads(jsontext.dumps(dict(tasks=[], wall_s=1.0, network=dict(output_check=check))))
+    monkeypatch.setattr(command, "tune", lambda opts: summary)
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(tmp_path / "w")]) == 1
+    err = capsys.readouterr().err
+    assert "the tuned network's output differs from PyTorch's" in err
+    assert ("not a number" in err) != ("reason" in check)

@@ -170,7 +170,8 @@ def _tune(args) -> int:
               f"{args.work_dir}/costlab_tune.json are complete", file=sys.stderr)
     check = (summary.get("network") or {}).get("output_check") or {}
     if check.get("status") == "differs":  # timed, but not a tuned network: its output is wrong
-        why = check.get("reason") or f"largest difference {check['max_abs_diff']:.3g}"
+        diff = check.get("max_abs_diff")  # None: a NaN, written to JSON by an earlier costlab as null
+        why = check.get("reason") or (f"largest difference {diff:.3g}" if diff is not None else "not a number")
         print(f"error: the tuned network's output differs from PyTorch's on the same inputs ({why}); it is not "
               f"reported as tuned; the database and {args.work_dir}/costlab_tune.json are complete", file=sys.stderr)
         failed = failed or "output differs"
