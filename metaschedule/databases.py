@@ -31,7 +31,7 @@ from pathlib import Path
 import orjson
 
 from costlab.common.errors import InputError, last_line
-from costlab.common.files import write_atomically
+from costlab.common.files import write_atomically, write_together
 from costlab.metaschedule import intrinsics
 from costlab.metaschedule.traces import TENSORIZE_MARKERS, compact_json
 
@@ -280,16 +280,13 @@ def write_database(out_dir, workloads, records, replace: bool = False) -> Path:
     rec_lines = ["[%d,[%s,%s,%s,%s]]" % (
         index, trace if isinstance(trace, str) else compact_json(trace), json.dumps(run_secs),
         json.dumps(target, sort_keys=True), json.dumps(args_info)) for index, trace, run_secs, target, args_info in records]
-    written = []
+    # both files or neither (a full disk at either): workloads without their records, or the records of other
+    # workloads, would be a database that refuses the next try or holds wrong pairs
+    files = {out_dir / WORKLOAD_FILE: "".join(line + "\n" for line in wl_lines).encode(),
+             out_dir / RECORD_FILE: "".join(line + "\n" for line in rec_lines).encode()}
     try:
-        for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
-            write_atomically(out_dir / name, [(line + "\n").encode() for line in lines])
-            written.append(out_dir / name)
-    except BaseException as exc:
-        if not replace:  # a workload file without its records would be a database that refuses the next try
-            for path in written:
-                path.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise InputError(out_dir / name, f"cannot write ({exc.strerror or exc}); nothing was written") from None
-        raise
+        write_together(files)
+    except OSError as exc:
+        where = Path(exc.filename).name if exc.filename else "its files"
+        raise InputError(out_dir, f"cannot write {where} ({exc.strerror or exc}); nothing was written") from None
     return out_dir

@@ -102,3 +102,29 @@ def test_write_database_reads_back_plain_and_gzip(tmp_path):
             [workloads[i] for i in sorted(workloads)]
     shutil.rmtree(gz)
     assert write_database(out, [], [], replace=True) == out and (out / RECORD_FILE).read_bytes() == b""
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_database_write_that_fails_at_either_file_leaves_what_was_there(tmp_path, monkeypatch, replace):
+    """Both files or neither: a full disk at the records' sync (after the workloads were written) leaves the
+    folder as it was, a database replaced (a library's export) included, with one error naming the folder."""
+    import errno
+    import os
+
+    out = tmp_path / "db"
+    if replace:
+        write_database(out, [("1", "QUJD")], [(0, [[], []], [1.0], {"kind": "llvm"}, [])])
+    before = {p.name: p.read_bytes() for p in out.iterdir()} if replace else {}
+    real, calls = os.fsync, []
+
+    def full_at_second_file(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", full_at_second_file)
+    with pytest.raises(InputError, match="No space left on device.*nothing was written") as err:
+        write_database(out, [("2", "REVG")], [(0, [[], []], [2.0], {"kind": "llvm"}, [])], replace=replace)
+    assert str(out) in str(err.value)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
