@@ -191,8 +191,10 @@ def measure(data, opts: MeasureOptions) -> str:
         check_same_target(data, pid, ds.platforms.get(pid), target_json)  # before anything is measured
         if host is not None:
             check_host(ds, pid, host)
-        elif pid in ds.record_platforms() and ds.num_records(pid) and ds.platforms[pid].host:
-            # a remote device's timings beside this platform's machine's would be two machines
+        elif (pid in ds.record_platforms() and ds.num_records(pid) and ds.platforms[pid].host
+              and not ds.platforms[pid].host.get("stated")):
+            # a remote device's timings beside those of the machine that measured this platform locally would be
+            # two machines (a host stated by `dataset set-machine`, a remote board's, takes more of its records)
             known = describe_host(ds.platforms[pid].host)
             raise InputError(data, f"platform {pid!r} holds records measured on {known}; a remote device's records "
                                    f"go to another platform, e.g. --platform {pid}-rpc")

@@ -3,12 +3,17 @@ through export-ms and MetaSchedule's JSONDatabase."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from costlab.cli import main
 from costlab.common.errors import InputError
+from costlab.common.host import host_info
 from costlab.datasets import open_dataset
 from costlab.datasets import records as rec
 from costlab.datasets.extract import extract
@@ -320,14 +325,8 @@ def test_rename_platform_moves_records_and_caches(measured, tmp_path, capsys):
 def test_measure_refuses_a_platform_of_another_or_an_unknown_machine(tmp_path, capsys):
     """A platform that mixes two CPUs is two platforms: measure says so and names a new platform."""
     import hashlib
-    import json
-    import shutil
-    from pathlib import Path
 
     import h5py
-
-    from costlab.cli import main
-    from costlab.common.host import host_info
 
     data = tmp_path / "d.h5"
     shutil.copy(Path(__file__).parent / "fixtures" / "ms_small.h5", data)
@@ -443,3 +442,23 @@ def test_a_runner_that_cannot_use_its_device_is_one_clear_error():
             builder.close()
     finally:
         close_runner(runner)
+
+
+def test_a_remote_boards_platform_stated_by_set_machine_takes_more_rpc_records(tmp_path, capsys):
+    """RPC records carry no host; `set-machine --host` states the board's. More RPC measurements into that
+    platform are not refused as another machine's (they fail here only for want of a tracker)."""
+    data = tmp_path / "d.h5"
+    shutil.copy(Path(__file__).parent / "fixtures" / "ms_small.h5", data)
+    board = tmp_path / "board.json"
+    board.write_text(json.dumps(dict(host_info(), cpu_model="Rockchip RK3588", caches={"L2": "512K"})))
+    assert main(["dataset", "set-machine", str(data), "--platform", "llvm-x86_64-2c", "--host", str(board)]) == 0
+    capsys.readouterr()
+    argv = ["dataset", "measure", str(data), "--platform", "llvm-x86_64-2c", "--target", "llvm -num-cores=2",
+            "--per-task", "24", "--no-progress", "--rpc-key", "board", "--rpc-port", "1", "--rpc-wait", "1"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert "holds records measured on" not in err and "tracker" in err.lower(), err
+    assert code != 0
+    # a local measurement into it is still refused: the board is not this machine
+    assert main(argv[:-6]) == 2
+    assert "was measured on another machine (Rockchip RK3588" in capsys.readouterr().err

@@ -289,7 +289,10 @@ def _set_machine(args) -> int:
                                         f"{', '.join(sorted(ds.platforms)) or 'none'})")
     host = spec = None
     if args.host:
-        host = _host_record(args.host)
+        # marked as stated: a remote board's records (measured over RPC, no host recorded) may be stated so, and
+        # more RPC measurements may join them (`dataset measure --rpc-key`); a host a local measurement recorded
+        # is this machine's, and refuses them
+        host = dict(_host_record(args.host), stated=True)
         if plat.host and not same_host(plat.host, host):
             raise InputError(args.host, f"is another machine than the one platform {args.platform!r} was measured on "
                                         f"({describe_host(plat.host)}; {host_difference(plat.host, host)}): a "
