@@ -255,7 +255,8 @@ def test_programs_of_another_target_kind_are_no_start(tmp_path, capsys):
 
     gpu = FIXTURE.parent / "h100" / "cuda_sm90.h5"
     cpu_tasks, report = read_sources([gpu], 4, kind="llvm")
-    assert cpu_tasks == [] and "of target kind 'cuda' left out: no start for a 'llvm' task" in report.problems[0]
+    assert cpu_tasks == [] and "of target kind 'cuda' left out: no start for a 'llvm' task" in report.notes[0]
+    assert report.bad == 0 and not report.problems  # a note: no line of the source is bad
     assert read_sources([gpu], 4, kind="cuda")[0]
     assert read_sources([FIXTURE], 4, kind="cuda")[0] == [] and read_sources([FIXTURE], 4, kind="llvm")[0]
     work = tmp_path / "w"
@@ -263,3 +264,14 @@ def test_programs_of_another_target_kind_are_no_start(tmp_path, capsys):
                  "--work-dir", str(work), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "nothing to transfer from" in err and "target kind 'cuda'" in err and not work.exists()
+    assert "bad line" not in err
+    # tune --transfer-from refuses them the same way, before its work dir is made
+    assert main(["tune", "--transfer-from", str(gpu), "--workload", "GMM:1,64,64,64", "--target",
+                 "llvm -num-cores=2", "--trials", "2", "--work-dir", str(work), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to transfer from" in err and "target kind 'cuda'" in err and not work.exists()
+    # beside a source of the task's kind, they are left out, and the transfer says so
+    assert main(["transfer", "--from", str(gpu), "--from", str(FIXTURE), "--workload", CONV, "--top", "1", "--target",
+                 "llvm -num-cores=2", "--work-dir", str(work), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert f"note: {gpu}#" in err and "program(s) of target kind 'cuda' left out" in err and "1 measured" in out

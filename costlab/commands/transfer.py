@@ -65,6 +65,10 @@ def _transfer(args) -> int:
         print(jsontext.dumps(summary))
         return 0
     print(f"{args.work_dir}: {summary.get('source_tasks', 0)} source tasks", file=sys.stderr)
+    for problem in summary.get("source_problems") or []:
+        print(f"  skipped {problem}", file=sys.stderr)
+    for note in summary.get("source_notes") or []:
+        print(f"  note: {note}", file=sys.stderr)
     for row in summary["tasks"].values():
         counts = row.get("counts", {})
         failed = sum(v for k, v in counts.items() if k.startswith("failed"))

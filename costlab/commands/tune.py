@@ -15,6 +15,7 @@ from costlab.export.schedulers import TASK_SCHEDULERS
 from costlab.export.search import STRATEGIES, strategy_help
 from costlab.export.transfer.run import usable_sources
 from costlab.export.tune import MAX_TRIALS, TuneOptions, process_start, tune
+from costlab.metaschedule.targets import normalize_target
 
 
 def register(sub) -> None:
@@ -155,7 +156,7 @@ def _tune(args) -> int:
                        library=args.library, use_library=not args.no_library, final_top=args.final_top,
                        final_measure=args.final_measure, keep_untuned=args.keep_untuned)
     if args.transfer_from:  # sources that hold nothing to start from: refused before the work dir is made
-        usable_sources(args.transfer_from, exclude=[args.work_dir])
+        usable_sources(args.transfer_from, exclude=[args.work_dir], kind=_target_kind(args.target))
     with signals_end_cleanly():
         summary = tune(opts)
     skipped = summary.get("skipped_lines") or []
@@ -207,3 +208,11 @@ def _tune(args) -> int:
               f"({n['speedup']}x){checked}")
     print(f"work dir: {args.work_dir} ({summary['wall_s']:.0f} s)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _target_kind(target) -> str | None:
+    """The kind (``llvm``, ``cuda``, ...) of ``--target``; None for one that does not read (the run says why)."""
+    try:
+        return str(normalize_target(target).get("kind")) or None
+    except Exception:  # noqa: BLE001  refused with its reason by the run itself
+        return None

@@ -119,6 +119,8 @@ def usable_sources(paths, per_source: int = 4, exclude=(), kind: str | None = No
         if report.problems:
             raise InputError(where, f"nothing to transfer from: {report.bad} bad line(s) or workload(s), the first "
                                     f"{report.problems[0]} (--from)")
+        if report.notes:
+            raise InputError(where, f"nothing to transfer from: {'; '.join(report.notes)} (--from)")
         raise InputError(where, "nothing to transfer from: no successfully measured program (--from)")
     return sources, report
 
@@ -186,6 +188,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     sources, report = sources or usable_sources(opts.sources, opts.per_source, exclude=[state_path.parent],
                                                 kind=target.kind.name if target is not None else None)
     state["source_tasks"], state["source_problems"] = len(sources), report.problems
+    state["source_notes"] = report.notes
     predictor, head = ranking_model(opts)
     bar = None
     if opts.progress:

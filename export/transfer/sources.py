@@ -35,7 +35,8 @@ def _another_kind(kind: str | None, found) -> bool:
 
 
 def _left_out(report: ImportReport, where, n: int, found, kind: str) -> None:
-    report.problem(f"{where}: {n} program(s) of target kind {found!r} left out: no start for a {kind!r} task")
+    # a note, not a bad line: the source is sound, only not for this target
+    report.notes.append(f"{where}: {n} program(s) of target kind {found!r} left out: no start for a {kind!r} task")
 
 
 def _work_dir(work: Path, per_task: int, report: ImportReport, kind: str | None = None) -> list[SourceTask]:
