@@ -219,12 +219,6 @@ def platform_id_for(target: dict) -> str:
     return sanitize_platform_id("-".join(parts))
 
 
-def platform_kind(platform: str) -> str:
-    """The target kind a platform id of ``platform_id_for`` starts with (``llvm``, ``cuda``, ...); an id named
-    by a ``model`` option (``platinum-8358``) starts with the model instead."""
-    return platform.split("-", 1)[0]
-
-
 IDENTITY_KEYS = ("kind", "mcpu", "mtriple", "mattr", "num-cores", "arch", "model")  # what code, and for what
 
 

@@ -266,6 +266,12 @@ def test_a_run_starts_only_from_the_starters_of_its_target_kind(tmp_path, monkey
     assert starters("llvm-znver4-2c", "llvm") == shipped
     assert starters("llvm-skylake-avx512-16c", "llvm") == shipped
     assert starters("cuda-sm_90", "cuda") == []
+    # a starter whose platform a machine model names (no kind in its id): its programs' targets say the kind
+    named = tmp_path / "epyc-9655.json.gz"
+    data = json.loads(gzip.decompress((STARTER_DIR / shipped[0]).read_bytes()))
+    named.write_bytes(gzip.compress(json.dumps(dict(data, platform="epyc-9655")).encode()))
+    monkeypatch.setenv("COSTLAB_STARTER_LIBRARY", str(named))
+    assert starters("llvm-znver4-2c", "llvm") == [named.name] and starters("cuda-sm_90", "cuda") == []
 
 
 def test_adding_a_run_whose_last_write_a_kill_cut_reads_its_good_lines(tmp_path, capsys):

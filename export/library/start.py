@@ -20,7 +20,6 @@ from costlab.export.transfer.replay import TransferError
 from costlab.export.transfer.run import TransferOptions, transfer_tasks
 from costlab.export.transfer.sources import SourceTask
 from costlab.export.workdir import WorkDir
-from costlab.metaschedule.targets import platform_kind
 from costlab.metaschedule.workloads import decode_workload, workload_json
 
 MAX_CANDIDATES = 32  # library programs replayed per task at most (the closest source tasks' first)
@@ -53,7 +52,7 @@ def run_libraries(root, platform: str, kind: str | None = None) -> list[Library]
     and the starters shipped with costlab for its target ``kind`` (``llvm``, ``cuda``, ...; None: every
     starter). A starter of another kind is no start: a CPU's schedules bind no GPU threads, and would only
     spend the run's trials on programs that fail."""
-    starters = [lib for lib in starter_library() if kind is None or platform_kind(lib.platform) == kind]
+    starters = [lib for lib in starter_library() if kind is None or kind in lib.target_kinds()]
     return [read_library(root or default_root(), platform), *starters]
 
 

@@ -108,6 +108,11 @@ class Library:
     def programs(self) -> int:
         return sum(len(e["programs"]) for e in self.entries.values())
 
+    def target_kinds(self) -> set[str]:
+        """The target kinds (``llvm``, ``cuda``, ...) its programs were measured for: what its platform's id
+        cannot always say (an id named by a machine model, ``platinum-8358``, names no kind)."""
+        return {str((p.get("target") or {}).get("kind")) for e in self.entries.values() for p in e["programs"]}
+
     def rows(self) -> list[dict]:
         """One row per workload: name, kernel class (anchor block signature), programs, best and checked."""
         out = []
