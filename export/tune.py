@@ -49,7 +49,7 @@ from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS
 from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES, draft_cost_model, make_strategy
 from costlab.export.search.common import RoundLog
 from costlab.export.tasks import Task, measuring_target, workload_tasks
-from costlab.export.transfer.run import TransferOptions, transfer_tasks
+from costlab.export.transfer.run import TransferOptions, started_tasks, task_key, transfer_tasks
 from costlab.export.workdir import MeasuringStack, WorkDir
 from costlab.metaschedule.rpc import tracker_problem
 from costlab.metaschedule.runners import runner_failure
@@ -344,15 +344,16 @@ def tune(opts: TuneOptions) -> dict:
             cost_model = _cost_model(opts, target, cores)
             work.write_run_record(run_options)  # the run has started
             database, repaired = work.open_database()  # lines an interrupted run cut short: moved aside, reported
-            # a task's search starts from programs transferred from elsewhere: those of a task not measured yet (a
-            # continued run's tasks go on from their own), the transferred ones first, the library's after them
-            unmeasured = [t for t, n in zip(tasks, _done_per_task(database, tasks)) if n == 0]
+            # a task's search starts from programs transferred from elsewhere: those of a task whose search has not
+            # begun (a continued run's searched tasks go on from their own; a start a stop cut short is finished),
+            # the transferred ones first, the library's after them
+            to_transfer, to_start = _starting_tasks(work, tasks, _done_per_task(database, tasks))
             taken = 0  # what the transfer measured of a workload's --trials (the most of any task)
-            if opts.transfer_from and unmeasured:
-                transferred = _transfer(opts, unmeasured, target, database, builder, runner, clock)
+            if opts.transfer_from and to_transfer:
+                transferred = _transfer(opts, to_transfer, target, database, builder, runner, clock)
                 taken = max((len(row.get("measured", [])) for row in transferred.get("tasks", {}).values()), default=0)
-            if opts.use_library and not opts.rpc_key and unmeasured:
-                started_from = _library_start(opts, unmeasured, target, database, builder, runner, clock, taken)
+            if opts.use_library and not opts.rpc_key and to_start:
+                started_from = _library_start(opts, to_start, target, database, builder, runner, clock, taken)
             done = _done_per_task(database, tasks)
             # workloads are tuned one after the other, each with its own budget; a network's tasks share one
             groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
@@ -513,12 +514,30 @@ def tune(opts: TuneOptions) -> dict:
     return summary
 
 
+def _starting_tasks(work: WorkDir, tasks: list[Task], counts: list[int]) -> tuple[list[Task], list[Task]]:
+    """The tasks the transfer and the library start measure before the search (``counts``: each task's records):
+    those whose search has not begun, every record of theirs being the start's (a stopped run may have left
+    their start unfinished, or not begun), and whose transfer (or library start) is not done."""
+    transferred, started = started_tasks(work.transfer_state), started_tasks(work.library_state)
+    keys = [task_key(t.mod) for t in tasks] if transferred or started else [None] * len(tasks)
+    to_transfer, to_start = [], []
+    for task, key, n in zip(tasks, keys, counts):
+        t_done, t_added = transferred.get(key, (False, 0))
+        s_done, s_added = started.get(key, (False, 0))
+        if n > t_added + s_added:  # the search has measured it
+            continue
+        if not t_done:
+            to_transfer.append(task)
+        if not s_done:
+            to_start.append(task)
+    return to_transfer, to_start
+
+
 def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, clock) -> dict:
-    """``--transfer-from``: ``costlab transfer`` into the run's database, before the search of the tasks not
-    measured yet (a continued run's tasks go on from their own programs). A workload's transfer stays within its
-    ``--trials``; a network's budget is for
-    all its tasks: each gets its ``--transfer-top``, and the search has what is left (none with ``--trials 1``:
-    transfer alone). It stops between tasks once the run is stopped or its ``--max-seconds`` are spent
+    """``--transfer-from``: ``costlab transfer`` into the run's database, before the search of the tasks whose
+    search has not begun (``_starting_tasks``; a continued run's searched tasks go on from their own programs). A
+    workload's transfer stays within its ``--trials``; a network's budget is for all its tasks: each gets its
+    ``--transfer-top``, and the search has what is left (none with ``--trials 1``: transfer alone). It stops between tasks once the run is stopped or its ``--max-seconds`` are spent
     (``clock``); a re-run goes on with the tasks left."""
     topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model,
                             top=min(opts.transfer_top, opts.trials) if opts.workloads else opts.transfer_top,

@@ -275,3 +275,37 @@ def test_programs_of_another_target_kind_are_no_start(tmp_path, capsys):
                  "llvm -num-cores=2", "--work-dir", str(work), "--no-progress"]) == 0
     out, err = capsys.readouterr()
     assert f"note: {gpu}#" in err and "program(s) of target kind 'cuda' left out" in err and "1 measured" in out
+
+
+def test_a_tuning_runs_transfer_that_a_stop_cut_short_is_finished_by_its_rerun(tmp_path, capsys, monkeypatch):
+    """`tune --transfer-from` stopped in its transfer (a program failed by the stop, so the task's top is not
+    measured) leaves the task with a record: its re-run still finishes the transfer before the search, as
+    `costlab transfer` does, instead of taking the task for a searched one."""
+    import signal
+
+    import costlab.export.transfer.run as run
+    from costlab.export.stop import clear_stop, request_stop
+    from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS
+
+    real = run.build_and_run
+
+    def stopped_during_the_batch(*args, **kwargs):
+        results = real(*args, **kwargs)
+        request_stop(signal.SIGTERM)
+        return [([MS_FAILURE_SECS], ERROR_MS_FAILED, "worker killed")] + results[1:]
+
+    monkeypatch.setattr(run, "build_and_run", stopped_during_the_batch)
+    work = tmp_path / "w"
+    argv = ["tune", "--transfer-from", str(FIXTURE), "--transfer-top", "2", "--workload", CONV, "--trials", "2",
+            "--no-library", "--no-check", "--work-dir", str(work), "--no-progress"]
+    try:
+        assert main(argv) == 143
+    finally:
+        clear_stop()
+    capsys.readouterr()
+    (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
+    assert row["done"] is False and len(row["measured"]) == 1 and _records(work) == 1
+    monkeypatch.setattr(run, "build_and_run", real)
+    assert main(argv) == 0
+    (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
+    assert row["done"] is True and len(row["measured"]) == 2 and _records(work) == 2  # the transfer's top

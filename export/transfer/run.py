@@ -182,7 +182,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
 
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
     state["sources"] = [str(s) for s in opts.sources]
-    todo = [t for t in tasks if not state["tasks"].get(_key(database, t.mod), {}).get("done")]
+    todo = [t for t in tasks if not state["tasks"].get(task_key(t.mod), {}).get("done")]
     if not todo:
         return state
     sources, report = sources or usable_sources(opts.sources, opts.per_source, exclude=[state_path.parent],
@@ -200,7 +200,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
             if should_stop is not None and should_stop():
                 break
             t0 = time.time()
-            key = _key(database, task.mod)
+            key = task_key(task.mod)
             ctx = tune_context(task.mod, target, rand_state=opts.seed)
             measured = measured_hashes(ctx, database)
             scheds, prov, counts = candidates_for(task.mod, target, ctx.space_generator.postprocs, sources, measured,
@@ -252,8 +252,18 @@ def ranking_model(opts: TransferOptions) -> tuple:
     return predictor, head_of(predictor, None)
 
 
-def _key(database, mod) -> str:
+def task_key(mod) -> str:
+    """A task's key in a transfer's state (its workload's structural hash)."""
     return workload_json(mod)[0]
+
+
+def started_tasks(state_path) -> dict[str, tuple[bool, int]]:
+    """Per task key, what the transfer (or library start) whose state ``state_path`` holds did of it: whether
+    it finished the task (False for one a stopped run left with part of its top measured), and how many records
+    it added. A task it never reached is not there."""
+    state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
+    return {key: (bool(row.get("done")), len(row.get("measured") or []))
+            for key, row in state["tasks"].items() if isinstance(row, dict)}
 
 
 def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
