@@ -609,3 +609,21 @@ def test_a_finished_network_run_whose_output_differed_is_reported_again_in_text(
     err = capsys.readouterr().err
     assert "the tuned network's output differs from PyTorch's" in err
     assert ("not a number" in err) != ("reason" in check)
+
+
+def test_the_text_output_says_what_the_exploitation_did(tmp_path, capsys, monkeypatch):
+    """`tune --exploit N`: a skipped exploitation says why, and a task whose round failed says so, in the text
+    output as in the JSON summary."""
+    import costlab.commands.tune as command
+
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(tmp_path / "w"), "--exploit", "4"]
+    for exploited, said in [
+            (dict(trials=0, wall_s=0.0, tasks=[], skipped="no successfully measured program to start from"),
+             "exploitation skipped: no successfully measured program to start from"),
+            (dict(trials=3, wall_s=2.0, tasks=[dict(workload="abc", error="RuntimeError: timed out"),
+                                               dict(workload="def", error=None)]),
+             "exploitation: 3 trials in 2 s\n  error: task abc: a round failed (RuntimeError: timed out)")]:
+        monkeypatch.setattr(command, "tune", lambda opts, e=exploited: dict(tasks=[], wall_s=1.0, exploit=e))
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert said in err and "task def" not in err

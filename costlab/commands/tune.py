@@ -190,6 +190,8 @@ def _tune(args) -> int:
         if t.get("kept") == "untuned":
             note += f"; its untuned schedule kept, faster in the second measurement ({t['untuned_us']:.2f} us)"
         print(f"{t['name']}: {t['trials']} trials, best {best}{note}")
+    for line in _exploit_lines(summary.get("exploit")):
+        print(line, file=sys.stderr)
     screening = summary.get("screening")
     if screening:
         print(f"screened out {screening['screened_out']} of {screening['candidates']} candidates (a first run at "
@@ -216,3 +218,16 @@ def _target_kind(target) -> str | None:
         return str(normalize_target(target).get("kind")) or None
     except Exception:  # noqa: BLE001  refused with its reason by the run itself
         return None
+
+
+def _exploit_lines(exploited: dict | None) -> list[str]:
+    """What ``--exploit`` did, for the text output: skipped and why, or its trials and each task's round that
+    failed (the task is left to a re-run)."""
+    if not exploited:
+        return []
+    if exploited.get("skipped"):
+        return [f"exploitation skipped: {exploited['skipped']}"]
+    lines = [f"exploitation: {exploited['trials']} trials in {exploited['wall_s']:.0f} s"]
+    lines += [f"  error: task {t['workload']}: a round failed ({t['error']}); the task is not done, a re-run "
+              "continues it" for t in exploited.get("tasks", []) if t.get("error")]
+    return lines
