@@ -238,6 +238,24 @@ def test_a_validation_part_with_nothing_to_rank_trains_without_one(trained, tmp_
         assert (summary["best_val_top1"] is None) == few  # a number wherever there is a validation part
 
 
+def test_validation_ranks_only_a_group_of_two_programs_of_one_platform_one_of_which_ran(trained):
+    """What makes a validation part worth having (``CostDataModule._rankable``): two labelled programs of one
+    task on one platform (a ranking group), one of which ran; two that both failed, or two of one task on two
+    platforms (``row_platforms``), rank nothing and would leave the validation top-1 NaN."""
+    dm = CostDataModule(DataConfig(data=str(trained / "d.h5"), platforms=["llvm-x86_64-2c"], val_fraction=0.0))
+    dm.setup()
+    ran = np.flatnonzero(np.isfinite(dm.labels.latency[:, 0]))
+    a, b = ran[dm.groups[ran] == dm.groups[ran[0]]][:2]
+    two = np.isin(np.arange(len(dm.labels)), [a, b])
+    assert dm._rankable(two) and not dm._rankable(two & (np.arange(len(dm.labels)) == a))
+    dm.groups = dm.groups.copy()
+    dm.groups[b] = dm.groups.max() + 1  # the same task measured on another platform: its own ranking group
+    assert not dm._rankable(two)
+    dm.groups[b] = dm.groups[a]
+    dm.labels.latency[[a, b], 0], dm.labels.score[[a, b], 0] = np.inf, 0.0  # both failed: labelled, nothing ran
+    assert not dm._rankable(two)
+
+
 def test_a_within_task_splits_held_out_programs_never_set_the_training_labels(trained, tmp_path):
     """A training label is ``best / latency`` over its task's training programs: in every task the fastest
     training program scores 1, whether or not a faster one was held out for the test."""

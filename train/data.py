@@ -233,11 +233,11 @@ class CostDataModule(L.LightningDataModule):
                 val_tasks = rng.permutation(rankable)[:n_val] if len(rankable) > 1 else []
                 val = np.isin(self.labels.task, val_tasks) & ~test
             has_label = np.isfinite(self.labels.score).any(1)
-            _t, per_task = np.unique(self.labels.task[val & np.isfinite(self.labels.score[:, 0])], return_counts=True)
-            if not (per_task >= 2).any():
-                # no task with two labelled programs on the target platform (a few records drawn by program):
-                # nothing to rank, so no validation part, its rows train; a validation top-1 that is never a
-                # number would leave the best checkpoint at the first epoch's, or unset
+            if not self._rankable(val):
+                # no task with two labelled programs, one of them valid, on one platform (a few records drawn by
+                # program; validation tasks whose programs all failed): nothing to rank, so no validation part,
+                # its rows train; a validation top-1 that is never a number would leave the best checkpoint at
+                # the first epoch's, or unset
                 val = np.zeros(n, bool)
             self.train_rows = np.flatnonzero(~test & ~val & has_label)
             self.val_rows = np.flatnonzero(val & has_label)
@@ -245,6 +245,14 @@ class CostDataModule(L.LightningDataModule):
             self.split = split
         finally:
             ds.close()
+
+    def _rankable(self, rows: np.ndarray) -> bool:
+        """Whether the rows (a mask) hold something the validation top-1 ranks: a ranking group (a task on one
+        platform: ``groups``) with two labelled programs, one of which ran."""
+        labelled = rows & np.isfinite(self.labels.score[:, 0])
+        groups, counts = np.unique(self.groups[labelled], return_counts=True)
+        ran = np.unique(self.groups[labelled & np.isfinite(self.labels.latency[:, 0])])
+        return bool(np.isin(groups[counts >= 2], ran).any())
 
     def _check_row_platforms(self, ds) -> None:
         cfg = self.config
