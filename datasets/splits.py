@@ -137,8 +137,11 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
             for n in rng.permutation(nets).tolist():
                 if len(chosen) == len(nets) - 1 or len(covered) >= test_fraction * len(with_records):
                     break
+                more = covered | ({t for t, _ in ds.networks[n]} & recorded)
+                if more == recorded:  # it would leave nothing to train on (networks share tasks): the next one
+                    continue
                 chosen.append(n)
-                covered |= {t for t, _ in ds.networks[n]} & recorded
+                covered = more
         test = np.array(sorted({t for n in chosen for t, _ in ds.networks[n]}), np.int64)
         held = set(test.tolist()) & recorded
         if not held or held == recorded:

@@ -106,6 +106,22 @@ def test_a_network_without_records_is_never_the_held_out_part(data, capsys):
     assert "gpu-only leaves no task with records in the test part" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_network_holding_every_recorded_task_is_never_drawn(data, capsys):
+    """Networks share tasks: one that holds every recorded task would leave nothing to train on. A draw skips
+    it and holds out others, on every seed, instead of refusing the split for the seeds that draw it first."""
+    with open_dataset(data) as ds:
+        recorded = sorted(set(ds.records("cpu-a").task.tolist()))
+    with DatasetWriter(data) as w:
+        w.set_network("everything", [(t, 1) for t in recorded])
+    for seed in (0, 1, 12, 16, 22):  # seeds 12, 16 and 22 draw it first
+        assert main(["dataset", "split", str(data), "--by", "network", "--seed", str(seed), "--name", f"e{seed}"]) == 0
+        with open_dataset(data) as ds:
+            split = ds.split(f"e{seed}")
+            assert "everything" not in split.held_out_networks and split.held_out_networks
+            assert set(split.test_tasks.tolist()) & set(recorded) != set(recorded)
+    capsys.readouterr()
+
+
 def test_split_bad_network(data, capsys):
     assert main(["dataset", "split", str(data), "--held-out", "gpt9"]) == 2
     assert "no network named gpt9" in capsys.readouterr().err
