@@ -189,11 +189,14 @@ def _best_programs(work: Path, top: int) -> list:
     """``(record, trace JSON)`` of a run's ``top`` fastest distinct programs by their tuning measurement."""
     from costlab.metaschedule.traces import trace_text
 
+    skipped: list = []
     try:
-        with work_dir_database(work) as database:  # a run archived gzipped (``archive``) too
+        with work_dir_database(work, skipped) as database:  # a run archived gzipped (``archive``) too
             records = database.get_all_tuning_records()
     except InputError:  # no database kept (an archive may leave it out): nothing to read
         return []
+    if skipped:  # a damaged archived run: its best programs come from its good lines
+        print(f"{work}: {len(skipped)} bad line(s) of the database left out, the first {skipped[0]}", file=sys.stderr)
     ranked = sorted((r for r in records if r.run_secs), key=lambda r: _mean(r.run_secs))
     best, seen = [], set()
     for r in ranked:

@@ -139,3 +139,17 @@ tuning._run_one("a", "GMM:1,8,8,8", 0, args, pathlib.Path({str(tmp_path / 'out')
     assert proc.wait(timeout=60) == 143
     assert (tmp_path / "ended").exists()  # the run ended first
     assert "stopped by SIGTERM; the run ended" in proc.stdout.read()
+
+
+def test_the_best_programs_of_a_damaged_run_come_from_its_good_lines_and_say_so(tmp_path, capsys):
+    """An archived run whose records file a kill cut short: its best programs are read from the good lines, and
+    the benchmark names the line it left out."""
+    work = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "ms_tune_db", work)
+    records = work / "database_tuning_record.json"
+    lines = records.read_text().splitlines()
+    records.write_text("\n".join(lines) + "\n" + lines[0][: len(lines[0]) // 2])
+    best = tuning._best_programs(work, 3)
+    assert len(best) == 3 and len({trace for _rec, trace in best}) == 3
+    err = capsys.readouterr().err
+    assert f"{work}: 1 bad line(s) of the database left out, the first" in err and f":{len(lines) + 1}:" in err
