@@ -59,10 +59,12 @@ def _check_output(out: str, archive: bool, force: bool) -> Path:
     if not str(out).strip():
         raise UsageError("-o must name the model directory (or, with --archive, the archive file) to write")
     path = Path(out)
+    # missing folders on the way are made when the model is written: the nearest one that exists must take them
     parent = path.parent if str(path.parent) else Path(".")
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
     if not parent.is_dir():
-        what = "is not a directory" if parent.exists() else "does not exist"
-        raise InputError(path, f"cannot be written: its folder {parent} {what}")
+        raise InputError(path, f"cannot be written: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(path, f"cannot be written: its folder {parent} is not writable")
     if archive:
@@ -107,6 +109,7 @@ def export_model(source, out, archive: bool = False, force: bool = False) -> Pat
     config["versions"] = _versions()
     config.pop("weights_sha256", None)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # every check passed: the folders on the way
         if archive:
             import tempfile
 

@@ -282,14 +282,13 @@ def test_saved_cost_model_loads_back(run, tmp_path):
 
 @pytest.mark.parametrize("case, message", [
     ("empty", "-o must name the model directory"),
-    ("below a file", "its folder"),
-    ("missing parent", "does not exist"),
+    ("below a file", "file is not a directory"),
+    ("below a file, deeper", "file is not a directory"),
     ("in /proc", "cannot be written"),
     ("over a model", "holds a model already; give --force"),
     ("over a folder of other files", "holds other files, not a model"),
     ("over a file", "exists and is not a directory"),
     ("archive onto a directory", "is a directory; --archive writes one file"),
-    ("archive, missing parent", "does not exist"),
 ])
 def test_export_output_is_checked_before_anything_is_written(run, tmp_path, capsys, case, message):
     (tmp_path / "file").write_text("x")
@@ -299,16 +298,23 @@ def test_export_output_is_checked_before_anything_is_written(run, tmp_path, caps
     assert main(["export", str(run / "model"), "-o", str(model)]) == 0
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     out, extra = {"empty": ("", []), "below a file": (tmp_path / "file" / "m", []),
-                  "missing parent": (tmp_path / "no" / "m", []), "in /proc": ("/proc/costlab-m", []),
+                  "below a file, deeper": (tmp_path / "file" / "no" / "m", []), "in /proc": ("/proc/costlab-m", []),
                   "over a model": (model, []), "over a folder of other files": (tmp_path / "other", []),
                   "over a file": (tmp_path / "file", []),
-                  "archive onto a directory": (tmp_path / "other", ["--archive"]),
-                  "archive, missing parent": (tmp_path / "no" / "m.tar", ["--archive"])}[case]
+                  "archive onto a directory": (tmp_path / "other", ["--archive"])}[case]
     capsys.readouterr()
     assert main(["export", str(run / "model"), "-o", str(out), *extra]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
     assert len(err) == 1 and message in err[0], err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+
+
+def test_export_makes_the_missing_folders_on_its_way(run, tmp_path):
+    """`costlab export RUN -o models/tlp` in a fresh checkout (no models/ yet), as a directory or an archive."""
+    assert main(["export", str(run / "model"), "-o", str(tmp_path / "models" / "tlp")]) == 0
+    assert read_artifact(tmp_path / "models" / "tlp").config["kind"] == "tlp"
+    assert main(["export", str(run / "model"), "-o", str(tmp_path / "a" / "b" / "m.tar"), "--archive"]) == 0
+    assert read_artifact(tmp_path / "a" / "b" / "m.tar").config["kind"] == "tlp"
 
 
 def test_export_over_a_model_with_force(run, tmp_path):
