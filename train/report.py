@@ -23,7 +23,7 @@ def _plots(result: dict, out: Path, curves: dict) -> list[str]:
     import matplotlib.pyplot as plt
 
     a = result["_arrays"]
-    task, pred, latency, score = a["task"], a["pred"], a["latency"], a["score"]
+    task, pred, score = a["task"], a["pred"], a["score"]
     files = []
     tasks = [t for t in np.unique(task) if np.count_nonzero(task == t) >= 2][:6]
     if tasks:
