@@ -350,10 +350,11 @@ def tune(opts: TuneOptions) -> dict:
             to_transfer, to_start = _starting_tasks(work, tasks, _done_per_task(database, tasks))
             taken = 0  # what the transfer measured of a workload's --trials (the most of any task)
             if opts.transfer_from and to_transfer:
-                transferred = _transfer(opts, to_transfer, target, database, builder, runner, clock)
+                transferred = _transfer(opts, to_transfer, target, database, builder, runner, clock, len(tasks))
                 taken = max((len(row.get("measured", [])) for row in transferred.get("tasks", {}).values()), default=0)
             if opts.use_library and not opts.rpc_key and to_start:
-                started_from = _library_start(opts, to_start, target, database, builder, runner, clock, taken)
+                started_from = _library_start(opts, to_start, target, database, builder, runner, clock, taken,
+                                              len(tasks))
             done = _done_per_task(database, tasks)
             # workloads are tuned one after the other, each with its own budget; a network's tasks share one
             groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
@@ -533,28 +534,36 @@ def _starting_tasks(work: WorkDir, tasks: list[Task], counts: list[int]) -> tupl
     return to_transfer, to_start
 
 
-def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, clock) -> dict:
+def _start_share(opts: TuneOptions, n_tasks: int) -> int:
+    """What the start before the search (the transfer, then the library) may measure of one task: a workload's
+    ``--trials``; a network's ``--trials`` shared by its tasks, at least one each, so that the start does not
+    spend a network's whole budget (19 tasks, ``--transfer-top 4``, ``--trials 32``: one each)."""
+    return opts.trials if opts.workloads else max(1, opts.trials // max(1, n_tasks))
+
+
+def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, clock, n_tasks: int) -> dict:
     """``--transfer-from``: ``costlab transfer`` into the run's database, before the search of the tasks whose
-    search has not begun (``_starting_tasks``; a continued run's searched tasks go on from their own programs). A
-    workload's transfer stays within its ``--trials``; a network's budget is for all its tasks: each gets its
-    ``--transfer-top``, and the search has what is left (none with ``--trials 1``: transfer alone). It stops between tasks once the run is stopped or its ``--max-seconds`` are spent
-    (``clock``); a re-run goes on with the tasks left."""
+    search has not begun (``_starting_tasks``; a continued run's searched tasks go on from their own programs).
+    Each task's transfer measures its ``--transfer-top`` within its share of ``--trials`` (``_start_share``;
+    all of a workload's with ``--trials 1``: transfer alone). It stops between tasks once the run is stopped or
+    its ``--max-seconds`` are spent (``clock``); a re-run goes on with the tasks left."""
     topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model,
-                            top=min(opts.transfer_top, opts.trials) if opts.workloads else opts.transfer_top,
+                            top=min(opts.transfer_top, _start_share(opts, n_tasks)),
                             seed=opts.seed, number=opts.number, repeat=opts.repeat, progress=opts.progress)
     return transfer_tasks(tasks, target, database, builder, runner, topts, WorkDir(opts.work_dir).transfer_state,
                           should_stop=clock.expired)
 
 
 def _library_start(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, clock,
-                   taken: int = 0) -> dict:
+                   taken: int = 0, n_tasks: int = 1) -> dict:
     """Each task starts from the library: its ``--transfer-top`` best replayed programs of the library's matching
     tasks (``export/library/start``), measured into the database before the search, within what ``taken`` (the
-    transfer's share) leaves of a workload's ``--trials``; a network's tasks each get theirs, as with
-    ``--transfer-from``. It stops between tasks once the run is stopped or its ``--max-seconds`` are spent."""
-    top = min(opts.transfer_top, opts.trials - min(taken, opts.trials)) if opts.workloads else opts.transfer_top
+    transfer's) leaves of the task's share of ``--trials`` (``_start_share``). It stops between tasks once the
+    run is stopped or its ``--max-seconds`` are spent."""
+    share = _start_share(opts, n_tasks)
+    top = min(opts.transfer_top, share - min(taken, share))
     if top <= 0:
-        return dict(skipped="the transfer took the workload's --trials")
+        return dict(skipped="the transfer took the start's share of --trials")
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())), kind=target.kind.name)
     return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
                               model=opts.model, top=top, seed=opts.seed, number=opts.number, repeat=opts.repeat,

@@ -291,3 +291,15 @@ def test_adding_a_run_whose_last_write_a_kill_cut_reads_its_good_lines(tmp_path,
     assert "programs of 2 tasks added" in out and "Traceback" not in err
     assert f"skipped 1 bad line(s) of its database: {work / RECORD_FILE}:{n + 1}:" in err
     assert (work / RECORD_FILE).read_bytes() == before
+
+
+def test_a_networks_start_takes_a_share_of_its_trials_not_more():
+    """A network's --trials are for all its tasks: the start before the search (the transfer, then the library)
+    takes each task's share, at least one (19 tasks at 32 trials: one each, not --transfer-top 4 = 76, which left
+    the search nothing and measured more than --trials); a workload's start keeps its whole --trials."""
+    from costlab.export.tune import TuneOptions, _start_share
+
+    network = TuneOptions("w", network="bert", trials=32)
+    assert _start_share(network, 19) == 1 and _start_share(TuneOptions("w", network="bert", trials=200), 19) == 10
+    assert _start_share(TuneOptions("w", network="bert", trials=4), 19) == 1
+    assert _start_share(TuneOptions("w", workloads=[CONV], trials=32), 1) == 32

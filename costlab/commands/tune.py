@@ -103,7 +103,8 @@ def register(sub) -> None:
                    help="before the search, measure each task's best --transfer-top schedules of the same kernel "
                    "class from this dataset or work dir (costlab transfer; repeatable); the search starts from them")
     q.add_argument("--transfer-top", type=int, default=4, metavar="K",
-                   help="programs transferred per task (from --transfer-from, and from the library)")
+                   help="programs transferred per task (from --transfer-from, and from the library), within the "
+                   "task's share of --trials (a network's: --trials over its tasks, at least 1)")
     q.add_argument("--library", metavar="DIR",
                    help="the schedule library's folder (default $COSTLAB_LIBRARY, else ~/.cache/costlab/library): "
                    "each task starts from the --transfer-top best programs of its kernel class tuned before (this "
