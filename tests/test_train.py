@@ -348,3 +348,37 @@ def test_the_example_configs_are_valid_and_one_trains(trained, tmp_path, name):
     assert main(["train", "--config", str(config), "--data", str(data), "--out", str(tmp_path / "run"),
                  "--epochs", "1", "--no-progress", *TINY[:4]]) == 0
     assert (tmp_path / "run" / "model" / "config.json").exists()
+
+
+def test_evaluating_a_fine_tuned_model_says_which_test_records_its_pretraining_saw(trained, tmp_path, capsys):
+    """A model trained on split a, fine-tuned on split b of the same dataset, keeps a's name and digest
+    (``lineage``, through both fine-tuning paths): evaluated on b's test part, which a trained on in part, it
+    says how many of those records its pretraining saw; a model trained once says nothing of the kind."""
+    import json
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    for name, seed in (("a", "0"), ("b", "1")):
+        assert main(["dataset", "split", str(data), "--by", "task", "--seed", seed, "--name", name]) == 0
+    assert main(["train", "--data", str(data), "--split", "a", "--out", str(tmp_path / "m"), "--epochs", "1",
+                 "--no-progress", *TINY]) == 0
+    for how, extra in (("lists", []), ("lightning", ["--epochs", "1", *TINY])):
+        out = tmp_path / f"ft-{how}"
+        assert main(["finetune", "--from", str(tmp_path / "m"), "--data", str(data), "--platform", "llvm-x86_64-2c",
+                     "--split", "b", "--out", str(out), "--no-progress", *extra]) == 0
+        config = json.loads((out / "model" / "config.json").read_text())
+        assert [step["split"] for step in config["lineage"]] == ["a"] and config["split"] == "b"
+        capsys.readouterr()
+        assert main(["evaluate", "--model", str(out), "--data", str(data), "--split", "b", "--json"]) == 0
+        out_, err = capsys.readouterr()
+        result = json.loads(out_)
+        with open_dataset(data) as ds:
+            table = ds.records("llvm-x86_64-2c")
+            test_b = ds.split("b").is_test(table.task)
+            seen = int(np.count_nonzero(test_b & ~ds.split("a").is_test(table.task)))
+        assert seen > 0 and f"{seen} of the {int(test_b.sum())} evaluated records are in the training part of " \
+            "split 'a'" in err
+        assert len(result["pretrained_on"]) == 1
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(data), "--split", "b", "--json"]) == 0
+    assert "pretrained" not in capsys.readouterr().err

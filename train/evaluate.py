@@ -32,6 +32,34 @@ def check_training_split(ds, meta: dict, split: str | None) -> None:
             "Evaluate on another split, or --split none to score all records")
 
 
+def lineage_of(config: dict) -> list[dict]:
+    """The splits a model (its config) was trained on, earliest first: what a model fine-tuned from it keeps
+    (``lineage``) so that ``pretrained_on`` can tell which evaluated records its pretraining saw."""
+    lineage = list(config.get("lineage") or [])
+    if config.get("split") and config.get("split_digest"):
+        lineage.append(dict(split=config["split"], split_digest=config["split_digest"], dataset=config.get("dataset")))
+    return lineage
+
+
+def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarray) -> list[str]:
+    """Notes on evaluated records an earlier training of the model saw: a fine-tuned model keeps the splits its
+    pretraining used (``lineage``); one of them stored in this dataset unchanged (its digest), other than the
+    evaluated split, whose training part holds some of the evaluated records (its tasks, or programs)."""
+    notes = []
+    table = ds.records(platform)
+    for step in meta.get("lineage") or []:
+        name = step.get("split")
+        if not name or name == split or name not in ds.split_names() or ds.split(name).digest != step.get(
+                "split_digest"):
+            continue
+        seen = int(np.count_nonzero(~ds.split(name).is_test(table.task[rows], table.program_id[rows])))
+        if seen:
+            notes.append(f"{seen} of the {len(rows)} evaluated records are in the training part of split "
+                         f"{name!r}, which the model was pretrained on before fine-tuning: its scores of them "
+                         "are not held-out scores")
+    return notes
+
+
 DIALECTS = {"ms": "MetaSchedule", "ansor": "Ansor"}
 
 
@@ -103,6 +131,9 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         score = scores(task, latency)
         for warning in mismatches(meta, ds, platform, task):
             print(f"costlab: warning: {warning}", file=sys.stderr)
+        seen_before = pretrained_on(ds, meta, split, platform, rows) if part != "all" else []
+        for warning in seen_before:
+            print(f"costlab: warning: {warning}", file=sys.stderr)
         if hasattr(pred_obj, "use_platform"):  # a net with a hardware input reads the dataset platform's spec
             pred_obj.use_platform(ds.platforms[platform])
         out = pred_obj.predict(features_of(ds, pred_obj.featurizer, platform, rows))
@@ -115,6 +146,8 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         result.update(model=str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model"),
                       data=str(data), platform=platform, split=split, part=part, records=int(len(rows)),
                       tasks=result["tasks"], head=head)
+        if seen_before:
+            result["pretrained_on"] = seen_before
         if hasattr(pred_obj.featurizer, "spec_for"):  # features that depend on the platform's hardware: whose
             result["hardware_spec"] = pred_obj.featurizer.spec_for(ds.platforms[platform]).name
         elif getattr(pred_obj, "hardware_dim", 0):  # a net fed the platform's hardware vector: whose

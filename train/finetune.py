@@ -26,7 +26,7 @@ from costlab.costmodels.recipe import fit_lists, task_lists
 from costlab.costmodels.recipes import DEFAULT, recipe
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
-from costlab.train.evaluate import select_rows
+from costlab.train.evaluate import lineage_of, select_rows
 from costlab.train.predict import load_predictor
 from costlab.train.run_dir import run_dir
 
@@ -68,8 +68,12 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     config = {k: v for k, v in pred.config.items() if k not in ("weights_sha256", "config_sha256")}
     targets = dict(config.get("targets") or {}) if len(pred.platforms) > 1 else {}
     targets[platform] = target
+    # the splits of every training before this one: evaluate tells which evaluated records they trained on
+    lineage = lineage_of(config)
     config.update(training=summary, split=split, split_digest=digest, dataset=str(data), dialects=dialects,
                   targets=targets)
+    if lineage:
+        config["lineage"] = lineage
     if len(pred.platforms) <= 1:
         config["platforms"] = [platform]  # one head: it now scores the target platform
     save_artifact(Path(out) / "model", pred.net.state_dict(), config)

@@ -25,6 +25,7 @@ from costlab.common.files import write_atomically
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
 from costlab.train.baselines import train_baseline
 from costlab.train.data import CostDataModule, DataConfig
+from costlab.train.evaluate import lineage_of
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
 from costlab.train.run_dir import run_dir
@@ -113,9 +114,9 @@ def source_meta(source) -> dict:
     source = resolve(source)
     if source.is_dir() or source.suffix != ".ckpt":
         c = read_config(source)  # refuses anything that is not a model directory or archive, in one line
-        return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"])
+        return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"], lineage=lineage_of(c))
     ckpt = read_checkpoint(source)
-    return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"])
+    return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"], lineage=[])
 
 
 def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
@@ -200,6 +201,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
                   dict(kind=kind, net=net_config, featurizer=dm.featurizer.to_json(), platforms=cfg["platforms"],
                        training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
                        dataset=str(cfg["data"]), dialects=dm.dialects, targets=dm.targets,
-                       **({"hardware": hardware_vector.describe()} if hardware_dim else {})))
+                       **({"hardware": hardware_vector.describe()} if hardware_dim else {}),
+                       **({"lineage": source["lineage"]} if source and source["lineage"] else {})))
     write_atomically(out / "summary.json", jsontext.dumps(summary, indent=2).encode())
     return summary
