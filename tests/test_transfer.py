@@ -309,3 +309,24 @@ def test_a_tuning_runs_transfer_that_a_stop_cut_short_is_finished_by_its_rerun(t
     assert main(argv) == 0
     (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
     assert row["done"] is True and len(row["measured"]) == 2 and _records(work) == 2  # the transfer's top
+
+
+def test_a_tiling_the_replay_refuses_is_said_once_and_not_replayed_again(monkeypatch):
+    """A TransferError raised by the decision provider comes back through TVM as TVM's own error: the replay
+    says the provider's reason, without trying the schedule a second time with its compute-at resampled."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.export.transfer import replay as rp
+
+    rec = ms.database.JSONDatabase(work_dir=str(FIXTURE)).get_all_tuning_records()[0]
+    made = []
+    real = rp._Adapt.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(kwargs.get("drop_compute_at"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(rp._Adapt, "__init__", counted)
+    with pytest.raises(rp.TransferError) as err:
+        rp._replay(rec.workload.mod, rec.trace, 1, tiles=[])  # no tilings for a trace that has some
+    assert str(err.value) == "the schedule has more tilings than the source's" and made == [False]

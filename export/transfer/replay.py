@@ -73,8 +73,16 @@ class _Adapt:
     def __init__(self, sch, tiles=None, drop_compute_at: bool = False):
         self.sch, self.tiles, self.drop = sch, list(tiles) if tiles is not None else None, drop_compute_at
         self.adapted = self.used = 0
+        self.error: TransferError | None = None  # raised here, it reaches the replay as TVM's error
 
     def __call__(self, inst, inputs, attrs, decision):
+        try:
+            return self._decide(inst, inputs, attrs, decision)
+        except TransferError as exc:
+            self.error = exc
+            raise
+
+    def _decide(self, inst, inputs, attrs, decision):
         kind = inst.kind.name
         if kind == "SampleComputeLocation" and self.drop:
             return None
@@ -111,6 +119,8 @@ def _replay(mod, trace, seed: int, tiles=None):
         except TransferError:
             raise
         except Exception as exc:  # noqa: BLE001  TVM refuses an instruction (a compute-at loop gone, ...)
+            if adapt.error is not None:  # the decision provider's own refusal: no compute-at would change it
+                raise adapt.error from None
             last = exc
             continue
         if tiles is not None and adapt.used != len(tiles):
