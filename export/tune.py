@@ -347,12 +347,14 @@ def tune(opts: TuneOptions) -> dict:
             # a task's search starts from programs transferred from elsewhere: those of a task whose search has not
             # begun (a continued run's searched tasks go on from their own; a start a stop cut short is finished),
             # the transferred ones first, the library's after them
-            to_transfer, to_start = _starting_tasks(work, tasks, _done_per_task(database, tasks))
-            taken = 0  # what the transfer measured of a workload's --trials (the most of any task)
+            library = opts.use_library and not opts.rpc_key
+            to_transfer, to_start = _starting_tasks(work, tasks, _done_per_task(database, tasks),
+                                                    bool(opts.transfer_from) or library, library)
             if opts.transfer_from and to_transfer:
                 transferred = _transfer(opts, to_transfer, target, database, builder, runner, clock, len(tasks))
-                taken = max((len(row.get("measured", [])) for row in transferred.get("tasks", {}).values()), default=0)
-            if opts.use_library and not opts.rpc_key and to_start:
+            if library and to_start:
+                # what the transfer measured of each task (this run's and an earlier one's) leaves the library less
+                taken = {key: added for key, (_done, added) in started_tasks(work.transfer_state).items()}
                 started_from = _library_start(opts, to_start, target, database, builder, runner, clock, taken,
                                               len(tasks))
             done = _done_per_task(database, tasks)
@@ -515,11 +517,14 @@ def tune(opts: TuneOptions) -> dict:
     return summary
 
 
-def _starting_tasks(work: WorkDir, tasks: list[Task], counts: list[int]) -> tuple[list[Task], list[Task]]:
-    """The tasks the transfer and the library start measure before the search (``counts``: each task's records):
-    those whose search has not begun, every record of theirs being the start's (a stopped run may have left
-    their start unfinished, or not begun), and whose transfer (or library start) is not done."""
-    transferred, started = started_tasks(work.transfer_state), started_tasks(work.library_state)
+def _starting_tasks(work: WorkDir, tasks: list[Task], counts: list[int], transfer: bool,
+                    library: bool) -> tuple[list[Task], list[Task]]:
+    """The tasks the transfer and the library start measure before the search (``counts``: each task's records;
+    ``transfer``, ``library``: whether this run has them, and so reads their state files): those whose search
+    has not begun, every record of theirs being the start's (a stopped run may have left their start
+    unfinished, or not begun), and whose transfer (or library start) is not done."""
+    transferred = started_tasks(work.transfer_state) if transfer else {}
+    started = started_tasks(work.library_state, "start from the library afresh") if library else {}
     keys = [task_key(t.mod) for t in tasks] if transferred or started else [None] * len(tasks)
     to_transfer, to_start = [], []
     for task, key, n in zip(tasks, keys, counts):
@@ -555,19 +560,28 @@ def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, r
 
 
 def _library_start(opts: TuneOptions, tasks: list[Task], target, database, builder, runner, clock,
-                   taken: int = 0, n_tasks: int = 1) -> dict:
+                   taken: dict, n_tasks: int) -> dict:
     """Each task starts from the library: its ``--transfer-top`` best replayed programs of the library's matching
-    tasks (``export/library/start``), measured into the database before the search, within what ``taken`` (the
-    transfer's) leaves of the task's share of ``--trials`` (``_start_share``). It stops between tasks once the
-    run is stopped or its ``--max-seconds`` are spent."""
+    tasks (``export/library/start``), measured into the database before the search, within what ``taken`` (per
+    task key, the transfer's records) leaves of the task's share of ``--trials`` (``_start_share``). It stops
+    between tasks once the run is stopped or its ``--max-seconds`` are spent."""
     share = _start_share(opts, n_tasks)
-    top = min(opts.transfer_top, share - min(taken, share))
-    if top <= 0:
+    by_top: dict[int, list[Task]] = {}
+    for task in tasks:
+        top = min(opts.transfer_top, share - min(taken.get(task_key(task.mod), 0), share))
+        if top > 0:
+            by_top.setdefault(top, []).append(task)
+    if not by_top:
         return dict(skipped="the transfer took the start's share of --trials")
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())), kind=target.kind.name)
-    return start_from_library(WorkDir(opts.work_dir), tasks, target, database, builder, runner, libraries=libraries,
-                              model=opts.model, top=top, seed=opts.seed, number=opts.number, repeat=opts.repeat,
-                              progress=opts.progress, should_stop=clock.expired)
+    state: dict = {}
+    for top, group in sorted(by_top.items(), reverse=True):
+        if clock.expired():
+            break
+        state = start_from_library(WorkDir(opts.work_dir), group, target, database, builder, runner,
+                                   libraries=libraries, model=opts.model, top=top, seed=opts.seed, number=opts.number,
+                                   repeat=opts.repeat, progress=opts.progress, should_stop=clock.expired)
+    return state
 
 
 def _library_add(opts: TuneOptions, tasks: list[Task], target, database, answers: list, checked: bool) -> dict:

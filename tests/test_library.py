@@ -125,6 +125,11 @@ def test_a_transfer_and_the_library_start_together_stay_within_a_workloads_trial
     assert sum(row["measured"] for row in summary["transfer"].values()) == 2
     assert summary["tasks"][0]["trials"] == 2
     assert len((work / "database_tuning_record.json").read_text().splitlines()) == 2
+    # re-run: the transfer's share is still taken, so the library start (skipped before) measures nothing now
+    with redirect_stdout(io.StringIO()):
+        assert main(["tune", "--workload", CONV, "--trials", "2", "--transfer-from", str(FIXTURE), "--transfer-top",
+                     "2", "--library", str(root), "--work-dir", str(work), "--no-progress", "--json"]) == 0
+    assert len((work / "database_tuning_record.json").read_text().splitlines()) == 2
 
 
 def test_list_prune_export_round_trip(library, tmp_path, capsys):

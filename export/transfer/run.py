@@ -257,11 +257,12 @@ def task_key(mod) -> str:
     return workload_json(mod)[0]
 
 
-def started_tasks(state_path) -> dict[str, tuple[bool, int]]:
+def started_tasks(state_path, afresh: str = "transfer afresh") -> dict[str, tuple[bool, int]]:
     """Per task key, what the transfer (or library start) whose state ``state_path`` holds did of it: whether
     it finished the task (False for one a stopped run left with part of its top measured), and how many records
-    it added. A task it never reached is not there."""
-    state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
+    it added. A task it never reached is not there. A damaged file is an InputError saying to remove it to
+    ``afresh``."""
+    state = read_state(state_path, afresh, {"tasks": {}}, key="tasks")
     return {key: (bool(row.get("done")), len(row.get("measured") or []))
             for key, row in state["tasks"].items() if isinstance(row, dict)}
 
