@@ -142,6 +142,9 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
                     continue
                 chosen.append(n)
                 covered = more
+            if not chosen:
+                raise InputError(ds.path, "every network with records holds every task with records: holding any "
+                                          "out leaves nothing to train on; split by task")
         test = np.array(sorted({t for n in chosen for t, _ in ds.networks[n]}), np.int64)
         held = set(test.tolist()) & recorded
         if not held or held == recorded:

@@ -120,6 +120,12 @@ def test_a_network_holding_every_recorded_task_is_never_drawn(data, capsys):
             assert "everything" not in split.held_out_networks and split.held_out_networks
             assert set(split.test_tasks.tolist()) & set(recorded) != set(recorded)
     capsys.readouterr()
+    with DatasetWriter(data) as w:  # every network holding every recorded task: no draw holds one out
+        for net in ("resnet", "bert", "vit"):
+            w.set_network(net, [(t, 1) for t in recorded])
+    assert main(["dataset", "split", str(data), "--by", "network", "--name", "none-left"]) == 2
+    err = capsys.readouterr().err
+    assert "every network with records holds every task with records" in err and len(err.strip().splitlines()) == 1
 
 
 def test_split_bad_network(data, capsys):

@@ -382,3 +382,15 @@ def test_evaluating_a_fine_tuned_model_says_which_test_records_its_pretraining_s
     capsys.readouterr()
     assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(data), "--split", "b", "--json"]) == 0
     assert "pretrained" not in capsys.readouterr().err
+    # fine-tuned again on b: its lineage holds a and b, each once; another dataset's split a (the same tasks
+    # held out, as a copy has them) is not the one it trained on
+    again = tmp_path / "ft-again"
+    assert main(["finetune", "--from", str(tmp_path / "ft-lists"), "--data", str(data), "--platform",
+                 "llvm-x86_64-2c", "--split", "b", "--out", str(again), "--no-progress"]) == 0
+    assert [step["split"] for step in json.loads((again / "model" / "config.json").read_text())["lineage"]] == \
+        ["a", "b"]
+    other = tmp_path / "other.h5"
+    shutil.copy(data, other)
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(again), "--data", str(other), "--split", "b", "--json"]) == 0
+    assert "pretrained" not in capsys.readouterr().err

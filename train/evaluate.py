@@ -6,7 +6,9 @@ unweighted; pairwise ranking accuracy and NDCG over the evaluated records.
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -38,7 +40,12 @@ def lineage_of(config: dict) -> list[dict]:
     lineage = list(config.get("lineage") or [])
     if config.get("split") and config.get("split_digest"):
         lineage.append(dict(split=config["split"], split_digest=config["split_digest"], dataset=config.get("dataset")))
-    return lineage
+    out, seen = [], set()
+    for step in lineage:  # one entry per split (a model fine-tuned twice on one split names it once)
+        if (step.get("split"), step.get("split_digest")) not in seen:
+            seen.add((step.get("split"), step.get("split_digest")))
+            out.append(step)
+    return out
 
 
 def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarray) -> list[str]:
@@ -47,10 +54,12 @@ def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.nda
     evaluated split, whose training part holds some of the evaluated records (its tasks, or programs)."""
     notes = []
     table = ds.records(platform)
+    evaluated = ds.split(split).digest if split else None
     for step in meta.get("lineage") or []:
         name = step.get("split")
-        if not name or name == split or name not in ds.split_names() or ds.split(name).digest != step.get(
-                "split_digest"):
+        if (not name or not _same_dataset(step.get("dataset"), ds.path) or name not in ds.split_names()
+                or ds.split(name).digest != step.get("split_digest")
+                or (name == split and step.get("split_digest") == evaluated)):
             continue
         seen = int(np.count_nonzero(~ds.split(name).is_test(table.task[rows], table.program_id[rows])))
         if seen:
@@ -58,6 +67,19 @@ def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.nda
                          f"{name!r}, which the model was pretrained on before fine-tuning: its scores of them "
                          "are not held-out scores")
     return notes
+
+
+def _same_dataset(recorded, path) -> bool:
+    """Whether a dataset a model's config names (its path as given then) is the file at ``path``: the same file
+    where it still exists here, else one of the same name (a split's digest holds task indices only: another
+    dataset's split of the same name and seed can have the same one)."""
+    if not recorded:
+        return True
+    recorded, path = Path(recorded), Path(path)
+    try:
+        return os.path.samefile(recorded, path)
+    except OSError:
+        return recorded.name == path.name
 
 
 DIALECTS = {"ms": "MetaSchedule", "ansor": "Ansor"}
