@@ -37,6 +37,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ from pathlib import Path
 from costlab.common.children import run_or_stop
 from costlab.common.cpu_lock import cpu_lock
 from costlab.common.errors import InputError
+from costlab.common.files import write_atomically
 from costlab.common.import_report import ImportReport
 from costlab.export.workdir import WorkDir
 from costlab.metaschedule.databases import database_file, read_records, work_dir_database
@@ -122,6 +124,8 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
         cmd = [*COSTLAB, "tune", *_workload_args(workload), *_arm_args(arm, args.model, args.model2), "--trials", str(_trials(arm, args)),
                "--seed", str(seed), "--target", args.target, "--work-dir", str(work), "--no-progress",
                "--no-library"]  # the search and model alone, no schedule library start
+    if arm == "a0" and db_dir.exists():  # tune_tir loads what a killed a0 measured: it starts again from nothing
+        shutil.rmtree(db_dir)
     work.mkdir(parents=True, exist_ok=True)
     print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}", flush=True)
     with cpu_lock():
@@ -175,8 +179,8 @@ def _a0(argv) -> int:
     db = ms.tune_tir(task.mod, target, str(a.work / "ms"), max_trials_global=a.trials, seed=a.seed)
     wall = time.time() - started
     best = min((_mean(r.run_secs) for r in db.get_all_tuning_records() if r.run_secs), default=None)
-    (a.work / "a0.json").write_text(json.dumps(dict(wall_s=round(wall, 2), best_us=best and best * 1e6,
-                                                    trials=len(db.get_all_tuning_records()))))
+    write_atomically(a.work / "a0.json", json.dumps(dict(wall_s=round(wall, 2), best_us=best and best * 1e6,
+                                                         trials=len(db.get_all_tuning_records()))).encode())
     return 0
 
 
@@ -238,6 +242,7 @@ def _measure_bests(works: list[Path], target_text: str, rounds: int, repeat: int
         programs = []
         for (r, _), (costs, error, msg) in zip(best, results):
             costs = sorted(costs)
+            # the upper median (of an even count, the higher middle value), as every committed final was taken
             programs.append(dict(tuning_us=_mean(r.run_secs) * 1e6, costs_us=[c * 1e6 for c in costs], error=msg,
                                  median_us=costs[len(costs) // 2] * 1e6 if costs and not msg else None))
         out.append((work, programs))
@@ -246,7 +251,6 @@ def _measure_bests(works: list[Path], target_text: str, rounds: int, repeat: int
 
 def _write_final(path: Path, programs: list[dict], at: str | None = None, **extra) -> None:
     """A run's final latency (the lowest median of its programs) with the programs, written atomically."""
-    from costlab.common.files import write_atomically
     from costlab.common.host import host_info
 
     medians = [p["median_us"] for p in programs if p["median_us"]]
@@ -267,11 +271,15 @@ def remeasure(args) -> int:
     """Re-measure the best programs of every finished run (all by the same procedure, one run at a time
     under the lock), then print the table."""
     out = Path(args.out)
-    found = [*out.glob("runs/*/*/s*/remeasured.json"), *out.glob("runs/a0/*/s*/ms/remeasured.json")]
-    for work in sorted(p.parent for p in found):
+    # every finished run: a costlab arm's work dir (its summary), an a0 run's database (ms/ beside a0.json)
+    found = [p.parent for p in out.glob(f"runs/*/*/s*/{WorkDir.SUMMARY}")]
+    found += [p.parent / "ms" for p in out.glob("runs/a0/*/s*/a0.json")]
+    for work in sorted(found):
         with cpu_lock():
             _remeasure(work, args.target)
-        print(f"{work}: {json.loads((work / 'remeasured.json').read_text())['best_us']:.2f} µs", flush=True)
+        final = work / "remeasured.json"
+        best = json.loads(final.read_text()).get("best_us") if final.exists() else None
+        print(f"{work}: " + (f"{best:.2f} µs" if best is not None else "no program measured again"), flush=True)
     return table(args)
 
 
@@ -323,6 +331,9 @@ def run(args) -> int:
         old = json.loads(meta.read_text())
         if not same_host(old["host"], info["host"]) or old["trials"] != info["trials"]:
             raise SystemExit(f"{out} holds a benchmark of another host or budget: use another --out")
+        if old.get("target") and old["target"] != info["target"]:  # runs compiled for another target
+            raise SystemExit(f"{out} holds a benchmark of target {json.dumps(old['target'])}, not "
+                             f"{json.dumps(info['target'])}: give its --target, or use another --out")
         for key in ("model", "model2"):
             if not info[key]:  # not given this time: the arms already run keep their weights, by a name that has them
                 if old.get(key) and not old.get(f"{key}_sha256") and old[key] in aliases():
@@ -340,7 +351,7 @@ def run(args) -> int:
                                  f"not {info[key]} ({str(info[f'{key}_sha256'])[:12]}): use another --out")
         info["host"] = old["host"]
     args.model, args.model2 = info["model"], info["model2"]
-    meta.write_text(json.dumps(info, indent=1))
+    write_atomically(meta, json.dumps(info, indent=1).encode())
     for workload in args.workloads:
         for seed in [int(s) for s in args.seeds.split(",")]:
             for arm in args.arms.split(","):

@@ -153,3 +153,47 @@ def test_the_best_programs_of_a_damaged_run_come_from_its_good_lines_and_say_so(
     assert len(best) == 3 and len({trace for _rec, trace in best}) == 3
     err = capsys.readouterr().err
     assert f"{work}: 1 bad line(s) of the database left out, the first" in err and f":{len(lines) + 1}:" in err
+
+
+def test_a_benchmark_is_continued_only_for_its_target_and_its_remeasure_finds_every_finished_run(tmp_path,
+                                                                                                monkeypatch):
+    """Runs compiled for another target are not another seed of the same table: refused. `remeasure` measures
+    again every finished run (a costlab arm's work dir, an a0 run's database), not only those measured before."""
+    from costlab.common.host import host_info
+    from costlab.metaschedule.targets import runnable_target
+
+    out = tmp_path / "bench"
+    out.mkdir()
+    host = {k: v for k, v in host_info().items() if k != "mhz"}
+    other = dict(runnable_target("host"), mcpu="skylake")
+    (out / "benchmark.json").write_text(json.dumps(dict(host=host, target=other, trials=200)))
+    monkeypatch.setattr(tuning, "_run_one", lambda *a: None)
+    monkeypatch.setattr(tuning, "table", lambda args: 0)
+    args = tuning.argparse.Namespace(out=str(out), model=None, model2=None, trials=200, target="host",
+                                     workloads=["gmm"], seeds="0", arms="a")
+    with pytest.raises(SystemExit, match="holds a benchmark of target"):
+        tuning.run(args)
+    for arm in ("a", "c"):
+        (out / "runs" / arm / "gmm" / "s0").mkdir(parents=True)
+        (out / "runs" / arm / "gmm" / "s0" / "costlab_tune.json").write_text("{}")
+    (out / "runs" / "a0" / "gmm" / "s1" / "ms").mkdir(parents=True)
+    (out / "runs" / "a0" / "gmm" / "s1" / "a0.json").write_text("{}")
+    measured = []
+    monkeypatch.setattr(tuning, "_remeasure", lambda work, target: measured.append(work.relative_to(out)))
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+    assert tuning.remeasure(tuning.argparse.Namespace(out=str(out), target="host")) == 0
+    assert sorted(map(str, measured)) == ["runs/a/gmm/s0", "runs/a0/gmm/s1/ms", "runs/c/gmm/s0"]
+
+
+def test_an_a0_run_killed_before_its_end_starts_again_from_nothing(tmp_path, monkeypatch):
+    """tune_tir loads the database in its work dir: an a0 run that a kill cut short (no a0.json) would go on
+    from its own records. Its database is removed before it runs again."""
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+    ms_dir = tmp_path / "runs" / "a0" / "GMM_1_8_8_8" / "s0" / "ms"
+    ms_dir.mkdir(parents=True)
+    (ms_dir / "database_tuning_record.json").write_text("[0, []]\n")
+    seen = []
+    monkeypatch.setattr(tuning, "run_or_stop", lambda cmd, **kw: seen.append(ms_dir.exists()) or 0)
+    args = tuning.argparse.Namespace(trials=8, target="host", model=None, model2=None, remeasure=False)
+    tuning._run_one("a0", "GMM:1,8,8,8", 0, args, tmp_path)
+    assert seen == [False]
