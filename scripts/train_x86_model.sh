@@ -23,7 +23,9 @@ if [ "$STEP" = all ] && [ "${DATA:-}" = both ]; then
   "${COSTLAB%/costlab}/python" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds "${KIND:-both}" --sizes 0 \
     --epochs "${EPOCHS:-60}"
   rm -rf "$DEST"
-  "$COSTLAB" export "$(ls -d "$WORK/${KIND:-both}"-n*-s0 | head -1)" -o "$DEST" --force
+  # the run at all tasks: the largest n of the curve's runs (a WORK reused from a whole curve holds smaller ones)
+  RUN="$(ls -d "$WORK/${KIND:-both}"-n*-s0 | sed 's/.*-n\([0-9]*\)-s0$/\1 &/' | sort -n | tail -1 | cut -d' ' -f2-)"
+  "$COSTLAB" export "$RUN" -o "$DEST" --force
 elif [ "$STEP" = all ]; then
   mkdir -p "$WORK"
   if [ ! -f "$WORK/corpus.h5" ]; then
