@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from costlab.common.errors import UsageError
+from costlab.common.files import write_atomically
 from costlab.common.host import describe_host, host_info
 from costlab.costmodels import kinds
 from costlab.costmodels.predictors import weights_sha256
@@ -153,8 +154,20 @@ def main(argv=None) -> int:
     host = host_info()
     state.setdefault("host", describe_host(host))
     state.setdefault("cells", {})
-    state.update(model=a.model, model_sha256=weights_sha256(a.model), data=str(a.data),
-                 recipes={r: RECIPES[r].to_dict() for r in recipes})
+    mine = dict(model_sha256=weights_sha256(a.model), held_out=a.held_out,
+                recipes={r: RECIPES[r].to_dict() for r in recipes})
+    # cells of another model, held-out count or recipe settings are not cells of this table: a resumed run
+    # continues only its own (the data is checked below, once its records are read)
+    for key in ("model_sha256", "held_out"):
+        if state.get(key) is not None and state["cells"] and state[key] != mine[key]:
+            raise SystemExit(f"{results} holds cells of another {key} ({state[key]}, not {mine[key]}): use another "
+                             "--out")
+    changed = [r for r in recipes if r in state.get("recipes", {}) and state["recipes"][r] != mine["recipes"][r]]
+    if changed and state["cells"]:
+        raise SystemExit(f"{results} holds cells of recipe(s) {', '.join(changed)} under other settings: use another "
+                         "--out")
+    state.update(model=a.model, model_sha256=mine["model_sha256"], data=str(a.data), held_out=a.held_out,
+                 recipes={**state.get("recipes", {}), **mine["recipes"]})
 
     pred0 = load_predictor(a.model)
     psa = load_predictor("psa")
@@ -172,6 +185,8 @@ def main(argv=None) -> int:
     tasks = t_ids[counts >= 2]
     # what identifies the data whatever file holds it: the records' tasks, latencies and schedules, hashed
     digest = hashlib.sha256(task.tobytes() + np.nan_to_num(latency, posinf=-1.0).tobytes()).hexdigest()
+    if state.get("data_records_sha256") not in (None, digest) and state["cells"]:
+        raise SystemExit(f"{results} holds cells of other records (data_records_sha256 differs): use another --out")
     state.update(platform=platform, records=int(n_records), data_records_sha256=digest)
     print(f"{a.data} {platform}: {n_records} records, {len(tasks)} tasks; host {state['host']}", file=sys.stderr)
     for s in range(a.splits):
@@ -184,12 +199,12 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             state["cells"][key] = run_cell(pred0, feats, psa_scores, task, latency, held, pool[:k], recipes, s)
             state["cells"][key]["seconds"] = round(time.perf_counter() - t0, 1)
-            results.write_text(json.dumps(state, indent=1))
+            write_atomically(results, json.dumps(state, indent=1).encode())
             print(f"  {key}: " + "  ".join(f"{arm} {v['top1']:.3f}" for arm, v in state["cells"][key].items()
                                             if isinstance(v, dict)), file=sys.stderr, flush=True)
     arms = ["zero-shot", *recipes, *kinds.baselines(), "psa"]
     state["summary"] = summarise(state["cells"], ks, arms)
-    results.write_text(json.dumps(state, indent=1))
+    write_atomically(results, json.dumps(state, indent=1).encode())
     plot(state["summary"], arms, a.out / "top1_vs_k.png")
     print(f"\nheld-out top-1 / pairwise, mean over splits ({a.model} on {platform}; host {state['host']})")
     print("k    " + "".join(f"{arm:>16}" for arm in arms))

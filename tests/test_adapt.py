@@ -212,3 +212,28 @@ def test_the_adapt_benchmarks_baselines_come_from_the_kinds_registry(zen5):
     one_task = np.flatnonzero(task == t_ids[0])
     assert adapt._baseline("mlp", feats, task, latency, one_task, test, seed=0) is None
     assert adapt._baseline("xgb", feats, task, latency, one_task, test, seed=0) is not None
+
+
+def test_the_adapt_benchmark_continues_only_its_own_cells(zen5, tmp_path):
+    """A results.json of another model (its weights' hash), another held-out count or other records is not
+    continued: its cells would be averaged with this run's."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import adapt
+
+    from costlab.costmodels.predictors import weights_sha256
+
+    out = tmp_path / "adapt"
+    out.mkdir()
+    cell = {"s0/k1": {"zero-shot": {"top1": 0.5}}}
+    argv = ["--data", str(zen5), "--out", str(out), "--k", "1", "--splits", "1", "--held-out", "2"]
+    for stored, message in ((dict(model_sha256="0" * 64), "another model_sha256"),
+                            (dict(model_sha256=weights_sha256("x86-cpu"), held_out=7), "another held_out"),
+                            (dict(model_sha256=weights_sha256("x86-cpu"), held_out=2, data_records_sha256="0"),
+                             "holds cells of other records")):
+        (out / "results.json").write_text(json.dumps(dict(stored, cells=cell)))
+        with pytest.raises(SystemExit, match=message):
+            adapt.main(argv)
+        assert json.loads((out / "results.json").read_text())["cells"] == cell  # left as it was
