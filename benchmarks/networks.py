@@ -63,6 +63,7 @@ import netcurves  # noqa: E402
 from costlab.common.children import run_or_stop  # noqa: E402
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
 from costlab.common.errors import last_line  # noqa: E402
+from costlab.common.files import write_atomically  # noqa: E402
 from costlab.common.host import host_difference, same_host  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 from costlab.metaschedule.databases import json_database  # noqa: E402
@@ -164,9 +165,9 @@ def _run_arm(arm: str, net: str, seed: int, args, out: Path, has_library: bool) 
         print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
         return False
     model = dict(model=args.model, model_sha256=weights_sha256(args.model)) if arm in ("k", "k-nolib") else {}
-    (work / "done.json").write_text(json.dumps(dict(wall_s=round(time.time() - t0, 2), cmd=cmd[1:],
+    write_atomically(work / "done.json", json.dumps(dict(wall_s=round(time.time() - t0, 2), cmd=cmd[1:],
                                                     host=measuring_host(runnable_target(args.target)),
-                                                    at=time.strftime("%Y-%m-%d %H:%M:%S"), **model), indent=1))
+                                                    at=time.strftime("%Y-%m-%d %H:%M:%S"), **model), indent=1).encode())
     return True
 
 
@@ -179,10 +180,10 @@ def _start_library(source: Path, copy: Path, net: str, target_text: str) -> None
     shutil.copytree(source, copy)
     tasks, _ = _network(net, tvm.target.Target(runnable_target(target_text)))
     held = _refuse_overlap(copy, tasks, net, shown=source)
-    (copy.parent / "library_check.json").write_text(json.dumps(dict(
+    write_atomically(copy.parent / "library_check.json", json.dumps(dict(
         library=str(source), files=sorted(library_workloads(copy)), workloads=held, network_tasks=len(tasks),
         overlap=0, how="MetaSchedule structural hash of every workload the run can start from (the library copy "
-                       "and the starter) against each of the network's tasks"), indent=1))
+                       "and the starter) against each of the network's tasks"), indent=1).encode())
 
 
 def _refuse_overlap(library: Path, tasks, net: str, shown: Path | None = None) -> int:
@@ -219,7 +220,8 @@ def _stock(argv) -> int:
     model, inputs = torch_fn_model(a.network)
     mod = network_module(model, inputs, target)
     relax_integration.tune_relax(mod, None, target, a.work, max_trials_global=a.trials, seed=a.seed)
-    Path(a.work, "stock.json").write_text(json.dumps(dict(started=started, tune_s=round(time.time() - started, 2))))
+    write_atomically(Path(a.work, "stock.json"),
+                     json.dumps(dict(started=started, tune_s=round(time.time() - started, 2))).encode())
     return 0
 
 
@@ -241,7 +243,7 @@ def run(args) -> int:
         why = other_benchmark(json.loads((out / "benchmark.json").read_text()), meta)
         if why:
             raise SystemExit(f"{out} holds a benchmark of another {why}: use another --out")
-    (out / "benchmark.json").write_text(json.dumps(meta, indent=1))
+    write_atomically(out / "benchmark.json", json.dumps(meta, indent=1).encode())
     if "k" in args.arms and not (args.library and Path(args.library).is_dir()):
         raise SystemExit("arm k needs --library DIR: the library it starts from (none of the networks' tasks in it)")
     has_library = _library_flags()
@@ -388,7 +390,7 @@ def _retime_locked(runs: Path, net: str, arms: list[str], args) -> None:
             cp.update(median_ms=statistics.median(times[f"{arm}@{cp['fraction']}"]))
     res = dict(arms=arms, rounds=args.rounds, untuned_ms=statistics.median(times["untuned"]),
                untuned_tasks_us=untuned_us, timed=meta, at=time.strftime("%Y-%m-%d %H:%M:%S"))
-    (runs / "timed.json").write_text(json.dumps(res, indent=1))
+    write_atomically(runs / "timed.json", json.dumps(res, indent=1).encode())
     print("  " + ", ".join(f"{a} {meta[a]['final_ms']:.4g} ms" for a in arms)
           + f", untuned {res['untuned_ms']:.4g} ms", flush=True)
 
@@ -435,8 +437,8 @@ def finals(args) -> int:
                 times = _time_together(builds, inputs, args.rounds, device)
             res = {k: dict(median_ms=statistics.median(v), fastest_ms=min(v), rounds_ms=v, output_check=checks[k])
                    for k, v in times.items()}
-            (runs / "finals.json").write_text(json.dumps(dict(rounds=args.rounds, builds=res,
-                                                              at=time.strftime("%Y-%m-%d %H:%M:%S")), indent=1))
+            finals = dict(rounds=args.rounds, builds=res, at=time.strftime("%Y-%m-%d %H:%M:%S"))
+            write_atomically(runs / "finals.json", json.dumps(finals, indent=1).encode())
             for arm in arms:
                 a, b = res[f"{arm}:fastest-record"], res[f"{arm}:result"]
                 parts = [f"fastest records {a['median_ms']:.4g} ms", f"result {b['median_ms']:.4g} ms"]
@@ -519,7 +521,7 @@ def _untuned_tasks(path: Path, tasks, target) -> dict:
                 for a in ArgInfo.from_prim_func(t.mod["main"])]
         timer = lib.jit().time_evaluator("main", device, number=3, repeat=3, min_repeat_ms=50)
         out[t.name] = round(float(np.median(timer(*args).results)) * 1e6, 3)
-    path.write_text(json.dumps(out, indent=1))
+    write_atomically(path, json.dumps(out, indent=1).encode())
     return out
 
 
@@ -637,11 +639,12 @@ def table(args) -> int:
     dest = Path(args.to) if getattr(args, "to", None) else out
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "results.md").write_text(text + "\n")
-    (dest / "results.json").write_text(json.dumps(dict(benchmark=bench, figures=figs, figures_fastest_round=fastest, runs={
+    write_atomically(dest / "results.json", json.dumps(dict(
+        benchmark=bench, figures=figs, figures_fastest_round=fastest, runs={
         f"{n}/s{s}": {a: {k: v for k, v in r.items() if k != "curve"} | dict(curve=[list(p) for p in r["curve"]],
                                                                               fastest_ms=fastest_ms((n, s), a))
                       for a, r in run.items()} for (n, s), run in runs.items()},
-        checkpoints={f"{n}/s{s}": c for (n, s), c in checkpoints.items()}), indent=1))
+        checkpoints={f"{n}/s{s}": c for (n, s), c in checkpoints.items()}), indent=1).encode())
     netcurves.plot(runs, checkpoints, dest / "curves.png")
     return 0
 

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tuning import COSTLAB, _progress, _tasks_of  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.common.files import write_atomically  # noqa: E402
 from costlab.costmodels.predictors import weights_sha256  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 from costlab.metaschedule.databases import json_database  # noqa: E402
@@ -118,9 +119,9 @@ def _run_pair(pair: str, args, out: Path) -> None:
             break  # the arms after it depend on it
         from costlab.common.host import host_info
 
-        (work / "done.json").write_text(json.dumps(dict(wall_s=time.time() - t0, host=host_info(), cmd=cmd[2:],
+        write_atomically(work / "done.json", json.dumps(dict(wall_s=time.time() - t0, host=host_info(), cmd=cmd[2:],
                                                         model=args.model, model_sha256=weights_sha256(args.model),
-                                                        at=time.strftime("%Y-%m-%d %H:%M:%S"))))
+                                                        at=time.strftime("%Y-%m-%d %H:%M:%S"))).encode())
 
 
 def _summary(work: Path) -> dict:
@@ -170,7 +171,7 @@ def _retime(runs: Path, network: str, target: str, rounds: int = 5) -> None:
                    tuned_functions=hit, functions=n, rounds_ms=[round(t, 4) for t in times[arm]],
                    untuned_rounds_ms=[round(t, 4) for t in times["untuned"]],
                    retimed=time.strftime("%Y-%m-%d %H:%M:%S"))
-        (runs / arm / "network.json").write_text(json.dumps(res, indent=1))
+        write_atomically(runs / arm / "network.json", json.dumps(res, indent=1).encode())
         print(f"  {runs.name} {arm}: tuned {res['tuned_ms']} ms (rounds {res['rounds_ms']}), untuned "
               f"{res['untuned_ms']} ms, {hit} of {n} functions tuned", flush=True)
 
@@ -224,7 +225,7 @@ def table(args) -> int:
         print(f"{pair:18}{untuned:11.3f}{x:8.3f}{(x64 or math.nan):8.3f}{full:8.3f}"
               f"{(gain or math.nan) * 100:8.1f}{speed * 100:10.1f}{row['x_s'] or 0:7.0f}{cell(reach['x']):>16}"
               f"{cell(reach['x64']):>16}")
-    (out / "table.json").write_text(json.dumps(rows, indent=1))
+    write_atomically(out / "table.json", json.dumps(rows, indent=1).encode())
     return 0
 
 
