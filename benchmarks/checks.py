@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import networks  # this folder's: the benchmark networks (nets.py) and their tasks
+from costlab.common.children import run_or_stop
 from costlab.common.cpu_lock import cpu_lock
 from costlab.common.host import describe_host
 
@@ -32,7 +32,7 @@ def _tune(args, work: Path) -> None:
     cmd = [*networks.COSTLAB, "tune", "--network", networks.NETWORKS[args.network], "--target", args.target,
            "--trials", str(args.trials), "--work-dir", str(work), "--no-check", "--no-progress"]
     print(f"[{time.strftime('%H:%M:%S')}] tuning: {' '.join(cmd[3:])}", flush=True)
-    if subprocess.run(cmd, env=networks._env(), cwd=work.parent).returncode:
+    if run_or_stop(cmd, env=networks._env(), cwd=work.parent):  # a SIGTERM ends the tuning run first
         raise SystemExit(f"the tuning run failed; see {work}")
 
 

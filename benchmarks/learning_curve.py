@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 import zlib
@@ -53,6 +54,7 @@ import cpus  # noqa: E402
 import heldout_trajectories  # noqa: E402
 
 from costlab.cli import main as costlab  # noqa: E402
+from costlab.common.files import write_atomically  # noqa: E402
 from costlab.datasets import DatasetWriter, open_dataset  # noqa: E402
 from costlab.datasets.splits import Split  # noqa: E402
 from costlab.featurizers.hardware_vector import DIM  # noqa: E402
@@ -117,8 +119,12 @@ def training_tasks(data: Path, banned_hashes: set, seed: int) -> tuple[list[int]
 
 def train(data: Path, run: Path, tasks: list[int], all_tasks: int, keep: float, platform: str, args,
           extra: tuple) -> Path:
-    if (run / "model" / "config.json").exists():
-        return run
+    config = run / "model" / "config.json"
+    if config.exists():
+        trained = json.loads(config.read_text()).get("training", {}).get("epochs")
+        if trained is None or trained in (args.epochs - 1, args.epochs):  # the last epoch's index, or the count
+            return run
+        shutil.rmtree(run)  # trained for another number of epochs than asked now: trained again
     name = f"curve-{run.name}"
     _store(data, name, set(range(all_tasks)) - set(tasks))
     sets = ["net.d_model=128", "data_options.lists_per_batch=4", "data_options.val_fraction=0.1",
@@ -203,9 +209,10 @@ def main(argv=None) -> int:
             results["scores"] = old["scores"]
 
     def add(row: dict) -> None:
-        same = ("kind", "tasks", "on")
-        results["scores"] = [r for r in results["scores"] if any(r[k] != row[k] for k in same)] + [row]
-        results_path.write_text(json.dumps(results, indent=1))
+        row = row | {"seed": args.seed, "epochs": args.epochs}  # a row of other settings is another row
+        same = ("kind", "tasks", "on", "seed", "epochs")
+        results["scores"] = [r for r in results["scores"] if any(r.get(k) != row[k] for k in same)] + [row]
+        write_atomically(results_path, json.dumps(results, indent=1).encode())
 
     for model in filter(None, args.models.split(",")):
         for on, (path, split) in sets.items():

@@ -28,22 +28,25 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpus import PLATFORMS, build  # noqa: E402
+from costlab.common.files import write_atomically  # noqa: E402
 
 KEYS = ("top1", "pairwise", "pairwise_q25", "pairwise_q10", "top1_q25", "pick1", "pick8")
 ARMS = {"tlp": [], "tlp-hw": ["net.hardware_dim={dim}", "data_options.hardware_jitter={jitter}"]}
 
 
-def train(data: Path, out: Path, arm: str, platform: str, epochs: int, jitter: float, d_model: int) -> Path:
+def train(data: Path, out: Path, arm: str, platform: str, epochs: int, jitter: float, d_model: int,
+          seed: int = 0) -> Path:
     from costlab.cli import main
     from costlab.featurizers.hardware_vector import DIM
 
-    run = out / f"{arm}-on-{platform}"
+    # the settings in the run's name: a model trained under others is not reused for these
+    run = out / f"{arm}-on-{platform}-e{epochs}-d{d_model}-j{jitter:g}-s{seed}"
     if (run / "model" / "config.json").exists():
         return run
     sets = [f"net.d_model={d_model}", "net.attention_heads=4", "data_options.lists_per_batch=8",
             "data_options.val_fraction=0.1"] + [s.format(dim=DIM, jitter=jitter) for s in ARMS[arm]]
     argv = ["train", "--data", str(data), "--platform", platform, "--out", str(run), "--epochs", str(epochs),
-            "--no-progress"] + [a for s in sets for a in ("--set", s)]
+            "--set", f"seed={seed}", "--no-progress"] + [a for s in sets for a in ("--set", s)]
     if main(argv) != 0:
         raise SystemExit(f"error: training {arm} on {platform} failed")
     return run
@@ -94,14 +97,14 @@ def main(argv=None) -> int:
         for trained in [q for q in PLATFORMS if q != held]:
             for arm in ARMS:
                 t0 = time.perf_counter()
-                run = train(data, args.out, arm, trained, args.epochs, args.jitter, args.d_model)
+                run = train(data, args.out, arm, trained, args.epochs, args.jitter, args.d_model, args.seed)
                 row = dict(held_out=held, trained_on=trained, model=arm, seconds=round(time.perf_counter() - t0, 1))
                 results["scores"].append(row | {"on": "held-out CPU"} | score(run / "model", data, held))
                 if arm == "tlp-hw":
                     results["scores"].append(row | {"on": "held-out CPU, L1/L2 halved"}
                                              | score(run / "model", data, held, perturb=True))
                 results["scores"].append(row | {"on": "training CPU (seen)"} | score(run / "model", data, trained))
-                (args.out / "results.json").write_text(json.dumps(results, indent=1))
+                write_atomically(args.out / "results.json", json.dumps(results, indent=1).encode())
     print(f"host: {describe_host(results['host'])}")
     print("| held out | trained on | model | scored on | tasks | " + " | ".join(KEYS) + " |")
     print("|---" * (5 + len(KEYS)) + "|")

@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tuning import COSTLAB, _progress, _tasks_of  # noqa: E402
 
+from costlab.common.children import run_or_stop  # noqa: E402
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
 from costlab.common.files import write_atomically  # noqa: E402
 from costlab.costmodels.predictors import weights_sha256  # noqa: E402
@@ -113,7 +114,7 @@ def _run_pair(pair: str, args, out: Path) -> None:
         with cpu_lock(), open(work / "run.log", "a") as log:
             cmd = _cmd(arm, pair, args, out)  # extracts the network's tasks: under the lock too
             t0 = time.time()
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work).returncode
+            rc = run_or_stop(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)  # a SIGTERM ends the arm first
         if rc:
             print(f"  failed (exit {rc}); see {work / 'run.log'}", flush=True)
             break  # the arms after it depend on it
