@@ -568,6 +568,10 @@ def earlier_runs(paths: list, bench: dict) -> tuple[dict, dict, dict, list[str]]
         if bench and (not same_host(was.get("host") or {}, bench.get("host") or {}) or was.get("trials") != bench.get("trials")):
             raise SystemExit(f"error: {path} holds runs of another host or budget ({describe_host(was.get('host') or {})}, "
                              f"{was.get('trials')} trials): only runs of one host and budget are summed")
+        for key in ("model_sha256", "target"):  # runs of other weights or compiled for another target: not summed
+            if bench and was.get(key) and bench.get(key) and was[key] != bench[key]:
+                raise SystemExit(f"error: {path} holds runs of another {key.split('_')[0]} ({str(was[key])[:60]}, "
+                                 f"not {str(bench[key])[:60]}): only runs of one model and target are summed")
         for key, run in old["runs"].items():
             net, seed = key.rsplit("/s", 1)
             runs[(net, int(seed))] = {arm: dict(r, curve=[tuple(p) for p in r["curve"]]) for arm, r in run.items()}

@@ -205,6 +205,14 @@ def test_an_earlier_tables_seeds_are_summed_in_only_from_the_same_host(tmp_path,
     earlier.write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="another host or budget"):
         networks.main(["table", "--out", str(tmp_path / "new"), "--with", str(earlier)])
+    new_bench = dict(json.loads((tmp_path / "new" / "benchmark.json").read_text()), model_sha256="a" * 64,
+                     target={"kind": "llvm", "mcpu": "znver4"})
+    (tmp_path / "new" / "benchmark.json").write_text(json.dumps(new_bench))
+    for key, theirs in (("model_sha256", "0" * 64), ("target", {"kind": "llvm", "mcpu": "other"})):
+        other["benchmark"] = dict(new_bench, **{key: theirs})  # runs of other weights, or another target
+        earlier.write_text(json.dumps(other))
+        with pytest.raises(SystemExit, match=f"another {key.split('_')[0]}"):
+            networks.main(["table", "--out", str(tmp_path / "new"), "--with", str(earlier)])
     for bad, text in ((tmp_path / "missing.json", None), (tmp_path / "other.json", '{"runs": {}}')):
         if text is not None:
             bad.write_text(text)
