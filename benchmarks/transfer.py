@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tuning import COSTLAB, _progress, _tasks_of  # noqa: E402
+from identity import check_identity  # noqa: E402
 
 from costlab.common.children import run_or_stop  # noqa: E402
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
@@ -88,6 +89,7 @@ def _cmd(arm: str, pair: str, args, out: Path) -> list[str]:
 
 def run(args) -> int:
     out = Path(args.out).resolve()
+    args.model = check_identity(out, args.target, args.model)  # continued: the same host, target and model
     for pair in args.pairs:
         _run_pair(pair, args, out)
         runs = out / "runs" / pair
