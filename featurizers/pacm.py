@@ -199,8 +199,8 @@ class PaCM(PlatformSpecs, Featurizer):
     version = 3
     # 1: a workload's buffers that share a name are told apart (ms_records.named_apart); 2: on GPU, tensor-core
     # fragments are a level of their own (wmma.* scopes were global before) and the program terms are PSA
-    # version 3's
-    revision = 2
+    # version 3's; 3: the TIR walk bounds the loops of a block by its predicate (PSA's revision 2)
+    revision = 3
     default_config = {"spec": None, "num_threads": 1}
 
     def __init__(self, config=None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,3 +227,22 @@ def test_one_psa_scorer_for_the_draft_stage_and_model_psa():
     assert np.array_equal(later, first[::-1][:4]) and np.array_equal(later, model.predict(ctx, cands[::-1][:4]))
     assert (draft.stats["candidates"], draft.stats["cached"]) == (len(cands) + 4, 0)  # the draft keeps no memo
     assert (model.stats["candidates"], model.stats["cached"]) == (len(cands), 4)
+
+
+@pytest.mark.parametrize("record", [15, 91, 94, 115])
+def test_a_cooperative_fetch_guarded_by_a_predicate_counts_only_what_it_fetches(record):
+    """On a GPU, MetaSchedule's cooperative fetch splits a fused loop into threads x lanes that may overshoot the
+    tile; the lowered block is guarded by ``T.where``. The TIR walk bounds the loops by that predicate, so its
+    loop nest (footprints included) is the trace simulator's, which clips the split: before, the fetch counted
+    up to 64x the elements it reads (H100 records, tests/fixtures/h100)."""
+    from costlab.datasets import open_dataset
+    from costlab.featurizers.ms_records import record_batch, task_module
+    from costlab.metaschedule.traces import parse_trace, replay
+
+    with open_dataset(Path(__file__).parent / "fixtures" / "h100" / "cuda_sm90.h5") as ds:
+        _rows, _p, _gpu, tids, scheds = record_batch(ds, "cuda-sm_90", np.array([record]))
+        mod = task_module(ds.tasks[tids[0]])
+    trace = parse_trace(scheds[0])
+    lowered = replay(mod, trace).mod
+    assert "T.where" in lowered.script()
+    assert simulate(TaskModel(mod, gpu=True), trace).signature() == program_of(lowered, gpu=True).signature()

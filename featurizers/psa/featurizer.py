@@ -38,7 +38,9 @@ class PSA(PlatformSpecs, Featurizer):
     # 3: on GPU, tensor-core statements at the tensor-core peak, WMMA fragments held in their warp's registers, and
     # a block's threads the product of its thread axes (the largest axis before)
     version = 3
-    revision = 1  # 1: a workload's buffers that share a name are told apart (ms_records.named_apart)
+    # 1: a workload's buffers that share a name are told apart (ms_records.named_apart); 2: the TIR walk bounds
+    # the loops of a block by its predicate (a GPU cooperative fetch whose threads x lanes overshoot its tile)
+    revision = 2
     default_config = {"mode": "trace", "spec": None}
 
     def __init__(self, config=None):

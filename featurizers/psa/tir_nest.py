@@ -279,8 +279,52 @@ def _region_dims(region, aff, axis_of) -> list:
     return dims
 
 
+def _only_loop_vars(e, spans: dict) -> bool:
+    """Whether an integer expression is made of constants and the given loop variables alone (a symbolic
+    shape, or a node the affine reader does not read, would be dropped from its form, not bounded by it)."""
+    k = type(e).__name__
+    if k == "Var":
+        return e.__chandle__() in spans
+    if k == "IntImm":
+        return True
+    if k in ("Add", "Sub", "Mul", "FloorDiv", "FloorMod"):
+        return _only_loop_vars(e.a, spans) and _only_loop_vars(e.b, spans)
+    if k == "Cast":
+        return _only_loop_vars(e.value, spans)
+    return False
+
+
+def _predicate_caps(pred, spans: dict) -> dict:
+    """Loop variable -> the extent a block's predicate lets it reach. MetaSchedule's cooperative fetch splits a
+    fused loop as ``Split(fused, [None, threads, lanes])``; where threads x lanes overshoot the tile, the block
+    is guarded by ``T.where(... < C)``, and its loops' full extents would count elements never accessed. Each
+    conjunct ``sum(coef * var) + c < C`` (every coefficient positive) bounds each of its variables to
+    ``ceil((C - c) / coef)``, as the trace simulator clips a split that overshoots its loop."""
+    caps, stack = {}, [pred]
+    while stack:
+        e = stack.pop()
+        k = type(e).__name__
+        if k == "And":
+            stack += [e.a, e.b]
+            continue
+        bound = _int(getattr(e, "b", None)) if k in ("LT", "LE") else None
+        if bound is None or not _only_loop_vars(e.a, spans):
+            continue
+        aff = _Affine(spans)
+        form, c = aff.form(e.a)
+        if not aff.exact[0] or any(coef <= 0 or lower != 1 for _, coef, lower, _ in form):
+            continue
+        for h, coef, _, span in form:
+            limit = max(1, -(-(bound + (k == "LE") - c) // coef))
+            caps[h] = min(caps.get(h, span), span, limit)
+    return caps
+
+
 def _block_record(realize, block, loops, loop_vars) -> BlockRecord:
-    loop_aff = _Affine({h: ext for h, ext in loop_vars})
+    # the loops' extents as the block's predicate bounds them (its accesses' footprints); the loops themselves
+    # (their trip counts, threads) keep theirs
+    caps = _predicate_caps(realize.predicate, {h: ext for h, ext in loop_vars})
+    loop_aff = _Affine({h: caps.get(h, ext) for h, ext in loop_vars})
     pos_of = {h: i for i, (h, _) in enumerate(loop_vars)}
     axes, binding, spans, axis_of = [], [], {}, {}
     for i, (iv, value) in enumerate(zip(block.iter_vars, realize.iter_values)):
