@@ -246,3 +246,21 @@ def test_a_cooperative_fetch_guarded_by_a_predicate_counts_only_what_it_fetches(
     lowered = replay(mod, trace).mod
     assert "T.where" in lowered.script()
     assert simulate(TaskModel(mod, gpu=True), trace).signature() == program_of(lowered, gpu=True).signature()
+
+
+def test_a_predicate_bounds_only_whole_loop_variables_of_a_sum():
+    """``_predicate_caps``: each conjunct ``sum(coef * var) + c < C`` bounds its variables (an upper bound of
+    what each reaches, never less); a ``%`` or ``//`` digit bounds part of a variable and bounds nothing."""
+    from costlab.featurizers.psa.tir_nest import _predicate_caps
+
+    tir = tvm.tirx
+    g, h = tir.Var("g", "int32"), tir.Var("h", "int32")
+    spans = {g.__chandle__(): 8, h.__chandle__(): 16}
+
+    def caps(e):
+        return {("g" if k == g.__chandle__() else "h"): v for k, v in _predicate_caps(e, spans).items()}
+
+    assert caps(tir.floormod(h, 4) < 2) == {} and caps(tir.floormod(g * 4 + h, 8) < 3) == {}
+    assert caps((g * 64 + h) * 4 < 64) == {"g": 1, "h": 16}  # the cooperative fetch's guard
+    assert caps(tir.And(g * 2 + h < 10, h <= 3)) == {"g": 5, "h": 4}
+    assert caps(g * 32 - h < 100) == {}  # a negative coefficient: no bound

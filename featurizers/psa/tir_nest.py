@@ -280,14 +280,14 @@ def _region_dims(region, aff, axis_of) -> list:
 
 
 def _only_loop_vars(e, spans: dict) -> bool:
-    """Whether an integer expression is made of constants and the given loop variables alone (a symbolic
+    """Whether an integer expression is a sum of multiples of the given loop variables and constants (a symbolic
     shape, or a node the affine reader does not read, would be dropped from its form, not bounded by it)."""
     k = type(e).__name__
     if k == "Var":
         return e.__chandle__() in spans
     if k == "IntImm":
         return True
-    if k in ("Add", "Sub", "Mul", "FloorDiv", "FloorMod"):
+    if k in ("Add", "Sub", "Mul"):  # a // or % digit bounds a part of its variable, not the variable
         return _only_loop_vars(e.a, spans) and _only_loop_vars(e.b, spans)
     if k == "Cast":
         return _only_loop_vars(e.value, spans)
@@ -314,9 +314,9 @@ def _predicate_caps(pred, spans: dict) -> dict:
         form, c = aff.form(e.a)
         if not aff.exact[0] or any(coef <= 0 or lower != 1 for _, coef, lower, _ in form):
             continue
-        for h, coef, _, span in form:
+        for h, coef, _, _span in form:
             limit = max(1, -(-(bound + (k == "LE") - c) // coef))
-            caps[h] = min(caps.get(h, span), span, limit)
+            caps[h] = min(caps.get(h, spans[h]), spans[h], limit)
     return caps
 
 
