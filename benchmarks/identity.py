@@ -30,10 +30,15 @@ def check_identity(out: Path, target_text: str, model: str | None) -> str | None
             raise SystemExit(f"{out} holds a benchmark of another host ({describe_host(old.get('host') or {})}; "
                              f"{host_difference(old.get('host') or {}, mine['host'])}): use another --out")
         for key in ("target", "model_sha256"):
-            if old.get(key) and mine[key] and old[key] != mine[key]:
-                raise SystemExit(f"{out} holds a benchmark of another {key.split('_')[0]} ({str(old[key])[:80]}, "
+            if (old.get(key) or mine[key]) and old.get(key) != mine[key]:
+                raise SystemExit(f"{out} holds a benchmark of another {key.split('_')[0]} ({str(old.get(key))[:80]}, "
                                  f"not {str(mine[key])[:80]}): give the one it ran with, or use another --out")
         mine["host"] = old["host"]  # the identity is the host's, whatever its clock now
+    else:  # an --out of runs made before it recorded one: their done.json say which weights they ran with
+        ran = {json.loads(p.read_text()).get("model_sha256") for p in Path(out).glob("runs/**/done.json")} - {None}
+        if ran and ran != {mine["model_sha256"]}:
+            raise SystemExit(f"{out} holds runs of other weights ({', '.join(sorted(x[:12] for x in ran))}), not "
+                             f"{mine['model']}'s: give the --model they ran with, or use another --out")
     Path(out).mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(mine, indent=1).encode())
     return mine["model"]

@@ -238,7 +238,8 @@ def run(args) -> int:
         raise SystemExit(f"{out}'s k runs were made with {', '.join(names)}, not {args.model}: give that --model, "
                          "or use another --out")
     meta = dict(host=measuring_host(runnable_target(args.target)), trials=args.trials, target=args.target,
-                model=args.model, library=str(Path(args.library).resolve()) if args.library else None)
+                model=args.model, model_sha256=weights_sha256(args.model),
+                library=str(Path(args.library).resolve()) if args.library else None)
     if (out / "benchmark.json").exists():
         why = other_benchmark(json.loads((out / "benchmark.json").read_text()), meta)
         if why:
