@@ -520,11 +520,13 @@ def tune(opts: TuneOptions) -> dict:
 def _starting_tasks(work: WorkDir, tasks: list[Task], counts: list[int], transfer: bool,
                     library: bool) -> tuple[list[Task], list[Task]]:
     """The tasks the transfer and the library start measure before the search (``counts``: each task's records;
-    ``transfer``, ``library``: whether this run has them, and so reads their state files): those whose search
+    ``transfer``, ``library``: whether this run has them, and so needs their state files): those whose search
     has not begun, every record of theirs being the start's (a stopped run may have left their start
     unfinished, or not begun), and whose transfer (or library start) is not done."""
-    transferred = started_tasks(work.transfer_state) if transfer else {}
-    started = started_tasks(work.library_state, "start from the library afresh") if library else {}
+    # both states count a task's start records (what tells a search that has begun), whichever starts this run
+    # has; a damaged state of a start it has not is read as none
+    transferred = _start_state(work.transfer_state, "transfer afresh", transfer)
+    started = _start_state(work.library_state, "start from the library afresh", library)
     keys = [task_key(t.mod) for t in tasks] if transferred or started else [None] * len(tasks)
     to_transfer, to_start = [], []
     for task, key, n in zip(tasks, keys, counts):
@@ -537,6 +539,16 @@ def _starting_tasks(work: WorkDir, tasks: list[Task], counts: list[int], transfe
         if not s_done:
             to_start.append(task)
     return to_transfer, to_start
+
+
+def _start_state(path: Path, afresh: str, needed: bool) -> dict:
+    """``started_tasks`` of a start's state file; {} for a damaged one the run does not need."""
+    try:
+        return started_tasks(path, afresh)
+    except InputError:
+        if needed:
+            raise
+        return {}
 
 
 def _start_share(opts: TuneOptions, n_tasks: int) -> int:
@@ -574,14 +586,17 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
     if not by_top:
         return dict(skipped="the transfer took the start's share of --trials")
     libraries = run_libraries(opts.library, platform_id_for(plain_json(target.export())), kind=target.kind.name)
-    state: dict = {}
-    for top, group in sorted(by_top.items(), reverse=True):
+    summary: dict = dict(libraries=[str(lib.path) for lib in libraries], matching_entries=0)
+    for top, group in sorted(by_top.items(), reverse=True):  # one start per share left (a task's own top)
         if clock.expired():
+            summary["stopped"] = "the run's time was spent"
             break
-        state = start_from_library(WorkDir(opts.work_dir), group, target, database, builder, runner,
-                                   libraries=libraries, model=opts.model, top=top, seed=opts.seed, number=opts.number,
-                                   repeat=opts.repeat, progress=opts.progress, should_stop=clock.expired)
-    return state
+        part = start_from_library(WorkDir(opts.work_dir), group, target, database, builder, runner,
+                                  libraries=libraries, model=opts.model, top=top, seed=opts.seed, number=opts.number,
+                                  repeat=opts.repeat, progress=opts.progress, should_stop=clock.expired)
+        summary["matching_entries"] += part["matching_entries"]
+        summary.setdefault("tasks", {}).update(part.get("tasks", {}))
+    return summary
 
 
 def _library_add(opts: TuneOptions, tasks: list[Task], target, database, answers: list, checked: bool) -> dict:

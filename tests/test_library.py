@@ -308,3 +308,18 @@ def test_a_networks_start_takes_a_share_of_its_trials_not_more():
     assert _start_share(network, 19) == 1 and _start_share(TuneOptions("w", network="bert", trials=200), 19) == 10
     assert _start_share(TuneOptions("w", network="bert", trials=4), 19) == 1
     assert _start_share(TuneOptions("w", workloads=[CONV], trials=32), 1) == 32
+
+
+def test_a_damaged_start_state_stops_only_a_run_that_has_that_start(tmp_path):
+    """A run counts both starts' records (which tell a search that has begun); a damaged state file of a start
+    the run does not have (--no-library, no --transfer-from) is read as none, one it has is refused naming it."""
+    from costlab.common.errors import InputError
+    from costlab.export.tune import _start_state
+
+    state = tmp_path / "library_start.json"
+    state.write_text("{not json")
+    assert _start_state(state, "start from the library afresh", needed=False) == {}
+    with pytest.raises(InputError, match="remove it to start from the library afresh"):
+        _start_state(state, "start from the library afresh", needed=True)
+    state.write_text(json.dumps({"tasks": {"abc": {"done": False, "measured": [{}, {}]}}}))
+    assert _start_state(state, "start from the library afresh", needed=False) == {"abc": (False, 2)}
