@@ -25,7 +25,12 @@ from costlab.metaschedule.traces import ReplayError, replay
 
 
 class TransferError(ValueError):
-    """A source schedule that does not apply to the new task; the message says why."""
+    """A source schedule that does not apply to the new task; the message says why. ``retry``: a refusal that
+    depends on the loops' extents, which a replay with its compute-at locations sampled anew may change."""
+
+    def __init__(self, message: str, retry: bool = False):
+        super().__init__(message)
+        self.retry = retry
 
 
 def source_trace(mod, trace_json):
@@ -100,8 +105,8 @@ class _Adapt:
         if math.prod(old) == extent and (inner <= 0 or old[-1] <= inner):
             return old
         new = nearest_tiling(old, extent, inner)
-        if new is None:
-            raise TransferError(f"a loop of {extent} has no perfect tiling in {len(old)} factors")
+        if new is None:  # a loop's extent: another compute-at location may give the loop another one
+            raise TransferError(f"a loop of {extent} has no perfect tiling in {len(old)} factors", retry=True)
         self.adapted += 1
         return list(new)
 
@@ -119,13 +124,15 @@ def _replay(mod, trace, seed: int, tiles=None):
         except TransferError:
             raise
         except Exception as exc:  # noqa: BLE001  TVM refuses an instruction (a compute-at loop gone, ...)
-            if adapt.error is not None:  # the decision provider's own refusal: no compute-at would change it
+            if adapt.error is not None and not adapt.error.retry:  # no compute-at location would change it
                 raise adapt.error from None
-            last = exc
+            last = adapt.error or exc
             continue
         if tiles is not None and adapt.used != len(tiles):
             raise TransferError("the schedule lost some of the source's tilings")
         return sch, adapt.adapted, drop
+    if isinstance(last, TransferError):
+        raise last
     raise TransferError(f"the schedule does not apply ({last_line(last)[:200]})")
 
 
