@@ -122,7 +122,7 @@ def train(data: Path, run: Path, tasks: list[int], all_tasks: int, keep: float, 
     config = run / "model" / "config.json"
     if config.exists():
         trained = json.loads(config.read_text()).get("training", {}).get("epochs")
-        if trained is None or trained in (args.epochs - 1, args.epochs):  # the last epoch's index, or the count
+        if trained is None or trained == args.epochs:  # the summary's epochs: the count Lightning completed
             return run
         shutil.rmtree(run)  # trained for another number of epochs than asked now: trained again
     name = f"curve-{run.name}"
@@ -210,8 +210,9 @@ def main(argv=None) -> int:
 
     def add(row: dict) -> None:
         row = row | {"seed": args.seed, "epochs": args.epochs}  # a row of other settings is another row
-        same = ("kind", "tasks", "on", "seed", "epochs")
-        results["scores"] = [r for r in results["scores"] if any(r.get(k) != row[k] for k in same)] + [row]
+        same = ("kind", "tasks", "on", "seed", "epochs")  # a row of before they were recorded: replaced
+        results["scores"] = [r for r in results["scores"]
+                             if any(r.get(k, row[k]) != row[k] for k in same)] + [row]
         write_atomically(results_path, json.dumps(results, indent=1).encode())
 
     for model in filter(None, args.models.split(",")):
@@ -232,11 +233,14 @@ def main(argv=None) -> int:
             row = dict(kind=kind, tasks=len(tasks), seconds=round(time.perf_counter() - t0, 1))
             for on, (path, split) in sets.items():
                 add(row | {"on": on} | score(run / "model", path, split))
-    plot(results, args.out / "curve.png")
+    # the table and the plot: this invocation's seed and epochs (results.json keeps the rows of others)
+    shown = dict(results, scores=[r for r in results["scores"]
+                                  if r.get("seed", args.seed) == args.seed and r.get("epochs", args.epochs) == args.epochs])
+    plot(shown, args.out / "curve.png")
     print(f"host: {describe_host(results['host'])}; held-out trajectory tasks: {len(traj_heldout)}")
     for on in ("a", "a1000", "traj-heldout"):
         print(f"\n{on}\n\n| kind | tasks | " + " | ".join(KEYS) + " |\n" + "|---" * (2 + len(KEYS)) + "|")
-        for r in (r for r in results["scores"] if r["on"] == on):
+        for r in (r for r in shown["scores"] if r["on"] == on):
             print(f"| {r['kind']} | {r['tasks']} | " + " | ".join(f"{r[k]:.3f}" for k in KEYS) + " |")
     return 0
 
