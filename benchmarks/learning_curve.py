@@ -234,8 +234,8 @@ def main(argv=None) -> int:
             for on, (path, split) in sets.items():
                 add(row | {"on": on} | score(run / "model", path, split))
     # the table and the plot: this invocation's seed and epochs (results.json keeps the rows of others)
-    shown = dict(results, scores=[r for r in results["scores"]
-                                  if r.get("seed", args.seed) == args.seed and r.get("epochs", args.epochs) == args.epochs])
+    mine = {"seed": args.seed, "epochs": args.epochs}
+    shown = dict(results, scores=[r for r in results["scores"] if all(r.get(k, v) == v for k, v in mine.items())])
     plot(shown, args.out / "curve.png")
     print(f"host: {describe_host(results['host'])}; held-out trajectory tasks: {len(traj_heldout)}")
     for on in ("a", "a1000", "traj-heldout"):
