@@ -288,7 +288,7 @@ def write_database(out_dir, workloads, records, replace: bool = False) -> Path:
         write_together(files)
     except OSError as exc:
         # the file by its own name, not the temporary one it was being written under
-        where = next((n for n in (WORKLOAD_FILE, RECORD_FILE) if exc.filename and n in Path(exc.filename).name),
-                     "its files")
-        raise InputError(out_dir, f"cannot write {where} ({exc.strerror or exc}); nothing was written") from None
+        name = next((n for n in (WORKLOAD_FILE, RECORD_FILE) if exc.filename and n in Path(exc.filename).name), None)
+        raise InputError(out_dir / name if name else out_dir,
+                         f"cannot write ({exc.strerror or exc}); nothing was written") from None
     return out_dir

@@ -138,8 +138,13 @@ def write_together(files: dict) -> None:
     with signals_deferred():
         try:
             for path, data in files.items():
-                with _synced_temporary(path) as (fh, tmp, final):
-                    fh.write(data)
+                try:
+                    with _synced_temporary(path) as (fh, tmp, final):
+                        fh.write(data)
+                except OSError as exc:  # a full disk at a write or a sync names no file: this one
+                    if exc.filename is None:
+                        exc.filename = str(path)
+                    raise
                 ready.append((tmp, final))
             for tmp, final in reversed(ready):
                 os.replace(tmp, final)
