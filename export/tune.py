@@ -349,12 +349,13 @@ def tune(opts: TuneOptions) -> dict:
             # the transferred ones first, the library's after them
             library = opts.use_library and not opts.rpc_key
             to_transfer, to_start = _starting_tasks(work, tasks, _done_per_task(database, tasks),
-                                                    bool(opts.transfer_from) or library, library)
+                                                    bool(opts.transfer_from), library)
             if opts.transfer_from and to_transfer:
                 transferred = _transfer(opts, to_transfer, target, database, builder, runner, clock, len(tasks))
             if library and to_start:
                 # what the transfer measured of each task (this run's and an earlier one's) leaves the library less
-                taken = {key: added for key, (_done, added) in started_tasks(work.transfer_state).items()}
+                taken = {key: added for key, (_done, added) in
+                         _start_state(work.transfer_state, "transfer afresh", bool(opts.transfer_from)).items()}
                 started_from = _library_start(opts, to_start, target, database, builder, runner, clock, taken,
                                               len(tasks))
             done = _done_per_task(database, tasks)
