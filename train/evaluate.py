@@ -57,11 +57,12 @@ def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.nda
     evaluated = ds.split(split).digest if split else None
     for step in meta.get("lineage") or []:
         name = step.get("split")
-        if (not name or not _same_dataset(step.get("dataset"), ds.path) or name not in ds.split_names()
-                or ds.split(name).digest != step.get("split_digest")
-                or (name == split and step.get("split_digest") == evaluated)):
+        if not name or not _same_dataset(step.get("dataset"), ds.path) or name not in ds.split_names():
             continue
-        seen = int(np.count_nonzero(~ds.split(name).is_test(table.task[rows], table.program_id[rows])))
+        earlier = ds.split(name)
+        if earlier.digest != step.get("split_digest") or (name == split and earlier.digest == evaluated):
+            continue
+        seen = int(np.count_nonzero(~earlier.is_test(table.task[rows], table.program_id[rows])))
         if seen:
             notes.append(f"{seen} of the {len(rows)} evaluated records are in the training part of split "
                          f"{name!r}, which the model was pretrained on before fine-tuning: its scores of them "

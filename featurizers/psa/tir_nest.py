@@ -312,11 +312,11 @@ def _predicate_caps(pred, spans: dict) -> dict:
             continue
         aff = _Affine(spans)
         form, c = aff.form(e.a)
-        if not aff.exact[0] or any(coef <= 0 or lower != 1 for _, coef, lower, _ in form):
+        if not aff.exact[0] or any(coef <= 0 for _, coef, _, _ in form):
             continue
-        for h, coef, _, _span in form:
+        for h, coef, _, _ in form:  # whole variables: no // or % digit passes _only_loop_vars
             limit = max(1, -(-(bound + (k == "LE") - c) // coef))
-            caps[h] = min(caps.get(h, spans[h]), spans[h], limit)
+            caps[h] = min(caps.get(h, spans[h]), limit)
     return caps
 
 
