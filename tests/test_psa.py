@@ -264,3 +264,18 @@ def test_a_predicate_bounds_only_whole_loop_variables_of_a_sum():
     assert caps((g * 64 + h) * 4 < 64) == {"g": 1, "h": 16}  # the cooperative fetch's guard
     assert caps(tir.And(g * 2 + h < 10, h <= 3)) == {"g": 5, "h": 4}
     assert caps(g * 32 - h < 100) == {}  # a negative coefficient: no bound
+
+
+def test_the_modes_benchmark_compares_the_same_records_both_ways(capsys):
+    """benchmarks/psa_modes.py: both modes on the same drawn records, counts that hold together, a row a line."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import psa_modes
+
+    data = Path(__file__).parent / "fixtures" / "h100" / "cuda_sm90.h5"
+    r = psa_modes.compare(data, records=24)
+    assert r["records"] == 24 and len(set(r["rows"].tolist())) == 24 and r["compared"] == 24
+    assert r["over_1pct"] <= r["differ"] <= r["compared"] and r["differ"] == int((r["rel"] > 1e-9).sum())
+    assert psa_modes.main([str(data), "--records", "24", "--list"]) == 0
+    assert capsys.readouterr().out.count("  row ") == r["differ"]
