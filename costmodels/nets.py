@@ -40,9 +40,10 @@ class NetKind(ModelKind):
     def inputs(self, batch: dict) -> tuple:
         raise NotImplementedError
 
-    def predictor(self, art=None, seed: int = 0):
-        """The net of an artifact, with its weights, as a ``NetPredictor``: a net config that does not build, or a
-        hardware input of another version than this costlab's, is an InputError naming the artifact."""
+    def predictor(self, art=None, seed: int = 0, device: str | None = None):
+        """The net of an artifact, with its weights, as a ``NetPredictor`` on ``device`` (None: the GPU when there
+        is one): a net config that does not build, or a hardware input of another version than this costlab's, is
+        an InputError naming the artifact."""
         from costlab.costmodels.artifact import load_state  # lazy: pulls torch; listing the kinds (the parser) must not
         from costlab.costmodels.predictors import NetPredictor  # lazy: pulls torch, as above
 
@@ -56,7 +57,7 @@ class NetKind(ModelKind):
             if problem:
                 raise InputError(art.path, f"its hardware input does not fit ({problem})")
         return NetPredictor(load_state(net, art.tensors, art.path), self.name, config["featurizer"],
-                            config["platforms"], config)
+                            config["platforms"], config, device=device)
 
 
 @register

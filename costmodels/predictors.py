@@ -27,7 +27,7 @@ import torch
 from costlab.common.errors import InputError
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import is_artifact, read_artifact, read_config
-from costlab.costmodels.nets import net_inputs
+from costlab.costmodels.nets import NetKind, net_inputs
 from costlab.costmodels.shipped import aliases, shipped_path, versioned_names
 from costlab.costmodels.tensors import to_tensors
 from costlab.featurizers import from_json
@@ -168,7 +168,7 @@ def shipped_alias(model):
     return model
 
 
-def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
+def load(model, seed: int = 0, trust_unhashed: bool = False, device: str | None = None) -> Predictor:
     """A predictor from the name of a kind that needs no weights (``'psa'``, ``'random'``), a shipped model's
     name, a model directory or archive, or a training run's directory, made by its kind (``kinds.py``). Every
     check of ``artifact.read_artifact`` is done before it is returned: both files regular and of a model's
@@ -177,7 +177,8 @@ def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
 
     A model whose config records no ``weights_sha256`` / ``config_sha256`` (one made by hand, or by a costlab
     from before config hashes) is refused unless ``trust_unhashed=True`` or the environment variable
-    ``COSTLAB_TRUST_UNHASHED=1`` says to trust it; a hash that is recorded is checked either way."""
+    ``COSTLAB_TRUST_UNHASHED=1`` says to trust it; a hash that is recorded is checked either way. ``device``: where
+    a learned net's weights live (None: the GPU when there is one)."""
     if isinstance(model, str) and model in kinds.untrained():
         return kinds.create(model).predictor(seed=seed)
     art = read_artifact(resolve(model), trust_unhashed=trust_unhashed)
@@ -188,4 +189,6 @@ def load(model, seed: int = 0, trust_unhashed: bool = False) -> Predictor:
     kind = kinds.find(art.kind)
     if kind is None or not kind.trained:
         raise InputError(art.path, f"unknown model kind {art.kind!r} (known: {', '.join(kinds.trainable())})")
+    if device is not None and isinstance(kind, NetKind):  # costlab's own nets; a registered kind may take no device
+        return kind.predictor(art, seed, device=device)
     return kind.predictor(art, seed)

@@ -473,7 +473,10 @@ def tune(opts: TuneOptions) -> dict:
         chosen.append(record)
         answers.append(None)
         rows.append(row)
+    t_check = time.time()
     got = check_tasks(database, [item for _, item in to_check], target, seed=opts.seed) if to_check else []
+    if to_check:  # after wall_s: the seconds the checks add to the command's own
+        summary["check_s"] = round(time.time() - t_check, 2)
     for (i, _), answer in zip(to_check, got):
         chosen[i], answers[i] = answer["record"], answer
         rows[i]["check"] = {k: v for k, v in answer.items() if k not in ("record", "tried")}

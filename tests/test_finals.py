@@ -241,3 +241,29 @@ def test_many_tasks_are_checked_at_once_as_each_on_its_own(tmp_path):
     for a, b in zip(together, alone):
         assert a["checked"] == b["checked"]
         assert [trace_text(r.trace) for r in a["tried"]] == [trace_text(r.trace) for r in b["tried"]]
+
+
+def test_a_gpu_tasks_reference_is_built_for_this_machines_own_cpu(monkeypatch, another_host):
+    """A GPU task's reference runs on the host CPU, compiled for it by LLVM's own name of it (generic x86-64
+    code converts float16 in software, ~10x slower): never for a faked host's CPU, whose code might not run here.
+    The float16 reference so built gives the generic build's output."""
+    import numpy as np
+    import tvm
+    from tvm.target import codegen
+
+    from costlab.common.host import FAKE_HOST_ENV
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.check import close, reference_cpu_target
+
+    monkeypatch.setenv(FAKE_HOST_ENV, str(another_host))
+    target = reference_cpu_target()
+    assert target == {"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())}
+    mod = workload_json_mod(te_workload_task("GMM:1,32,32,32,float16,float16")[1])
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(-1, 1, (1, 32, 32)).astype("float16") for _ in range(2)]
+    outs = []
+    for t in (target, {"kind": "llvm"}):
+        args = [tvm.runtime.tensor(x) for x in inputs] + [tvm.runtime.tensor(np.zeros((1, 32, 32), "float16"))]
+        tvm.compile(mod, target=tvm.target.Target(t))["main"](*args)
+        outs.append(args[-1].numpy())
+    assert close(outs[1], outs[0]) and np.any(outs[0] != 0)

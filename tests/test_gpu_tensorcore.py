@@ -262,3 +262,19 @@ def test_which_intrinsics_a_record_file_or_trace_needs(tmp_path):
     assert intrinsics.kind_for(cuda) == "cuda" and intrinsics.kind_for(x86) == "all"
     with pytest.raises(ValueError, match="'tensor'"):
         intrinsics.load("tensor")
+
+
+def test_a_tuning_runs_net_scores_on_the_cpu_also_where_there_is_a_gpu(monkeypatch):
+    """A tuning command's learned model is loaded onto the CPU, also on a machine with a GPU (taken here as one
+    that says it has a GPU: building a CUDA tensor fails where there is none), since the GPU is what the run
+    measures on and the CUDA libraries' start is seconds; ``evaluate`` and training keep the GPU default."""
+    import torch
+
+    from costlab.costmodels.predictors import load
+    from costlab.export.cost_model import tuning_predictor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pred = tuning_predictor("cuda-sm90")
+    assert pred.device == torch.device("cpu") and {p.device.type for p in pred.net.parameters()} == {"cpu"}
+    assert load("cuda-sm90", device="cpu").device == torch.device("cpu")
+    assert tuning_predictor("psa").kind == "psa"  # kinds without a net load as before
