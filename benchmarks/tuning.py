@@ -17,6 +17,8 @@ Seconds count from each command's start (process start), start-up included.
 
 Every run is a work dir OUT/runs/ARM/WORKLOAD/sSEED that is kept: re-running `run` continues an interrupted run
 and skips finished ones (a0, timed as one call, restarts), and `table` rebuilds every figure from the work dirs.
+`run --seconds S` (a job with a time limit) starts no run that would not end within the S seconds: each run that
+went from nothing to its end records its seconds in OUT/spans.json, and the longest of them is the estimate.
 The three fastest programs of each finished run (by their tuning measurement, one of which can be a lucky
 one) are measured again by one runner (same threads, same repeats), and the lowest median is the run's final
 latency, so that every final latency is comparable; `remeasure` does it again for every run. Each run holds /tmp/costlab-cpu.lock while it builds and measures, so
@@ -108,6 +110,24 @@ def _finished(work: Path, trials: int) -> bool:
     return all(t["trials"] >= trials for t in summary["tasks"])
 
 
+SPANS = "spans.json"  # per run that went from nothing to its end in one go: its seconds, its check included
+
+
+def _spans(out: Path) -> dict:
+    path = out / SPANS
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _too_long(out: Path, deadline: float | None) -> tuple[float, float] | None:
+    """(the longest run of this benchmark so far, the seconds left) when a run may not end before ``deadline``:
+    a run stopped before its end loses the round it was searching; None when it may start."""
+    spans = _spans(out).values()
+    if deadline is None or not spans:
+        return None
+    left = deadline - time.time()
+    return (max(spans), left) if max(spans) > left else None
+
+
 def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
     work = out / "runs" / arm / _slug(workload) / f"s{seed}"
     db_dir = work / "ms" if arm == "a0" else work  # where the run's database (and its re-measurement) is
@@ -116,6 +136,11 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
         if args.remeasure and not (db_dir / "remeasured.json").exists():
             with cpu_lock():
                 _remeasure(db_dir, args.target)
+        return
+    too_long = _too_long(out, getattr(args, "deadline", None))
+    if too_long:
+        print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}: not started (this benchmark's runs "
+              f"took up to {too_long[0]:.0f} s, {max(0.0, too_long[1]):.0f} s left)", flush=True)
         return
     if arm == "a0":
         cmd = [sys.executable, __file__, "_a0", "--work", str(work), "--trials", str(args.trials), "--seed", str(seed),
@@ -126,14 +151,19 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
                "--no-library"]  # the search and model alone, no schedule library start
     if arm == "a0" and db_dir.exists():  # tune_tir loads what a killed a0 measured: it starts again from nothing
         shutil.rmtree(db_dir)
+    fresh = arm == "a0" or not (work / WorkDir.RECORDS).exists()  # a continued run's seconds are a part of one
     work.mkdir(parents=True, exist_ok=True)
     print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}", flush=True)
     with cpu_lock():
+        t0 = time.time()
         with open(work / "run.log", "a") as log:
             code = run_or_stop(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)
         if code != 0:
             print(f"  failed (exit {code}); see {work / 'run.log'}", flush=True)
             return
+        if fresh:
+            spans = dict(_spans(out), **{str(work.relative_to(out / "runs")): round(time.time() - t0, 1)})
+            write_atomically(out / SPANS, json.dumps(spans, indent=1).encode())
         if args.remeasure:
             _remeasure(db_dir, args.target)
 
@@ -351,6 +381,8 @@ def run(args) -> int:
                                  f"not {info[key]} ({str(info[f'{key}_sha256'])[:12]}): use another --out")
         info["host"] = old["host"]
     args.model, args.model2 = info["model"], info["model2"]
+    seconds = getattr(args, "seconds", None)
+    args.deadline = time.time() + seconds if seconds else None
     write_atomically(meta, json.dumps(info, indent=1).encode())
     for workload in args.workloads:
         for seed in [int(s) for s in args.seeds.split(",")]:
@@ -623,7 +655,7 @@ def archive(args) -> int:
     rounds, the re-measured best, and its database gzipped (records and workloads: `costlab transfer --from`
     reads an archived run as a source)."""
     src, dst = Path(args.out), Path(args.to)
-    keep = ("benchmark.json", "openblas.json", "table.md", WorkDir.SUMMARY, WorkDir.PROGRESS, WorkDir.ROUNDS,
+    keep = ("benchmark.json", "openblas.json", "table.md", SPANS, WorkDir.SUMMARY, WorkDir.PROGRESS, WorkDir.ROUNDS,
             "remeasured.json", "retimed.json", "a0.json", "done.json", WorkDir.EXPLOIT_STATE, WorkDir.TRANSFER_STATE,
             "network.json", "table.json")
     for path in sorted(src.rglob("*")):
@@ -692,6 +724,9 @@ def main(argv=None) -> int:
     r.add_argument("--target", default="host")
     r.add_argument("--no-remeasure", dest="remeasure", action="store_false",
                    help="leave each run's best programs unmeasured after it (a `retime` of all runs follows)")
+    r.add_argument("--seconds", type=float, metavar="S",
+                   help="the time this call may take: a run is not started where the longest of this benchmark's "
+                   f"runs ({SPANS}) would not end within what is left (a stopped run loses the round it searched)")
     r.set_defaults(func=run)
     t = sub.add_parser("table", help="the table from the work dirs")
     t.add_argument("--out", required=True)

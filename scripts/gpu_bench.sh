@@ -122,8 +122,12 @@ if has tuning; then
     RESERVE=$(( $(left) / 4 ))
     [ "$RESERVE" -gt 75 ] && RESERVE=75
   fi
-  step tuning $(( $(left) - RESERVE - KILL_AFTER )) $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" \
-    --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target "$TARGET" --no-remeasure
+  # a run that would not end within the step's time is not started (its round would be lost at the TERM):
+  # tuning.py's --seconds, a little less than the step's share, which its own start-up takes from
+  share=$(( $(left) - RESERVE - KILL_AFTER ))
+  step tuning $share $PY "$HERE/benchmarks/tuning.py" run --out "$OUT/tuning" --model "$MODEL" \
+    --arms a,c --workloads $TUNE_WORKLOADS --seeds "$SEEDS" --trials "$TRIALS" --target "$TARGET" --no-remeasure \
+    --seconds $(( share > 10 ? share - 5 : 5 ))
   [ "$RESERVE" -gt 0 ] && step retime $(( RESERVE * 4 / 5 )) $PY "$HERE/benchmarks/tuning.py" retime --out "$OUT/tuning" --target "$TARGET" --rounds 3
   step table 20 $PY "$HERE/benchmarks/tuning.py" table --out "$OUT/tuning"
 fi

@@ -271,6 +271,8 @@ def test_the_bench_keeps_what_reserve_says_for_the_retime(tmp_path, reserve, ste
     log = (tmp_path / "out" / "steps.log").read_text()
     share = 100 - int(reserve) - 20  # the 20 s a stopped run may take to end kept too; a second may have gone
     assert f"== tuning (at most {share} s)" in log or f"== tuning (at most {share - 1} s)" in log
+    run = ran.read_text().splitlines()[0].split()  # no run started that would not end in the share, less 5 s
+    assert run[run.index("--seconds") + 1] in (str(share - 5), str(share - 6))
     if reserve != "0":
         assert "== retime (at most 32 s)" in log
 

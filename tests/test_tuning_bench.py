@@ -197,3 +197,30 @@ def test_an_a0_run_killed_before_its_end_starts_again_from_nothing(tmp_path, mon
     args = tuning.argparse.Namespace(trials=8, target="host", model=None, model2=None, remeasure=False)
     tuning._run_one("a0", "GMM:1,8,8,8", 0, args, tmp_path)
     assert seen == [False]
+
+
+def test_a_run_that_would_not_end_in_the_time_left_is_not_started(tmp_path, monkeypatch, capsys):
+    """``run --seconds``: each run that went from nothing to its end records its seconds (``spans.json``; a
+    continued or failed one does not), and a run is not started where the longest of them is more than what is
+    left (a run stopped before its end loses the round it was searching). The tune command is a stand-in."""
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+    started = []
+    monkeypatch.setattr(tuning, "run_or_stop", lambda cmd, **kw: started.append(kw["cwd"].name) or 0)
+    args = tuning.argparse.Namespace(trials=8, target="host", model="x86-cpu", model2=None, remeasure=False,
+                                     deadline=None)
+    tuning._run_one("a", "GMM:1,8,8,8", 0, args, tmp_path)  # fresh: its seconds recorded
+    continued = tmp_path / "runs" / "a" / "GMM_1_8_8_8" / "s1"
+    continued.mkdir(parents=True)
+    (continued / "database_tuning_record.json").write_text("")
+    tuning._run_one("a", "GMM:1,8,8,8", 1, args, tmp_path)  # continued: a part of a run, not recorded
+    spans = json.loads((tmp_path / "spans.json").read_text())
+    assert list(spans) == ["a/GMM_1_8_8_8/s0"] and spans["a/GMM_1_8_8_8/s0"] >= 0 and started == ["s0", "s1"]
+    (tmp_path / "spans.json").write_text(json.dumps({"a/GMM_1_8_8_8/s0": 90.0}))
+    args.deadline = tuning.time.time() + 60
+    tuning._run_one("c", "GMM:1,8,8,8", 0, args, tmp_path)
+    assert started == ["s0", "s1"] and not (tmp_path / "runs" / "c").exists()
+    assert "c GMM:1,8,8,8 seed 0: not started (this benchmark's runs took up to 90 s, 60 s left)" in \
+        capsys.readouterr().out
+    args.deadline = tuning.time.time() + 120  # time enough: it runs
+    tuning._run_one("c", "GMM:1,8,8,8", 0, args, tmp_path)
+    assert started == ["s0", "s1", "s0"]
