@@ -43,9 +43,9 @@ def close(expected, got) -> bool:
 
 def reference_cpu_target() -> dict:
     """The target a GPU task's reference is built for: this machine's own CPU, by LLVM's name of it. Generic
-    x86-64 code has no half-precision conversions (F16C): a float16 reference ran 6-8x slower without them, 28 s
-    for an unscheduled 1024x1024x1024 matmul on a 2-core Zen 4. The real CPU's name, never a faked one
-    (``$COSTLAB_HOST_FILES``): the code runs here."""
+    x86-64 code has no half-precision conversions (F16C): a float16 reference ran about 10x slower without them,
+    27 s for an unscheduled 1024x1024x1024 matmul on a 2-core Zen 4 (``benchmarks/check_reference.py``). The real
+    CPU's name, never a faked one (``$COSTLAB_HOST_FILES``): the code runs here."""
     from tvm.target import codegen
 
     return {"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())}

@@ -44,9 +44,10 @@ def tuning_predictor(model, seed: int = 0):
     (``.ckpt``) is not a model here: it is refused, naming the run directory to give or export instead.
     (``costlab evaluate`` and ``finetune`` also take checkpoints: ``train.predict.load_predictor``.)
 
-    A net scores and adapts on the CPU, also on a GPU machine: a round's few hundred programs are cheap to score
-    there, and the GPU is what the run measures on. On an H200 lease a run's first online update took 5.6-7.6 s
-    (the CUDA libraries' start) and its later ones 0.5-0.9 s; on a 2-core CPU the first took 1.8 s."""
+    costlab's nets (TLP, PaCM, multi-task) score and adapt on the CPU, also on a GPU machine: a round's few
+    hundred programs are cheap to score there, and the GPU is what the run measures on. On an H200 lease a run's
+    first online update, its net on the GPU, took 5.6-7.6 s (the CUDA libraries' start) and its later ones
+    0.5-0.9 s. (The MLP baseline is MetaSchedule's trainer, which places itself; a registered kind, its own.)"""
     return predictors.load(str(model), seed, device="cpu")
 
 

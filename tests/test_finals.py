@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import FIXTURES
+
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -243,7 +245,7 @@ def test_many_tasks_are_checked_at_once_as_each_on_its_own(tmp_path):
         assert [trace_text(r.trace) for r in a["tried"]] == [trace_text(r.trace) for r in b["tried"]]
 
 
-def test_a_gpu_tasks_reference_is_built_for_this_machines_own_cpu(monkeypatch, another_host):
+def test_a_gpu_tasks_reference_is_built_for_this_machines_own_cpu(monkeypatch):
     """A GPU task's reference runs on the host CPU, compiled for it by LLVM's own name of it (generic x86-64
     code converts float16 in software, ~10x slower): never for a faked host's CPU, whose code might not run here.
     The float16 reference so built gives the generic build's output."""
@@ -254,10 +256,14 @@ def test_a_gpu_tasks_reference_is_built_for_this_machines_own_cpu(monkeypatch, a
     from costlab.common.host import FAKE_HOST_ENV
     from costlab.datasets.extract import te_workload_task, workload_json_mod
     from costlab.export.check import close, reference_cpu_target
+    from costlab.metaschedule.targets import host_cpu_name
 
-    monkeypatch.setenv(FAKE_HOST_ENV, str(another_host))
+    real = str(codegen.llvm_get_system_cpu())
+    other = next(d for d in (FIXTURES / "hosts").iterdir() if (d / "llvm_cpu").read_text().strip() != real)
+    monkeypatch.setenv(FAKE_HOST_ENV, str(other))  # a faked host of another CPU name
+    assert host_cpu_name() != real
     target = reference_cpu_target()
-    assert target == {"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())}
+    assert target == {"kind": "llvm", "mcpu": real}
     mod = workload_json_mod(te_workload_task("GMM:1,32,32,32,float16,float16")[1])
     rng = np.random.default_rng(0)
     inputs = [rng.uniform(-1, 1, (1, 32, 32)).astype("float16") for _ in range(2)]
