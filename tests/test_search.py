@@ -345,3 +345,48 @@ def test_resume_skips_lines_an_interrupted_write_cut_short(run, tmp_path):  # no
     assert json.loads(res.stdout)["tasks"][0]["trials"] == 8 == len(_records(work))
     assert len((work / "database_tuning_record.bad-lines.jsonl").read_text().splitlines()) == 2  # nothing lost
     assert len(_program_hashes(work, "GMM:1,16,16,16")) == 8
+
+
+def test_draft_verify_may_pick_in_a_later_round_what_it_drafted_and_passed_over(monkeypatch):
+    """MetaSchedule's ``EvolveWithCostModel`` marks every program it returns as measured: draft-verify starts
+    its evolution state afresh every round, so a program PSA drafted in round 1 and the verifier passed over
+    is drafted again in round 2 (nothing is banned for having been scored); what round 1 measured is not."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    import costlab.export.search.draft_verify as dv
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.export.search.common import schedule_hash
+    from costlab.metaschedule.tune_context import tune_context
+
+    drafts = []
+    real = dv.evolution_ffi
+
+    def spy(name):
+        f = real(name)
+        if name != "EvolveWithCostModel":
+            return f
+
+        def evolve(*args):
+            out = list(f(*args))
+            drafts.append({schedule_hash(s) for s in out})
+            return out
+        return evolve
+
+    monkeypatch.setattr(dv, "evolution_ffi", spy)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    mod = workload_json_mod(te_workload_task("GMM:1,4,4,4")[1])  # a small space: what is drafted recurs
+    strategy = make_strategy("draft-verify", population=128)
+    ctx = tune_context(mod, target, strategy, rand_state=1)
+    spaces = ctx.space_generator.generate_design_space(ctx.mod)
+    strategy.pre_tuning(8, 4, spaces, ms.database.MemoryDatabase(), CostlabCostModel("psa"))
+    picked = []
+    for _ in range(2):
+        cands = strategy.generate_measure_candidates()
+        picked.append({schedule_hash(c.sch) for c in cands})
+        strategy.notify_runner_results(cands, [ms.runner.RunnerResult([1e-6], None) for _ in cands])
+    strategy.post_tuning()
+    assert len(drafts) == 2 and len(picked[0]) == len(picked[1]) == 4
+    assert drafts[1] & (drafts[0] - picked[0])  # drafted and passed over in round 1, drafted again
+    assert not picked[1] & picked[0]  # nothing measured twice

@@ -5,8 +5,10 @@ Each round the evolutionary search runs with PSA as its cost model (MetaSchedule
 ``EvolveWithCostModel``), so PSA scores every candidate the genetic search proposes; the best-drafted
 ``verify_fraction`` of them reach the learned model, and the round's batch is its best, with
 MetaSchedule's epsilon-greedy share of random unmeasured programs kept. ``EvolveWithCostModel`` marks every
-program it returns as measured, so drafted programs the verifier rejects are not proposed again: the
-learned model's recall is capped by PSA's. ``model-led`` (``model_led.py``) is the search the model leads.
+program it returns as measured, so the evolution state is made afresh every round (as ``model-led`` does):
+a drafted program the verifier passed over may be drafted and picked in a later round; what was measured is
+kept here (``_picked``) and never picked again. Within a round the learned model's recall is capped by PSA's.
+``model-led`` (``model_led.py``) is the search the model leads.
 """
 
 from __future__ import annotations
@@ -54,18 +56,20 @@ class DraftVerifySearch(PySearchStrategy):
         self._picked: set = set()  # programs this run measured (hashes), never picked again
 
     def _make_inner(self):
+        """MetaSchedule's evolutionary search over this task, with PSA as its cost model: a fresh state."""
         from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
         o = self.options
-        return EvolutionarySearch(population_size=o["population_size"], init_measured_ratio=o["init_measured_ratio"],
-                                  init_min_unmeasured=o["init_min_unmeasured"], genetic_num_iters=o["genetic_iters"],
-                                  genetic_mutate_prob=o["genetic_mutate_prob"], eps_greedy=o["eps_greedy"])
+        inner = EvolutionarySearch(population_size=o["population_size"], init_measured_ratio=o["init_measured_ratio"],
+                                   init_min_unmeasured=o["init_min_unmeasured"], genetic_num_iters=o["genetic_iters"],
+                                   genetic_mutate_prob=o["genetic_mutate_prob"], eps_greedy=o["eps_greedy"])
+        inner._initialize_with_tune_context(self.context)
+        return inner
 
     # -- the six hooks --------------------------------------------------------------------------------------
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
         self._inner = self._make_inner()
-        self._inner._initialize_with_tune_context(context)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
         if database is None or cost_model is None:
@@ -89,6 +93,10 @@ class DraftVerifySearch(PySearchStrategy):
         t_start = time.perf_counter()
         o = self.options
         pop = o["population_size"]
+        if self.trials:  # a fresh evolution state: the FFI's marks of the last round's drafts are not measurements
+            self._inner.post_tuning()
+            self._inner = self._make_inner()
+            self._inner.pre_tuning(self.max_trials, self.per_iter, self.design_spaces, self.database, self.draft)
         measured = best_measured(self.context, self.database, int(pop * o["init_measured_ratio"]), self.trials + 1)
         unmeasured = list(evolution_ffi("SampleInitPopulation")(self._inner, pop - len(measured)))
         t_sample = time.perf_counter()
@@ -138,7 +146,7 @@ class DraftVerifySearch(PySearchStrategy):
             order = [drafted[i] for i in np.argsort(-scores, kind="stable")]
             order = [s for s in order if schedule_hash(s) not in self._picked]  # measured before a resume
         picks = order[:n_best]
-        seen = self._picked | {schedule_hash(s) for s in drafted}  # drafted ones are marked measured by the FFI call
+        seen = self._picked | {schedule_hash(s) for s in picks}
         rng = np.random.default_rng(self.trials + 1)
         for i in rng.permutation(len(unmeasured)):
             if len(picks) >= num:
