@@ -518,7 +518,7 @@ def table(args) -> int:
         a = arms.get("a", [])
         a_final = _geo([r["tuning_final_us"] for r in a])
         full = _geo([r["tuning_final_us"] for r in arms.get("a1000", [])])
-        for arm in ARMS:
+        for arm in [*ARMS, *sorted(set(arms) - set(ARMS))]:  # an arm of another name (a copy of runs) after them
             rows = arms.get(arm, [])
             if not rows:
                 continue

@@ -224,3 +224,15 @@ def test_a_run_that_would_not_end_in_the_time_left_is_not_started(tmp_path, monk
     args.deadline = tuning.time.time() + 120  # time enough: it runs
     tuning._run_one("c", "GMM:1,8,8,8", 0, args, tmp_path)
     assert started == ["s0", "s1", "s0"]
+
+
+def test_the_table_lists_an_arm_of_another_name_after_the_benchmarks_own(tmp_path):
+    """Runs kept under an arm name the benchmark does not know (a copy of runs made by other code, set beside
+    its own for one retime) are listed after the known arms, not left out."""
+    out = tmp_path / "tuning"
+    shutil.copytree(ROOT / "benchmarks" / "results" / "gpu-h200-s1" / "tuning", out)
+    shutil.copytree(out / "runs" / "c", out / "runs" / "c-copy")
+    assert tuning.table(tuning.argparse.Namespace(out=str(out))) == 0
+    rows = [ln.split(" | ")[:2] for ln in (out / "table.md").read_text().splitlines() if ln.startswith("| GMM")]
+    assert rows == [["| GMM_1_1024_1024_1024_float16_float16", "a"], ["| GMM_1_1024_1024_1024_float16_float16", "c"],
+                    ["| GMM_1_1024_1024_1024_float16_float16", "c-copy"]]
