@@ -45,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from costlab.common.children import run_or_stop
 from costlab.common.cpu_lock import cpu_lock
 from costlab.common.errors import InputError
@@ -381,8 +383,8 @@ def run(args) -> int:
                                  f"not {info[key]} ({str(info[f'{key}_sha256'])[:12]}): use another --out")
         info["host"] = old["host"]
     args.model, args.model2 = info["model"], info["model2"]
-    seconds = getattr(args, "seconds", None)
-    args.deadline = time.time() + seconds if seconds else None
+    seconds = getattr(args, "seconds", None)  # from the process's start (its imports too), as its job's limit
+    args.deadline = psutil.Process().create_time() + seconds if seconds else None
     write_atomically(meta, json.dumps(info, indent=1).encode())
     for workload in args.workloads:
         for seed in [int(s) for s in args.seeds.split(",")]:

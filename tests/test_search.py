@@ -390,3 +390,16 @@ def test_draft_verify_may_pick_in_a_later_round_what_it_drafted_and_passed_over(
     assert len(drafts) == 2 and len(picked[0]) == len(picked[1]) == 4
     assert drafts[1] & (drafts[0] - picked[0])  # drafted and passed over in round 1, drafted again
     assert not picked[1] & picked[0]  # nothing measured twice
+
+
+def test_a_draft_verify_batch_never_holds_a_program_twice_nor_one_taken_before():
+    """``pick_batch``: the verifier's best, then the epsilon-greedy random share, then the next verified where
+    the random ones run out; a random pick that is also further down the verifier's order is not added again
+    when the batch is filled from that order, and nothing measured or picked before is picked."""
+    from costlab.export.search.draft_verify import pick_batch
+
+    batch = pick_batch(["a", "b", "c", "d", "e"], ["c", "x"], num=4, n_rand=2, taken={"x"}, key=str, seed=0)
+    assert batch == ["a", "b", "c", "d"]
+    assert pick_batch(["x", "a"], [], num=3, n_rand=1, taken={"x"}, key=str, seed=0) == ["a"]
+    drawn = pick_batch(["a"], list("pqrs"), num=3, n_rand=2, taken=set(), key=str, seed=5)
+    assert drawn[0] == "a" and len(set(drawn)) == 3 and set(drawn[1:]) <= set("pqrs")

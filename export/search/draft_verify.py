@@ -6,8 +6,10 @@ Each round the evolutionary search runs with PSA as its cost model (MetaSchedule
 ``verify_fraction`` of them reach the learned model, and the round's batch is its best, with
 MetaSchedule's epsilon-greedy share of random unmeasured programs kept. ``EvolveWithCostModel`` marks every
 program it returns as measured, so the evolution state is made afresh every round (as ``model-led`` does):
-a drafted program the verifier passed over may be drafted and picked in a later round; what was measured is
-kept here (``_picked``) and never picked again. Within a round the learned model's recall is capped by PSA's.
+a drafted program the verifier passed over may be drafted and picked in a later round; what it picked (or the
+database held when the run started) is kept here (``_picked``) and never picked again, also a pick the budget
+cut from its batch (draft-verify has no ``forget``). Within a round the learned model's recall is capped by
+PSA's, and the measured programs among the evolution's seeds may take some of the verifier's places.
 ``model-led`` (``model_led.py``) is the search the model leads.
 """
 
@@ -135,7 +137,6 @@ class DraftVerifySearch(PySearchStrategy):
         from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
         n_rand = int(num * self.options["eps_greedy"])
-        n_best = num - n_rand
         order: list = []
         if drafted:
             cands = [MeasureCandidate(s, []) for s in drafted]
@@ -144,24 +145,41 @@ class DraftVerifySearch(PySearchStrategy):
             else:
                 scores = np.asarray(self.verify.predict(self.context, cands), np.float64)
             order = [drafted[i] for i in np.argsort(-scores, kind="stable")]
-            order = [s for s in order if schedule_hash(s) not in self._picked]  # measured before a resume
-        picks = order[:n_best]
-        seen = self._picked | {schedule_hash(s) for s in picks}
-        rng = np.random.default_rng(self.trials + 1)
-        for i in rng.permutation(len(unmeasured)):
-            if len(picks) >= num:
-                break
-            h = schedule_hash(unmeasured[i])
-            if h not in seen:
-                seen.add(h)
-                picks.append(unmeasured[i])
-        picks += order[n_best: n_best + num - len(picks)]  # too few random ones: the next verified
+        picks = pick_batch(order, unmeasured, num, n_rand, self._picked, schedule_hash, self.trials + 1)
         self._picked |= {schedule_hash(s) for s in picks}
         return picks, len(drafted)
 
     def _close_round(self) -> None:
         self.log.close_round(self._pending, self._round_start)
         self._pending = None
+
+
+def pick_batch(order: list, unmeasured: list, num: int, n_rand: int, taken: set, key, seed: int) -> list:
+    """A round's batch of ``num``: the first ``num - n_rand`` of the verifier's ``order``, then random programs of
+    ``unmeasured`` (MetaSchedule's epsilon-greedy share, drawn with ``seed``), then the next of ``order`` where too
+    few random ones are left; never a program of ``taken`` (measured, or picked before), never one twice
+    (``key``: a program's identity)."""
+    picks, seen = [], set(taken)
+
+    def add(program) -> None:
+        h = key(program)
+        if h not in seen:
+            seen.add(h)
+            picks.append(program)
+
+    for program in order:
+        if len(picks) >= num - n_rand:
+            break
+        add(program)
+    for i in np.random.default_rng(seed).permutation(len(unmeasured)):
+        if len(picks) >= num:
+            break
+        add(unmeasured[i])
+    for program in order:  # too few random ones: the next verified
+        if len(picks) >= num:
+            break
+        add(program)
+    return picks
 
 
 def _seconds(stats: dict) -> float:
