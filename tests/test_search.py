@@ -396,7 +396,7 @@ def test_a_draft_verify_batch_never_holds_a_program_twice_nor_one_taken_before()
     """``pick_batch``: the verifier's best, then the epsilon-greedy random share, then the next verified where
     the random ones run out; a random pick that is also further down the verifier's order is not added again
     when the batch is filled from that order, and nothing measured or picked before is picked."""
-    from costlab.export.search.draft_verify import pick_batch
+    from costlab.export.search.common import pick_batch
 
     batch = pick_batch(["a", "b", "c", "d", "e"], ["c", "x"], num=4, n_rand=2, taken={"x"}, key=str, seed=0)
     assert batch == ["a", "b", "c", "d"]

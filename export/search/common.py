@@ -1,11 +1,13 @@
 """What the search strategies share: the round log, program hashes, the measured programs of a task (from
 the database, so a resumed run knows them), replays of the best measured programs, MetaSchedule's
-evolutionary-search FFI."""
+evolutionary-search FFI, and how a round's batch is picked from the model's order (``pick_batch``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import numpy as np
 
 from costlab.metaschedule.traces import replay
 
@@ -103,3 +105,31 @@ def measure_candidates(schedules: list) -> list:
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
     return [MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in schedules]
+
+
+def pick_batch(order: list, pool: list, num: int, n_rand: int, taken: set, key, seed: int, rest=None) -> list:
+    """A round's batch of ``num``: the first ``num - n_rand`` of the model's ``order``, then random programs of
+    ``pool`` (MetaSchedule's epsilon-greedy share, drawn with ``seed``), then the next of ``rest`` (default
+    ``order``) where too few are left; never a program of ``taken`` (measured, or picked before), never one twice
+    (``key``: a program's identity)."""
+    picks, seen = [], set(taken)
+
+    def add(program) -> None:
+        h = key(program)
+        if h not in seen:
+            seen.add(h)
+            picks.append(program)
+
+    for program in order:
+        if len(picks) >= num - n_rand:
+            break
+        add(program)
+    for i in np.random.default_rng(seed).permutation(len(pool)):
+        if len(picks) >= num:
+            break
+        add(pool[i])
+    for program in order if rest is None else rest:  # too few of either: whatever is left, in that order
+        if len(picks) >= num:
+            break
+        add(program)
+    return picks

@@ -25,7 +25,7 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from costlab.export.cost_model import CostlabCostModel, draft_model
 from costlab.export.search.common import (RoundLog, best_measured, evolution_ffi, measure_candidates, measured_hashes,
-                                          schedule_hash)
+                                          pick_batch, schedule_hash)
 
 
 @derived_object
@@ -152,34 +152,6 @@ class DraftVerifySearch(PySearchStrategy):
     def _close_round(self) -> None:
         self.log.close_round(self._pending, self._round_start)
         self._pending = None
-
-
-def pick_batch(order: list, unmeasured: list, num: int, n_rand: int, taken: set, key, seed: int) -> list:
-    """A round's batch of ``num``: the first ``num - n_rand`` of the verifier's ``order``, then random programs of
-    ``unmeasured`` (MetaSchedule's epsilon-greedy share, drawn with ``seed``), then the next of ``order`` where too
-    few random ones are left; never a program of ``taken`` (measured, or picked before), never one twice
-    (``key``: a program's identity)."""
-    picks, seen = [], set(taken)
-
-    def add(program) -> None:
-        h = key(program)
-        if h not in seen:
-            seen.add(h)
-            picks.append(program)
-
-    for program in order:
-        if len(picks) >= num - n_rand:
-            break
-        add(program)
-    for i in np.random.default_rng(seed).permutation(len(unmeasured)):
-        if len(picks) >= num:
-            break
-        add(unmeasured[i])
-    for program in order:  # too few random ones: the next verified
-        if len(picks) >= num:
-            break
-        add(program)
-    return picks
 
 
 def _seconds(stats: dict) -> float:

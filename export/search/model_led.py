@@ -32,7 +32,7 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from costlab.export.cost_model import draft_model
 from costlab.export.search.common import (RoundLog, best_measured, evolution_ffi, measure_candidates, measured_hashes,
-                                          schedule_hash)
+                                          pick_batch, schedule_hash)
 
 
 def round_size(round_index: int, per_iter: int, first_rounds=(8, 16, 32)) -> int:
@@ -154,28 +154,8 @@ class ModelLedSearch(PySearchStrategy):
     def _pick(self, evolved: list, drafted: list, num: int) -> list:
         """The model's best never-measured programs (``evolved`` comes best first), with the epsilon-greedy
         share drawn at random from PSA's drafts."""
-        picks, seen = [], set(self.measured)
-        n_rand = int(num * self.options["eps_greedy"])
-
-        def take(sch) -> None:
-            h = schedule_hash(sch)
-            if h not in seen:
-                seen.add(h)
-                picks.append(sch)
-
-        for sch in evolved:
-            if len(picks) >= num - n_rand:
-                break
-            take(sch)
-        rng = np.random.default_rng(self.trials + 1)
-        for i in rng.permutation(len(drafted)):
-            if len(picks) >= num:
-                break
-            take(drafted[i])
-        for sch in evolved + drafted:  # too few of either: whatever is left, the model's order first
-            if len(picks) >= num:
-                break
-            take(sch)
+        picks = pick_batch(evolved, drafted, num, int(num * self.options["eps_greedy"]), self.measured, schedule_hash,
+                           self.trials + 1, rest=evolved + drafted)
         self.measured |= {schedule_hash(s) for s in picks}
         return picks
 
