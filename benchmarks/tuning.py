@@ -17,8 +17,9 @@ Seconds count from each command's start (process start), start-up included.
 
 Every run is a work dir OUT/runs/ARM/WORKLOAD/sSEED that is kept: re-running `run` continues an interrupted run
 and skips finished ones (a0, timed as one call, restarts), and `table` rebuilds every figure from the work dirs.
-`run --seconds S` (a job with a time limit) starts no run that would not end within the S seconds: each run that
-went from nothing to its end records its seconds in OUT/spans.json, and the longest of them is the estimate.
+`run --seconds S` (a job with a time limit, counted from the process's start) starts no run while the longest run
+so far (each run that went from nothing to its end records its seconds in OUT/spans.json) is longer than what is
+left of the S seconds: an estimate, so that a run is seldom stopped before its end and its round lost.
 The three fastest programs of each finished run (by their tuning measurement, one of which can be a lucky
 one) are measured again by one runner (same threads, same repeats), and the lowest median is the run's final
 latency, so that every final latency is comparable; `remeasure` does it again for every run. Each run holds /tmp/costlab-cpu.lock while it builds and measures, so
