@@ -119,14 +119,39 @@ def save_artifact(directory, tensors: dict, config: dict) -> Path:
     if len(blob) > WEIGHTS_MAX:
         raise UsageError(f"{directory}: the weights are {len(blob)} bytes, more than a model's {WEIGHTS_MAX} "
                          "(no costlab could load it)")
-    directory.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in config.items() if k not in HASHES}
     config = seal_config(dict(config, format=FORMAT, format_version=FORMAT_VERSION,
                               weights_sha256=hashlib.sha256(blob).hexdigest()))
+    text = jsontext.dumps(config, indent=2, sort_keys=True).encode()
+    if len(text) > CONFIG_MAX:  # refused before anything is written: no costlab would read it back
+        raise UsageError(f"{directory}: the config is {len(text)} bytes, more than a model's {CONFIG_MAX} "
+                         "(no costlab could load it)")
+    directory.mkdir(parents=True, exist_ok=True)
     # renamed weights first, then the config that names them, with no signal between the two renames
-    write_together({directory / CONFIG: jsontext.dumps(config, indent=2, sort_keys=True).encode(),
-                    directory / WEIGHTS: blob})
+    write_together({directory / CONFIG: text, directory / WEIGHTS: blob})
     return directory
+
+
+def replaceable(path) -> bool:
+    """Whether ``path`` is something an export may replace (asked to with ``--force``): a model directory holding
+    a model's two files and nothing else, its config costlab's (or too damaged to say), or a model archive of
+    them. Anything else, another tool's model with a ``config.json`` say, is never replaced."""
+    path = Path(path)
+    if path.is_dir():
+        names = {p.name for p in path.iterdir()}
+        if not names or not names <= {CONFIG, WEIGHTS}:
+            return not names
+        try:
+            config = json.loads((path / CONFIG).read_bytes()) if CONFIG in names else None
+        except (OSError, ValueError):  # a damaged config of a model directory: the export mends it
+            return True
+        return not isinstance(config, dict) or config.get("format") == FORMAT
+    try:
+        with tarfile.open(path) as tar:
+            names = set(tar.getnames())
+    except (OSError, tarfile.TarError):
+        return False
+    return bool(names) and names <= {CONFIG, WEIGHTS}
 
 
 def pack_archive(directory, archive) -> Path:
@@ -405,7 +430,7 @@ def check_net_fits(config: dict, shapes: dict, where) -> None:
     try:
         with torch.device("meta"):
             meta = build_net(kind, net)
-    except (TypeError, ValueError, RuntimeError) as exc:
+    except (TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch asserts on some sizes
         raise InputError(where, f"net config is not valid for a {kind} net ({str(exc).strip()[:200]})") from None
     compare_shapes({k: tuple(v.shape) for k, v in meta.state_dict().items()}, shapes, where)
     problem = check_featurizer_fits(kind, net, config.get("featurizer"))

@@ -69,6 +69,9 @@ class XGBKind(BaselineKind):
             model.booster.load_model(bytearray(tensors[BOOSTER].numpy().tobytes()))
         except xgb.core.XGBoostError as exc:
             raise InputError(path, f"the XGBoost booster is damaged ({str(exc).splitlines()[0][:160]})") from None
+        if model.booster.num_features() != STMT_FEATURES:  # scoring would fail on the first batch, or read garbage
+            raise InputError(path, f"the XGBoost booster reads {model.booster.num_features()} features, not the "
+                                   f"{STMT_FEATURES} per-store features an xgb model is fed")
         return model._predict
 
 

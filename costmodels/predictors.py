@@ -51,8 +51,11 @@ def _count(features: dict) -> int:
 
 
 def head_of(predictor, platform: str | None) -> int:
-    """The head that scores ``platform``: its own when the model has one, else the first."""
-    return predictor.platforms.index(platform) if platform in predictor.platforms else 0
+    """The head that scores ``platform``: its own when the model has one, else the first. A one-head model
+    trained with several platforms (labelled by the first) has one head for all of them."""
+    heads = ((getattr(predictor, "config", None) or {}).get("net") or {}).get("heads") or 1
+    index = predictor.platforms.index(platform) if platform in predictor.platforms else 0
+    return index if index < heads else 0
 
 
 class NetPredictor:
@@ -109,15 +112,25 @@ class NetPredictor:
 
 
 def resolve(model) -> Path:
-    """The artifact a name or path means: a path as given, a training run's ``model/``, or a shipped model."""
+    """The artifact a name or path means: a model at that path, a training run's ``model/``, a shipped model, or
+    else the path as given (loading it says what is wrong). A file or folder here that holds no model never
+    hides a shipped model of its name (a tuning run's work dir named like its model, say)."""
     path = Path(model)
     if (path / "model").is_dir() and is_artifact(path / "model") and not is_artifact(path):
         return path / "model"  # a training run directory
-    if not path.exists():
+    if not is_artifact(path):
         found = shipped_path(str(model))
         if found is not None:
             return found
     return path
+
+
+def check_config(model, trust_unhashed: bool = False) -> None:
+    """Refuse ``model`` (an InputError naming its file) when its config does not read, checked as ``load`` checks
+    it, without reading the weights: what a command checks before it starts work. A kind that needs no weights
+    passes."""
+    if model and str(model) not in kinds.untrained():
+        read_config(resolve(model), trust_unhashed=trust_unhashed)
 
 
 def kind_of(model) -> str | None:
@@ -161,7 +174,7 @@ def pinned_name(model, sha256: str | None = None) -> str | None:
 
 def shipped_alias(model):
     """A shipped alias as the version it stands for now, when the name means that shipped model (``resolve``: a
-    file or folder of that name here comes first, and is given as it is); anything else as given."""
+    model of that name here comes first, and is given as it is); anything else as given."""
     name = str(model)
     if name in aliases() and resolve(model) == shipped_path(name):
         return aliases()[name]
@@ -189,6 +202,9 @@ def load(model, seed: int = 0, trust_unhashed: bool = False, device: str | None 
     kind = kinds.find(art.kind)
     if kind is None or not kind.trained:
         raise InputError(art.path, f"unknown model kind {art.kind!r} (known: {', '.join(kinds.trainable())})")
+    fed = art.config["featurizer"]["name"]
+    if getattr(kind, "featurizer", fed) != fed:
+        raise InputError(art.path, f"a model of kind {art.kind} is fed by the {kind.featurizer} featurizer, not {fed}")
     if device is not None and isinstance(kind, NetKind):  # costlab's own nets; a registered kind may take no device
         return kind.predictor(art, seed, device=device)
     return kind.predictor(art, seed)

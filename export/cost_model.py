@@ -95,23 +95,30 @@ class CostlabCostModel(PyCostModel):
     def __init__(self, model=None, head: str | None = None, adapt: str = "none", strict: bool = False,
                  batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None, memo: bool = True):
         super().__init__()
-        model = kinds.draft() if model is None else model
-        self.predictor = model if hasattr(model, "predict") else tuning_predictor(model, seed)
-        self.source = str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model")
-        platforms = self.predictor.platforms
-        if head is not None and platforms and head not in platforms:
-            raise UsageError(f"model {self.source}: no head for platform {head!r} (heads: {', '.join(platforms)})")
-        self.head = head_of(self.predictor, head)
         self.strict, self.batch_size, self.memo = strict, batch_size, memo
-        self.adapter = None
+        self._options = dict(head=head, adapt=adapt, seed=seed, adapt_options=adapt_options)
+        self._use(kinds.draft() if model is None else model)
+        self.stats = dict(calls=0, candidates=0, cached=0, featurize_s=0.0, predict_s=0.0)
+
+    def _use(self, model) -> None:
+        """Score with ``model`` (a name, path or predictor) from now on: its head, a fresh online adapter of it,
+        and nothing remembered of the model before (scores, scales, targets checked)."""
+        head, adapt, seed = self._options["head"], self._options["adapt"], self._options["seed"]
+        predictor = model if hasattr(model, "predict") else tuning_predictor(model, seed)
+        source = str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model")
+        platforms = predictor.platforms
+        if head is not None and platforms and head not in platforms:
+            raise UsageError(f"model {source}: no head for platform {head!r} (heads: {', '.join(platforms)})")
+        adapter = None
         if adapts(adapt):
-            if not isinstance(self.predictor, NetPredictor):
-                raise UsageError(f"online adaptation needs a learned net; {self.predictor.kind} cannot adapt")
-            self.adapter = OnlineAdapter(self.predictor, adapt, head=self.head, seed=seed, **(adapt_options or {}))
+            if not isinstance(predictor, NetPredictor):
+                raise UsageError(f"online adaptation needs a learned net; {predictor.kind} cannot adapt")
+            adapter = OnlineAdapter(predictor, adapt, head=head_of(predictor, head), seed=seed,
+                                    **(self._options["adapt_options"] or {}))
+        self.predictor, self.source, self.head, self.adapter = predictor, source, head_of(predictor, head), adapter
         self._scales: dict = {}
         self._memo: dict = {}  # per task: program hash -> raw score, while the model is unchanged
         self._checked: set = set()
-        self.stats = dict(calls=0, candidates=0, cached=0, featurize_s=0.0, predict_s=0.0)
 
     # -- scoring -------------------------------------------------------------------------------------------
     def raw_scores(self, context, candidates) -> np.ndarray:
@@ -186,9 +193,9 @@ class CostlabCostModel(PyCostModel):
         save_artifact(Path(path), self.predictor.net.state_dict(), config)
 
     def load(self, path: str) -> None:
-        self.predictor = tuning_predictor(path)
-        self._memo.clear()
-        self._scales.clear()
+        """Score with the model at ``path`` from now on, with this cost model's head and adaptation (both
+        checked against it, as when it was made)."""
+        self._use(path)
 
 
 def _task_key(context) -> int:

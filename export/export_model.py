@@ -15,7 +15,7 @@ from pathlib import Path
 
 from costlab import __version__
 from costlab.common.errors import InputError, UsageError
-from costlab.costmodels.artifact import pack_archive, read_artifact, save_artifact
+from costlab.costmodels.artifact import pack_archive, read_artifact, replaceable, save_artifact
 from costlab.costmodels.predictors import resolve
 from costlab.datasets import open_dataset
 
@@ -72,14 +72,16 @@ def _check_output(out: str, archive: bool, force: bool) -> Path:
             raise InputError(path, "is a directory; --archive writes one file")
         if path.exists() and not force:
             raise InputError(path, "exists; give --force to replace it")
+        if path.exists() and not replaceable(path):
+            raise InputError(path, "exists and is not a costlab model archive: --force replaces only a model")
     elif path.exists() or path.is_symlink():
         if not path.is_dir():
             raise InputError(path, "exists and is not a directory (without --archive, a model is a directory)")
-        if (path / "config.json").exists():
-            if not force:
-                raise InputError(path, "holds a model already; give --force to replace it")
-        elif any(path.iterdir()):
-            raise InputError(path, "is a folder that holds other files, not a model: export into a new or empty one")
+        if not replaceable(path):
+            raise InputError(path, "is a folder that holds other files, not a model: export into a new or empty one "
+                                   "(--force replaces only a costlab model)")
+        if (path / "config.json").exists() and not force:
+            raise InputError(path, "holds a model already; give --force to replace it")
     return path
 
 

@@ -172,6 +172,8 @@ class TuneOptions:
             raise UsageError(f"--adapt must be one of auto, {', '.join(ADAPT_MODES)}, not {self.adapt!r}")
         if self.adapt != "auto" and adapts(self.adapt) and not self.model:
             raise UsageError("--adapt needs a --model to adapt")
+        if (self.head or self.strict) and not self.model:
+            raise UsageError(f"{'--head' if self.head else '--strict'} applies to a --model, and none is given")
         if self.ms_defaults and self.rpc_key:
             raise UsageError("--ms-defaults runs MetaSchedule's local builder and runner; it cannot use --rpc-key")
         if self.screen is not None:
@@ -321,6 +323,10 @@ def tune(opts: TuneOptions) -> dict:
     if not str(opts.work_dir).strip():
         raise UsageError("--work-dir must name a directory")
     work.check_folder()
+    if opts.model:  # a model whose config does not read is refused before the work dir is made
+        from costlab.costmodels.predictors import check_config  # lazy: pulls torch
+
+        check_config(opts.model)
     try:
         work.path.mkdir(parents=True, exist_ok=True)
         lock = work.lock()

@@ -49,15 +49,22 @@ def create(name_or_obj, config: dict | None = None) -> "Featurizer":
 def from_json(obj: dict) -> "Featurizer":
     """Rebuild a featurizer from ``to_json()`` output; refuses a version this costlab does not produce."""
     _load_builtins()
-    cls = _REGISTRY.get(obj.get("name"))
+    if not isinstance(obj, dict):
+        raise ValueError(f"a featurizer is a JSON object with its name, version and config, not {str(obj)[:80]}")
+    name, version, config = obj.get("name"), obj.get("version"), obj.get("config") or {}
+    cls = _REGISTRY.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise ValueError(f"unknown featurizer {obj.get('name')!r} (known: {', '.join(available())})")
-    if int(obj.get("version", -1)) != cls.version:
+        raise ValueError(f"unknown featurizer {name!r} (known: {', '.join(available())})")
+    if type(version) is not int:  # exactly an integer: 3.9 or "3" is no version a featurizer writes
+        raise ValueError(f"featurizer {cls.name} version {version!r} is not an integer")
+    if version != cls.version:
         raise ValueError(
-            f"featurizer {cls.name} version {obj.get('version')} does not match this costlab's version "
+            f"featurizer {cls.name} version {version} does not match this costlab's version "
             f"{cls.version}: the model was trained on different features"
         )
-    return cls(obj.get("config") or {})
+    if not isinstance(config, dict):
+        raise ValueError(f"featurizer {cls.name} config is not a JSON object: {str(config)[:80]}")
+    return cls(config)
 
 
 def _load_builtins() -> None:

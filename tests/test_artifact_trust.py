@@ -130,11 +130,16 @@ CONFIG_ROWS = {
                                         "the net config does not fit the weights (stmt_mlp"),
     "net config absurd, sealed": (lambda m: _edit(m, seal=True, net=dict(_config(m)["net"], heads=10 ** 9)),
                                   "the net config does not fit the weights (heads=1000000000"),
+    # torch asserts a width its attention heads split evenly: an assertion, not a costlab error, before
+    "attention heads split no width, sealed": (lambda m: _edit(m, seal=True, net=dict(_config(m)["net"],
+                                                                                        attention_heads=3)),
+                                               "net config is not valid for a pacm net"),
 }
 
 
 # rows whose refusal names the model directory (the weights do not fit the config), not config.json
-OF_THE_MODEL = ("net config does not fit, sealed", "net config absurd, sealed")
+OF_THE_MODEL = ("net config does not fit, sealed", "net config absurd, sealed",
+                "attention heads split no width, sealed")
 
 
 @pytest.mark.parametrize("case", sorted(CONFIG_ROWS))
@@ -457,3 +462,69 @@ def test_a_lone_surrogate_in_a_config_is_hashed_and_the_digests_of_text_stay(pac
     body = json.dumps({k: v for k, v in c.items() if k != "config_sha256"}, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False)
     assert config_digest(c) == hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+# -- a config whose featurizer, baseline or heads cannot serve: refused when loaded, in one line ---------------------
+
+FEATURIZER_EDITS = {
+    "version as text": (dict(version="3"), "is not an integer"),
+    "version fractional": (dict(version=3.9), "is not an integer"),
+    "version null": (dict(version=None), "is not an integer"),
+    "name a list": (dict(name=["pacm"]), "unknown featurizer ['pacm']"),
+    "config a number": (dict(config=5), "config is not a JSON object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FEATURIZER_EDITS))
+def test_featurizer_of_the_wrong_type_is_refused(pacm, case):
+    changes, message = FEATURIZER_EDITS[case]
+    _edit(pacm, seal=True, featurizer=dict(_config(pacm)["featurizer"], **changes))
+    with pytest.raises(InputError, match=re.escape(message)) as info:
+        load(str(pacm))
+    assert info.value.path == str(pacm)
+
+
+def _xgb(directory, features: int, featurizer: dict):
+    """An xgb baseline artifact whose booster reads ``features`` numbers, fed by ``featurizer``."""
+    import numpy as np
+    import xgboost as xgb
+
+    from costlab.costmodels.baselines import booster_tensors
+
+    rng = np.random.default_rng(0)
+    booster = xgb.train({"max_depth": 2}, xgb.DMatrix(rng.random((40, features)), rng.random(40)), 2)
+    return save_artifact(directory, booster_tensors(booster), dict(kind="xgb", net={}, featurizer=featurizer,
+                                                                   platforms=["llvm-x86_64-2c"]))
+
+
+def test_baseline_that_cannot_score_its_features_is_refused(tmp_path):
+    """An xgb booster of another feature count, or an xgb model fed by TLP tokens, loaded and failed on its first
+    batch (an XGBoost error, a KeyError); each is refused when loaded, naming the model."""
+    pacm = _config(SHIPPED)["featurizer"]
+    assert load(str(_xgb(tmp_path / "ok", 164, pacm))).kind == "xgb"
+    with pytest.raises(InputError, match="the XGBoost booster reads 10 features, not the 164"):
+        load(str(_xgb(tmp_path / "ten", 10, pacm)))
+    tlp = json.loads(json.dumps(_config(_tlp(tmp_path / "tlp"))["featurizer"]))
+    with pytest.raises(InputError, match="a model of kind xgb is fed by the pacm featurizer, not tlp") as info:
+        load(str(_xgb(tmp_path / "fed_tlp", 164, tlp)))
+    assert info.value.path == str(tmp_path / "fed_tlp")
+
+
+def test_config_too_large_to_load_is_never_written(tlp, tmp_path):
+    """``save_artifact`` refuses a config no reader would take (``CONFIG_MAX``), before writing anything."""
+    from costlab.common.errors import UsageError
+
+    art = read_artifact(tlp)
+    with pytest.raises(UsageError, match="more than a model's"):
+        save_artifact(tmp_path / "big", art.tensors, dict(art.config, evaluation="x" * CONFIG_MAX))
+    assert not (tmp_path / "big").exists()
+
+
+def test_one_head_model_of_two_platforms_scores_both_with_its_head(tmp_path):
+    """A one-head model trained with two platforms (labelled by the first) scores the second with its one head."""
+    from costlab.costmodels.predictors import head_of
+
+    m = _tlp(tmp_path / "m")
+    _edit(m, seal=True, platforms=["llvm-x86_64-2c", "llvm-other-2c"])
+    predictor = load(str(m))
+    assert [head_of(predictor, p) for p in ("llvm-x86_64-2c", "llvm-other-2c", None)] == [0, 0, 0]

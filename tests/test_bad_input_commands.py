@@ -79,6 +79,18 @@ def _misfit_ckpt(c):
     return _edited_ckpt(c, edit)
 
 
+def _ckpt_of_featurizer(c, **changes):
+    def edit(ckpt):
+        ckpt["hyper_parameters"]["featurizer"] = dict(ckpt["hyper_parameters"]["featurizer"], **changes)
+    return _edited_ckpt(c, edit)
+
+
+def _ckpt_of_attention_heads(c, heads: int):
+    def edit(ckpt):
+        ckpt["hyper_parameters"]["net_config"] = dict(ckpt["hyper_parameters"]["net_config"], attention_heads=heads)
+    return _edited_ckpt(c, edit)
+
+
 def _run_with_empty_summary(c):
     """A copy of the trained run whose summary.json a full disk left empty."""
     run = c["tmp"] / "run"
@@ -174,6 +186,12 @@ CASES = {
     "evaluate ckpt with NaN weights": (lambda c: _evaluate(c, _nan_ckpt(c)), "holds non-finite values"),
     "evaluate ckpt whose config misfits": (lambda c: _evaluate(c, _misfit_ckpt(c)),
                                            "the net config does not fit the weights"),
+    "evaluate ckpt of another featurizer version": (lambda c: _evaluate(c, _ckpt_of_featurizer(c, version=99)),
+                                                    "version 99 does not match this costlab's version"),
+    "evaluate ckpt whose featurizer version is text": (lambda c: _evaluate(c, _ckpt_of_featurizer(c, version="1")),
+                                                       "version '1' is not an integer"),
+    "evaluate ckpt whose attention heads split no width": (lambda c: _evaluate(c, _ckpt_of_attention_heads(c, 3)),
+                                                           "net config is not valid"),
     "finetune from damaged ckpt": (lambda c: ["finetune", "--from", _truncated_ckpt(c), "--data", c["data"],
                                               "--platform", PLATFORM, "--out", c["tmp"] / "ft"],
                                    "not a readable training checkpoint"),

@@ -280,6 +280,28 @@ def test_saved_cost_model_loads_back(run, tmp_path):
     assert read_artifact(tmp_path / "saved").config["kind"] == "tlp"
 
 
+def test_cost_model_load_adapts_and_scores_the_model_it_loaded(run, tmp_path):
+    """``load()`` (MetaSchedule's CostModel verb) swaps the model: its online adapter then trains the loaded net,
+    the one that scores, and scores remembered of the model before are gone."""
+    from costlab.export import CostlabCostModel
+
+    model = CostlabCostModel(str(run / "model"), adapt="momentum")
+    model.save(str(tmp_path / "saved"))
+    ctx, cands = _context()
+    model.raw_scores(ctx, cands)
+    before = model.predictor
+    model.load(str(tmp_path / "saved"))
+    assert model.predictor is not before and model.adapter.predictor is model.predictor
+    with torch.no_grad():
+        for p in model.predictor.net.parameters():
+            p.mul_(-1.0)  # the loaded net scores otherwise: a score remembered of the model before would show
+    again = CostlabCostModel(str(tmp_path / "saved"))
+    with torch.no_grad():
+        for p in again.predictor.net.parameters():
+            p.mul_(-1.0)
+    assert np.allclose(model.raw_scores(ctx, cands), again.raw_scores(ctx, cands))
+
+
 @pytest.mark.parametrize("case, message", [
     ("empty", "-o must name the model directory"),
     ("below a file", "file is not a directory"),
@@ -289,11 +311,19 @@ def test_saved_cost_model_loads_back(run, tmp_path):
     ("over a folder of other files", "holds other files, not a model"),
     ("over a file", "exists and is not a directory"),
     ("archive onto a directory", "is a directory; --archive writes one file"),
+    ("forced over another tool's model", "holds other files, not a model"),
+    ("forced over another tool's model of the same file names", "holds other files, not a model"),
+    ("forced archive over a file", "is not a costlab model archive"),
 ])
 def test_export_output_is_checked_before_anything_is_written(run, tmp_path, capsys, case, message):
     (tmp_path / "file").write_text("x")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
+    for name, files in (("hf", ("config.json", "model.safetensors", "tokenizer.json")),
+                        ("hf2", ("config.json", "model.safetensors"))):
+        (tmp_path / name).mkdir()
+        for f in files:
+            (tmp_path / name / f).write_text('{"model_type": "bert"}')
     model = tmp_path / "model"
     assert main(["export", str(run / "model"), "-o", str(model)]) == 0
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
@@ -301,7 +331,10 @@ def test_export_output_is_checked_before_anything_is_written(run, tmp_path, caps
                   "below a file, deeper": (tmp_path / "file" / "no" / "m", []), "in /proc": ("/proc/costlab-m", []),
                   "over a model": (model, []), "over a folder of other files": (tmp_path / "other", []),
                   "over a file": (tmp_path / "file", []),
-                  "archive onto a directory": (tmp_path / "other", ["--archive"])}[case]
+                  "archive onto a directory": (tmp_path / "other", ["--archive"]),
+                  "forced over another tool's model": (tmp_path / "hf", ["--force"]),
+                  "forced over another tool's model of the same file names": (tmp_path / "hf2", ["--force"]),
+                  "forced archive over a file": (tmp_path / "file", ["--archive", "--force"])}[case]
     capsys.readouterr()
     assert main(["export", str(run / "model"), "-o", str(out), *extra]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costlab: error:")]
@@ -321,3 +354,6 @@ def test_export_over_a_model_with_force(run, tmp_path):
     assert main(["export", str(run / "model"), "-o", str(tmp_path / "m")]) == 0
     assert main(["export", str(run / "model"), "-o", str(tmp_path / "m"), "--force"]) == 0
     assert (tmp_path / "m" / "config.json").exists()
+    assert main(["export", str(run / "model"), "-o", str(tmp_path / "m.tar"), "--archive"]) == 0
+    assert main(["export", str(run / "model"), "-o", str(tmp_path / "m.tar"), "--archive", "--force"]) == 0
+    assert read_artifact(tmp_path / "m.tar").config["kind"] == "tlp"

@@ -33,6 +33,9 @@ def _one_error(err: str) -> str:
     (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", "8,,16"], "--first-rounds takes comma-separated"),
     (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", ","], "--first-rounds takes comma-separated"),
     (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", "99999999999999999999"], "from 1 to 1,000,000"),
+    (["tune", "--workload", "GMM:1,8,8,8", "--strict"], "--strict applies to a --model, and none is given"),
+    (["tune", "--workload", "GMM:1,8,8,8", "--head", "llvm-x86_64-2c"], "--head applies to a --model"),
+    (["tune", "--workload", "GMM:1,8,8,8", "--model", "x86-cpuu"], "x86-cpuu: no such model"),
 ])
 def test_option_out_of_range_is_one_line_and_writes_nothing(tmp_path, capsys, argv, words):
     work = tmp_path / "w"

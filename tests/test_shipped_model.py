@@ -113,6 +113,22 @@ def test_a_folder_named_like_the_alias_is_recorded_as_itself(tmp_path, monkeypat
     assert resolve("x86-cpu") == Path("x86-cpu") and pinned_name("x86-cpu") == "x86-cpu"
 
 
+@pytest.mark.parametrize("holds", ["nothing", "a tuning run's files"])
+def test_a_folder_named_like_a_shipped_model_that_holds_no_model_hides_nothing(tmp_path, monkeypatch, holds):
+    """``costlab tune --model x86-cpu --work-dir x86-cpu``: the work dir is made before the model loads, and a
+    folder that is no model never stands for the shipped model of its name."""
+    from costlab.costmodels.predictors import load, pinned_name, resolve
+    from costlab.costmodels.shipped import aliases, shipped_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x86-cpu").mkdir()
+    if holds != "nothing":
+        (tmp_path / "x86-cpu" / "database_tuning_record.json").write_text("")
+    assert resolve("x86-cpu") == shipped_path("x86-cpu")
+    assert pinned_name("x86-cpu") == aliases()["x86-cpu"]
+    assert load("x86-cpu").kind == json.loads((shipped_path("x86-cpu") / "config.json").read_text())["kind"]
+
+
 def test_a_model_of_two_cpus_lists_what_each_gave():
     """x86-cpu-v2 learned from two CPUs' records (scripts/train_x86_model.sh, DATA=both): `costlab models` counts
     both, and each platform's part is no more than its pack holds."""

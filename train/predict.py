@@ -9,9 +9,9 @@ import torch
 
 from costlab.common.errors import InputError
 from costlab.costmodels.artifact import check_finite, load_state
-from costlab.costmodels.nets import build_net
+from costlab.costmodels.nets import build_net, check_featurizer_fits
 from costlab.costmodels.predictors import NetPredictor, load
-from costlab.featurizers import hardware_vector
+from costlab.featurizers import from_json, hardware_vector
 
 
 def read_checkpoint(path) -> dict:
@@ -34,6 +34,10 @@ def read_checkpoint(path) -> dict:
     keys = ("kind", "net_config", "featurizer", "platforms")
     if not isinstance(hp, dict) or not all(k in hp for k in keys) or not isinstance(ckpt.get("state_dict"), dict):
         raise InputError(path, "not a costlab training checkpoint (no costlab hyper-parameters or weights)")
+    try:  # features of another costlab version, or a hand-edited featurizer: refused before any net is built
+        from_json(hp["featurizer"])
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
     state = check_finite(net_state_from_checkpoint(ckpt), path, "checkpoint")
     return dict(path=path, state=state, **{k: hp[k] for k in keys})
 
@@ -43,8 +47,11 @@ def checkpoint_net(ckpt: dict) -> torch.nn.Module:
     does not fit the weights is an InputError naming the checkpoint."""
     try:
         net = build_net(ckpt["kind"], ckpt["net_config"])
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, AssertionError) as exc:  # torch asserts on some sizes
         raise InputError(ckpt["path"], f"net config is not valid for a {ckpt['kind']} net ({exc})") from None
+    unfit = check_featurizer_fits(ckpt["kind"], ckpt["net_config"], ckpt["featurizer"])
+    if unfit:
+        raise InputError(ckpt["path"], f"its featurizer does not fit its net: {unfit}")
     return load_state(net, ckpt["state"], ckpt["path"])
 
 
