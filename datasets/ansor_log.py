@@ -31,7 +31,7 @@ from costlab.datasets.ansor_networks import load_network_info
 from costlab.datasets.names import check_platform_id
 from costlab.datasets.records import ERROR_MAX, ERROR_MIN, RecordBatch
 from costlab.datasets.store import DatasetWriter
-from costlab.metaschedule.targets import platform_id_for, target_from_string
+from costlab.metaschedule.targets import platform_id_for, sanitize_platform_id, target_from_string, target_problem
 
 DIALECT = "ansor"
 # Versions of auto_scheduler's record format (AUTO_SCHEDULER_LOG_VERSION); all share the layout above, later
@@ -58,9 +58,10 @@ def log_files(path: Path) -> list[Path]:
 
 
 def tenset_platform(file: Path) -> str | None:
-    """The platform a TenSet layout implies: ``measure_records/<platform>/<task>.json`` -> ``<platform>``."""
+    """The platform a TenSet layout implies: ``measure_records/<platform>/<task>.json`` -> ``<platform>``, the
+    folder's name made a valid platform id as a target's machine name is (``my box`` -> ``my-box``)."""
     if file.parent.parent.name == "measure_records":
-        return file.parent.name
+        return sanitize_platform_id(file.parent.name)
     return None
 
 
@@ -108,6 +109,12 @@ class _Importer:
                 tdict["host"] = target_from_string(host)
         except ValueError as exc:
             raise BadLine(f"bad target: {exc}") from None
+        why = target_problem(tdict)
+        if why is None and "host" in tdict:
+            why = target_problem(tdict["host"])
+            why = why and f"target host: {why}"
+        if why:  # stored, it would be the platform's target
+            raise BadLine(f"bad target: {why} ({target[:80]!r})")
         pid = forced or platform_id_for(tdict)
         try:
             self.w.add_platform(pid, tdict)  # an existing platform of another target is refused
@@ -151,9 +158,13 @@ class _Importer:
         combos: dict = {}  # (workload key, target, target host) -> combo(); per file, as ``forced`` is
         nonblank = pending = 0
         done_bytes = 0
-        with open(path, "rb") as fh:
+        try:
+            fh = open(path, "rb")
+        except OSError as exc:  # unreadable (permissions), or no file to read
+            raise _unreadable(path, exc) from None
+        with fh:
             lineno = 0
-            for lineno, line in enumerate(fh, 1):
+            for lineno, line in enumerate(_lines(fh, path), 1):
                 if not lineno & 0xFFF:
                     pos = fh.tell()
                     progress.update(pos - done_bytes)
@@ -223,6 +234,19 @@ class _Importer:
                 self.w.add_records(pid, RecordBatch(task, schedule, costs, error, timestamp, program_id))
                 for c in cols:
                     c.clear()
+
+
+def _lines(fh, path: Path):
+    """The lines of an open log; a read that fails (an I/O error, a file that is no regular file) is an
+    InputError naming the file, while errors of the writer, between lines, stay what they are."""
+    try:
+        yield from fh
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: OSError) -> InputError:
+    return InputError(path, f"cannot be read ({exc.strerror or exc})")
 
 
 def _version_problem(version) -> str:

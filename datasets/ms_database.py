@@ -24,11 +24,44 @@ from costlab.datasets.store import DatasetWriter, open_dataset
 from costlab.metaschedule.databases import (RECORD_FILE, WORKLOAD_FILE, content_size, read_records, read_workloads,
                                             work_dir_files, write_database)
 from costlab.metaschedule.results import ERROR_MS_NO_RESULT, ERROR_NONE, MS_FAILURE_SECS, costs_and_error
-from costlab.metaschedule.targets import platform_id_for
+from costlab.metaschedule.targets import platform_id_for, target_problem
 from costlab.metaschedule.traces import compact_json, plain_json
 from costlab.metaschedule.workloads import decode_workload, describe_json
 
 CHUNK = 8192  # records handed to the writer at once
+
+
+class _KindRegistry:
+    """The instruction kinds TVM has registered, asked of TVM once per kind (an unknown one makes MetaSchedule's
+    loader refuse the whole database). Without TVM nothing is known and nothing refused."""
+
+    def __init__(self):
+        self.known: set[str] = set()
+        self.unknown: set[str] = set()
+        self.tvm = True
+
+    def problem(self, insts: list) -> str | None:
+        """Why a trace's instructions (shape-checked by ``parse_record``) cannot load in TVM, or None."""
+        for kind, _inputs, _attrs, _outputs in insts:
+            if kind not in self.known and self.tvm and not self.knows(kind):
+                return f"trace instruction {kind!r} is no instruction kind TVM knows"
+        return None
+
+    def knows(self, kind: str) -> bool:
+        if kind in self.unknown:
+            return False
+        try:
+            from tvm.s_tir.schedule import InstructionKind
+        except ImportError:  # reading a database needs no TVM: its kinds go unchecked
+            self.tvm = False
+            return True
+        try:
+            InstructionKind.get(kind)
+        except Exception:  # noqa: BLE001  TVM says "not registered" with an AttributeError or its own error
+            self.unknown.add(kind)
+            return False
+        self.known.add(kind)
+        return True
 
 
 def _check_host(writer, pid: str, host: dict | None) -> None:
@@ -53,13 +86,17 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
     ``platform`` names the platform of all records; by default it is derived from each record's target
     (``targets.platform_id_for``). ``network`` records all tasks read as one network, each with weight 1.
     ``host`` is the machine that measured the records (``costlab.common.host``), recorded with their platform
-    (a platform already recorded as another machine's is refused). Bad lines are skipped and counted in the report; a work directory without both files is an error
-    raised before anything is written. Re-importing adds nothing twice (records dedupe by program id).
+    (a platform already recorded as another machine's is refused). Bad lines are skipped and counted in the
+    report: lines ``parse_record`` refuses, records of a bad target (``targets.target_problem``), and, where TVM
+    is installed, traces of an instruction kind it does not know; a work directory without both
+    files is an error raised before anything is written. Re-importing adds nothing twice (records dedupe by
+    program id).
     """
     dirs = [Path(d) for d in work_dirs]
     pairs = [work_dir_files(d) for d in dirs]  # all checked before any work
     report = ImportReport()
     task_info: dict[str, tuple] = {}  # shash -> (WorkloadInfo) computed once per workload
+    kinds = _KindRegistry()
     decode_problems: set[str] = set()
     undecodable: dict[str, str] = {}  # workload hash -> why TVM could not decode it
     bar = None
@@ -77,7 +114,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
             mtime = tr_path.stat().st_mtime
             batches: dict[str, rec.RecordBatch] = {}
             task_of: dict[int, int] = {}
-            last_target, last_pid, last_added, pending, read = None, None, None, 0, 0
+            last_target, last_pid, last_why, last_added, pending, read = None, None, None, None, 0, 0
             for i, size, parsed in read_records(tr_path, report):
                 read += size
                 if pending >= CHUNK:  # bounded memory: hand full chunks to the writer as they fill
@@ -94,11 +131,19 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 if idx not in workloads:
                     report.problem(f"{where}: workload index {idx} is not a good line of {wl_path.name}")
                     continue
+                if target is not None and target != last_target:  # records of one database mostly share one
+                    last_target, last_why = target, target_problem(target)
+                    last_pid = None if last_why else platform_id_for(target)
+                if target is not None and last_why:  # stored, it would be the platform's target
+                    report.problem(f"{where}: bad target: {last_why}")
+                    continue
+                why = kinds.problem(trace[0])  # one unknown kind: MetaSchedule would load none of an export
+                if why:
+                    report.problem(f"{where}: {why}")
+                    continue
                 if platform:
                     pid = platform
                 elif target is not None:
-                    if target != last_target:  # records of one database mostly share one target
-                        last_target, last_pid = target, platform_id_for(target)
                     pid = last_pid
                 else:
                     report.problem(f"{where}: record without a target (pass --platform to name one)")

@@ -159,14 +159,83 @@ def _read_platforms(f: h5py.File, path) -> dict[str, Platform]:
     return out
 
 
-def _read_networks(f: h5py.File) -> dict[str, list[tuple[int, float]]]:
+NETWORK_COLUMNS = ("names", "network", "task", "weight")
+# A platform's record columns and the kind of number each holds (numpy's dtype.kind: integer, unsigned, float)
+RECORD_COLUMNS = {"task": "iu", "program_id": "u", "error": "iu", "timestamp": "f"}
+RAGGED_COLUMNS = {"costs": "f", "schedule": "u"}
+
+
+def _column_problem(g, name: str, kinds: str) -> str | None:
+    """What is wrong with column ``name`` of group ``g`` (absent, not a 1-D column, numbers of another kind),
+    or None; from HDF5's metadata alone."""
+    ds = g.get(name)
+    if not isinstance(ds, h5py.Dataset):
+        return f"no column {name!r}"
+    if len(ds.shape) != 1 or ds.dtype.kind not in kinds:
+        return f"column {name!r} is not a column of numbers of the right kind ({ds.dtype}, shape {ds.shape})"
+    return None
+
+
+def check_records(f: h5py.File, path) -> None:
+    """Refuse (DatasetFormatError naming the file and platform) a records group without one of its columns, or
+    whose columns differ in length: from HDF5's metadata alone (presence, kinds of number, lengths), so that
+    opening a dataset stays cheap however many records it holds. ``path`` is the file to name."""
+    recs = f.get("records")
+    if recs is None:
+        return
+    if not isinstance(recs, h5py.Group):
+        raise DatasetFormatError(path, "damaged dataset: 'records' is not a group")
+    for pid, g in recs.items():
+        what = f"damaged dataset: the records of platform {pid!r}"
+        if not isinstance(g, h5py.Group):
+            raise DatasetFormatError(path, f"{what} are not a group")
+        for name, kinds in RECORD_COLUMNS.items():
+            why = _column_problem(g, name, kinds)
+            if why:
+                raise DatasetFormatError(path, f"{what} have {why}")
+        n = g["task"].shape[0]
+        for name, kinds in RAGGED_COLUMNS.items():
+            ragged = g.get(name)
+            if not isinstance(ragged, h5py.Group):
+                raise DatasetFormatError(path, f"{what} have no column {name!r}")
+            why = _column_problem(ragged, "values", kinds) or _column_problem(ragged, "offsets", "u")
+            if why:
+                raise DatasetFormatError(path, f"{what} have in {name!r} {why}")
+            if ragged["offsets"].shape[0] != n + 1:
+                raise DatasetFormatError(path, f"{what} have {n} rows but {ragged['offsets'].shape[0]} offsets "
+                                               f"of {name!r} (one more than the rows)")
+        lengths = {name: g[name].shape[0] for name in RECORD_COLUMNS}
+        if len(set(lengths.values())) != 1:
+            raise DatasetFormatError(path, f"{what} have columns of different lengths "
+                                           f"({', '.join(f'{k} {v}' for k, v in lengths.items())})")
+
+
+def _read_networks(f: h5py.File, path) -> dict[str, list[tuple[int, float]]]:
+    """The networks of a dataset; ``path`` is the file to name in errors (a writer reads a temporary copy). The
+    table is small and read whole, so its network indices are checked too."""
     if "networks" not in f:
         return {}
     g = f["networks"]
+    if not isinstance(g, h5py.Group):
+        raise DatasetFormatError(path, "damaged dataset: 'networks' is not a group")
+    missing = [c for c in NETWORK_COLUMNS if not isinstance(g.get(c), h5py.Dataset)]
+    if missing:
+        raise DatasetFormatError(path, f"damaged dataset: the network table has no column {', '.join(missing)}")
     names = _str_list(g["names"])
+    net, task, weight = g["network"][...], g["task"][...], g["weight"][...]
+    if not (net.ndim == task.ndim == weight.ndim == 1 and len(net) == len(task) == len(weight)):
+        raise DatasetFormatError(path, "damaged dataset: the network table's columns differ in length")
+    try:
+        net, task, weight = net.astype(np.int64), task.astype(np.int64), weight.astype(np.float64)
+    except (TypeError, ValueError):
+        raise DatasetFormatError(path, "damaged dataset: the network table's columns are not numbers") from None
+    if len(net) and (net.min() < 0 or net.max() >= len(names)):
+        raise DatasetFormatError(path, f"damaged dataset: the network table has weights of network "
+                                       f"{int(net.max() if net.min() >= 0 else net.min())}, and names "
+                                       f"{len(names)} networks")
     out: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
-    for net, task, w in zip(g["network"][...], g["task"][...], g["weight"][...]):
-        out[names[int(net)]].append((int(task), float(w)))
+    for n, t, w in zip(net.tolist(), task.tolist(), weight.tolist()):
+        out[names[n]].append((t, w))
     return out
 
 
@@ -251,10 +320,11 @@ class Dataset:
             self.format_version = format_number(self._f.attrs[schema.FORMAT_ATTR])
             self.platforms: dict[str, Platform] = _read_platforms(self._f, self.path)
             self.tasks: list[Task] = _read_tasks(self._f, self.path)
+            self.networks: dict[str, list[tuple[int, float]]] = _read_networks(self._f, self.path)
+            check_records(self._f, self.path)
         except BaseException:
             self._f.close()
             raise
-        self.networks: dict[str, list[tuple[int, float]]] = _read_networks(self._f)
 
     def __enter__(self) -> "Dataset":
         return self
@@ -290,6 +360,10 @@ class Dataset:
         score = scores(table.task, latency)
         groups = table.rows_by_task()
         wanted = sorted(groups) if tasks is None else [t for t in tasks if t in groups]
+        if groups and (min(groups) < 0 or max(groups) >= len(self.tasks)):  # the column is read here anyway
+            bad = min(groups) if min(groups) < 0 else max(groups)
+            raise DatasetFormatError(self.path, f"damaged dataset: records of platform {platform!r} belong to task "
+                                                f"{bad}, and the dataset has {len(self.tasks)} tasks")
         for t in wanted:
             rows = groups[t]
             yield TaskRecords(self.tasks[t], platform, rows, pids[rows], errors[rows], latency[rows], score[rows],
@@ -434,6 +508,7 @@ class DatasetWriter:
         if self.path.exists():
             with _open_h5(self.path, "r") as f:  # validates before any copy: a readable costlab dataset
                 _read_platforms(f, self.path)
+                check_records(f, self.path)
             self.ensure_space(os.path.getsize(self.path))
             shutil.copyfile(self.path, self._tmp)
             shutil.copymode(self.path, self._tmp)  # a rewrite keeps the file's permissions
@@ -445,7 +520,7 @@ class DatasetWriter:
         self.platforms = _read_platforms(self._f, self.path)
         self.tasks = _read_tasks(self._f, self.path)
         self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
-        self.networks = _read_networks(self._f)
+        self.networks = _read_networks(self._f, self.path)
         self._networks_read = {n: sorted(v) for n, v in self.networks.items()}
         self._tables_read = self._table_state() if "tasks" in self._f else None
         self._known_ids: dict[str, np.ndarray] = {}

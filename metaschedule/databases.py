@@ -135,17 +135,27 @@ def work_dir_database(work, skipped: list | None = None):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def read_lines(path: Path):
+def read_lines(path: Path, report=None):
     """``(0-based line number, line bytes)`` of a database file, plain or gzip-compressed (by its ``.gz``
-    suffix). A compressed file that does not decompress is an InputError naming it (the lines before the
-    damage have been read by then; an import that fails keeps nothing of them)."""
+    suffix). A file that cannot be opened or read is an InputError naming it and the system's reason. A
+    compressed file that does not decompress (a copy cut short) gives the lines before the damage, and the
+    damage is one problem in ``report`` (``FILE: what``), so that an import keeps those lines and the other
+    files it reads (it fails only when none of them held a usable line); without ``report`` it is an
+    InputError naming the file."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
+    read = 0
     try:
         with opener(path, "rb") as fh:
-            yield from enumerate(fh)
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise InputError(path, f"is not a readable gzip file ({last_line(exc)})") from None
+            for read, line in enumerate(fh, 1):
+                yield read - 1, line
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # (BadGzipFile is an OSError: caught first)
+        why = f"is not a readable gzip file ({last_line(exc)})"
+        if report is None:
+            raise InputError(path, why) from None
+        report.problem(f"{path}: {why}" + (f"; the {read} lines before the damage were read" if read else ""))
+    except OSError as exc:  # a file that is no regular file, unreadable, or failing underneath
+        raise InputError(path, f"cannot be read ({exc.strerror or last_line(exc)})") from None
 
 
 def content_size(path: Path) -> int:
@@ -181,7 +191,7 @@ def read_workloads(path: Path, report) -> dict[int, tuple[str, str]]:
     """Line index (0-based, as record files count) -> (shash, base64), good lines only; bad lines are
     counted in ``report`` as ``FILE:LINE: what``. ``path`` is plain or gzip-compressed."""
     out: dict[int, tuple[str, str]] = {}
-    for i, line in read_lines(path):
+    for i, line in read_lines(path, report):
         if not line.strip():
             continue
         report.lines += 1
@@ -206,8 +216,9 @@ def read_workloads(path: Path, report) -> dict[int, tuple[str, str]]:
 def read_records(path: Path, report):
     """The tuning records of a records file (plain or gzip-compressed), shape-checked without TVM: per
     line ``(0-based line number, line length in bytes, parsed)`` where ``parsed`` is ``parse_record``'s
-    tuple, or None for a blank or bad line (a bad one counted in ``report`` as ``FILE:LINE: what``)."""
-    for i, line in read_lines(path):
+    tuple, or None for a blank or bad line (a bad one counted in ``report`` as ``FILE:LINE: what``). A compressed
+    file damaged part way gives the lines before the damage and one problem naming the file (``read_lines``)."""
+    for i, line in read_lines(path, report):
         if not line.strip():
             yield i, len(line), None
             continue
@@ -249,8 +260,10 @@ def parse_record(value) -> tuple[int, list, list | None, dict | None, list | Non
     trace, run_secs = body[0], body[1]
     target = body[2] if len(body) > 2 else None
     args_info = body[3] if len(body) > 3 else None
-    if not isinstance(trace, list) or len(trace) != 2 or not isinstance(trace[0], list):
+    if not isinstance(trace, list) or len(trace) != 2 or not isinstance(trace[0], list) or not isinstance(
+            trace[1], list):
         raise ValueError("trace is not [instructions, decisions]")
+    check_trace_shape(trace[0], trace[1])
     if run_secs is not None:
         if not isinstance(run_secs, list) or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in run_secs):
@@ -258,6 +271,32 @@ def parse_record(value) -> tuple[int, list, list | None, dict | None, list | Non
     if target is not None and not (isinstance(target, dict) and "kind" in target):
         raise ValueError(f"target is not a JSON object with a 'kind': {str(target)[:80]}")
     return idx, trace, run_secs, target, args_info
+
+
+def check_trace_shape(insts: list, decisions: list) -> None:
+    """ValueError when a trace's instructions are not each ``[kind, inputs, attrs, outputs]`` (a kind string
+    and three lists) or its decisions not each ``[instruction index, value]`` with the index one of the trace's
+    instructions: the shapes MetaSchedule's loader requires of every record (it refuses the whole database
+    for one that is not). Whether TVM knows each kind is the importer's check (it needs TVM)."""
+    lst, text = list, str
+    try:  # the fast path (every record passes here): unpacking checks the length, the classes the rest
+        for kind, inputs, attrs, outputs in insts:
+            if (kind.__class__ is not text or inputs.__class__ is not lst or attrs.__class__ is not lst
+                    or outputs.__class__ is not lst):
+                raise TypeError
+    except (TypeError, ValueError):
+        for n, inst in enumerate(insts):  # which one, for the message
+            if (type(inst) is not list or len(inst) != 4 or type(inst[0]) is not str
+                    or not all(type(part) is list for part in inst[1:])):
+                raise ValueError(f"trace instruction {n} is not [kind, inputs, attrs, outputs]: "
+                                 f"{str(inst)[:80]}") from None
+    count = len(insts)
+    for n, decision in enumerate(decisions):
+        # exact types: JSON gives list and int, and a bool is no instruction index
+        if (type(decision) is not list or len(decision) != 2 or type(decision[0]) is not int
+                or not 0 <= decision[0] < count):
+            raise ValueError(f"trace decision {n} is not [instruction index, value] with the index of one of "
+                             f"the trace's {count} instructions: {str(decision)[:80]}")
 
 
 def write_database(out_dir, workloads, records, replace: bool = False) -> Path:

@@ -7,6 +7,7 @@ Pure Python where it can be: TVM 0.27 takes targets only as JSON dicts, and logs
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -62,6 +63,39 @@ def target_from_string(text: str) -> dict:
 
 
 STRING_OPTIONS = ("model", "mcpu", "mtriple", "mabi", "arch", "device", "tag")  # options TVM types as strings
+
+# Target kinds, known without importing TVM: those TVM 0.27 registers (``tvm.target.Target.list_kinds()``), and
+# those earlier releases registered that logs of their tuning runs (Ansor, TenSet) may name.
+TARGET_KINDS = frozenset({
+    "c", "composite", "cuda", "cuda_host", "ext_dev", "hexagon", "llvm", "metal", "nvptx", "opencl", "rocm",
+    "test", "trn", "vulkan", "webgpu",
+    "aocl", "aocl_sw_emu", "hybrid", "micro", "opengl", "sdaccel", "stackvm",
+})
+
+
+@functools.lru_cache(maxsize=None)
+def tvm_target_kinds() -> frozenset:
+    """The target kinds the TVM installed here registers; empty without TVM."""
+    try:
+        import tvm
+
+        return frozenset(str(k) for k in tvm.target.Target.list_kinds())
+    except Exception:  # noqa: BLE001  no TVM here, or one that does not load: the fixed list decides alone
+        return frozenset()
+
+
+def target_problem(target: dict) -> str | None:
+    """Why a target (its JSON dict) is no target to file records under, or None: a kind that is no TVM target
+    kind (``TARGET_KINDS``, or one the TVM installed here registers: TVM is imported only for a kind outside the
+    list, so reading logs needs no TVM), or a ``num-cores`` that is not a positive integer. Cheap enough for
+    each distinct target of an import."""
+    kind = target.get("kind")
+    if not isinstance(kind, str) or (kind not in TARGET_KINDS and kind not in tvm_target_kinds()):
+        return f"unknown target kind {kind!r} (TVM's kinds are llvm, cuda, c, nvptx, rocm, opencl, vulkan, metal, ...)"
+    cores = target.get("num-cores")
+    if cores is not None and (type(cores) is not int or cores < 1):
+        return f"num-cores must be a positive integer, not {cores!r}"
+    return None
 
 
 def normalize_target(target) -> dict:

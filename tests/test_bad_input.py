@@ -3,6 +3,8 @@ wrong; bad lines among good ones skipped and counted; the output dataset never d
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import orjson
 import pytest
@@ -66,6 +68,10 @@ BAD_LINES = {
     "key not a string": (lambda: _record(i__0__0=17), "workload key must be a string, got int"),
     "no target": (lambda: _record(i__0=[_record_key()]), "record has no target"),
     "bad target": (lambda: _record(i__0__1="-mcpu=x"), "bad target: target has no kind"),
+    "unknown target kind": (lambda: _record(i__0__1="notatarget -foo"), "bad target: unknown target kind 'notatarget'"),
+    "num-cores": (lambda: _record(i__0__1="llvm -model=platinum-8358 -num-cores=two"),
+                  "bad target: num-cores must be a positive integer, not 'two'"),
+    "host kind": (lambda: _record(i__0__3="notahost"), "bad target: target host: unknown target kind 'notahost'"),
     "no steps": (lambda: _record(i__1=[[]]), "'i'[1] must be [stages, steps]"),
     "costs": (lambda: _record(r__0=["fast"]), "costs ('r'[0]) must be a list of numbers"),
     "error_no": (lambda: _record(r__1="0"), "error_no ('r'[1]) must be an integer"),
@@ -103,6 +109,27 @@ def test_a_target_naming_an_odd_machine_gets_a_valid_platform_id(tmp_path, capsy
     assert code == 0, err
     with open_dataset(out) as ds:
         assert sorted(ds.record_platforms()) == ["box+1", "platinum-8358"]
+
+
+def test_a_tenset_folder_of_an_odd_name_gets_a_valid_platform_id(tmp_path, capsys):
+    """``measure_records/<folder>/``: a folder name that is no platform id (``my box``) is made one, as a target's
+    odd machine name is, never the end of the import."""
+    folder = tmp_path / "measure_records" / "my box"
+    folder.mkdir(parents=True)
+    _log(folder, _good_lines(4), name="x.json")
+    code, err = _run(capsys, tmp_path / "measure_records", "-o", tmp_path / "d.h5")
+    assert code == 0, err
+    with open_dataset(tmp_path / "d.h5") as ds:
+        assert ds.record_platforms() == ["my-box"] and len(ds.records("my-box")) == 4
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc/self/mem (opens, never reads)")
+def test_a_log_that_cannot_be_read_is_one_error_naming_it(tmp_path, capsys):
+    """A file that opens but fails to read (an I/O error) is one line naming it, not a traceback; the output is not
+    made."""
+    code, err = _run(capsys, MLP, "/proc/self/mem", "-o", tmp_path / "d.h5")
+    assert code == 2 and _error_line(err) == "costlab: error: /proc/self/mem: cannot be read (Input/output error)"
+    assert "Traceback" not in err and not (tmp_path / "d.h5").exists()
 
 
 def test_logs_of_another_target_into_an_existing_platform_are_refused(tmp_path, capsys):

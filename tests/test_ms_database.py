@@ -4,6 +4,7 @@ scripts/make_ms_database.py) and round trips through MetaSchedule's own JSONData
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -321,16 +322,125 @@ def test_import_reads_gzip_databases_as_benchmarks_archive_them(tmp_path, tune_d
 
 
 def test_a_damaged_gzip_database_is_one_line(tmp_path, tune_db, capsys):
+    """A compressed record file damaged before its first whole line: nothing usable, one line naming it."""
     from costlab.cli import main
 
     gz = _gzipped(tune_db, tmp_path / "gz")
     data = (gz / (RECORD_FILE + ".gz")).read_bytes()
-    (gz / (RECORD_FILE + ".gz")).write_bytes(data[: len(data) // 2])  # cut short
+    (gz / (RECORD_FILE + ".gz")).write_bytes(data[:30])  # cut short inside the first line
     assert main(["dataset", "import-ms", str(gz), "-o", str(tmp_path / "d.h5")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert f"{RECORD_FILE}.gz: is not a readable gzip file" in err
     assert not (tmp_path / "d.h5").exists()
+
+
+def test_a_gzip_file_cut_short_keeps_the_lines_before_and_the_other_work_dirs(tmp_path, tune_db, capsys):
+    """A compressed record file that lost its last bytes (a copy cut short): the lines read before the damage
+    are imported, the damage is one problem naming the file, and the other work dirs of the import are read."""
+    from costlab.cli import main
+
+    n = len(_lines(tune_db / RECORD_FILE))
+    gz = _gzipped(tune_db, tmp_path / "gz")
+    rec_gz = gz / (RECORD_FILE + ".gz")
+    whole = rec_gz.read_bytes()
+    # the last 10 bytes (the gzip trailer and the stream's end: every line is there), then half the file
+    for cut, kept in ((10, range(n, n + 1)), (len(whole) // 2, range(1, n))):
+        rec_gz.write_bytes(whole[:-cut])
+        report = import_ms([gz], tmp_path / f"cut{cut}.h5", platform="cut", progress=False)
+        assert report.bad == 1 and len(report.problems) == 1, report.format()
+        read = re.fullmatch(re.escape(f"{rec_gz}: is not a readable gzip file (Compressed file ended before the "
+                                      "end-of-stream marker was reached); the ") + r"(\d+) lines before the damage "
+                            "were read", report.problems[0])
+        assert read, report.problems
+        assert report.added["cut"] == int(read.group(1)) and report.added["cut"] in kept
+    assert main(["dataset", "import-ms", str(gz), str(tune_db), "-o", str(tmp_path / "both.h5")]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped {rec_gz}: is not a readable gzip file" in err and "1 bad line(s)/record(s) skipped" in err
+    with open_dataset(tmp_path / "both.h5") as ds:
+        assert sum(ds.num_records(p) for p in ds.record_platforms()) == len(_lines(tune_db / RECORD_FILE))
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc/self/mem (opens, never reads)")
+def test_a_database_file_that_cannot_be_read_is_one_error_naming_it(tmp_path, tune_db):
+    """A file that opens but fails to read (an I/O error) is one InputError naming it, not a traceback."""
+    rec_path = tune_db / RECORD_FILE
+    rec_path.unlink()
+    rec_path.symlink_to("/proc/self/mem")
+    with pytest.raises(InputError, match=f"{RECORD_FILE}: cannot be read \\(Input/output error\\)"):
+        import_ms([tune_db], tmp_path / "d.h5", progress=False)
+    assert not (tmp_path / "d.h5").exists()
+
+
+def _changed_line(lines, n, change):
+    """Line ``n`` of a record file's lines with ``change(record)`` applied to its parsed record."""
+    rec = json.loads(lines[n])
+    change(rec)
+    return json.dumps(rec)
+
+
+BROKEN_RECORDS = {
+    # what breaks MetaSchedule's loader (and so an export of the record), by the message that names it
+    "instruction not a list": (lambda r: r[1][0][0].insert(1, "not-a-list-instr"),
+                               "trace instruction 1 is not [kind, inputs, attrs, outputs]: not-a-list-instr"),
+    "instruction of three fields": (lambda r: r[1][0][0][2].pop(),
+                                    "trace instruction 2 is not [kind, inputs, attrs, outputs]"),
+    "unknown instruction kind": (lambda r: r[1][0][0].append(["Bogus", [], [], []]),
+                                 "trace instruction 'Bogus' is no instruction kind TVM knows"),
+    "decision not a pair": (lambda r: r[1][0][1].append(7), "trace decision 4 is not [instruction index, value]"),
+    "decision of no instruction": (lambda r: r[1][0][1][0].__setitem__(0, 999),
+                                   "trace decision 0 is not [instruction index, value]"),
+    "decisions not a list": (lambda r: r[1][0].__setitem__(1, {"4": 1}), "trace is not [instructions, decisions]"),
+    "unknown target kind": (lambda r: r[1].__setitem__(2, {"kind": "notatarget", "foo": True}),
+                            "bad target: unknown target kind 'notatarget'"),
+    "num-cores not a number": (lambda r: r[1][2].__setitem__("num-cores", "two"),
+                               "bad target: num-cores must be a positive integer, not 'two'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_RECORDS))
+def test_structurally_broken_records_are_skipped_and_counted(tmp_path, tune_db, case):
+    """A record whose trace MetaSchedule cannot load, or whose target is no TVM target: skipped and named
+    (``file:line: what``) among the good ones."""
+    change, message = BROKEN_RECORDS[case]
+    rec_path = tune_db / RECORD_FILE
+    lines = rec_path.read_text().splitlines()
+    rec_path.write_text("\n".join(lines[:3] + [_changed_line(lines, 0, change)] + lines[3:]) + "\n")
+    report = import_ms([tune_db], tmp_path / "d.h5", progress=False)
+    assert report.bad == 1, report.format()
+    assert report.problems[0].startswith(f"{rec_path}:4: {message}"), report.problems
+    assert sum(report.added.values()) == len(lines)
+
+
+def test_an_export_after_broken_records_loads_in_metaschedule(tmp_path, tune_db):
+    """Every kind of broken record among the good ones: the dataset holds the good ones only, so its export loads
+    in MetaSchedule's JSONDatabase with every one of them."""
+    rec_path = tune_db / RECORD_FILE
+    lines = rec_path.read_text().splitlines()
+    broken = [_changed_line(lines, 0, change) for change, _ in BROKEN_RECORDS.values()]
+    rec_path.write_text("\n".join(lines + broken) + "\n")
+    out = tmp_path / "d.h5"
+    report = import_ms([tune_db], out, progress=False)
+    assert report.bad == len(broken) and sum(report.added.values()) == len(lines), report.format()
+    (pid,) = report.added
+    export_ms(out, pid, tmp_path / "db", include_failed=True)
+    assert _loads_in_metaschedule(tmp_path / "db") == len(lines)
+
+
+def test_structural_checks_of_a_record_need_no_tvm():
+    """``parse_record`` checks the trace's shape alone (no TVM): instructions and decisions."""
+    from costlab.metaschedule.databases import parse_record
+
+    good = json.loads((TUNE_DB / RECORD_FILE).read_text().splitlines()[0])
+    assert parse_record(good)[0] == 0
+    for trace, message in [([["not-a-list-instr"], []], "trace instruction 0 is not"),
+                           ([[["Split", [], [], "l0"]], []], "trace instruction 0 is not"),
+                           ([[[True, [], [], []]], []], "trace instruction 0 is not"),
+                           ([[["Split", [], [], []]], [[True, 1]]], "trace decision 0 is not"),
+                           ([[["Split", [], [], []]], [[1, 1]]], "trace decision 0 is not"),
+                           ([[], None], "trace is not [instructions, decisions]")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_record([0, [trace, [1e-6]]])
 
 
 def test_a_last_workload_line_without_its_end_of_line_gets_it_back(tune_db):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -144,6 +146,62 @@ def test_not_a_dataset_errors(tmp_path):
     with pytest.raises(DatasetFormatError, match="newer costlab"):
         with DatasetWriter(newer):
             pass
+
+
+def _drop(name):
+    return lambda f: f.__delitem__(name)
+
+
+DAMAGE = {  # a damaged dataset, and what the one error about it says is missing or wrong
+    "network weights": (_drop("networks/weight"), "the network table has no column weight"),
+    "network names": (_drop("networks/names"), "the network table has no column names"),
+    "network of no name": (lambda f: f["networks/network"].__setitem__(0, 5),
+                           "the network table has weights of network 5, and names 1 networks"),
+    "record errors": (_drop("records/cpu-a/error"), "the records of platform 'cpu-a' have no column 'error'"),
+    "record schedules": (_drop("records/cpu-a/schedule"), "the records of platform 'cpu-a' have no column 'schedule'"),
+    "cost offsets": (_drop("records/cpu-a/costs/offsets"), "have in 'costs' no column 'offsets'"),
+    "short column": (lambda f: f["records/cpu-a/timestamp"].resize((29,)),
+                     "columns of different lengths (task 30, program_id 30, error 30, timestamp 29)"),
+    "short offsets": (lambda f: f["records/cpu-a/schedule/offsets"].resize((30,)),
+                      "have 30 rows but 30 offsets of 'schedule'"),
+    "text ids": (lambda f: (f["records/cpu-a"].__delitem__("program_id"),
+                            f["records/cpu-a"].create_dataset("program_id", data=["x"] * 30)),
+                 "column 'program_id' is not a column of numbers of the right kind"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_a_damaged_dataset_is_one_error_naming_what_is_missing(tmp_path, capsys, case):
+    """A dataset missing a table's column, or with columns of unequal lengths, is refused when it is opened to read
+    or to write (from HDF5's metadata: no record column is read) with one error naming the file and what is wrong,
+    never a KeyError later; the file stays as it was."""
+    damage, message = DAMAGE[case]
+    path = tmp_path / "d.h5"
+    _write(path)
+    with h5py.File(path, "a") as f:
+        damage(f)
+    before = path.read_bytes()
+    with pytest.raises(DatasetFormatError, match=f"d.h5: damaged dataset: .*{re.escape(message)}"):
+        open_dataset(path)
+    with pytest.raises(DatasetFormatError, match=re.escape(message)):
+        with DatasetWriter(path) as w:
+            w.add_platform("cpu-b", {"kind": "llvm", "num-cores": 4})
+    assert path.read_bytes() == before
+    assert main(["dataset", "info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"costlab: error: {path}: damaged")
+
+
+def test_records_of_a_task_the_dataset_lacks_are_a_clear_error_when_read(tmp_path):
+    """A task index past the task table (read with the records, never at open) is a DatasetFormatError naming the
+    platform and the task, not an IndexError."""
+    path = tmp_path / "d.h5"
+    _write(path)
+    with h5py.File(path, "a") as f:
+        f["records/cpu-a/task"][29] = 7
+    with open_dataset(path) as ds, pytest.raises(DatasetFormatError, match="platform 'cpu-a' belong to task 7, and "
+                                                                          "the dataset has 3 tasks"):
+        list(ds.iter_tasks("cpu-a"))
 
 
 def test_unknown_platform_is_a_clear_error(tmp_path, capsys):
