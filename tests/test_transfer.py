@@ -132,6 +132,13 @@ def test_transfer_then_tune_continues_from_it(tmp_path, capsys):
     assert main(args) == 0  # re-run: the task is done, nothing measured again
     capsys.readouterr()
     assert _records(work) == 2
+    # with other options the done task would be skipped and the old summary read as new: refused, nothing measured
+    assert main([*args[:6], "3", *args[7:]]) == 2
+    assert "records a transfer with other options (top: 2 -> 3)" in capsys.readouterr().err
+    # records of another machine beside these (no run record: the records' own target says whose they are)
+    assert main([*args, "--target", "llvm -mcpu=btver2 -num-cores=1"]) == 2
+    assert "--target llvm btver2 is not the machine of the run in" in capsys.readouterr().err
+    assert _records(work) == 2
     # the search continues from the database: the 2 transferred trials count, 2 more are searched
     assert main(["tune", "--workload", CONV, "--trials", "4", "--per-iter", "2", "--work-dir", str(work),
                  "--no-progress", "--no-check", "--json"]) == 0

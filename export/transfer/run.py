@@ -33,6 +33,7 @@ from pathlib import Path
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.costmodels import kinds
 from costlab.datasets.records import record_latency
+from costlab.export.machines import parse_target, refuse_other_machine, run_target
 from costlab.export.search.common import measure_candidates, measured_hashes, model_order, schedule_hash
 from costlab.export.stop import recordable
 from costlab.export.tasks import measuring_target, workload_tasks
@@ -182,6 +183,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
 
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
     state["sources"] = [str(s) for s in opts.sources]
+    state["options"] = transfer_options(opts)
     todo = [t for t in tasks if not state["tasks"].get(task_key(t.mod), {}).get("done")]
     if not todo:
         return state
@@ -242,6 +244,27 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     return state
 
 
+def transfer_options(opts: TransferOptions) -> dict:
+    """The options that decide what a transfer measures of a task, as its state records them."""
+    return dict(sources=[str(s) for s in opts.sources], top=opts.top, per_source=opts.per_source,
+                max_candidates=opts.max_candidates, model=str(opts.model or kinds.draft()), seed=opts.seed)
+
+
+def _check_same_transfer(state: dict, state_path: Path, opts: TransferOptions) -> None:
+    """Refuse ``costlab transfer`` continuing a transfer made with other options (its finished tasks would be
+    skipped, and the summary would read as this run's). A state from before options were recorded is continued;
+    a tuning run's start is checked with the run's own options (``tune``'s run record)."""
+    was = state.get("options")
+    if not isinstance(was, dict) or not state.get("tasks"):
+        return
+    now = transfer_options(opts)
+    changed = [f"{k}: {was.get(k)!r} -> {now[k]!r}" for k in now if k in was and was[k] != now[k]]
+    if changed:
+        raise UsageError(f"{state_path} records a transfer with other options ({'; '.join(changed)}): give the same "
+                         "options to continue it, or remove the file to transfer afresh (what was measured stays "
+                         "in the database and is never measured twice)")
+
+
 def ranking_model(opts: TransferOptions) -> tuple:
     """``(predictor, head)`` that rank the replayed programs: ``--model`` loaded as every tuning command loads
     one (``cost_model.tuning_predictor``), the draft kind (PSA) without one."""
@@ -267,6 +290,22 @@ def started_tasks(state_path, afresh: str = "transfer afresh") -> dict[str, tupl
             for key, row in state["tasks"].items() if isinstance(row, dict)}
 
 
+def _records_target(work: WorkDir):
+    """The target of the run in a work dir (``machines.run_target``), else the one its records were measured on,
+    else None: a work dir a transfer alone made has no run record."""
+    recorded = None
+    if work.path.is_dir():
+        from costlab.metaschedule.repair import DatabaseScan  # lazy: reads the database only for this check
+
+        spec = DatabaseScan(work.path).target
+        if spec is not None:
+            try:
+                recorded = parse_target(spec)
+            except UsageError:  # a target this TVM does not know: as if none were recorded
+                recorded = None
+    return run_target(work.path, recorded)
+
+
 def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     """``costlab transfer``: the tasks of the workload, a work dir (locked), costlab's builder and runner,
     then ``transfer_tasks``. Returns the summary."""
@@ -275,6 +314,10 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     work = WorkDir(opts.work_dir)
     work.check_folder()
     work.check_same_host("transferring into it")
+    refuse_other_machine(target, _records_target(work), work, "leave out --target to transfer on the run's "
+                                                              "target, or transfer into another --work-dir")
+    state_path = work.transfer_state
+    _check_same_transfer(read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks"), state_path, opts)
     sources = usable_sources(opts.sources, opts.per_source, exclude=[work.path],  # before anything is written
                              kind=target.kind.name)
     work.path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,48 @@
+"""Which machine a work dir's records were measured on, and the refusal of a command that would add records of
+another machine to them: MetaSchedule's database is not target-aware, so records of two machines in one work
+dir would be compared with each other (``exploit``, ``transfer``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from costlab.common.errors import UsageError, last_line
+from costlab.export.workdir import WorkDir
+from costlab.metaschedule.targets import runnable_target
+
+
+def machine_of(target) -> tuple:
+    """What a target measures on: its kind and CPU (``mcpu``) or GPU (``arch``); ``None`` for generic."""
+    attrs = target.export()
+    return (str(attrs.get("kind")), attrs.get("mcpu") or attrs.get("arch") or None)
+
+
+def describe_machine(target) -> str:
+    kind, cpu = machine_of(target)
+    return f"{kind} {cpu or '(generic, no -mcpu)'}"
+
+
+def parse_target(spec, what: str = ""):
+    """A TVM ``Target`` of a target spec (the command line's, or a JSON dict), or a UsageError naming it."""
+    import tvm
+
+    try:
+        return tvm.target.Target(runnable_target(spec))
+    except Exception as exc:  # noqa: BLE001  TVM refuses a target in several ways
+        raise UsageError(f"bad target {spec!r}{what}: {last_line(exc)}") from None
+
+
+def run_target(work: Path, recorded=None):
+    """The target of the run a work dir holds: its run record's (``costlab_run.json``), else ``recorded`` (the
+    target the records were measured on, a ``Target``), else None."""
+    work = WorkDir(work)
+    spec = work.recorded("target")
+    return parse_target(spec, f" in {work.run_file}") if spec is not None else recorded
+
+
+def refuse_other_machine(target, run, work, advice: str) -> None:
+    """A UsageError when ``target`` is not the machine of ``run`` (the work dir's run target, or None)."""
+    if run is not None and machine_of(target) != machine_of(run):
+        raise UsageError(f"--target {describe_machine(target)} is not the machine of the run in {work} "
+                         f"({describe_machine(run)}): its records were measured there and would be compared with "
+                         f"this target's; {advice}")
