@@ -21,47 +21,14 @@ from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.import_report import ImportReport
 from costlab.datasets import records as rec
 from costlab.datasets.store import DatasetWriter, open_dataset
-from costlab.metaschedule.databases import (RECORD_FILE, WORKLOAD_FILE, content_size, read_records, read_workloads,
-                                            work_dir_files, write_database)
+from costlab.metaschedule.databases import (RECORD_FILE, WORKLOAD_FILE, content_size, instruction_kind_problem,
+                                            read_records, read_workloads, work_dir_files, write_database)
 from costlab.metaschedule.results import ERROR_MS_NO_RESULT, ERROR_NONE, MS_FAILURE_SECS, costs_and_error
 from costlab.metaschedule.targets import platform_id_for, target_problem
 from costlab.metaschedule.traces import compact_json, plain_json
 from costlab.metaschedule.workloads import decode_workload, describe_json
 
 CHUNK = 8192  # records handed to the writer at once
-
-
-class _KindRegistry:
-    """The instruction kinds TVM has registered, asked of TVM once per kind (an unknown one makes MetaSchedule's
-    loader refuse the whole database). Without TVM nothing is known and nothing refused."""
-
-    def __init__(self):
-        self.known: set[str] = set()
-        self.unknown: set[str] = set()
-        self.tvm = True
-
-    def problem(self, insts: list) -> str | None:
-        """Why a trace's instructions (shape-checked by ``parse_record``) cannot load in TVM, or None."""
-        for kind, _inputs, _attrs, _outputs in insts:
-            if kind not in self.known and self.tvm and not self.knows(kind):
-                return f"trace instruction {kind!r} is no instruction kind TVM knows"
-        return None
-
-    def knows(self, kind: str) -> bool:
-        if kind in self.unknown:
-            return False
-        try:
-            from tvm.s_tir.schedule import InstructionKind
-        except ImportError:  # reading a database needs no TVM: its kinds go unchecked
-            self.tvm = False
-            return True
-        try:
-            InstructionKind.get(kind)
-        except Exception:  # noqa: BLE001  TVM says "not registered" with an AttributeError or its own error
-            self.unknown.add(kind)
-            return False
-        self.known.add(kind)
-        return True
 
 
 def _check_host(writer, pid: str, host: dict | None) -> None:
@@ -96,7 +63,6 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
     pairs = [work_dir_files(d) for d in dirs]  # all checked before any work
     report = ImportReport()
     task_info: dict[str, tuple] = {}  # shash -> (WorkloadInfo) computed once per workload
-    kinds = _KindRegistry()
     decode_problems: set[str] = set()
     undecodable: dict[str, str] = {}  # workload hash -> why TVM could not decode it
     bar = None
@@ -137,7 +103,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 if target is not None and last_why:  # stored, it would be the platform's target
                     report.problem(f"{where}: bad target: {last_why}")
                     continue
-                why = kinds.problem(trace[0])  # one unknown kind: MetaSchedule would load none of an export
+                why = instruction_kind_problem(trace[0])  # one unknown kind: MetaSchedule would load none of an export
                 if why:
                     report.problem(f"{where}: {why}")
                     continue

@@ -14,11 +14,13 @@ Either file may be gzip-compressed (``database_workload.json.gz``, ``database_tu
 ``read_workloads`` / ``read_records`` read both, ``work_dir_database`` opens them as MetaSchedule's
 ``JSONDatabase``. Lines are shape-checked without TVM; a bad line is counted
 in the caller's report (``costlab.common.import_report.ImportReport``) as ``FILE:LINE: what`` and skipped.
+Whether TVM knows a trace's instruction kinds is ``instruction_kind_problem``'s check (where TVM is importable).
 ``write_database`` writes a database that ``JSONDatabase`` loads.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -277,7 +279,7 @@ def check_trace_shape(insts: list, decisions: list) -> None:
     """ValueError when a trace's instructions are not each ``[kind, inputs, attrs, outputs]`` (a kind string
     and three lists) or its decisions not each ``[instruction index, value]`` with the index one of the trace's
     instructions: the shapes MetaSchedule's loader requires of every record (it refuses the whole database
-    for one that is not). Whether TVM knows each kind is the importer's check (it needs TVM)."""
+    for one that is not). Whether TVM knows each kind is ``instruction_kind_problem``'s check (it needs TVM)."""
     lst, text = list, str
     try:  # the fast path (every record passes here): unpacking checks the length, the classes the rest
         for kind, inputs, attrs, outputs in insts:
@@ -297,6 +299,37 @@ def check_trace_shape(insts: list, decisions: list) -> None:
                 or not 0 <= decision[0] < count):
             raise ValueError(f"trace decision {n} is not [instruction index, value] with the index of one of "
                              f"the trace's {count} instructions: {str(decision)[:80]}")
+
+
+_REGISTERED_KINDS: set[str] = set()  # instruction kinds TVM said it has registered (the fast path of every record)
+
+
+def instruction_kind_problem(insts: list) -> str | None:
+    """Why a trace's instructions (shape-checked by ``parse_record``) cannot load in TVM: one names an instruction
+    kind TVM has not registered (MetaSchedule's loader then refuses the whole database, ``Instruction kind ... is
+    not registered``); or None. TVM is asked once per kind; without TVM no kind is refused (reading a database
+    needs no TVM)."""
+    registered = _REGISTERED_KINDS
+    for kind, _inputs, _attrs, _outputs in insts:
+        if kind not in registered and not _kind_registered(kind):
+            return f"trace instruction {kind!r} is no instruction kind TVM knows"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _kind_registered(kind: str) -> bool:
+    """Whether TVM has registered the instruction kind ``kind`` (True without TVM: nothing to check against);
+    cached, so that TVM is asked once per kind, a kind it knows is added to ``_REGISTERED_KINDS``."""
+    try:
+        from tvm.s_tir.schedule import InstructionKind
+    except ImportError:
+        return True
+    try:
+        InstructionKind.get(kind)
+    except Exception:  # noqa: BLE001  TVM says "not registered" with an AttributeError or its own error
+        return False
+    _REGISTERED_KINDS.add(kind)
+    return True
 
 
 def write_database(out_dir, workloads, records, replace: bool = False) -> Path:

@@ -11,7 +11,8 @@ import orjson
 from costlab.common.errors import InputError
 from costlab.common.files import write_atomically
 from costlab.common.import_report import ImportReport
-from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, parse_record, read_workloads
+from costlab.metaschedule.databases import (RECORD_FILE, WORKLOAD_FILE, instruction_kind_problem, parse_record,
+                                            read_workloads)
 
 BAD_LINES_FILE = "database_tuning_record.bad-lines.jsonl"
 
@@ -27,7 +28,8 @@ class DatabaseScan:
         self.problems: list[str] = []
         self.target = None
         wl_lines = self.wl_path.read_bytes().splitlines(keepends=True) if self.wl_path.is_file() else []
-        good = read_workloads(self.wl_path, ImportReport()) if self.wl_path.is_file() else {}
+        wl_report = ImportReport()
+        good = read_workloads(self.wl_path, wl_report) if self.wl_path.is_file() else {}
         # blank lines at the end are dropped; one before a workload counts in MetaSchedule's line numbers and
         # makes its loader fail: a bad line like any other there
         self.wl_trailing_blanks = 0
@@ -35,16 +37,21 @@ class DatabaseScan:
             wl_lines.pop()
             self.wl_trailing_blanks += 1
         bad_wl = [i for i, line in enumerate(wl_lines) if i not in good]
+        # only a bad last line without its end of line is what a kill during a write leaves (moved aside below,
+        # with its records); a whole bad line, the last one too, is damage or an edit: records refer to workloads
+        # by line number, and a run that dropped its workload would tune that task again from nothing
+        cut = len(wl_lines) - 1 if wl_lines and not wl_lines[-1].endswith(b"\n") else None
         for i in bad_wl:
-            if i != len(wl_lines) - 1:
-                raise InputError(self.wl_path, f"line {i + 1} is not a workload, and records after it refer to "
-                                               "workloads by line number, so it cannot be skipped: tune in another "
-                                               "--work-dir, or import what is readable with `costlab dataset "
-                                               "import-ms`")
+            if i != cut:
+                raise InputError(self.wl_path, f"line {i + 1} is not a workload ({_why(wl_report, self.wl_path, i)}); "
+                                               "a whole line, not one a write cut short, and records refer to "
+                                               "workloads by line number, so it is neither skipped nor moved aside: "
+                                               "restore the file, tune in another --work-dir, or import what is "
+                                               "readable with `costlab dataset import-ms`")
         self.moved: list[bytes] = []
         self.cut_workload = bool(bad_wl)
         if bad_wl:
-            self.problems.append(f"{self.wl_path}:{bad_wl[0] + 1}: not a workload (cut short?)")
+            self.problems.append(f"{self.wl_path}:{bad_wl[0] + 1}: not a workload, cut short (no end of line)")
             self.moved.append(wl_lines[-1].rstrip(b"\n") + b"\n")
             wl_lines = wl_lines[:-1]
         # a good last workload line without its end of line (a write cut just before it): the next workload a
@@ -69,6 +76,9 @@ class DatabaseScan:
                 if idx not in good:
                     raise ValueError(f"refers to workload line {idx + 1}, which is "
                                      f"{'bad' if idx < len(wl_lines) + 1 else 'missing'}")
+                why = instruction_kind_problem(parsed[1][0])  # one such record: MetaSchedule's loader loads none
+                if why:
+                    raise ValueError(why)
             except (orjson.JSONDecodeError, ValueError) as exc:
                 self.problems.append(f"{self.tr_path}:{i + 1}: {str(exc).splitlines()[0][:120]}")
                 self.moved.append(line.rstrip(b"\n") + b"\n")
@@ -84,15 +94,24 @@ class DatabaseScan:
         return len(self.keep)
 
 
+def _why(report: ImportReport, path: Path, i: int) -> str:
+    """What ``read_workloads`` said of line ``i`` (0-based) of ``path``, the first bad line it met (it says nothing
+    of a blank line)."""
+    prefix = f"{path}:{i + 1}: "
+    said = report.problems[0] if report.problems else ""
+    return said[len(prefix):] if said.startswith(prefix) else "a blank line"
+
+
 def repair_work_dir(work_dir, scan: DatabaseScan | None = None) -> list[str]:
     """Make a MetaSchedule work dir's database readable by MetaSchedule again before a run continues it.
 
     A line cut short (what a kill during a write leaves) or malformed makes ``JSONDatabase`` fail with a
     traceback or TVM crash outright. Bad record lines, and records of a workload line that is bad, are moved
     to ``database_tuning_record.bad-lines.jsonl`` beside the database (nothing is lost) and the database is
-    rewritten without them; a bad last workload line (cut short) is moved the same way. A bad workload line
-    before others cannot be removed (records refer to workloads by line number): that is an error naming
-    it. Returns one ``FILE:LINE: what`` per line moved out; nothing is written when every line is good.
+    rewritten without them; a bad last workload line without its end of line (a write cut short) is moved the
+    same way. A whole bad workload line, the last one too, is not removed (records refer to workloads by line
+    number, and it is no interrupted write): that is an error naming it. Returns one ``FILE:LINE: what`` per
+    line moved out; nothing is written when every line is good.
     ``scan``: the ``DatabaseScan`` of the work dir, when the caller has read it already."""
     work_dir = Path(work_dir)
     scan = scan if scan is not None else DatabaseScan(work_dir)

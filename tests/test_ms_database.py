@@ -519,3 +519,54 @@ def test_a_blank_workload_line_before_others_is_refused_naming_it(tune_db):
     (tune_db / WORKLOAD_FILE).write_text("".join(lines[:1] + ["\n"] + lines[1:]))
     with pytest.raises(InputError, match=f"{WORKLOAD_FILE}: line 2 is not a workload"):
         repair_work_dir(tune_db)
+
+
+def test_a_record_of_an_instruction_kind_tvm_has_not_registered_is_moved_aside(tmp_path, tune_db):
+    """A record whose trace names an instruction kind TVM has not registered makes MetaSchedule's loader refuse the
+    whole database (a TVM traceback in tune, exploit, library add): the repair of a work dir moves it aside like any
+    bad line, and the read-only opening of one (what `library add` reads) leaves it out and names it."""
+    from costlab.metaschedule.databases import work_dir_database
+    from costlab.metaschedule.repair import BAD_LINES_FILE, repair_work_dir
+
+    rec_path = tune_db / RECORD_FILE
+    lines = rec_path.read_text().splitlines(keepends=True)
+    assert '"SamplePerfectTile"' in lines[3]
+    lines[3] = lines[3].replace('"SamplePerfectTile"', '"SampleBogusTile"', 1)
+    rec_path.write_text("".join(lines))
+    message = f"{rec_path}:4: trace instruction 'SampleBogusTile' is no instruction kind TVM knows"
+    before = rec_path.read_bytes()
+    skipped: list = []
+    with work_dir_database(tune_db, skipped) as database:
+        assert len(database.get_all_tuning_records()) == len(lines) - 1
+    assert skipped == [message] and rec_path.read_bytes() == before  # read-only: the work dir as it was
+    assert repair_work_dir(tune_db) == [message]
+    assert (tune_db / BAD_LINES_FILE).read_text() == lines[3]
+    assert _loads_in_metaschedule(tune_db) == len(lines) - 1
+
+
+@pytest.mark.parametrize("end_of_line", [True, False])
+def test_only_a_last_workload_line_without_its_end_of_line_is_taken_for_a_write_cut_short(tune_db, end_of_line):
+    """A bad last workload line that ends with its newline is whole (damage, an edit), no write a kill cut short:
+    an error naming the file and line, and nothing moved (moving it would take its task's records with it, and
+    the run would tune that task again from nothing). Without its newline it is a cut write: moved aside with the
+    records of its workload."""
+    from costlab.metaschedule.repair import BAD_LINES_FILE, repair_work_dir
+
+    wl_path, rec_path = tune_db / WORKLOAD_FILE, tune_db / RECORD_FILE
+    lines = wl_path.read_text().splitlines()
+    shash, b64 = json.loads(lines[-1])
+    lines[-1] = json.dumps([shash, "!" + b64[1:]])  # its base64 corrupted
+    wl_path.write_text("\n".join(lines) + ("\n" if end_of_line else ""))
+    before = {p.name: p.read_bytes() for p in tune_db.iterdir()}
+    n = len(_lines(rec_path))
+    of_last = sum(1 for rec in _lines(rec_path) if rec[0] == len(lines) - 1)
+    if end_of_line:
+        with pytest.raises(InputError, match=f"{WORKLOAD_FILE}: line {len(lines)} is not a workload \\(workload IR "
+                                             "is not valid base64"):
+            repair_work_dir(tune_db)
+        assert {p.name: p.read_bytes() for p in tune_db.iterdir()} == before
+    else:
+        problems = repair_work_dir(tune_db)
+        assert problems[0].startswith(f"{wl_path}:{len(lines)}: not a workload")
+        assert len(problems) == 1 + of_last and len(_lines(rec_path)) == n - of_last
+        assert len((tune_db / BAD_LINES_FILE).read_text().splitlines()) == 1 + of_last
