@@ -612,14 +612,17 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
 def _library_add(opts: TuneOptions, tasks: list[Task], target, database, answers: list, checked: bool) -> dict:
     """The run's checked best programs (``answers``: each task's ``check_task`` answer) into the library of its
     platform; nothing when they were not checked (``--no-check``): a library holds programs known to compute
-    the right result. A library that cannot be written is said in the summary, never the end of a finished run."""
+    the right result. A library that cannot take them (another host's, not writable, or failing in a way not
+    foreseen) is said in the summary and as a warning, never the end of a finished run: its summary is written."""
     if not checked:
         return dict(added=0, why="not added: the run's programs were not checked (--no-check)")
     try:
         return add_run(opts.library, platform_id_for(plain_json(target.export())), host_info(), database, tasks,
                        answers, Path(opts.work_dir))
-    except (CostlabError, OSError) as exc:
-        return dict(added=0, why=f"not added: {exc}")
+    except Exception as exc:  # noqa: BLE001  the run is finished: its summary is written whatever the library does
+        said = str(exc) if isinstance(exc, (CostlabError, OSError)) else f"{type(exc).__name__}: {last_line(exc)}"
+        logging.getLogger(__name__).warning("the run's programs were not added to the schedule library: %s", said)
+        return dict(added=0, why=f"not added: {said}")
 
 
 def _checked_database(database, tasks: list[Task], chosen: list, checked: bool):

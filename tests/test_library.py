@@ -323,3 +323,122 @@ def test_a_damaged_start_state_stops_only_a_run_that_has_that_start(tmp_path):
         _start_state(state, "start from the library afresh", needed=True)
     state.write_text(json.dumps({"tasks": {"abc": {"done": False, "measured": [{}, {}]}}}))
     assert _start_state(state, "start from the library afresh", needed=False) == {"abc": (False, 2)}
+
+
+def _damage(root: Path) -> tuple[str, dict, str, dict]:
+    """The library under ``root`` with one program of its matmul lacking its latency, and its conv2d's structure
+    lacking its anchor; returns each entry's key and the program and entry as they are now written."""
+    file = root / _platform() / "library.json"
+    lib = json.loads(file.read_text())
+    matmul, conv = sorted(lib["entries"], key=lambda k: lib["entries"][k]["name"].startswith("conv2d"))
+    program = lib["entries"][matmul]["programs"][-1]
+    del program["us"]
+    del lib["entries"][conv]["structure"]["anchor"]
+    file.write_text(json.dumps(lib))
+    return matmul, program, conv, lib["entries"][conv]
+
+
+def _aside(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / _platform() / "library.bad-entries.jsonl").read_text().splitlines()]
+
+
+def test_a_librarys_bad_entries_are_skipped_counted_said_in_one_line_and_kept(library, tmp_path, capsys, caplog):
+    """An entry whose structure lacks a field, and a program that lacks its latency, in a library that is valid
+    JSON: list says them in one line naming the file and the entries and lists the rest; prune (which rewrites
+    the library) moves them, as they were, to library.bad-entries.jsonl beside it, and prunes the rest."""
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    matmul, program, conv, entry = _damage(root)
+    file = root / _platform() / "library.json"
+    assert main(["library", "list", "--library", str(root)]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "1 tasks" in out  # the matmul, with its good programs; the conv2d skipped
+    (said,) = [r.getMessage() for r in caplog.records if str(file) in r.getMessage()]
+    assert "skipped 1 bad entry and 1 bad program" in said and "\n" not in said
+    assert f"entry {conv}: its structure has no 'anchor'" in said and f"entry {matmul}: program " in said
+    assert "has no 'us'" in said
+    assert not (root / _platform() / "library.bad-entries.jsonl").exists()  # a reader writes nothing
+    caplog.clear()
+    n = len(json.loads(file.read_text())["entries"][matmul]["programs"])
+    assert main(["library", "prune", "--library", str(root), "--per-task", "1"]) == 0
+    assert "removed 0 tasks and %d programs" % (n - 2) in capsys.readouterr().out  # of the good programs only
+    (said,) = [r.getMessage() for r in caplog.records if str(file) in r.getMessage()]
+    assert f"moved 1 bad entry and 1 bad program aside, to {root / _platform() / 'library.bad-entries.jsonl'}" in said
+    assert {(a["entry"], a.get("program") is not None) for a in _aside(root)} == {(conv, False), (matmul, True)}
+    assert [a["value"] for a in _aside(root)] in ([entry, program], [program, entry])  # as they were
+    assert list(_library(root)["entries"]) == [matmul] and len(_library(root)["entries"][matmul]["programs"]) == 1
+    caplog.clear()
+    assert main(["library", "list", "--library", str(root)]) == 0  # the library is whole again: nothing said
+    assert not [r for r in caplog.records if str(file) in r.getMessage()]
+
+
+def test_bad_entries_and_programs_of_every_kind_are_skipped_and_counted():
+    """What every reader of a library uses is checked when it is read: a missing field, a value of another type,
+    an anchor that names no block, a latency that is not a number; an entry none of whose programs is good is
+    skipped whole; the good entries and programs are kept in order."""
+    from costlab.export.library.store import bad_parts
+
+    program = dict(trace=[[], []], run_secs=[1e-6], us=1.0, target={"kind": "llvm"}, args_info=[], checked=True)
+    entry = dict(name="t", workload="b64", structure=dict(names=["Z"], signatures=["s"], anchor=0, extents=[4]),
+                 programs=[program, dict(program, us=2.0)], added=1)
+    entries = {"good": entry, "not-an-object": [], "no-name": {k: v for k, v in entry.items() if k != "name"},
+               "anchor": dict(entry, structure=dict(entry["structure"], anchor=3)),
+               "extents": dict(entry, structure=dict(entry["structure"], extents=["4"])),
+               "no-good-program": dict(entry, programs=[dict(program, us="fast")]),
+               "some-bad": dict(entry, programs=[dict(program, run_secs=None), program, dict(program, us=float("nan")),
+                                                 dict(program, checked="yes"), 7])}
+    good, bad = bad_parts(entries)
+    assert good == {"good": entry, "some-bad": dict(entry, programs=[program])}
+    assert [(b["entry"], b.get("program")) for b in bad] == [
+        ("not-an-object", None), ("no-name", None), ("anchor", None), ("extents", None), ("no-good-program", None),
+        ("some-bad", 0), ("some-bad", 2), ("some-bad", 3), ("some-bad", 4)]
+    assert bad[0]["why"] == "entry not-an-object is list, not an object"
+    assert bad[1]["why"] == "entry no-name has no 'name'"
+    assert bad[5]["why"] == "entry some-bad: program 0 has a 'run_secs' that is not a list of numbers"
+    assert all(b["value"] is (entries[b["entry"]] if b.get("program") is None else entries[b["entry"]]["programs"][
+        b["program"]]) for b in bad)  # each as it was
+
+
+def test_a_finished_run_writes_its_summary_when_its_library_holds_a_bad_entry(library, tmp_path, caplog):
+    """A library whose entry of the run's own workload has a program without its latency (what made a finished
+    run end in a KeyError, its summary never written): the run finishes, adds its programs, writes its summary,
+    and the entry, none of whose programs could be read, is kept as it was beside the library."""
+    from costlab.export.library.collect import structure_json
+    from costlab.export.tasks import workload_tasks
+    from costlab.export.tune import TuneOptions
+    from costlab.metaschedule.workloads import workload_json
+
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    file = root / _platform() / "library.json"
+    lib = json.loads(file.read_text())
+    (task,), _ = workload_tasks(TuneOptions("w", workloads=[CONV]), None)
+    shash, b64 = workload_json(task.mod)
+    conv = next(e for e in lib["entries"].values() if e["name"].startswith("conv2d"))
+    bad = {k: v for k, v in conv["programs"][0].items() if k != "us"}
+    lib["entries"][shash] = dict(conv, name=task.name, workload=b64, structure=structure_json(task.mod),
+                                 programs=[bad])
+    file.write_text(json.dumps(lib))
+    summary = _tune(tmp_path / "w", "--library", str(root), "--trials", "2", "--model", "random")
+    assert json.loads((tmp_path / "w" / "costlab_tune.json").read_text())["library"] == summary["library"]
+    assert summary["library"]["added"] >= 1 and "why" not in summary["library"]
+    assert [a["value"] for a in _aside(root)] == [lib["entries"][shash]]  # the entry as it was, its one program bad
+    assert len(_library(root)["entries"][shash]["programs"]) >= 1  # the run's own programs
+    said = [r.getMessage() for r in caplog.records if str(file) in r.getMessage()]
+    assert len(said) == 2 and all(f"entry {shash}: none of its programs is readable" in s for s in said)
+    assert "skipped 1 bad entry (not used)" in said[0] and "moved 1 bad entry aside" in said[1]
+
+
+def test_a_finished_run_writes_its_summary_when_adding_to_its_library_fails(library, tmp_path, monkeypatch, caplog):
+    """Whatever adding a run's programs to its library raises, the run is finished: its summary is written,
+    saying why nothing was added, and the run says it as a warning."""
+    import costlab.export.tune as tune_module
+
+    def fails(*args, **kwargs):
+        raise KeyError("us")
+
+    monkeypatch.setattr(tune_module, "add_run", fails)
+    summary = _tune(tmp_path / "w", "--trials", "2", "--model", "random")
+    assert summary["library"] == dict(added=0, why="not added: KeyError: 'us'")
+    assert json.loads((tmp_path / "w" / "costlab_tune.json").read_text())["library"] == summary["library"]
+    assert any("not added to the schedule library: KeyError: 'us'" in r.getMessage() for r in caplog.records)

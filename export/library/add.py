@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costlab.common.errors import CostlabError, InputError, UsageError
+from costlab.common.errors import CostlabError, InputError, UsageError, last_line
 from costlab.common.host import describe_host, host_info, same_host
 from costlab.common.import_report import ImportReport
 from costlab.export.library.collect import work_dir_programs
@@ -111,8 +111,10 @@ def add_work_dirs(paths, root: Path, per_task: int = 4, check: bool = True, prog
 def add_finished_run(work, library=None, progress: bool = True) -> dict:
     """After ``costlab exploit`` or ``transfer``: the work dir's checked best programs into the library of its
     platform (``library``: the libraries' folder, default ``default_root()``). A library that cannot take them
-    (another host's, not writable) is said in the answer, never the end of a finished run."""
+    (another host's, not writable, or failing in a way not foreseen) is said in the answer, never the end of a
+    finished run."""
     try:
         return add_work_dir(Path(work), Path(library) if library else default_root(), progress=progress)
-    except (CostlabError, OSError) as exc:
-        return dict(added=0, why=f"not added: {exc}")
+    except Exception as exc:  # noqa: BLE001  the run is finished: the library's failure is a note, not its end
+        said = str(exc) if isinstance(exc, (CostlabError, OSError)) else f"{type(exc).__name__}: {last_line(exc)}"
+        return dict(added=0, why=f"not added: {said}")

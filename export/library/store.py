@@ -14,6 +14,11 @@ user's own; ``$COSTLAB_STARTER_LIBRARY`` names another file, or ``none`` for no 
 
 Writers take an exclusive lock on ``.library.lock`` beside the file and replace it atomically, so two runs
 ending at once both land and a reader never sees half a library.
+
+An entry, or a program of one, that lacks a field or holds one of the wrong type is skipped when the library is
+read (every reader would fail on it), and said in one line naming the file and the entry; the library's other
+entries are used. Nothing is lost: when the library is rewritten, what was skipped is first appended, as it was,
+to ``library.bad-entries.jsonl`` beside it (as a run's bad database lines go to ``*.bad-lines.jsonl``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import contextlib
 import fnmatch
 import gzip
 import json
+import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -36,8 +43,12 @@ from costlab.metaschedule.traces import trace_text
 FORMAT = 1
 FILE = "library.json"
 LOCK = ".library.lock"
+BAD_FILE = "library.bad-entries.jsonl"  # beside the library: its entries and programs that could not be read
 STARTER_DIR = Path(__file__).resolve().parent / "starter"
 PER_TASK = 4  # programs kept per workload
+SHOWN = 3  # bad entries named in the one line that says they were skipped
+
+logger = logging.getLogger(__name__)
 
 
 def default_root() -> Path:
@@ -60,16 +71,21 @@ class Library:
     a ``.json.gz`` file read-only)."""
 
     def __init__(self, path: Path, platform: str, host: dict | None = None, entries: dict | None = None,
-                 read_only: bool = False):
+                 read_only: bool = False, bad: list | None = None):
         self.path, self.platform, self.host = Path(path), platform, host
         self.entries: dict = entries if entries is not None else {}
         self.read_only = read_only
+        # what was skipped when it was read (``bad_parts``): one dict per bad entry or program, with its value as
+        # it was, kept to be moved aside, never dropped, when the library is rewritten
+        self.bad: list[dict] = bad if bad is not None else []
 
     # reading and writing ---------------------------------------------------------------------------------
     @classmethod
-    def load(cls, path, platform: str | None = None) -> "Library":
+    def load(cls, path, platform: str | None = None, say: bool = True) -> "Library":
         """The library in ``path`` (a library folder, its ``library.json``, or a ``.json.gz`` file); an empty one
-        of ``platform`` when the folder holds none yet. A damaged file is an InputError naming it."""
+        of ``platform`` when the folder holds none yet. A damaged file is an InputError naming it; its bad entries
+        and programs (``bad_parts``) are left out of ``entries``, kept in ``bad``, and said in one line (a
+        warning, unless ``say`` is False: a writer says where they were moved when it saves)."""
         path = Path(path)
         file = path / FILE if path.is_dir() or not path.suffix else path
         if not file.exists():
@@ -81,24 +97,50 @@ class Library:
             data = json.loads(raw)
         except (OSError, ValueError, EOFError) as exc:
             raise InputError(file, f"is not a readable schedule library ({type(exc).__name__}: {exc})") from None
-        if not isinstance(data, dict) or data.get("costlab_library") != FORMAT or not isinstance(data.get("entries"), dict):
+        if (not isinstance(data, dict) or data.get("costlab_library") != FORMAT
+                or not isinstance(data.get("entries"), dict)):
             raise InputError(file, f"is not a costlab schedule library of format {FORMAT} (no 'costlab_library': "
                                    f"{FORMAT} and 'entries' object)")
         if platform is not None and data.get("platform") != platform:
             raise InputError(file, f"is the library of platform {data.get('platform')!r}, not {platform!r}")
-        return cls(file, str(data.get("platform")), data.get("host"), data["entries"], read_only=file.suffix == ".gz")
+        if data.get("host") is not None and not isinstance(data["host"], dict):
+            raise InputError(file, "is a schedule library whose 'host' is not an object")
+        entries, bad = bad_parts(data["entries"])
+        lib = cls(file, str(data.get("platform")), data.get("host"), entries, read_only=file.suffix == ".gz", bad=bad)
+        if bad and say:
+            logger.warning("%s", lib.bad_note(f"skipped {_bad_count(bad)} (not used)"))
+        return lib
+
+    def bad_note(self, what: str) -> str:
+        """One line: the file, ``what`` was done with its bad entries, and the first ``SHOWN`` of them."""
+        named = "; ".join(b["why"] for b in self.bad[:SHOWN]) + (" ..." if len(self.bad) > SHOWN else "")
+        return f"{self.path}: {what}: {named}"
 
     def to_json(self) -> dict:
         return {"costlab_library": FORMAT, "platform": self.platform, "host": self.host, "entries": self.entries}
 
     def save(self, path=None) -> Path:
-        """Write the library (``path``: elsewhere, e.g. ``.json.gz`` compressed) atomically; returns the file."""
+        """Write the library (``path``: elsewhere, e.g. ``.json.gz`` compressed) atomically; returns the file. The
+        bad entries and programs it was read with are appended to ``BAD_FILE`` first when it replaces its own
+        file, so that they are never lost: a copy written elsewhere leaves them in the file they are in."""
         out = Path(path) if path is not None else self.path
         if path is None and self.read_only:
             raise UsageError(f"{self.path} is a read-only library (the starter shipped with costlab)")
         out.parent.mkdir(parents=True, exist_ok=True)
         data = json.dumps(self.to_json(), separators=(",", ":")).encode()
+        aside = self.path.parent / BAD_FILE if self.bad and out == self.path else None
+        if aside is not None:
+            # appended (and synced) before the library is replaced: a crash between the two leaves them in both
+            # files, never in neither
+            with open(aside, "a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(dict(b, library=str(self.path)), separators=(",", ":")) + "\n"
+                              for b in self.bad)
+                fh.flush()
+                os.fsync(fh.fileno())
         write_atomically(out, gzip.compress(data, mtime=0) if out.suffix == ".gz" else data)
+        if aside is not None:
+            logger.warning("%s", self.bad_note(f"moved {_bad_count(self.bad)} aside, to {aside}"))
+            self.bad = []
         return out
 
     # what it holds ---------------------------------------------------------------------------------------
@@ -207,7 +249,7 @@ def open_library(root, platform: str):
     except OSError as exc:
         raise InputError(folder, f"cannot hold a schedule library: {exc.strerror or exc}") from None
     try:
-        lib = Library.load(folder, platform)
+        lib = Library.load(folder, platform, say=False)  # its bad entries are said when save moves them aside
         yield lib
         lib.save()
     finally:
@@ -226,3 +268,92 @@ def starter_library() -> list[Library]:
         return [] if env.strip().lower() in ("", "none") else [Library.load(Path(env))]
     files = sorted(STARTER_DIR.glob("*.json.gz")) if STARTER_DIR.is_dir() else []
     return [Library.load(f) for f in files]
+
+
+def _bad_count(bad: list[dict]) -> str:
+    """How many bad entries and programs ``bad`` holds, in words."""
+    programs = sum(1 for b in bad if "program" in b)
+    entries = len(bad) - programs
+    parts = [f"{entries} bad entr{'y' if entries == 1 else 'ies'}" if entries else "",
+             f"{programs} bad program{'' if programs == 1 else 's'}" if programs else ""]
+    return " and ".join(p for p in parts if p)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _fields(value, types: dict, optional: dict) -> str | None:
+    """What is wrong with the JSON object ``value`` (None: nothing): ``types`` maps the fields it must hold,
+    ``optional`` those it may hold, to the test their values must pass and what the test asks."""
+    if not isinstance(value, dict):
+        return f"is {type(value).__name__}, not an object"
+    for name, (test, what) in types.items():
+        if name not in value:
+            return f"has no {name!r}"
+        if not test(value[name]):
+            return f"has a {name!r} that is not {what}"
+    for name, (test, what) in optional.items():
+        if name in value and not test(value[name]):
+            return f"has a {name!r} that is not {what}"
+    return None
+
+
+def _list_of(test):
+    return lambda v: isinstance(v, list) and all(test(x) for x in v)
+
+
+def _of(kind):
+    return lambda v: isinstance(v, kind)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# the fields the library's readers use (rows, add, prune, export_database, start.LibrarySource) and the test of
+# their values, with what the test asks for the line that names a bad one
+ENTRY_FIELDS = dict(name=(_of(str), "a string"), workload=(_of(str), "a string"), structure=(_of(dict), "an object"),
+                    programs=(_of(list), "a list"))
+OPTIONAL_ENTRY_FIELDS = dict(added=(_number, "a number"))
+STRUCTURE_FIELDS = dict(names=(_list_of(_of(str)), "a list of strings"),
+                        signatures=(_list_of(_of(str)), "a list of strings"), anchor=(_is_int, "an integer"),
+                        extents=(_list_of(_is_int), "a list of integers"))
+PROGRAM_FIELDS = dict(trace=(_of(list), "a list"), run_secs=(_list_of(_number), "a list of numbers"),
+                      us=(_number, "a number"), target=(_of(dict), "an object"), args_info=(_of(list), "a list"))
+OPTIONAL_PROGRAM_FIELDS = dict(checked=(_of(bool), "true or false"), source=(_of(str), "a string"),
+                               added=(_number, "a number"))
+
+
+def bad_parts(entries: dict) -> tuple[dict, list[dict]]:
+    """A library file's ``entries`` split into the readable ones and what is not: per bad entry ``{"entry": its
+    key, "why": ..., "value": the entry}``, per bad program of a readable entry ``{"entry", "program": its
+    position, "why", "value": the program}``. An entry none of whose programs is readable is a bad entry whole
+    (its structure is kept with them)."""
+    good, bad = {}, []
+    for shash, entry in entries.items():
+        why = _fields(entry, ENTRY_FIELDS, OPTIONAL_ENTRY_FIELDS)
+        why = f"entry {shash} {why}" if why else None
+        if why is None:
+            st = entry["structure"]
+            why = _fields(st, STRUCTURE_FIELDS, {})
+            why = f"entry {shash}: its structure {why}" if why else None
+            if why is None and not -1 <= st["anchor"] < len(st["signatures"]):
+                why = f"entry {shash}: its anchor {st['anchor']} is not one of its {len(st['signatures'])} blocks"
+        if why is not None:
+            bad.append(dict(entry=shash, why=why, value=entry))
+            continue
+        programs, wrong = [], []
+        for i, prog in enumerate(entry["programs"]):
+            why = _fields(prog, PROGRAM_FIELDS, OPTIONAL_PROGRAM_FIELDS)
+            if why is None:
+                programs.append(prog)
+            else:
+                wrong.append(dict(entry=shash, program=i, why=f"entry {shash}: program {i} {why}", value=prog))
+        if wrong and not programs:
+            bad.append(dict(entry=shash, why=f"entry {shash}: none of its programs is readable ({wrong[0]['why']})",
+                            value=entry))
+            continue
+        bad.extend(wrong)
+        good[shash] = dict(entry, programs=programs) if wrong else entry
+    return good, bad
