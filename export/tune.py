@@ -417,7 +417,7 @@ def tune(opts: TuneOptions) -> dict:
             # the summary of a finished run re-run (None: none, or the database has grown since); a re-run whose run
             # was stopped after its last batch (no summary) measures its finals now
             earlier = _finished_summary(work, tasks, _done_per_task(database, tasks), opts)
-            if (network is not None and opts.final_top > 1 and not opts.rpc_key
+            if (network is not None and _finals_due(opts)
                     and (clock.first_batch_at is not None or earlier is None)
                     and stop_requested() is None and clock.lost is None and not clock.expired()):
                 gpu = is_gpu(plain_json(target.export()))
@@ -719,10 +719,17 @@ def _finished_summary(work: Path, tasks: list, done: list, opts: TuneOptions) ->
         done_after = ((not opts.check_output or before.get("check_output", True))
                       and (not opts.use_library or (before.get("use_library", True)
                                                     and before.get("library") == opts.library))
-                      and (opts.network is None or all(before.get(k) == getattr(opts, k) for k in FINAL_KEYS)))
+                      and (opts.network is None or all(before.get(k) == getattr(opts, k) for k in FINAL_KEYS))
+                      # a network's finals a deadline left unmeasured are still to do
+                      and (not _finals_due(opts) or "finals" in old))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return old if same and done_after else None
+
+
+def _finals_due(opts: TuneOptions) -> bool:
+    """Whether a run of ``opts`` measures a network's finals after its search (``finals.remeasure``)."""
+    return opts.network is not None and opts.final_top > 1 and not opts.rpc_key
 
 
 MEASURE_KEYS = ("number", "repeat", "screen", "sized_repeats")  # how a program is timed: one way per database

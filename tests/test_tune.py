@@ -627,3 +627,25 @@ def test_the_text_output_says_what_the_exploitation_did(tmp_path, capsys, monkey
         assert main(argv) == 0
         err = capsys.readouterr().err
         assert said in err and "task def" not in err
+
+
+def test_a_network_run_whose_deadline_left_its_finals_unmeasured_is_not_taken_as_finished(tmp_path):
+    """A network run stopped by --max-seconds after its last batch writes a summary without finals; re-run, that
+    summary does not stand for the finished run (its finals would never be measured), one with finals does."""
+    from types import SimpleNamespace
+
+    from costlab.export.tune import TuneOptions, _finished_summary
+    from costlab.export.workdir import WorkDir
+
+    opts = TuneOptions(network="bert", work_dir=str(tmp_path), trials=8, check_output=False, use_library=False)
+    tasks, done = [SimpleNamespace(name="dense")], [8]
+    summary = dict(options=dict(check_output=False, use_library=False, final_top=opts.final_top,
+                                final_measure=opts.final_measure, keep_untuned=opts.keep_untuned),
+                   tasks=[dict(name="dense", trials=8)], stopped="--max-seconds 60 reached")
+    WorkDir(tmp_path).summary_file.write_text(json.dumps(summary))
+    assert _finished_summary(tmp_path, tasks, done, opts) is None
+    WorkDir(tmp_path).summary_file.write_text(json.dumps(dict(summary, finals=dict(top=opts.final_top))))
+    assert _finished_summary(tmp_path, tasks, done, opts)["finals"] == dict(top=opts.final_top)
+    opts.final_top = 1  # no finals asked for: the summary without them stands
+    WorkDir(tmp_path).summary_file.write_text(json.dumps(dict(summary, options=dict(summary["options"], final_top=1))))
+    assert _finished_summary(tmp_path, tasks, done, opts) is not None
