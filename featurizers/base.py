@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -67,6 +68,38 @@ def from_json(obj: dict) -> "Featurizer":
     return cls(config)
 
 
+class ConfigError(ValueError):
+    """A featurizer config value of the wrong type or out of range. ``key`` names the option and ``problem`` says
+    what is wrong with it (``num_slots must be a positive integer, not 'x'``), for a command to report against
+    where the config came from; the message names the featurizer too."""
+
+    def __init__(self, featurizer: str, key: str, problem: str):
+        self.featurizer, self.key, self.problem = featurizer, key, problem
+        super().__init__(f"featurizer {featurizer}: {problem}")
+
+
+def shown(value, limit: int = 60) -> str:
+    """A config value as an error message quotes it: its repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number_kind(integer: bool, low, high) -> str:
+    """What a number within bounds is called in an error: "a positive integer", "a number from 0 to 100", ..."""
+    noun = "integer" if integer else "number"
+    if low is not None and high is not None:
+        return f"{'an' if integer else 'a'} {noun} from {low:g} to {high:g}"
+    if low is not None:
+        if integer and low == 1:
+            return "a positive integer"
+        if low == 0:
+            return f"a non-negative {noun}"
+        return f"{'an' if integer else 'a'} {noun} of at least {low:g}"
+    if high is not None:
+        return f"{'an' if integer else 'a'} {noun} of at most {high:g}"
+    return "an integer" if integer else "a number"
+
+
 def _load_builtins() -> None:
     import importlib
 
@@ -88,6 +121,49 @@ class Featurizer(ABC):
         if unknown:
             raise ValueError(f"featurizer {self.name}: unknown config keys {sorted(unknown)}")
         self.config = {**self.default_config, **(config or {})}
+        # checked here, where every config comes in (a user's --config, a model's or a cache's JSON), so a value
+        # of the wrong type is one clear error instead of a traceback deep inside featurizing
+        self.check_config()
+
+    #: per config key, the bounds (lowest, highest; None: unbounded) a number must lie within
+    config_bounds: ClassVar[dict] = {}
+
+    def check_config(self) -> None:
+        """Raise ``ConfigError`` for a value of ``self.config`` that is not of its default's type or lies outside
+        its ``config_bounds``. The values are only checked, never converted, so a valid config serialises as it
+        was given. A featurizer extends this for keys whose default says nothing of their type (``None``) and for
+        its learned keys."""
+        for key, default in self.default_config.items():
+            self.check_value(key, self.config[key], default, self.config_bounds.get(key))
+
+    def check_value(self, key: str, value, like, bounds: tuple | None = None) -> None:
+        """Raise ``ConfigError`` unless ``value`` is of the JSON type of ``like`` (an integer, a number, a string,
+        true/false, a list of strings, a list, an object; ``None`` accepts anything) and within ``bounds``.
+        An integer may be written as a whole number with a fraction of zero (``16.0``): JSON does not tell the
+        two apart, and configs written so have always worked."""
+        low, high = bounds or (None, None)
+        if like is None:
+            return
+        if isinstance(like, bool):
+            ok, what = isinstance(value, bool), "true or false"
+        elif isinstance(like, (int, float)):
+            integer = isinstance(like, int)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            ok = number and (not integer or float(value).is_integer())
+            ok = ok and (low is None or value >= low) and (high is None or value <= high)
+            what = _number_kind(integer, low, high)
+        elif isinstance(like, str):
+            ok, what = isinstance(value, str), "a string"
+        elif isinstance(like, list) and like and all(isinstance(x, str) for x in like):
+            ok, what = isinstance(value, list) and all(isinstance(x, str) for x in value), "a list of strings"
+        elif isinstance(like, list):
+            ok, what = isinstance(value, list), "a list"
+        elif isinstance(like, dict):
+            ok, what = isinstance(value, dict), "a JSON object"
+        else:
+            return
+        if not ok:
+            raise ConfigError(self.name, key, f"{key} must be {what}, not {shown(value)}")
 
     #: config keys filled in by ``fit`` (e.g. vocabulary, sequence length)
     learned_keys: ClassVar[tuple] = ()

@@ -202,6 +202,7 @@ class PaCM(PlatformSpecs, Featurizer):
     # version 3's; 3: the TIR walk bounds the loops of a block by its predicate (PSA's revision 2)
     revision = 3
     default_config = {"spec": None, "num_threads": 1}
+    config_bounds = {"num_threads": (1, None)}  # TVM's extraction threads
 
     def __init__(self, config=None):
         super().__init__(config)

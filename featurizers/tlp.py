@@ -67,6 +67,18 @@ class TLPFeaturizer(Featurizer):
         "ms_drop": list(DEFAULT_MS_DROP),  # MetaSchedule primitive kinds left out
     }
     learned_keys = ("vocabulary", "seq_len")
+    # every count at least 1 (a token of 0 slots, an empty sample), except min_count: 0 and 1 both keep every key
+    config_bounds = {"num_slots": (1, None), "seq_len_percentile": (0, 100), "max_seq_len": (1, None),
+                     "min_count": (0, None), "fit_sample": (1, None)}
+
+    def check_config(self) -> None:
+        """The defaults' types and bounds, and what ``fit`` learned when it is there (a model's or a cache's
+        config): the vocabulary a list of strings, the sequence length a positive integer."""
+        super().check_config()
+        if "vocabulary" in self.config:
+            self.check_value("vocabulary", self.config["vocabulary"], list(SPECIAL))
+        if "seq_len" in self.config:
+            self.check_value("seq_len", self.config["seq_len"], 1, (1, None))
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)

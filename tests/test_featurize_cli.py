@@ -166,6 +166,77 @@ def test_bad_input(tmp_path, capsys):
     assert "features" not in h5py.File(data, "r")  # nothing was written
 
 
+def _error(err: str) -> str:
+    """The one error line of a command's stderr (and no traceback)."""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("featurizer,config,message", [
+    ("tlp", '{"num_slots": "x"}', "--config: num_slots must be a positive integer, not 'x'"),
+    ("tlp", '{"num_slots": -1}', "--config: num_slots must be a positive integer, not -1"),
+    ("tlp", '{"num_slots": 2.5}', "--config: num_slots must be a positive integer, not 2.5"),
+    ("tlp", '{"ms_drop": 5}', "--config: ms_drop must be a list of strings, not 5"),
+    ("tlp", '{"ms_drop": ["GetLoops", 3]}', "--config: ms_drop must be a list of strings"),
+    ("tlp", '{"seq_len_percentile": 101}', "--config: seq_len_percentile must be a number from 0 to 100, not 101"),
+    ("tlp", '{"min_count": -1}', "--config: min_count must be a non-negative integer, not -1"),
+    ("tlp", '{"fit_sample": true}', "--config: fit_sample must be a positive integer, not True"),
+    ("tlp", '{"seq_len": 0}', "--config: seq_len must be a positive integer, not 0"),
+    ("tlp", '{"vocabulary": "abc"}', "--config: vocabulary must be a list of strings, not 'abc'"),
+    ("psa", '{"spec": 3}', "--config: spec must be a JSON object of hardware spec fields"),
+    ("psa", '{"spec": {"cores": "x"}}', "--config: spec: field 'cores' must be a number, got 'x'"),
+    ("psa", '{"spec": {"corez": 8}}', "--config: spec has no hardware spec field 'corez'"),
+    ("psa", '{"spec": {"kind": "tpu"}}', "--config: spec kind must be \"cpu\" or \"gpu\", not 'tpu'"),
+    ("psa", '{"mode": 3}', "--config: mode must be a string, not 3"),
+    ("psa", '{"mode": "fast"}', "--config: mode must be 'trace' or 'tir', not 'fast'"),
+    ("pacm", '{"num_threads": 0}', "--config: num_threads must be a positive integer, not 0"),
+    ("pacm", '{"spec": [1]}', "--config: spec must be a JSON object"),
+])
+def test_bad_config_value_is_one_line(tmp_path, capsys, featurizer, config, message):
+    """A config value of the wrong type or out of range is refused when the featurizer is made, in one line naming
+    the option and what is wrong (a traceback from deep inside featurizing before), and nothing is written."""
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    code, err = _run(capsys, data, "--featurizer", featurizer, "--config", config, "--no-progress")
+    assert code == 2 and message in _error(err)
+    cfg = tmp_path / "bad.json"  # from a file, the file is named
+    cfg.write_text(config)
+    code, err = _run(capsys, data, "--featurizer", featurizer, "--config", f"@{cfg}", "--no-progress")
+    assert code == 2 and f"{cfg}: " in _error(err) and message.split(": ", 1)[1] in err
+    assert "features" not in h5py.File(data, "r")
+
+
+def test_spec_fields_of_the_other_kind_name_the_platform(tmp_path, capsys):
+    """CPU spec fields are a valid PSA config, but not for a GPU platform: that platform's featurizing is refused
+    in one line (a traceback before)."""
+    data = tmp_path / "d.h5"
+    import_ansor([BERT], data, progress=False)
+    code, err = _run(capsys, data, "--featurizer", "psa", "--config", '{"spec": {"cores": 8}}', "--no-progress")
+    line = _error(err)
+    assert code == 2 and line.startswith("costlab: error: --config: spec: unknown gpu spec field 'cores'")
+    assert "(for platform 2080ti)" in line
+
+
+def test_valid_configs_load_unchanged():
+    """Configs that worked before still load and serialise as given (they travel inside models): whole numbers
+    written with a fraction of zero, ints where a number is asked for, a whole spec or spec fields, null."""
+    from costlab.featurizers import from_json
+
+    for name, config in [("tlp", {"num_slots": 8.0, "seq_len_percentile": 95, "min_count": 0, "ms_drop": [],
+                                  "vocabulary": ["<pad>", "<unk>", "SP"], "seq_len": 12}),
+                         ("psa", {"mode": "tir", "spec": {"cores": 4}}),
+                         ("psa", {"spec": {"kind": "gpu", "sms": 80}}),
+                         ("pacm", {"spec": {"sms": 80, "l2_bytes": 1 << 20}, "num_threads": 2}),
+                         ("pacm", {"spec": None}), ("null", {})]:
+        f = create(name, config)
+        assert {k: f.config[k] for k in config} == config
+        again = from_json(json.loads(json.dumps(f.to_json())))
+        assert again.to_json() == f.to_json() and again.fingerprint == f.fingerprint
+    with pytest.raises(ValueError, match="featurizer tlp: seq_len must be a positive integer, not -3"):
+        from_json({"name": "tlp", "version": 1, "config": {"vocabulary": ["<pad>", "<unk>"], "seq_len": -3}})
+
+
 def test_unreadable_schedule_counted_not_fatal(tmp_path, capsys):
     from costlab.datasets import DatasetWriter, RecordBatch
 

@@ -87,6 +87,26 @@ def test_split_named_networks(data):
         assert s.by == "network" and s.test_tasks.tolist() == [3, 4, 5, 6, 7]
 
 
+def test_held_out_names_with_commas_and_repeated(data, capsys):
+    """The names costlab gives networks and operators have commas (GMM:1,16,16,16): such a network is held out by
+    its name, and --held-out is repeatable (one network per flag); comma-separated names still work."""
+    with DatasetWriter(data) as w:
+        w.set_network("GMM:1,16,16,16", [(8, 1)])
+        w.set_network("C2D:1,8,8,8,16,3,1,1", [(9, 1)])
+    assert main(["dataset", "split", str(data), "--held-out", "GMM:1,16,16,16", "--name", "one"]) == 0
+    assert main(["dataset", "split", str(data), "--held-out", "GMM:1,16,16,16", "--held-out", "C2D:1,8,8,8,16,3,1,1",
+                 "--held-out", "bert,vit", "--name", "four"]) == 0
+    with open_dataset(data) as ds:
+        assert ds.split("one").held_out_networks == ["GMM:1,16,16,16"] and ds.split("one").test_tasks.tolist() == [8]
+        four = ds.split("four")
+        assert sorted(four.held_out_networks) == sorted(["GMM:1,16,16,16", "C2D:1,8,8,8,16,3,1,1", "bert", "vit"])
+        assert four.test_tasks.tolist() == [3, 4, 5, 6, 7, 8, 9]
+    capsys.readouterr()
+    # a name the dataset lacks is named whole, not cut at its commas
+    assert main(["dataset", "split", str(data), "--held-out", "GMM:1,16,16,17"]) == 2
+    assert "no network named GMM:1,16,16,17 (" in capsys.readouterr().err
+
+
 def test_a_network_without_records_is_never_the_held_out_part(data, capsys):
     """TenSet's network info lists every target's networks: one whose tasks have no record here would hold out
     nothing. Drawn, such networks are left out; named, the split is refused in one line."""

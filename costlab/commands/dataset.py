@@ -129,7 +129,9 @@ def register(sub) -> None:
     q.add_argument("--by", choices=list(SPLIT_KINDS), default="task")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--test-fraction", type=float, default=0.2)
-    q.add_argument("--held-out", help="comma-separated network names to hold out (implies --by network)")
+    q.add_argument("--held-out", action="append", metavar="NETWORK",
+                   help="a network to hold out (implies --by network); repeatable, or comma-separated names. A "
+                   "name with commas (costlab's own: GMM:1,16,16,16) is one network when the dataset has it")
     q.add_argument("--name", help="split name: letters, digits and . _ + - (default: derived from the options, "
                    "e.g. task-s0, task30-s0)")
     q.add_argument("--replace", action="store_true",
@@ -256,10 +258,24 @@ def _info(args) -> int:
     return 0
 
 
+def _held_out(values, networks) -> list:
+    """The networks ``--held-out`` names, in order, each once. A value that is a network of the dataset is that
+    network, commas and all (the names costlab gives operators and networks have them); any other value is a
+    comma-separated list of names. A value none of whose parts is a network stays whole, so the error names what
+    was given, not its pieces (``make_split`` refuses the names the dataset lacks)."""
+    held = []
+    for value in values or []:
+        parts = [n for n in value.split(",") if n]
+        if value in networks or not any(n in networks for n in parts):
+            parts = [value] if value else []
+        held += [n for n in parts if n not in held]
+    return held
+
+
 def _split(args) -> int:
-    held = [n for n in (args.held_out or "").split(",") if n]
-    by = "network" if held else args.by
     with open_dataset(args.data) as ds:
+        held = _held_out(args.held_out, ds.networks)
+        by = "network" if held else args.by
         split = make_split(ds, by, seed=args.seed, test_fraction=args.test_fraction, held_out=held or None,
                            name=args.name)
     with DatasetWriter(args.data) as w:

@@ -11,6 +11,7 @@ from costlab.commands.options import positive_int
 from costlab.common.errors import InputError
 from costlab.datasets import open_dataset
 from costlab.featurizers import available, create
+from costlab.featurizers.base import ConfigError
 from costlab.featurizers.cache import build_cache, fitted_featurizer, vocabulary_warning
 
 EPILOG = """\
@@ -70,9 +71,16 @@ def _config(text: str | None, data: Path) -> dict:
     return value
 
 
+def _config_source(text: str | None) -> Path:
+    """Where a config came from, as its errors name it: the @file, or the option itself."""
+    return Path(text[1:]) if text and text.startswith("@") else Path("--config")
+
+
 def _featurize(args) -> int:
     try:
         featurizer = create(args.featurizer, _config(args.config, args.data))
+    except ConfigError as exc:  # a value of the wrong type or out of range: named against where it was given
+        raise InputError(_config_source(args.config), exc.problem) from None
     except ValueError as exc:  # unknown featurizer or config key
         raise SystemExit(f"costlab featurize: {exc}") from None
     with open_dataset(args.data) as ds:
@@ -92,7 +100,10 @@ def _featurize(args) -> int:
         learned = ", ".join(f"{k} {_describe(featurizer.config[k])}" for k in featurizer.learned_keys)
         print(f"{featurizer.key}: {learned}", file=sys.stderr)
     for pid in wanted:
-        s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False)
+        try:
+            s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False)
+        except ConfigError as exc:  # a config that only this platform refuses (CPU spec fields on a GPU platform)
+            raise InputError(_config_source(args.config), exc.problem) from None
         if s["computed"] == 0:
             print(f"{s['featurizer']} {pid}: {s['total']} records, cache up to date", file=sys.stderr)
         else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costlab.featurizers.base import Featurizer, register
+from costlab.featurizers.base import ConfigError, Featurizer, register, shown
 from costlab.featurizers.ms_records import named_apart, record_batch, task_module
 from costlab.featurizers.psa.formula import estimate
 from costlab.featurizers.psa.hardware import PlatformSpecs, target_dict
@@ -45,10 +45,14 @@ class PSA(PlatformSpecs, Featurizer):
 
     def __init__(self, config=None):
         super().__init__(config)
-        if self.config["mode"] not in ("trace", "tir"):
-            raise ValueError(f"featurizer psa: mode must be 'trace' or 'tir', not {self.config['mode']!r}")
         self._tasks: dict = {}
         self.stats = {"simulated": 0, "walked": 0, "fallback": 0, "invalid": 0}
+
+    def check_config(self) -> None:
+        """The defaults' types, the spec (``PlatformSpecs``), and a mode that is one of the two."""
+        super().check_config()
+        if self.config["mode"] not in ("trace", "tir"):
+            raise ConfigError(self.name, "mode", f"mode must be 'trace' or 'tir', not {shown(self.config['mode'])}")
 
     # -- one program ----------------------------------------------------------------------------------------
     def _task_model(self, task, gpu: bool):

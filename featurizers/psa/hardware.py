@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes, usable_cores
+from costlab.featurizers.base import ConfigError, shown
 from costlab.metaschedule.targets import NVIDIA_KINDS, arch_number, local_gpu, normalize_target, stored_target
 from costlab.metaschedule.traces import plain_json
 
@@ -457,6 +458,35 @@ class PlatformSpecs:
     or a live target, with the featurizer config's ``spec`` applied, resolved once per platform; and a cache
     fingerprint that names that spec, so a cache made under one spec is never read under another."""
 
+    def check_config(self) -> None:
+        """The config's ``spec``, checked when the featurizer is made: null, or a JSON object that is a whole spec
+        (with ``"kind"``, every field valid for that kind) or fields every one of which a CPU spec or every one
+        of which a GPU spec has, each of the field's type (which kind applies is known only per platform)."""
+        super().check_config()
+        spec = self.config.get("spec")
+        if spec is None:
+            return
+        if not isinstance(spec, dict):
+            raise ConfigError(self.name, "spec", 'spec must be a JSON object of hardware spec fields ({"cores": 16}) '
+                              f'or a whole spec (with "kind"), not {shown(spec)}')
+        if "kind" in spec:
+            cls = {"cpu": CPUSpec, "gpu": GPUSpec}.get(spec["kind"])
+            if cls is None:
+                raise ConfigError(self.name, "spec", f'spec kind must be "cpu" or "gpu", not {shown(spec["kind"])}')
+        else:
+            kinds = [c for c in (CPUSpec, GPUSpec) if set(spec) <= {f.name for f in dataclasses.fields(c)}]
+            if not kinds:
+                known = {f.name for c in (CPUSpec, GPUSpec) for f in dataclasses.fields(c)}
+                odd = sorted(set(spec) - known)
+                raise ConfigError(self.name, "spec",
+                                  f"spec has no hardware spec field {', '.join(map(repr, odd))}" if odd else
+                                  f"spec mixes CPU and GPU fields ({', '.join(map(repr, sorted(spec)))})")
+            cls = kinds[0]
+        try:
+            cls().updated(spec, "spec")
+        except ValueError as exc:
+            raise ConfigError(self.name, "spec", str(exc)) from None
+
     def spec_for(self, platform=None, target=None) -> HardwareSpec:
         specs = self.__dict__.setdefault("_specs", {})
         # a platform by what its spec comes from: another dataset's platform of the same id is another machine
@@ -464,7 +494,14 @@ class PlatformSpecs:
                            getattr(platform, "host", None)], sort_keys=True, default=str)
                if platform is not None else repr(target))
         if key not in specs:
-            specs[key] = spec_for(platform, target, self.config.get("spec"))
+            spec, override = spec_for(platform, target), self.config.get("spec")
+            if override:  # applied as spec_for applies it; here a field of the other kind (CPU fields, a GPU) fails
+                try:
+                    spec = HardwareSpec.from_json(override) if "kind" in override else spec.updated(override, "spec")
+                except ValueError as exc:
+                    where = f"platform {platform.id}" if platform is not None else f"target {target}"
+                    raise ConfigError(self.name, "spec", f"{exc} (for {where})") from None
+            specs[key] = spec
         return specs[key]
 
     def platform_fingerprint(self, ds, platform: str) -> str:
