@@ -133,6 +133,8 @@ def train(data: Path, run: Path, tasks: list[int], all_tasks: int, keep: float, 
         sets.append(f"data_options.keep_fraction={{{platform}: {keep:.4f}}}")
     argv = ["train", "--model", "pacm", "--data", str(data), "--split", name, "--platform", platform,
             "--out", str(run), "--epochs", str(args.epochs), "--no-progress"] + [a for s in sets for a in ("--set", s)]
+    if run.exists():  # a training an earlier benchmark run left unfinished: trained afresh
+        argv.append("--overwrite")
     if costlab(argv) != 0:
         raise SystemExit(f"error: training {run.name} failed")
     return run

@@ -47,6 +47,8 @@ def train(data: Path, out: Path, arm: str, platform: str, epochs: int, jitter: f
             "data_options.val_fraction=0.1"] + [s.format(dim=DIM, jitter=jitter) for s in ARMS[arm]]
     argv = ["train", "--data", str(data), "--platform", platform, "--out", str(run), "--epochs", str(epochs),
             "--set", f"seed={seed}", "--no-progress"] + [a for s in sets for a in ("--set", s)]
+    if run.exists():  # a training an earlier benchmark run left unfinished: trained afresh
+        argv.append("--overwrite")
     if main(argv) != 0:
         raise SystemExit(f"error: training {arm} on {platform} failed")
     return run

@@ -54,7 +54,7 @@ def _train(data, out, model, split, platforms, epochs, extra=(), **updates):
     cfg = load_config(None, [f"trainer.max_epochs={epochs}", *OVERRIDES, *extra], model=model, data=str(data), split=split,
                       platforms=list(platforms), out=str(out))
     cfg.update(updates)
-    return train(cfg, progress=False)
+    return train(cfg, progress=False, overwrite=True)  # a benchmark run again trains its models afresh
 
 
 def _row(name, result, train_summary=None):

@@ -232,7 +232,10 @@ CASES = {
                                     "net.d_model must be an integer, not 'abc'"),
     "train --set net.unknown": (lambda c: _train(c, "--set", "net.width=3"), "unknown net option net.width"),
     "train --set data_options.list_size=0": (lambda c: _train(c, "--set", "data_options.list_size=0"),
-                                             "data_options.list_size must be a positive integer"),
+                                             "data_options.list_size must be an integer >= 2"),
+    "finetune --seed -3": (lambda c: ["finetune", "--from", c["run"], "--data", c["data"], "--platform", PLATFORM,
+                                      "--out", c["tmp"] / "ft", "--seed", "-3"],
+                           "--seed must be an integer from 0 to 2,147,483,646"),
     "train --set trainer.unknown": (lambda c: _train(c, "--epochs", "1", "--set", "trainer.speed=3"),
                                     "trainer options: Trainer.__init__() got an unexpected keyword argument"),
     "train --set value not YAML": (lambda c: _train(c, "--set", "lr=[1,"), "--set lr=[1,: the value is not valid YAML"),
@@ -361,6 +364,32 @@ def test_bad_input_is_one_line(ctx, capsys, case):
     assert not (ctx["tmp"] / "new.h5").exists()
     leftovers = [p.name for p in ctx["tmp"].iterdir() if ".tmp-" in p.name]
     assert not leftovers
+
+
+# -- net and data options that would fail only once training ran -------------------------------------------
+
+@pytest.mark.parametrize("option, words", [
+    ("net.d_model=100", "do not build a tlp net: embed_dim must be divisible by num_heads"),
+    ("net.d_model=-4", "net.d_model must be a positive integer, not -4"),
+    ("net.layers=0", "net.layers must be a positive integer, not 0"),
+    ("net.max_len=2", "the net has 2 positions"),
+    ("net.heads=3", "net.heads is not an option"),
+    (f"data_options.keep_fraction={{{PLATFORM}: abc}}", "keep_fraction must map platform ids to numbers above 0"),
+    (f"data_options.keep_fraction={{{PLATFORM}: 0}}", "keep_fraction must map platform ids to numbers above 0"),
+    ("data_options.keep_fraction={nosuch: 0.5}", "keep_fraction names platform(s) 'nosuch'"),
+    (f"data_options.keep_fraction={{{PLATFORM}: 0.01}}", "no training batches"),
+    ("data_options.list_size=1", "data_options.list_size must be an integer >= 2"),
+])
+def test_net_and_data_options_are_refused_before_training(ctx, capsys, option, words):
+    """Net sizes that torch refuses (or that fail on the first batch), net.heads (set from the platforms), and
+    keep_fraction values or list sizes that leave no training batch: one line each, before anything is written to
+    the run directory (no config.yaml, no checkpoint, no model of an untrained net)."""
+    out = ctx["tmp"] / "run"
+    assert main(["train", "--data", str(ctx["data"]), "--out", str(out), "--epochs", "1", "--no-progress",
+                 "--set", option]) == 2
+    line = _one_error(capsys.readouterr().err)
+    assert words in line, line
+    assert not any(p.exists() for p in (out / "config.yaml", out / "checkpoints", out / "model"))
 
 
 # -- a diverged training run ------------------------------------------------------------------------------

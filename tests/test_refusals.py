@@ -102,3 +102,29 @@ def test_evaluate_on_another_cpu_gives_a_note(trained, tmp_path, capsys):
     assert len(notes) == 1 and notes[0].startswith("costlab: note:") and "znver4" in notes[0], notes
     assert main(["evaluate", "--model", str(trained / "run"), "--data", str(trained / "d.h5")]) == 0
     assert "another machine" not in capsys.readouterr().err  # the platform it trained on: nothing to say
+
+
+def test_resume_refuses_other_options_before_touching_the_run(trained, tmp_path, capsys):
+    """--resume with another model kind or net option (given or forgotten) would not load the checkpoint's
+    weights: refused naming what differs, the run's config.yaml and model as they were; --resume with
+    --overwrite is refused, and so is --resume into a run that holds a model but no last.ckpt (it would train
+    afresh and replace the model)."""
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    out = tmp_path / "run"
+    shutil.copytree(trained / "run", out)
+    kept = {p: (out / p).read_bytes() for p in ("config.yaml", "model/model.safetensors")}
+    base = ["train", "--data", str(data), "--out", str(out), "--epochs", "2", "--no-progress", "--resume"]
+    for extra, words in (([*TINY, "--set", "net.d_model=32"], "net.d_model 16 (now 32)"),
+                         (["--set", "data_options.val_fraction=0"], "net.d_model 16 (now 256)"),
+                         (["--model", "pacm", *TINY], "model 'tlp' (now 'pacm')"),
+                         ([*TINY, "--overwrite"], "give one of them")):
+        assert main([*base, *extra]) == 2
+        line = _one_error(capsys.readouterr().err)
+        assert words in line, line
+        assert all((out / p).read_bytes() == b for p, b in kept.items())
+    shutil.rmtree(out / "checkpoints")
+    assert main([*base, *TINY]) == 2
+    line = _one_error(capsys.readouterr().err)
+    assert "holds a model already" in line and "no checkpoints/last.ckpt" in line, line
+    assert all((out / p).read_bytes() == b for p, b in kept.items())

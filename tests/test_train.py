@@ -394,3 +394,60 @@ def test_evaluating_a_fine_tuned_model_says_which_test_records_its_pretraining_s
     capsys.readouterr()
     assert main(["evaluate", "--model", str(again), "--data", str(other), "--split", "b", "--json"]) == 0
     assert "pretrained" not in capsys.readouterr().err
+
+
+def _last_epoch(run: Path) -> int:
+    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["epoch"]
+
+
+def test_last_checkpoint_is_the_latest_epoch_and_a_fresh_run_deletes_the_old_ones(trained, tmp_path, capsys):
+    """last.ckpt, what --resume continues from, is the latest epoch's whether or not validation improved (a
+    ModelCheckpoint's save_last alone kept the best epoch's). A run started afresh into a directory of an earlier
+    run's checkpoints is refused, and with --overwrite deletes them first (never a last-v1.ckpt beside theirs,
+    which --resume would not read); --resume then continues the new run."""
+    import json
+
+    from conftest import error_line
+
+    out = tmp_path / "run"
+    args = ["train", "--data", str(trained / "d.h5"), "--out", str(out), "--no-progress", *TINY[:4]]  # with validation
+    assert main([*args, "--epochs", "3"]) == 0
+    assert _last_epoch(out) == 2
+    shutil.rmtree(out / "model")  # as a run interrupted before its end leaves it: checkpoints, no model
+    capsys.readouterr()
+    assert main([*args, "--epochs", "1"]) == 2
+    line = error_line(capsys)
+    assert "holds the checkpoints of an earlier run" in line and "--resume" in line and "--overwrite" in line, line
+    assert main([*args, "--epochs", "1", "--overwrite"]) == 0
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best-epoch=0.ckpt", "last.ckpt"]
+    assert _last_epoch(out) == 0
+    assert main([*args, "--epochs", "2", "--resume"]) == 0
+    assert _last_epoch(out) == 1 and json.loads((out / "summary.json").read_text())["epochs"] == 2
+
+
+def test_interrupted_training_ends_as_costlab_commands_do(trained, tmp_path):
+    """Ctrl-C during training: Lightning catches it and would exit 1; costlab's own contract holds instead (exit
+    130, one line saying what is kept), and the last finished epoch's checkpoint is there to --resume from."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "costlab", "train", "--data", str(trained / "d.h5"), "--out",
+                             str(out), "--epochs", "100000", "--no-progress", *TINY],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "checkpoints" / "last.ckpt").exists():  # training has begun: an epoch is done
+            assert proc.poll() is None and time.time() < deadline, "the training run never started"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "costlab: interrupted; data written before is kept" in err and "Traceback" not in err, err
+    assert _last_epoch(out) >= 0 and not (out / "model").exists()

@@ -170,7 +170,8 @@ CHECKS = {
     "trainer.num_nodes": (int, _positive, "a positive integer"),
     "trainer.log_every_n_steps": (int, _positive, "a positive integer"),
     "trainer.gradient_clip_val": (float, _non_negative, "a number >= 0, or null"),
-    "data_options.list_size": (int, _positive, "a positive integer"),
+    # a list of one program ranks nothing, and training draws none: list_size 1 would be a run of no step
+    "data_options.list_size": (int, lambda x: x >= 2, "an integer >= 2 (a ranking list of two programs or more)"),
     "data_options.lists_per_batch": (int, _positive, "a positive integer"),
     "data_options.val_fraction": (float, lambda x: 0 <= x < 1, "a number from 0 to 1 (1 excluded)"),
     "data_options.num_workers": (int, _non_negative, "an integer >= 0"),
@@ -180,6 +181,28 @@ CHECKS = {
 }
 NULLABLE = {"momentum", "trainer.gradient_clip_val"}
 SECTIONS = ("net", "data_options", "trainer")
+
+
+def _check_keep_fraction(options: dict) -> None:
+    """``data_options.keep_fraction``: {platform id: fraction of its labels kept}, each fraction in (0, 1]
+    (converted to a float in place). Whether the ids are platforms of the run is checked once the dataset is
+    open (train/fit.py)."""
+    keep = options.get("keep_fraction")
+    if keep is None:
+        options["keep_fraction"] = {}
+        return
+    if not isinstance(keep, dict):
+        raise UsageError(f"data_options.keep_fraction must be a mapping {{platform id: fraction of its labels kept}}, "
+                         f"not {keep!r}")
+    for platform, value in keep.items():
+        try:
+            fraction = coerce(value, float, f"data_options.keep_fraction.{platform}")
+        except ValueError:
+            fraction = None
+        if not isinstance(platform, str) or fraction is None or not 0 < fraction <= 1:
+            raise UsageError(f"data_options.keep_fraction must map platform ids to numbers above 0, at most 1, not "
+                             f"{platform!r}: {value!r}")
+        keep[platform] = fraction
 
 
 def check_config(cfg: dict) -> dict:
@@ -200,6 +223,9 @@ def check_config(cfg: dict) -> dict:
         if converted is None or not ok(converted):
             raise UsageError(f"{key} must be {what() if callable(what) else what}, not {value!r}")
         holder[name] = converted
+    if "heads" in cfg["net"]:  # net_config_for sets it; given twice, it would be a TypeError
+        raise UsageError("net.heads is not an option: a net has one head, or (mtl) one per platform of platforms")
+    _check_keep_fraction(cfg["data_options"])
     if not isinstance(cfg["platforms"], list) or not all(isinstance(p, str) for p in cfg["platforms"]):
         raise UsageError(f"platforms must be a list of platform ids, not {cfg['platforms']!r}")
     for key in ("data", "out", "split", "init_from"):

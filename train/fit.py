@@ -1,7 +1,8 @@
 """Training and fine-tuning entry points: a config in, a run directory out.
 
     RUN_DIR/config.yaml          the resolved configuration
-    RUN_DIR/checkpoints/         Lightning checkpoints (best by validation top-1, and last.ckpt to resume)
+    RUN_DIR/checkpoints/         Lightning checkpoints: best-epoch=N.ckpt (best by validation top-1) and last.ckpt
+                                 (the latest epoch, rewritten every epoch: what --resume continues from)
     RUN_DIR/logs/, RUN_DIR/tb/   CSV and TensorBoard logs
     RUN_DIR/model/               the best net as config.json + model.safetensors (no pickle)
     RUN_DIR/summary.json         best validation metrics, records/s, wall time
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -30,7 +32,7 @@ from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
 from costlab.train.run_dir import run_dir
 from costlab.costmodels import kinds
-from costlab.costmodels.nets import net_config_for
+from costlab.costmodels.nets import check_featurizer_fits, net_config_for
 from costlab.costmodels.predictors import resolve
 from costlab.featurizers import hardware_vector
 
@@ -48,6 +50,8 @@ def _quiet_lightning() -> None:
         log.addFilter(_DropAdverts())
     # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; not actionable here
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    # a resumed run writes into its own checkpoints; a fresh one into another run's is refused before (train)
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
 
 class _Throughput(L.Callback):
@@ -119,19 +123,139 @@ def source_meta(source) -> dict:
     return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"], lineage=[])
 
 
-def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
+class _NoteInterrupt(L.Callback):
+    """Keeps the KeyboardInterrupt (Ctrl-C, or costlab's SIGTERM as ``Terminated``) that stopped training:
+    Lightning catches it and calls ``sys.exit(1)``, and ``train`` raises it again in its place, so that the
+    command ends as every costlab command does on an interruption (exit 130 or 143, one line)."""
+
+    def __init__(self):
+        self.interrupt: KeyboardInterrupt | None = None
+
+    def on_exception(self, trainer, module, exception):
+        if isinstance(exception, KeyboardInterrupt):
+            self.interrupt = exception
+
+
+def _old_checkpoints(out: Path) -> list:
+    """The Lightning checkpoints a run directory holds from an earlier run."""
+    folder = out / "checkpoints"
+    return sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+
+
+def _check_fresh_start(out: Path, overwrite: bool, resumable: bool, resume: bool) -> None:
+    """A run that starts afresh into a directory holding an earlier run's checkpoints would leave them beside its
+    own (a later --resume could read theirs): refused unless ``overwrite``, which deletes them when the run starts
+    (``resumable``: the command has --resume, named in the message; ``resume``: it was given, and found no
+    checkpoints/last.ckpt)."""
+    old = _old_checkpoints(out)
+    if old and not overwrite:
+        if resume:
+            raise UsageError(f"--resume: {out / 'checkpoints' / 'last.ckpt'} does not exist, though {out} holds "
+                             f"checkpoints of an earlier run ({old[0]}); give another --out, or --overwrite "
+                             "without --resume to train afresh into it (deleting them)")
+        other = "--resume to continue that run, " if resumable else ""
+        raise UsageError(f"--out {out}: holds the checkpoints of an earlier run ({old[0]}); give another --out, "
+                         f"{other}or --overwrite to train afresh into it (deleting them)")
+
+
+def _differences(old: dict, new: dict) -> list:
+    """``key old (now new)`` for every key whose value differs between two mappings."""
+    return [f"{k} {old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new), key=str)
+            if old.get(k) != new.get(k)]
+
+
+def _with_defaults(kind: str, net_config: dict) -> dict:
+    """A net config with every option it leaves out at its default: a run trained with the default d_model and
+    one that names that value build the same net."""
+    _, config_class = kinds.create(kind).net_classes()
+    defaults = {f.name: f.default for f in dataclasses.fields(config_class) if f.default is not dataclasses.MISSING}
+    return {**defaults, **net_config}
+
+
+def _check_net_sizes(kind: str, options: dict) -> None:
+    """Net options that count something (d_model, layers, heads of attention) must be positive integers: a net of
+    0 layers builds, and fails only on its first batch (options whose default is 0 may be 0; the net config
+    class checks names and types)."""
+    _, config_class = kinds.create(kind).net_classes()
+    for f in dataclasses.fields(config_class):
+        default, value = f.default, options.get(f.name)
+        counts = isinstance(default, int) and not isinstance(default, bool) and default >= 1
+        if counts and f.name in options and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value < 1:
+            raise UsageError(f"net.{f.name} must be a positive integer, not {value!r}")
+
+
+def _check_resumable(ckpt: dict, kind: str, net_config: dict, featurizer: dict, platforms: list) -> None:
+    """``--resume`` continues the run of ``ckpt`` (its last checkpoint) with the same net: another model kind, net
+    option, feature config or platform list would not load its weights. Refused naming what differs, before
+    anything in the run directory is written (its config.yaml still records the run's options)."""
+    what = []
+    if ckpt["kind"] != kind:
+        what.append(f"model {ckpt['kind']!r} (now {kind!r})")
+    if list(ckpt["platforms"]) != list(platforms):
+        what.append(f"platforms {list(ckpt['platforms'])} (now {list(platforms)})")
+    if net_config is not None and ckpt["kind"] == kind:
+        what += [f"net.{d}" for d in _differences(_with_defaults(kind, ckpt["net_config"]),
+                                                  _with_defaults(kind, net_config))]
+    if featurizer is not None and ckpt["featurizer"] != featurizer:
+        config = lambda f: f.get("config", {}) if isinstance(f, dict) else {}  # noqa: E731
+        keys = [d.split(" ", 1)[0] for d in _differences(config(ckpt["featurizer"]), config(featurizer))]
+        what.append("the features of the dataset (featurizer " + (", ".join(keys) or "config") + ")")
+    if what:
+        raise UsageError(f"--resume: {ckpt['path']} was trained with other options: {'; '.join(what)}; give the "
+                         f"options it was trained with ({Path(ckpt['path']).parents[1] / 'config.yaml'}), or "
+                         "--overwrite without --resume to train afresh")
+
+
+def _check_keep_fraction(keep: dict, platforms: list) -> None:
+    """``data_options.keep_fraction`` names platforms the run labels or trains on: another id would be ignored."""
+    unknown = sorted(set(keep) - set(platforms))
+    if unknown:
+        raise UsageError(f"data_options.keep_fraction names platform(s) {', '.join(map(repr, unknown))} this run "
+                         f"does not label (its platforms: {', '.join(platforms)})")
+
+
+def _fit(trainer, noted: _NoteInterrupt, module, dm, ckpt_path) -> None:
+    """``trainer.fit``, with an interruption raised as the KeyboardInterrupt it was (see ``_NoteInterrupt``) and
+    the Ctrl-C handler Lightning sets aside while it shuts down put back."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    except SystemExit:
+        if noted.interrupt is None:
+            raise
+        signal.signal(signal.SIGINT, handler)
+        raise noted.interrupt from None
+
+
+def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: bool = False) -> dict:
+    """Train (or, with ``init_from``, fine-tune) by ``cfg`` into the run directory ``cfg["out"]``. ``resume``:
+    continue from its checkpoints/last.ckpt; ``overwrite``: a fresh run may delete an earlier run's checkpoints."""
     kind = cfg["model"]
     model = kinds.create(kind)
     if not model.learned:
         return train_baseline(cfg)
     out = run_dir(cfg["out"])
+    last = out / "checkpoints" / "last.ckpt"
+    resumed = read_checkpoint(last) if resume and last.exists() else None
+    if resumed is not None:  # another kind is refused before its (maybe slow) featurizing
+        _check_resumable(resumed, kind, None, None, resumed["platforms"])
+    else:
+        _check_fresh_start(out, overwrite, resumable=not cfg.get("init_from"), resume=resume)
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
     try:
         dopts = check_fields(DataConfig, dict(cfg["data_options"]), "data_options",
                              reserved=("data", "featurizer", "platforms", "split", "seed", "hardware"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    keep = dopts.get("keep_fraction") or {}
+    if cfg["platforms"]:  # checked before featurizing where the platforms are known already
+        _check_keep_fraction(keep, list(dict.fromkeys([*cfg["platforms"], *(dopts.get("row_platforms") or [])])))
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
+    if not source:  # before featurizing; fine-tuning keeps the source's net
+        _check_net_sizes(kind, cfg["net"])
     hardware_dim = (source["net"] if source else cfg["net"]).get("hardware_dim") or 0
     if hardware_dim not in (0, hardware_vector.DIM):
         raise UsageError(f"net.hardware_dim must be 0 (no hardware input) or {hardware_vector.DIM} (the hardware "
@@ -141,6 +265,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
                                    hardware=bool(hardware_dim), **dopts), featurizer=source and source["featurizer"])
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
+    _check_keep_fraction(keep, list(dict.fromkeys(cfg["platforms"] + list(dm.rows_of))))
     if model.multi_head and len(cfg["platforms"]) < 2:
         raise UsageError(f"model {kind!r} needs at least two platforms (platforms: [target, other, ...])")
     heads = len(cfg["platforms"]) if model.multi_head else 1
@@ -149,25 +274,47 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
         dm.labels.latency = dm.labels.latency[:, :1]
     # fine-tuning keeps the source's net (and featurizer, vocabulary included) exactly
     net_config = dict(source["net"]) if source else net_config_for(kind, dm.featurizer, heads, **cfg["net"])
+    if resumed is not None:
+        _check_resumable(resumed, kind, net_config, dm.featurizer.to_json(), cfg["platforms"])
+    if not source:  # a net shorter than the dataset's sequences fails only once a long one is trained on
+        unfit = check_featurizer_fits(kind, net_config, dm.featurizer.to_json())
+        if unfit:
+            raise UsageError(f"net options: the dataset's features do not fit the net: {unfit}")
     try:
         module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
                                  lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
                                  momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]),
                                  lr_schedule=cfg["lr_schedule"], gain_scale=float(cfg["gain_scale"]))
-    except (TypeError, ValueError) as exc:  # net options of the wrong name, type or size
-        raise UsageError(f"net options: {exc}") from None
+    except (TypeError, ValueError, AssertionError, RuntimeError, IndexError) as exc:
+        # net options of the wrong name, type or size: torch asserts (d_model not divisible by attention_heads),
+        # refuses negative sizes, and a net of no layers fails on its first one
+        given = " ".join(f"net.{k}={v!r}" for k, v in cfg["net"].items()) or "(the defaults)"
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"net options {given} do not build a {kind} net: {why}") from None
     if source:
         load_weights(module, source["path"])
+    if len(dm.train_dataloader()) == 0:  # a run of no training step would write an untrained net as a model
+        raise UsageError(f"no training batches: {len(dm.train_rows)} labelled training records make no ranking "
+                         f"list of two or more programs of one task (data_options.list_size "
+                         f"{dm.config.list_size}, keep_fraction {keep or '{}'}); give more records or labels")
     write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
 
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     has_val = len(dm.val_rows) > 0
+    # two checkpoints: the best by validation top-1, and last.ckpt, rewritten at the end of every epoch (a
+    # ModelCheckpoint's save_last rewrites it only when the monitored value improves, so --resume would go back
+    # to the best epoch). No version counter: a file of the same name is this run's to replace, never a
+    # "last-v1.ckpt" beside an earlier run's (a fresh run deletes those first, and only with --overwrite).
     ckpt = ModelCheckpoint(dirpath=out / "checkpoints", filename="best-{epoch}",
-                           monitor="val_top1" if has_val else None, mode="max", save_last=True)
-    speed = _Throughput()
-    callbacks = [_StopOnDivergence(), ckpt, speed] + ([_MomentumRounds()] if cfg["momentum"] is not None else [])
+                           monitor="val_top1" if has_val else None, mode="max", enable_version_counter=False)
+    latest = ModelCheckpoint(dirpath=out / "checkpoints", filename="last", monitor=None, save_top_k=1,
+                             every_n_epochs=1, enable_version_counter=False)
+    speed, interrupted = _Throughput(), _NoteInterrupt()
+    # latest after ckpt: last.ckpt then records the best checkpoint's choice of this epoch too
+    callbacks = [_StopOnDivergence(), ckpt, latest, speed, interrupted] + (
+        [_MomentumRounds()] if cfg["momentum"] is not None else [])
     tcfg = dict(cfg["trainer"])
     if not has_val:
         tcfg["limit_val_batches"] = 0
@@ -180,12 +327,14 @@ def train(cfg: dict, progress: bool = True, resume: bool = False) -> dict:
                             use_distributed_sampler=False, **tcfg)
     except (TypeError, ValueError, MisconfigurationException) as exc:  # trainer options Lightning refuses
         raise UsageError(f"trainer options: {str(exc).strip().splitlines()[0]}") from None
-    last = out / "checkpoints" / "last.ckpt"
+    if resumed is None and trainer.is_global_zero:
+        for old in _old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
+            old.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if resume and last.exists() else None)
+    _fit(trainer, interrupted, module, dm, str(last) if resumed is not None else None)
     wall = time.perf_counter() - t0
 
-    best = ckpt.best_model_path or ckpt.last_model_path
+    best = ckpt.best_model_path or latest.best_model_path
     if best and has_val:
         load_weights(module, best)
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}

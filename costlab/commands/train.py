@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from costlab.commands.options import directory, fraction, positive_int
+from costlab.commands.options import directory, fraction, int_in, positive_int
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds
@@ -55,7 +55,8 @@ def register(sub) -> None:
     q.add_argument("--from", dest="source", required=True, type=Path, metavar="CKPT_OR_MODEL")
     q.add_argument("--recipe", choices=list(RECIPES),
                    help=f"default: {DEFAULT}; {TRAINER} when --momentum, --epochs or --set is given")
-    q.add_argument("--seed", type=int, default=0, help="seed of the recipe's validation cut and batches")
+    q.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 2), default=0,
+                   help="seed of the recipe's validation cut and batches")
     q.add_argument("--data", required=True, type=Path, metavar="DATA.h5")
     q.add_argument("--platform", required=True, metavar="ID")
     q.add_argument("--split", help="a split stored in the dataset")
@@ -86,7 +87,8 @@ def register(sub) -> None:
 def _run(cfg, args) -> int:
     from costlab.train.fit import train  # lazy: pulls torch and Lightning; the parser must not
 
-    summary = train(cfg, progress=not args.no_progress, resume=getattr(args, "resume", False))
+    summary = train(cfg, progress=not args.no_progress, resume=getattr(args, "resume", False),
+                    overwrite=args.overwrite)
     print(jsontext.dumps(summary, indent=2), file=sys.stderr)
     return 0
 
@@ -98,21 +100,27 @@ def _overrides(args) -> list:
 def _train(args) -> int:
     cfg = load_config(args.config, _overrides(args), model=args.model, data=args.data and str(args.data),
                       split=args.split, platforms=args.platforms, out=args.out and str(args.out))
-    if not args.resume:  # a resumed run goes on into its own directory
-        _refuse_existing_model(Path(cfg["out"]), args.overwrite, "or --resume to continue its training, ")
+    out = Path(cfg["out"])
+    if args.resume and args.overwrite:
+        raise UsageError("--resume continues the run in --out, --overwrite trains afresh into it: give one of them")
+    if not args.resume:
+        _refuse_existing_model(out, args.overwrite, "or --resume to continue its training, ")
+    elif not (out / "checkpoints" / "last.ckpt").exists():
+        # nothing to resume from: training afresh would replace the model without --overwrite
+        _refuse_existing_model(out, False, "", why="and no checkpoints/last.ckpt to resume from")
     return _run(cfg, args)
 
 
-def _refuse_existing_model(out: Path, overwrite: bool, other: str = "") -> None:
+def _refuse_existing_model(out: Path, overwrite: bool, other: str = "", why: str = "") -> None:
     """A training or fine-tuning run never replaces a model it was not told to: ``--out`` holding one (a run
     dir's ``model/``, or a model dir or archive itself) is refused unless ``--overwrite`` (``other``: what else
-    the user may do, named in the message)."""
+    the user may do, and ``why``: what else is wrong, named in the message)."""
     from costlab.costmodels.artifact import is_artifact  # lazy: pulls torch; the parser must not
 
     held = next((p for p in (out / "model", out) if is_artifact(p)), None)
     if held is not None and not overwrite:
-        raise UsageError(f"--out {out}: holds a model already ({held}); give another --out, {other}or --overwrite "
-                         "to replace it")
+        raise UsageError(f"--out {out}: holds a model already ({held}){' ' + why if why else ''}; give another "
+                         f"--out, {other}or --overwrite to replace it")
 
 
 def _finetune(args) -> int:
