@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from costlab.common.files import signals_deferred
 from costlab.datasets import DatasetWriter, open_dataset, schema
 from costlab.featurizers.base import Featurizer, create
 
@@ -168,6 +169,9 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
 
     A featurizer with learned keys that is not fitted yet is fitted first (``fitted_featurizer``: the config
     of an existing cache of it, or fitted on all the dataset's platforms).
+
+    Rows are saved (the transaction committed) every ``commit_seconds`` and when Ctrl-C or SIGTERM interrupts the
+    build: the rows done by then are committed before the interrupt is raised again, so a rerun continues there.
     """
     featurizer = create(featurizer)
     with open_dataset(path) as ds:
@@ -187,39 +191,61 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                disable=not progress)
     t0 = time.perf_counter()
     row = start
-    while row < total:
-        with DatasetWriter(path) as w, open_dataset(path) as ds:
-            name = group_name(featurizer, platform)
-            if name in w.h5 and w.h5[name].attrs.get("fingerprint") != fingerprint:
-                del w.h5[name]
-            g = w.h5.require_group(name)
-            if "n_done" not in g.attrs:
-                g.attrs["n_done"] = 0
-                g.attrs["config"] = json.dumps(featurizer.config, sort_keys=True, default=str)
-                g.attrs["fingerprint"] = fingerprint
-            # the file's own count, read under the writer's lock: another process (a second featurize, every
-            # rank of a multi-node training) may have cached rows since this one looked
-            row = int(g.attrs["n_done"])
-            if row >= total:
-                break
-            start_tx = row
-            t_commit = time.perf_counter()
-            # at least one chunk per transaction; commit (rename the copy over the file) every commit_seconds
-            while row < total and (row == start_tx or time.perf_counter() - t_commit < commit_seconds):
-                rows = np.arange(row, min(row + chunk, total))
-                feats = featurizer.featurize_records(ds, platform, rows)
-                for key, value in feats.items():
-                    _append(w, g, key, value)
-                if "valid" in feats:
-                    stats["invalid"] += int(np.count_nonzero(~np.asarray(feats["valid"], bool)))
-                unknown = featurizer.unknown_tokens(feats)
-                if unknown is not None:
-                    stats["unknown_tokens"] += unknown[0]
-                    stats["tokens"] += unknown[1]
-                row = int(rows[-1]) + 1
-                g.attrs["n_done"] = row
-                stats["computed"] += len(rows)
-                bar.update(len(rows))
-    bar.close()
+    try:
+        while row < total:
+            interrupted = None
+            with DatasetWriter(path) as w, open_dataset(path) as ds:
+                name = group_name(featurizer, platform)
+                if name in w.h5 and w.h5[name].attrs.get("fingerprint") != fingerprint:
+                    del w.h5[name]
+                g = w.h5.require_group(name)
+                if "n_done" not in g.attrs:
+                    g.attrs["n_done"] = 0
+                    g.attrs["config"] = json.dumps(featurizer.config, sort_keys=True, default=str)
+                    g.attrs["fingerprint"] = fingerprint
+                # the file's own count, read under the writer's lock: another process (a second featurize, every
+                # rank of a multi-node training) may have cached rows since this one looked
+                row = int(g.attrs["n_done"])
+                if row >= total:
+                    break
+                start_tx = row
+                t_commit = time.perf_counter()
+                appending = False
+                try:
+                    # at least one chunk per transaction; commit (rename the copy over the file) every
+                    # commit_seconds
+                    while row < total and (row == start_tx or time.perf_counter() - t_commit < commit_seconds):
+                        rows = np.arange(row, min(row + chunk, total))
+                        feats = featurizer.featurize_records(ds, platform, rows)
+                        # a chunk is appended whole or not at all: Ctrl-C or SIGTERM is held back until every
+                        # array has the chunk's rows and n_done counts them, so the rows up to n_done are always
+                        # complete when an interrupt is caught below
+                        with signals_deferred():
+                            appending = True
+                            for key, value in feats.items():
+                                _append(w, g, key, value)
+                            row = int(rows[-1]) + 1
+                            g.attrs["n_done"] = row
+                            stats["computed"] += len(rows)
+                            appending = False
+                        if "valid" in feats:
+                            stats["invalid"] += int(np.count_nonzero(~np.asarray(feats["valid"], bool)))
+                        unknown = featurizer.unknown_tokens(feats)
+                        if unknown is not None:
+                            stats["unknown_tokens"] += unknown[0]
+                            stats["tokens"] += unknown[1]
+                        bar.update(len(rows))
+                except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (costlab's Terminated)
+                    # nothing done in this transaction, or a chunk half appended (an append failed, e.g. on a full
+                    # disk, and the signal held back meanwhile replaced its error): the transaction is undone
+                    if row == start_tx or appending:
+                        raise
+                    # leaving the block normally commits the rows done so far (the writer holds back a second
+                    # signal until the copy is renamed over the file); the interrupt is raised again after that
+                    interrupted = exc
+            if interrupted is not None:
+                raise interrupted
+    finally:
+        bar.close()
     stats["seconds"] = time.perf_counter() - t0
     return stats

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -129,6 +133,61 @@ def test_interrupted_build_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(TLPFeaturizer, "featurize_records", real)
     stats = build_cache(data, "tlp", CPU, chunk=32, commit_seconds=0, progress=False)
     assert stats["cached_before"] == 64 and stats["computed"] == 64 and _cache(data, CPU)[0] == 128
+
+
+# `costlab featurize` with TLP slowed down (0.2 s a chunk of 8 records), saying on stdout which chunk it starts
+SLOW_FEATURIZE = """
+import sys, time
+from costlab.cli import main
+from costlab.featurizers.tlp import TLPFeaturizer
+real = TLPFeaturizer.featurize_records
+def slow(self, ds, platform, rows):
+    print("chunk", int(rows[0]), flush=True)
+    time.sleep(0.2)
+    return real(self, ds, platform, rows)
+TLPFeaturizer.featurize_records = slow
+sys.exit(main(["featurize", sys.argv[1], "--featurizer", "tlp", "--chunk", "8", "--no-progress"]))
+"""
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_featurize_keeps_the_rows_done(tmp_path, capsys, sig, code):
+    """Ctrl-C or SIGTERM long before the minute's save: the rows featurized so far are committed before the command
+    ends (they were thrown away with the transaction before), and a rerun continues from them to the same features
+    as a run never interrupted."""
+    data, whole = tmp_path / "d.h5", tmp_path / "whole.h5"
+    import_ansor([MLP], data, progress=False)
+    shutil.copy(data, whole)
+    # the child gets Ctrl-C's default disposition: a shell starts background jobs with SIGINT ignored
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_FEATURIZE, str(data)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for line in proc.stdout:  # chunks 0, 8 and 16 are appended once chunk 24 starts
+            if line.split() == ["chunk", "24"]:
+                break
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, err
+    assert "costlab: interrupted; data written before is kept" in err and "Traceback" not in err, err
+    with h5py.File(data, "r") as f:
+        assert f"features/tlp@1/{CPU}" in f, "the rows featurized before the interrupt were not saved"
+    n_done, _, part = _cache(data, CPU)
+    assert 24 <= n_done < 128 and f"tlp@1 {CPU}: {n_done} of 128 records cached; a rerun continues" in err
+    assert part and all(v.shape[0] == n_done for v in part.values())  # every array has the rows counted
+    assert not list(tmp_path.glob(".d.h5.tmp*"))  # the transaction's copy was renamed, none left
+
+    got, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert got == 0 and f"{CPU}: 128 records, {n_done} cached before, {128 - n_done} featurized" in err, err
+    assert _run(capsys, whole, "--featurizer", "tlp", "--no-progress")[0] == 0
+    (n, config, resumed), (n_whole, config_whole, fresh) = _cache(data, CPU), _cache(whole, CPU)
+    assert n == n_whole == 128 and config == config_whole and resumed.keys() == fresh.keys()
+    for k in fresh:
+        np.testing.assert_array_equal(resumed[k], fresh[k], err_msg=k)
 
 
 def test_a_build_that_looked_before_another_finished_goes_on_from_the_files_count(tmp_path, monkeypatch):

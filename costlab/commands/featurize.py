@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from costlab.commands.options import positive_int
-from costlab.common.errors import InputError
+from costlab.common.errors import CostlabError, InputError
 from costlab.datasets import open_dataset
 from costlab.featurizers import available, create
 from costlab.featurizers.base import ConfigError
-from costlab.featurizers.cache import build_cache, fitted_featurizer, vocabulary_warning
+from costlab.featurizers.cache import build_cache, fitted_featurizer, open_cache, vocabulary_warning
 
 EPILOG = """\
 The features are stored in the dataset under features/<featurizer>@<version>/<platform>/, one row per
@@ -104,6 +104,9 @@ def _featurize(args) -> int:
             s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False)
         except ConfigError as exc:  # a config that only this platform refuses (CPU spec fields on a GPU platform)
             raise InputError(_config_source(args.config), exc.problem) from None
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: build_cache saved the rows done; say how far that got
+            _say_how_far(args.data, featurizer, pid)
+            raise
         if s["computed"] == 0:
             print(f"{s['featurizer']} {pid}: {s['total']} records, cache up to date", file=sys.stderr)
         else:
@@ -114,6 +117,20 @@ def _featurize(args) -> int:
         if warning:
             print(f"costlab featurize: {warning}", file=sys.stderr)
     return 0
+
+
+def _say_how_far(data: Path, featurizer, pid: str) -> None:
+    """After an interruption: how many of the platform's records the file's cache now holds, the point a rerun
+    continues from. Read from the file, the truth whatever the interrupt cut short; nothing said when it cannot be
+    read, so that the interruption is still what the command reports."""
+    try:
+        with open_dataset(data) as ds:
+            cache = open_cache(ds, featurizer, pid)
+            total = ds.num_records(pid)
+    except (OSError, CostlabError):
+        return
+    done = cache.n_done if cache is not None else 0
+    print(f"{featurizer.key} {pid}: {done} of {total} records cached; a rerun continues from there", file=sys.stderr)
 
 
 def _describe(value) -> str:
