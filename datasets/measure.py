@@ -21,6 +21,7 @@ compactly), so a program has the same id here as when ``import-ms`` reads it fro
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -32,6 +33,7 @@ from costlab.common.files import signals_deferred
 from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.stopwatch import stopwatch
 from costlab.datasets import records as rec
+from costlab.datasets.names import check_platform_id
 from costlab.datasets.store import DatasetWriter, check_same_target, open_dataset
 from costlab.metaschedule.builders import make_builder
 from costlab.metaschedule.pools import warm_up
@@ -62,6 +64,19 @@ class MeasureOptions:
     runner_timeout: float = 30.0
     min_repeat_ms: int = 100  # MetaSchedule's default: repeat short kernels until a run takes this long
     progress: bool = True
+
+    def check(self) -> None:
+        """Refuse options that would waste the run, before TVM is imported or anything is built: a build
+        timeout of 0 (or less, NaN, inf) would store every candidate as a timeout, and a failed record is never
+        measured again; a platform id that is not a name would be refused only when the first batch is saved,
+        after it was built and run."""
+        if not (self.builder_timeout > 0 and math.isfinite(self.builder_timeout)):
+            raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
+        if self.platform:  # empty: derived from the target, as measure() does
+            try:
+                check_platform_id(self.platform)
+            except UsageError as exc:
+                raise UsageError(f"--platform: {exc}") from None
 
 
 def _rand_state(seed: int, task: int, have: int, stream: int) -> int:
@@ -176,6 +191,7 @@ def check_host(ds, pid: str, host: dict) -> None:
 def measure(data, opts: MeasureOptions) -> str:
     """Measure candidates of the dataset's MetaSchedule tasks on one platform; returns a summary."""
     called = time.time()
+    opts.check()
     import tvm
 
     try:

@@ -9,7 +9,8 @@ Packing again after more records were measured writes only a new shard for the n
 there are never rewritten), and the files are written deterministically (gzip without a timestamp), so a
 repository that commits the folder after every packing grows by the new records only. A folder holds the
 pack of one dataset: packing another into it is refused, and so is a pack whose shards do not hold what
-their names and the meta file say. ``unpack`` builds
+their names and the meta file say; a platform the dataset renamed since it was packed is recognised by its
+packed records, and its shards move to the new id's folder unchanged. ``unpack`` builds
 the same dataset again: same tasks in the same order, networks, platforms, splits and every record with
 its raw costs. Feature caches are not packed (``costlab featurize`` rebuilds them). Nothing is pickled.
 """
@@ -90,9 +91,12 @@ def pack(data, out) -> str:
             splits={n: _split_json(ds.split(n)) for n in ds.split_names()},
             records={},
         )
+        _check_serialisable(meta, data)
         columns = {pid: (ds.records(pid).task, ds.records(pid).program_id) for pid in ds.record_platforms()}
-        starts = _continued(ds, data, out, columns)
+        starts, renamed = _continued(ds, data, out, columns)
         out.mkdir(parents=True, exist_ok=True)
+        for was, pid in renamed.items():
+            _move_renamed(out / "records", was, pid)
         for pid, (task, prog) in columns.items():
             folder = out / "records" / pid
             folder.mkdir(parents=True, exist_ok=True)
@@ -102,7 +106,9 @@ def pack(data, out) -> str:
                 b = min(a + SHARD_ROWS, total)
                 _write_gz(folder / f"{a:09d}-{b:09d}.jsonl.gz", _records_jsonl(table, np.arange(a, b)))
             meta["records"][pid] = dict(count=total, digest=_RowDigest().update(task, prog).hexdigest())
-            lines.append(f"  {pid}: {total} records ({total - start} new)")
+            was = next((w for w, p in renamed.items() if p == pid), None)
+            lines.append(f"  {pid}: {total} records ({total - start} new)"
+                         + (f", packed before as platform {was!r} (renamed)" if was else ""))
         # written last: a packed folder whose records are complete is never described by a newer meta file
         _write_gz(out / META, orjson.dumps(meta, option=orjson.OPT_SORT_KEYS))
     return f"{out}: packed {data} ({len(meta['tasks'])} tasks)\n" + "\n".join(lines)
@@ -127,33 +133,40 @@ class _RowDigest:
         return self._h.hexdigest()
 
 
-def _continued(ds, data: Path, out: Path, columns: dict) -> dict[str, int]:
+def _continued(ds, data: Path, out: Path, columns: dict) -> tuple[dict[str, int], dict[str, str]]:
     """Per platform, the first row of ``data`` that ``out`` does not hold yet (0 in a new folder), once it is
     checked that what ``out`` holds was packed from ``data``: its tasks are the dataset's first tasks, its
-    platforms are the dataset's, and its records are the dataset's first rows. Reads only, writes nothing."""
+    platforms are the dataset's, and its records are the dataset's first rows; and the platforms of the pack
+    that ``data`` renamed since (``costlab dataset rename-platform``), as {packed id: id in data}, each found
+    by its packed records (``_renamed``). Reads only, writes nothing."""
     def foreign(why: str) -> InputError:
         return InputError(out, f"holds the pack of another dataset ({why}); nothing written: pack {data} "
                                "into its own folder or an empty one")
 
     old = _read_meta(out / META) if (out / META).exists() else None
+    renamed: dict[str, str] = {}
     if old is not None:
         packed = [(t["dialect"], t["workload_hash"]) for t in old["tasks"]]
         mine = [(t.dialect, t.workload_hash) for t in ds.tasks]
         if mine[:len(packed)] != packed:
             raise foreign(f"its {len(packed)} tasks are not the first tasks of {data}")
-        other = sorted(set(old["platforms"]) - set(ds.platforms))
-        if other:
-            raise foreign(f"platform {other[0]!r}, which {data} does not have")
+        for was in sorted(set(old["platforms"]) - set(ds.platforms)):
+            now = _renamed(ds, out, old, was, columns, renamed)
+            if now is None:
+                raise foreign(f"platform {was!r}, which {data} does not have, nor a platform holding the records "
+                              f"packed as {was!r}, as one renamed by `costlab dataset rename-platform` would")
+            renamed[was] = now
+    source = {now: was for was, now in renamed.items()}  # the folder a renamed platform's shards are in now
     for d in sorted((out / "records").iterdir()) if (out / "records").is_dir() else []:
-        if d.name not in columns and _shard_files(d):
+        if d.name not in columns and d.name not in renamed and _shard_files(d):
             raise foreign(f"records of platform {d.name!r}, of which {data} has none")
     starts = {}
     for pid, (task, prog) in columns.items():
-        have = shards(out / "records" / pid)
+        have = _renamed_shards(out / "records", source[pid], pid) if pid in source else shards(out / "records" / pid)
         start, total = (have[-1][1] if have else 0), len(task)
         if start > total:
             raise foreign(f"{start} records of platform {pid!r}, {data} only {total}")
-        known = (old or {}).get("records", {}).get(pid)
+        known = (old or {}).get("records", {}).get(source.get(pid, pid))
         vouched = 0
         if known is not None:
             vouched = known["count"]
@@ -171,7 +184,87 @@ def _continued(ds, data: Path, out: Path, columns: dict) -> dict[str, int]:
                     raise foreign(f"{path.relative_to(out)} holds other records than rows {first}-{end} of "
                                   f"platform {pid!r} of {data}")
         starts[pid] = start
-    return starts
+    return starts, renamed
+
+
+def _renamed_shards(records: Path, was: str, now: str) -> list[tuple[int, int, Path]]:
+    """The shards of a platform packed as ``was`` and renamed ``now``: in ``records/was``, or in ``records/now``
+    where a packing that moved them was interrupted before it wrote its meta file. Shards in both folders are
+    not one platform's: an error."""
+    old, new = shards(records / was), shards(records / now)
+    if old and new:
+        raise InputError(records / now, f"holds shards, and so does {records / was}: the folder of platform {was!r}, "
+                                        f"renamed {now!r}, is moved there when it is packed; remove the one that is "
+                                        "not the platform's")
+    return old or new
+
+
+def _renamed(ds, out: Path, old: dict, was: str, columns: dict, taken: dict) -> str | None:
+    """The platform of ``ds`` that a platform the pack holds as ``was`` (and ``ds`` does not have) was renamed to,
+    or None. Renaming moves a platform's records unchanged, so it is the one platform new to the pack whose first
+    rows are, column by column (task, program id, error, timestamp, costs, schedule), every record packed as
+    ``was``. The (task, program id) digest alone would not do: ``measure --same-programs-as`` gives another
+    platform the same programs in the same order, and its timings must never be packed as this platform's. A
+    platform with no packed records cannot be told from another: None."""
+    known = old.get("records", {}).get(was)
+    found = []
+    for now, (task, prog) in columns.items():
+        if now in old["platforms"] or now in taken.values():
+            continue
+        # its shards where they are (a packing interrupted after moving them left them in the new folder)
+        have = shards(out / "records" / was) or shards(out / "records" / now)
+        count = have[-1][1] if have else 0
+        if count == 0 or count > len(task):
+            continue
+        if known is not None:  # the meta file's count and digest first: cheap, and they rule out most platforms
+            if known["count"] > count or (_RowDigest().update(task[:known["count"]], prog[:known["count"]])
+                                          .hexdigest() != known["digest"]):
+                continue
+        table = ds.records(now)
+        if all(_lines(_read_gz(path)) == _lines(_records_jsonl(table, np.arange(first, end)))
+               for first, end, path in have):
+            found.append(now)
+    return found[0] if len(found) == 1 else None
+
+
+def _lines(data: bytes) -> list:
+    """The parsed lines of a shard: records compared by value, whatever the formatting of their numbers."""
+    try:
+        return [orjson.loads(line) for line in data.splitlines()]
+    except orjson.JSONDecodeError:
+        return []  # a damaged shard matches no dataset's records
+
+
+def _move_renamed(records: Path, was: str, now: str) -> None:
+    """Move the shards of a platform packed as ``was`` to the folder of its new id ``now``, unchanged (their lines
+    do not name the platform), after every check passed: one rename of the folder, or, where the new folder holds
+    other files (never shards: ``_renamed_shards`` refuses that), one rename per shard."""
+    src, dst = records / was, records / now
+    if not _shard_files(src):
+        return  # moved by an earlier packing that was interrupted before it wrote its meta file
+    if dst.is_dir() and not any(dst.iterdir()):
+        dst.rmdir()
+    if not dst.exists():
+        src.rename(dst)
+        return
+    for path in _shard_files(src):
+        path.rename(dst / path.name)
+    if not any(src.iterdir()):
+        src.rmdir()
+
+
+def _check_serialisable(meta: dict, data: Path) -> None:
+    """Refuse, before anything is written, a dataset whose meta file cannot be written (a split's seed beyond
+    64 bits, stored by a costlab that did not check it), which would otherwise fail after the shards."""
+    for name, s in meta["splits"].items():
+        if not -2**63 <= s["meta"]["seed"] < 2**64:
+            raise InputError(data, f"split {name!r} has seed {s['meta']['seed']}, beyond 64 bits, which the pack "
+                                   f"cannot hold: make it again with a smaller --seed (costlab dataset split --name "
+                                   f"{name} --replace ...)")
+    try:
+        orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
+    except TypeError as exc:
+        raise InputError(data, f"cannot be packed ({exc})") from None
 
 
 def _split_json(s: Split) -> dict:

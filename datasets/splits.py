@@ -164,4 +164,21 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
         n_test = int(round(test_fraction * len(ids)))
         test_ids.append(rng.permutation(ids)[:n_test])
     progs = np.sort(np.concatenate(test_ids)) if test_ids else np.zeros(0, np.uint64)
+    if not progs.size:  # a split whose test part is empty would be stored, and trained and evaluated on, as if real
+        _refuse_empty_within_task(ds, test_fraction, max((len(v) for v in by_task.values()), default=0))
     return Split(name, by, seed, test_fraction, np.zeros(0, np.int64), progs)
+
+
+def _refuse_empty_within_task(ds, test_fraction: float, most: int) -> None:
+    """The error for a split within task that holds out no program: each task holds out ``round(fraction * n)``
+    of its n programs, 0 for every task when the fraction is small; ``most`` is the largest task's n."""
+    if most == 0:
+        raise InputError(ds.path, "has no records: a split within task needs records to hold out")
+    if most == 1:
+        raise InputError(ds.path, "no task has 2 or more programs: a split within task has nothing to hold out "
+                                  "(split by task or by network)")
+    # the smallest fraction in hundredths that holds out a program of the largest task, rounded as above
+    enough = next(k / 100 for k in range(1, 100) if round(k / 100 * most) >= 1)
+    raise UsageError(f"--test-fraction {test_fraction:g} holds out no program (the largest task has {most} "
+                     f"programs, and {test_fraction:g} of each task rounds to 0): give --test-fraction {enough:g} "
+                     "or more")

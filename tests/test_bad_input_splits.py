@@ -114,3 +114,28 @@ def _other_split(data, seed, old) -> bool:
 
     with open_dataset(data) as ds:
         return make_split(ds, "task", seed, 0.3, name="s").digest != old.digest
+
+
+@pytest.mark.parametrize("seed", ["-1", "99999999999999999999999", "2147483647", "1.5", "x"])
+def test_seed_out_of_range_is_one_error_line(data, capsys, seed):  # noqa: F811
+    """A negative seed was numpy's traceback; one beyond 64 bits was stored, and `dataset pack` then failed
+    after writing its shards. The range is the other commands' (train, transfer, exploit)."""
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), f"--seed={seed}"]) == 2
+    assert "--seed must be an integer from 0 to 2,147,483,646" in _error(capsys)
+    assert _digest(data) == before
+    assert main(["dataset", "split", str(data), "--seed=2147483646"]) == 0
+
+
+def test_a_within_task_split_that_would_hold_out_nothing_is_refused(data, capsys):  # noqa: F811
+    """round(0.01 * n) is 0 for every task of up to 50 programs: such a split held out no program and was stored
+    as if it were one. Refused, naming the fraction and one that holds out a program of the largest task."""
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), "--by", "within-task", "--test-fraction", "0.01"]) == 2
+    err = _error(capsys)
+    assert "--test-fraction 0.01 holds out no program" in err and "the largest task has 17 programs" in err
+    assert "give --test-fraction 0.03 or more" in err
+    assert _digest(data) == before
+    assert main(["dataset", "split", str(data), "--by", "within-task", "--test-fraction", "0.03"]) == 0
+    with open_dataset(data) as ds:
+        assert len(ds.split("within-task3-s0").test_programs) >= 1

@@ -462,3 +462,33 @@ def test_a_remote_boards_platform_stated_by_set_machine_takes_more_rpc_records(t
     # a local measurement into it is still refused: the board is not this machine
     assert main(argv[:-6]) == 2
     assert "was measured on another machine (Rockchip RK3588" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--builder-timeout", "0"], "--builder-timeout must be a positive number of seconds, not 0.0"),
+    (["--builder-timeout", "-5"], "--builder-timeout must be a positive number of seconds, not -5.0"),
+    (["--builder-timeout", "nan"], "--builder-timeout must be a positive number of seconds, not nan"),
+    (["--builder-timeout", "inf"], "--builder-timeout must be a positive number of seconds, not inf"),
+    (["--platform", "my box"], "--platform: bad platform id 'my box'"),
+    (["--platform", "records/x"], "--platform: bad platform id 'records/x'"),
+])
+def test_options_that_would_waste_the_run_are_refused_before_any_work(tmp_path, capsys, monkeypatch, argv, says):
+    """A build timeout of 0 stores every candidate as a timeout (never measured again), and a platform id that is
+    not a name was refused only when the first batch was saved: both are one error line before anything is
+    built, and the dataset is unchanged."""
+    import hashlib
+
+    import costlab.datasets.measure as measure_module
+
+    def no_builder(*a, **k):
+        raise AssertionError("a builder was started")
+
+    monkeypatch.setattr(measure_module, "make_builder", no_builder)
+    data = tmp_path / "d.h5"
+    shutil.copy(Path(__file__).parent / "fixtures" / "ms_small.h5", data)
+    before = hashlib.sha256(data.read_bytes()).hexdigest()
+    assert main(["dataset", "measure", str(data), "--target", TARGET, "--per-task", "24", "--no-progress"]
+                + argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("costlab: error:") and says in err[0], err
+    assert hashlib.sha256(data.read_bytes()).hexdigest() == before

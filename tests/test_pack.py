@@ -162,3 +162,103 @@ def test_packing_a_dataset_of_other_tasks_or_platforms_is_refused(tmp_path, caps
     (folder / "dataset.json.gz").unlink()  # a packing interrupted before its meta file: the shards still tell
     assert main(["dataset", "pack", str(SMALL), "-o", str(folder)]) == 2
     assert "records of platform '2080ti', of which" in capsys.readouterr().err
+
+
+# -- a platform renamed since it was packed ----------------------------------------------------------------
+
+OLD_ID = "llvm-x86_64-2c"  # SMALL's platform
+
+
+def _grow(data, pid, n) -> None:
+    """``n`` more records of task 0 on ``pid``."""
+    with DatasetWriter(data) as w:
+        b = RecordBatch()
+        for i in range(n):
+            b.append(0, f'[["y{i}"], []]', [2e-3 * (i + 1)], 0, 2.0, 20_000 + i)
+        w.add_records(pid, b)
+
+
+@pytest.mark.parametrize("written_by", ["this costlab", "an earlier costlab"])
+@pytest.mark.parametrize("grown", [False, True])
+def test_a_renamed_platform_is_packed_under_its_new_id(tmp_path, capsys, monkeypatch, written_by, grown):
+    """`dataset rename-platform` (the docs' advice for mislabelled timings) left a pack, such as the committed
+    corpus, that could not be brought up to date: "holds the pack of another dataset". The renamed platform is
+    recognised by its packed records, its shards move to the new id's folder unchanged, and unpack gives the
+    renamed dataset."""
+    monkeypatch.setattr("costlab.datasets.pack.SHARD_ROWS", 32)
+    data, out = tmp_path / "d.h5", tmp_path / "p"
+    shutil.copy(SMALL, data)
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    if written_by == "an earlier costlab":
+        _drop_digests(out)
+    shards = {p.name: p.read_bytes() for p in (out / "records" / OLD_ID).iterdir()}
+    assert main(["dataset", "rename-platform", str(data), OLD_ID, "cpu-1t"]) == 0
+    if grown:
+        _grow(data, "cpu-1t", 3)
+    capsys.readouterr()
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"packed before as platform {OLD_ID!r} (renamed)" in err and f"({3 if grown else 0} new)" in err
+    assert not (out / "records" / OLD_ID).exists()
+    moved = {p.name: p.read_bytes() for p in (out / "records" / "cpu-1t").iterdir()}
+    assert all(moved[k] == v for k, v in shards.items()) and len(moved) == len(shards) + grown
+    assert main(["dataset", "unpack", str(out), "-o", str(tmp_path / "back.h5")]) == 0
+    _same(data, tmp_path / "back.h5")
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0  # and packed again: nothing new
+    assert "(0 new)" in capsys.readouterr().err
+
+
+def test_a_renamed_platforms_interrupted_packing_continues(tmp_path, capsys):
+    """A packing that moved the renamed platform's shards and stopped before its meta file: packed again, it
+    finishes."""
+    data, out = tmp_path / "d.h5", tmp_path / "p"
+    shutil.copy(SMALL, data)
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    assert main(["dataset", "rename-platform", str(data), OLD_ID, "cpu-1t"]) == 0
+    (out / "records" / OLD_ID).rename(out / "records" / "cpu-1t")
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    assert main(["dataset", "unpack", str(out), "-o", str(tmp_path / "back.h5")]) == 0
+    _same(data, tmp_path / "back.h5")
+
+
+def test_other_timings_of_the_same_programs_are_not_a_rename(tmp_path, capsys):
+    """Another platform measured with --same-programs-as has the packed platform's tasks and program ids in the
+    same order (the pack's digest), but other timings: never packed as the renamed platform; nothing written."""
+    data, out, other = tmp_path / "d.h5", tmp_path / "p", tmp_path / "o.h5"
+    shutil.copy(SMALL, data)
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    with open_dataset(SMALL) as src, DatasetWriter(other) as w:
+        for t in src.tasks:
+            w.add_task(t.workload_hash, t.dialect, t.workload, t.name, t.kernel_class, t.flops, t.extra)
+        p, table, b = src.platforms[OLD_ID], src.records(OLD_ID), RecordBatch()
+        w.add_platform("other-box", p.target, p.spec, p.host)
+        values, offsets = table.costs()
+        for i, s in enumerate(table.schedules()):
+            b.append(int(table.task[i]), s, (values[offsets[i]:offsets[i + 1]] * 2).tolist(), int(table.error[i]),
+                     float(table.column("timestamp")[i]) + 1, int(table.program_id[i]))
+        w.add_records("other-box", b)
+    before = _files(out)
+    capsys.readouterr()
+    assert main(["dataset", "pack", str(other), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"platform {OLD_ID!r}, which {other} does not have, nor a platform holding the records packed" in err
+    assert _files(out) == before
+
+
+def test_a_split_seed_beyond_64_bits_is_refused_before_anything_is_written(tmp_path, capsys):
+    """Such a seed (stored by a costlab that did not check `dataset split --seed`) made pack fail with orjson's
+    TypeError after it had written the shards."""
+    from costlab.datasets import make_split
+
+    data, out = tmp_path / "d.h5", tmp_path / "p"
+    shutil.copy(SMALL, data)
+    with open_dataset(data) as ds:
+        split = make_split(ds, "task", seed=10**23, name="big")
+    with DatasetWriter(data) as w:
+        split.write(w.h5.require_group("splits"))
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "split 'big' has seed 100000000000000000000000, beyond 64 bits" in err
+    assert not out.exists()

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from costlab.commands.options import directory, positive_int
+from costlab.commands.options import directory, int_in, positive_int
 from costlab.common import jsontext
 from costlab.common.errors import InputError, UsageError
 from costlab.common.host import describe_host, host_difference, same_host
@@ -127,7 +127,9 @@ def register(sub) -> None:
                       "--held-out) or within task, from a seed. The split is stored in the dataset.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
     q.add_argument("--by", choices=list(SPLIT_KINDS), default="task")
-    q.add_argument("--seed", type=int, default=0)
+    # the range of the other commands' seeds; numpy refuses a negative one, and one beyond 64 bits is stored
+    # but cannot be packed
+    q.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 2), default=0)
     q.add_argument("--test-fraction", type=float, default=0.2)
     q.add_argument("--held-out", action="append", metavar="NETWORK",
                    help="a network to hold out (implies --by network); repeatable, or comma-separated names. A "
