@@ -138,7 +138,9 @@ def replaceable(path) -> bool:
     them. Anything else, another tool's model with a ``config.json`` say, is never replaced."""
     path = Path(path)
     if path.is_dir():
-        names = {p.name for p in path.iterdir()}
+        # temporary files a killed write of the model's own two left (``.config.json.tmp-...``) are the model's
+        names = {p.name for p in path.iterdir()
+                 if not any(p.name.startswith(f".{n}.tmp-") for n in (CONFIG, WEIGHTS))}
         if not names or not names <= {CONFIG, WEIGHTS}:
             return not names
         try:

@@ -78,8 +78,8 @@ def _check_output(out: str, archive: bool, force: bool) -> Path:
         if not path.is_dir():
             raise InputError(path, "exists and is not a directory (without --archive, a model is a directory)")
         if not replaceable(path):
-            raise InputError(path, "is a folder that holds other files, not a model: export into a new or empty one "
-                                   "(--force replaces only a costlab model)")
+            raise InputError(path, "is a folder that holds other files, not a model (or files besides one): export "
+                                   "into a new or empty one (--force replaces only a costlab model's two files)")
         if (path / "config.json").exists() and not force:
             raise InputError(path, "holds a model already; give --force to replace it")
     return path

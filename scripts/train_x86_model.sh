@@ -32,7 +32,7 @@ elif [ "$STEP" = all ]; then
     "$COSTLAB" dataset unpack "$ROOT/corpus" -o "$WORK/corpus.h5"
   fi
   "$COSTLAB" train --model pacm --data "$WORK/corpus.h5" --out "$WORK/run" --epochs "${EPOCHS:-60}" \
-    --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress
+    --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress --overwrite
   rm -rf "$DEST"
   "$COSTLAB" export "$WORK/run" -o "$DEST" --force
 fi

@@ -357,3 +357,5 @@ def test_export_over_a_model_with_force(run, tmp_path):
     assert main(["export", str(run / "model"), "-o", str(tmp_path / "m.tar"), "--archive"]) == 0
     assert main(["export", str(run / "model"), "-o", str(tmp_path / "m.tar"), "--archive", "--force"]) == 0
     assert read_artifact(tmp_path / "m.tar").config["kind"] == "tlp"
+    (tmp_path / "m" / ".config.json.tmp-x1y2").write_text("{")  # what a killed write leaves: still the model's
+    assert main(["export", str(run / "model"), "-o", str(tmp_path / "m"), "--force"]) == 0

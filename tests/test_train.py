@@ -436,7 +436,9 @@ def test_interrupted_training_ends_as_costlab_commands_do(trained, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "costlab", "train", "--data", str(trained / "d.h5"), "--out",
                              str(out), "--epochs", "100000", "--no-progress", *TINY],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            # a job started in the background (CI) inherits SIGINT ignored; a terminal's Ctrl-C is not
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
         while not (out / "checkpoints" / "last.ckpt").exists():  # training has begun: an epoch is done

@@ -337,3 +337,16 @@ def test_a_tiling_the_replay_refuses_is_said_once_and_not_replayed_again(monkeyp
     with pytest.raises(rp.TransferError) as err:
         rp._replay(rec.workload.mod, rec.trace, 1, tiles=[])  # no tilings for a trace that has some
     assert str(err.value) == "the schedule has more tilings than the source's" and made == [False]
+
+
+def test_transfer_continues_on_the_targets_of_its_work_dir(tmp_path, capsys):
+    """Re-run without --target, a transfer measures on the target its work dir's records were measured on (here a
+    generic one), as exploit does: it is not refused as another machine than this one."""
+    work = tmp_path / "w"
+    args = ["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "1", "--work-dir", str(work),
+            "--no-progress", "--no-library"]
+    assert main([*args, "--target", "llvm -num-cores=1"]) == 0
+    assert _records(work) == 1
+    capsys.readouterr()
+    assert main(args) == 0, capsys.readouterr().err
+    assert _records(work) == 1

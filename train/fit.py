@@ -172,6 +172,9 @@ def _with_defaults(kind: str, net_config: dict) -> dict:
     return {**defaults, **net_config}
 
 
+ZERO_MEANS_DEFAULT = ("head_layers",)  # net options whose 0 is valid (head_layers <= 1: every layer shared)
+
+
 def _check_net_sizes(kind: str, options: dict) -> None:
     """Net options that count something (d_model, layers, heads of attention) must be positive integers: a net of
     0 layers builds, and fails only on its first batch (options whose default is 0 may be 0; the net config
@@ -179,7 +182,8 @@ def _check_net_sizes(kind: str, options: dict) -> None:
     _, config_class = kinds.create(kind).net_classes()
     for f in dataclasses.fields(config_class):
         default, value = f.default, options.get(f.name)
-        counts = isinstance(default, int) and not isinstance(default, bool) and default >= 1
+        counts = (isinstance(default, int) and not isinstance(default, bool) and default >= 1
+                  and f.name not in ZERO_MEANS_DEFAULT)
         if counts and f.name in options and isinstance(value, (int, float)) and not isinstance(value, bool) \
                 and value < 1:
             raise UsageError(f"net.{f.name} must be a positive integer, not {value!r}")

@@ -127,9 +127,8 @@ def register(sub) -> None:
                       "--held-out) or within task, from a seed. The split is stored in the dataset.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
     q.add_argument("--by", choices=list(SPLIT_KINDS), default="task")
-    # the range of the other commands' seeds; numpy refuses a negative one, and one beyond 64 bits is stored
-    # but cannot be packed
-    q.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 2), default=0)
+    # numpy refuses a negative seed, and one beyond 63 bits is stored but cannot be packed
+    q.add_argument("--seed", type=int_in("--seed", 0, 2**63 - 1), default=0)
     q.add_argument("--test-fraction", type=float, default=0.2)
     q.add_argument("--held-out", action="append", metavar="NETWORK",
                    help="a network to hold out (implies --by network); repeatable, or comma-separated names. A "

@@ -71,16 +71,19 @@ def _config(text: str | None, data: Path) -> dict:
     return value
 
 
-def _config_source(text: str | None) -> Path:
-    """Where a config came from, as its errors name it: the @file, or the option itself."""
-    return Path(text[1:]) if text and text.startswith("@") else Path("--config")
+def _config_source(text: str | None, data) -> Path:
+    """Where a config came from, as its errors name it: the @file, the option itself, or without one the dataset
+    (its stored cache's config, its platform's spec)."""
+    if not text:
+        return Path(data)
+    return Path(text[1:]) if text.startswith("@") else Path("--config")
 
 
 def _featurize(args) -> int:
     try:
         featurizer = create(args.featurizer, _config(args.config, args.data))
     except ConfigError as exc:  # a value of the wrong type or out of range: named against where it was given
-        raise InputError(_config_source(args.config), exc.problem) from None
+        raise InputError(_config_source(args.config, args.data), exc.problem) from None
     except ValueError as exc:  # unknown featurizer or config key
         raise SystemExit(f"costlab featurize: {exc}") from None
     with open_dataset(args.data) as ds:
@@ -103,7 +106,7 @@ def _featurize(args) -> int:
         try:
             s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False)
         except ConfigError as exc:  # a config that only this platform refuses (CPU spec fields on a GPU platform)
-            raise InputError(_config_source(args.config), exc.problem) from None
+            raise InputError(_config_source(args.config, args.data), exc.problem) from None
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: build_cache saved the rows done; say how far that got
             _say_how_far(args.data, featurizer, pid)
             raise

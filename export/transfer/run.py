@@ -43,6 +43,7 @@ from costlab.export.transfer.sources import read_sources
 from costlab.export.workdir import WorkDir, read_state, write_state
 from costlab.metaschedule.runners import build_and_run
 from costlab.metaschedule.targets import target_cores
+from costlab.metaschedule.traces import plain_json
 from costlab.metaschedule.tune_context import tune_context
 from costlab.metaschedule.workloads import decode_workload, workload_json
 
@@ -58,7 +59,7 @@ class TransferOptions:
     task_filter: list = field(default_factory=list)
     batch: int = 1
     seq_len: int = 32
-    target: str | dict | None = "host"
+    target: str | dict | None = None  # None: the work dir's run's (or its records'), else this machine's
     model: str | None = None  # None: PSA
     top: int = 4  # programs measured per task
     per_source: int = 4  # fastest programs taken from each source task
@@ -246,7 +247,8 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
 
 def transfer_options(opts: TransferOptions) -> dict:
     """The options that decide what a transfer measures of a task, as its state records them."""
-    return dict(sources=[str(s) for s in opts.sources], top=opts.top, per_source=opts.per_source,
+    # sources as a set of resolved paths: ./a and /abs/a, or another order, are the same sources
+    return dict(sources=sorted(str(Path(s).resolve()) for s in opts.sources), top=opts.top, per_source=opts.per_source,
                 max_candidates=opts.max_candidates, model=str(opts.model or kinds.draft()), seed=opts.seed)
 
 
@@ -291,31 +293,33 @@ def started_tasks(state_path, afresh: str = "transfer afresh") -> dict[str, tupl
 
 
 def _records_target(work: WorkDir):
-    """The target of the run in a work dir (``machines.run_target``), else the one its records were measured on,
-    else None: a work dir a transfer alone made has no run record."""
-    recorded = None
-    if work.path.is_dir():
-        from costlab.metaschedule.repair import DatabaseScan  # lazy: reads the database only for this check
+    """The target of the run in a work dir (``machines.run_target``), else the one its records were measured on
+    (a work dir a transfer alone made has no run record: its database is read), else None."""
+    if work.recorded("target") is not None or not work.path.is_dir():
+        return run_target(work.path)
+    from costlab.metaschedule.repair import DatabaseScan  # lazy: reads the database only when no run says
 
-        spec = DatabaseScan(work.path).target
-        if spec is not None:
-            try:
-                recorded = parse_target(spec)
-            except UsageError:  # a target this TVM does not know: as if none were recorded
-                recorded = None
-    return run_target(work.path, recorded)
+    spec = DatabaseScan(work.path).target
+    try:
+        return parse_target(spec) if spec is not None else None
+    except UsageError:  # a target this TVM does not know: as if none were recorded
+        return None
 
 
 def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     """``costlab transfer``: the tasks of the workload, a work dir (locked), costlab's builder and runner,
     then ``transfer_tasks``. Returns the summary."""
     opts.check()
-    target = measuring_target(opts.target)
     work = WorkDir(opts.work_dir)
     work.check_folder()
     work.check_same_host("transferring into it")
-    refuse_other_machine(target, _records_target(work), work, "leave out --target to transfer on the run's "
-                                                              "target, or transfer into another --work-dir")
+    run = _records_target(work)
+    if opts.target is None:  # the run's target, as exploit takes it; this machine's for a new work dir
+        target = measuring_target(plain_json(run.export()) if run is not None else "host")
+    else:
+        target = measuring_target(opts.target)
+        refuse_other_machine(target, run, work, "leave out --target to transfer on the run's target, or transfer "
+                                                "into another --work-dir")
     state_path = work.transfer_state
     _check_same_transfer(read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks"), state_path, opts)
     sources = usable_sources(opts.sources, opts.per_source, exclude=[work.path],  # before anything is written
