@@ -36,7 +36,8 @@ def register(sub) -> None:
     q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
     q.add_argument("--target", default=None,
                    help="TVM target; default: the target of the run in --work-dir (of its records when no run "
-                        "made it), or 'host' for a new work dir. " + TARGET_HELP.split(": ", 1)[1].replace(" (default)", ""))
+                        "made it), or 'host' for a new work dir. "
+                        + TARGET_HELP.split(": ", 1)[1].replace(" (default)", ""))
     q.add_argument("--model", metavar="MODEL",
                    help=f"rank the replayed programs with this costlab model (default {kinds.draft()})")
     q.add_argument("--top", type=positive_int("--top"), default=4, help="programs measured per task")
