@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.common import jsontext
-from costlab.common.errors import CostlabError, InputError, UsageError, last_line
+from costlab.common.errors import InputError, UsageError, last_line
 from costlab.common.files import write_atomically
 from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
@@ -43,6 +43,7 @@ from costlab.export.check import check_tasks, fastest_records
 from costlab.export.exploit import ExploitOptions, exploit
 from costlab.export.finals import KEEP_UNTUNED, MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN
 from costlab.export.finals import keep_untuned, remeasure
+from costlab.export.library.add import failure_text
 from costlab.export.library.start import add_run, run_libraries, start_from_library
 from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
@@ -620,7 +621,7 @@ def _library_add(opts: TuneOptions, tasks: list[Task], target, database, answers
         return add_run(opts.library, platform_id_for(plain_json(target.export())), host_info(), database, tasks,
                        answers, Path(opts.work_dir))
     except Exception as exc:  # noqa: BLE001  the run is finished: its summary is written whatever the library does
-        said = str(exc) if isinstance(exc, (CostlabError, OSError)) else f"{type(exc).__name__}: {last_line(exc)}"
+        said = failure_text(exc)
         logging.getLogger(__name__).warning("the run's programs were not added to the schedule library: %s", said)
         return dict(added=0, why=f"not added: {said}")
 

@@ -116,5 +116,10 @@ def add_finished_run(work, library=None, progress: bool = True) -> dict:
     try:
         return add_work_dir(Path(work), Path(library) if library else default_root(), progress=progress)
     except Exception as exc:  # noqa: BLE001  the run is finished: the library's failure is a note, not its end
-        said = str(exc) if isinstance(exc, (CostlabError, OSError)) else f"{type(exc).__name__}: {last_line(exc)}"
-        return dict(added=0, why=f"not added: {said}")
+        return dict(added=0, why=f"not added: {failure_text(exc)}")
+
+
+def failure_text(exc: Exception) -> str:
+    """Why the library did not take a finished run's programs, as its answer says it: costlab's and the system's
+    errors as they say it, anything else by its kind and last line."""
+    return str(exc) if isinstance(exc, (CostlabError, OSError)) else f"{type(exc).__name__}: {last_line(exc)}"
