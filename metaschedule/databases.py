@@ -34,6 +34,7 @@ import orjson
 
 from costlab.common.errors import InputError, last_line
 from costlab.common.files import write_atomically, write_together
+from costlab.common.import_report import ImportReport
 from costlab.metaschedule import intrinsics
 from costlab.metaschedule.traces import TENSORIZE_MARKERS, compact_json
 
@@ -100,7 +101,8 @@ def work_dir_database(work, skipped: list | None = None):
     """A MetaSchedule work dir's database (``JSONDatabase``), opened read-only in effect: gzip-compressed files,
     as benchmarks archive them, and a database with lines MetaSchedule's loader refuses or crashes on (a line
     cut by a kill, a blank line) are read from a temporary copy of their good lines, removed when the block
-    ends; each line left out is a ``FILE:LINE: what`` appended to ``skipped``. An InputError when the folder
+    ends; each line left out is a ``FILE:LINE: what`` appended to ``skipped``, and a compressed file damaged
+    part way gives the lines before the damage and one ``FILE: what`` there. An InputError when the folder
     holds no database, or one whose workload lines cannot be read in order."""
     from costlab.metaschedule.repair import DatabaseScan  # lazy: the repair module reads databases with this one
 
@@ -113,9 +115,11 @@ def work_dir_database(work, skipped: list | None = None):
         if wl.suffix == ".gz" or rec.suffix == ".gz":
             tmp = Path(tempfile.mkdtemp(prefix="costlab-database-"))
             for src, name in ((wl, WORKLOAD_FILE), (rec, RECORD_FILE)):
-                opener = gzip.open if src.suffix == ".gz" else open
-                with opener(src, "rb") as fi, open(tmp / name, "wb") as fo:
-                    shutil.copyfileobj(fi, fo)
+                damage = ImportReport()  # a copy cut short: the lines before the damage, the damage said
+                with open(tmp / name, "wb") as fo:
+                    fo.writelines(line for _, line in read_lines(src, damage))
+                if skipped is not None:
+                    skipped.extend(damage.problems)
         try:
             scan = DatabaseScan(tmp or work)
         except InputError as exc:

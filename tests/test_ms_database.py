@@ -544,6 +544,27 @@ def test_a_record_of_an_instruction_kind_tvm_has_not_registered_is_moved_aside(t
     assert _loads_in_metaschedule(tune_db) == len(lines) - 1
 
 
+def test_a_compressed_work_dir_cut_short_opens_with_the_lines_before_the_damage(tmp_path, tune_db):
+    """A gzipped work dir (as benchmarks archive runs) whose record file was copied only in part: `library add` and
+    the benchmark reader open it with the records before the damage (the last one cut is left out like any cut
+    line), and the damage is one skipped line naming the file, not a gzip traceback."""
+    import gzip
+
+    from costlab.metaschedule.databases import work_dir_database
+
+    lines = (tune_db / RECORD_FILE).read_bytes().splitlines(keepends=True)
+    archived = tmp_path / "archived"
+    archived.mkdir()
+    (archived / (WORKLOAD_FILE + ".gz")).write_bytes(gzip.compress((tune_db / WORKLOAD_FILE).read_bytes()))
+    whole = gzip.compress(b"".join(lines) * 20, compresslevel=0)  # stored blocks: a cut keeps the lines before it
+    (archived / (RECORD_FILE + ".gz")).write_bytes(whole[:len(whole) // 2])
+    skipped: list = []
+    with work_dir_database(archived, skipped) as database:
+        kept = len(database.get_all_tuning_records())
+    assert 0 < kept < len(lines) * 20
+    assert f"{archived / (RECORD_FILE + '.gz')}: is not a readable gzip file" in skipped[0]
+
+
 @pytest.mark.parametrize("end_of_line", [True, False])
 def test_only_a_last_workload_line_without_its_end_of_line_is_taken_for_a_write_cut_short(tune_db, end_of_line):
     """A bad last workload line that ends with its newline is whole (damage, an edit), no write a kill cut short:
