@@ -11,7 +11,8 @@
         where the seconds before a tuning run's first batch go: imports, the CUDA context, design spaces of a
         plain and a tensor-core task, one nvcc build (needs the GPU)
     python benchmarks/gpu.py registry [--rounds 3] [--json F]
-        the tensor intrinsics a CUDA tensor-core task loads beside all of TVM's, in fresh processes (no GPU needed)
+        the tensor-intrinsic registry as costlab loads it (all of it, or the CUDA part a tensor-core task needs)
+        beside the package import MetaSchedule does, in fresh processes (no GPU needed)
     python benchmarks/gpu.py tuning --run NAME=WORK_DIR [--run ...] [--json F]
         tuning runs side by side: trials, best latency, wall seconds, seconds to the first measured batch, and
         when each reached the first run's final.
@@ -223,31 +224,42 @@ def startup(args) -> dict:
 
 
 def registry(args) -> dict:
-    """The tensor-intrinsic registry as a CUDA tensor-core task loads it (``intrinsics.load("cuda")``) beside the
-    whole of it (``import tvm.s_tir.tensor_intrin``), each in fresh processes, in turn, ``--rounds`` times (no GPU
-    needed): the median seconds of each after ``import tvm``, and their ratio."""
+    """The tensor-intrinsic registry loaded three ways, each in fresh processes, in turn, ``--rounds`` times (no GPU
+    needed): the package imported as MetaSchedule imports it (``import tvm.s_tir.tensor_intrin``, the baseline),
+    all of it by ``intrinsics.load("all")``, and the CUDA part a tensor-core task needs (``intrinsics.load("cuda")``);
+    each after ``import tvm`` alone, and after torch, Lightning and transformers too (a tuning command's process
+    holds thousands of modules, which the package's import scans for every intrinsic it parses). The median
+    seconds of each, and each costlab way's ratio to the package import in the same kind of process."""
     import subprocess
     import time
 
-    code = ("import sys, time, tvm\nt = time.perf_counter()\n{}\nprint(time.perf_counter() - t)")
-    ways = {"cuda part": code.format("from costlab.metaschedule import intrinsics; intrinsics.load('cuda')"),
-            "all": code.format("import tvm.s_tir.tensor_intrin")}
+    code = ("import sys, time, tvm\n{}\nt = time.perf_counter()\n{}\nprint(time.perf_counter() - t)")
+    ways = {"package": "import tvm.s_tir.tensor_intrin",
+            "all": "from costlab.metaschedule import intrinsics; intrinsics.load('all')",
+            "cuda part": "from costlab.metaschedule import intrinsics; intrinsics.load('cuda')"}
+    processes = {"tvm": "", "torch": "import torch, lightning, transformers"}
     if args.rounds < 1:
         raise SystemExit(f"gpu.py registry: --rounds must be at least 1, not {args.rounds}")
-    secs: dict = {k: [] for k in ways}
+    secs: dict = {(p, w): [] for p in processes for w in ways}
     for i in range(args.rounds):
-        for name, text in sorted(ways.items(), reverse=bool(i % 2)):  # each first in every other round
+        for key in sorted(secs, reverse=bool(i % 2)):  # each first in every other round
+            text = code.format(processes[key[0]], ways[key[1]])
             res = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, cwd="/")
             if res.returncode:
-                raise SystemExit(f"gpu.py registry: {name}: {res.stderr.strip().splitlines()[-1]}")
-            secs[name].append(float(res.stdout.strip().splitlines()[-1]))
+                raise SystemExit(f"gpu.py registry: {key}: {res.stderr.strip().splitlines()[-1]}")
+            secs[key].append(float(res.stdout.strip().splitlines()[-1]))
     from costlab.common.host import describe_host, host_info
 
-    out = {k: round(float(np.median(v)), 2) for k, v in secs.items()}
-    out.update(ratio=round(out["cuda part"] / out["all"], 3), rounds=args.rounds, host=host_info(),
-               at=time.strftime("%Y-%m-%d %H:%M:%S"))
-    print(f"{describe_host(out['host'])}\nregistry, median of {args.rounds} fresh processes: CUDA part "
-          f"{out['cuda part']:.2f} s, all {out['all']:.2f} s, ratio {out['ratio']:.2f}")
+    out: dict = {"rounds": args.rounds, "host": host_info(), "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    lines = [describe_host(out["host"]), f"tensor-intrinsic registry, median seconds of {args.rounds} fresh processes"]
+    for proc in processes:
+        row = {w: round(float(np.median(secs[proc, w])), 2) for w in ways}
+        row.update({f"{w} / package": round(row[w] / row["package"], 3) for w in ways if w != "package"})
+        out[f"after import {proc}"] = row
+        lines.append(f"  after import {proc:5s}: package import {row['package']:6.2f}, load('all') {row['all']:5.2f} "
+                     f"({row['all / package']:.3f}), load('cuda') {row['cuda part']:5.2f} "
+                     f"({row['cuda part / package']:.3f})")
+    print("\n".join(lines))
     return out
 
 

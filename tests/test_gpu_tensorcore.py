@@ -124,6 +124,43 @@ print(json.dumps(out))
     assert out["all"] == [True, True]
 
 
+def test_the_whole_registry_costlab_loads_is_the_package_metaschedule_imports():
+    """``intrinsics.load("all")`` runs the package's modules itself (a fraction of the package import's seconds:
+    ``benchmarks/gpu.py registry``) and leaves what that import leaves: the package and its modules in
+    ``sys.modules`` and as attributes, every intrinsic each module names registered; importing the package
+    afterwards (as MetaSchedule does) and loading again register nothing twice (TVM refuses a name registered
+    twice). In a fresh process."""
+    code = """
+import json, sys, tvm
+from tvm.s_tir import TensorIntrin
+from costlab.metaschedule import intrinsics
+intrinsics.load("all")
+import tvm.s_tir.tensor_intrin as package
+from tvm.s_tir.tensor_intrin.x86 import VNNI_DOT_16x4_INTRIN
+intrinsics.load("all"); intrinsics.load("cuda")
+def registered(name):
+    try:
+        TensorIntrin.get(name)
+        return True
+    except Exception:
+        return False
+out = {}
+for name in ("cuda",) + intrinsics.LLVM_MODULES:
+    module = sys.modules[package.__name__ + "." + name]
+    names = [v for k, v in vars(module).items() if k.endswith("_INTRIN") and isinstance(v, str)]
+    out[name] = dict(attribute=getattr(package, name) is module, names=len(names),
+                     registered=sum(map(registered, names)))
+print(json.dumps(dict(modules=out, vnni=VNNI_DOT_16x4_INTRIN, file=package.__file__)))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd="/")
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["vnni"] == "dot_16x4_vnni" and out["file"].endswith("tensor_intrin/__init__.py")
+    for name, row in out["modules"].items():
+        assert row["attribute"] and row["registered"] == row["names"], (name, row)
+    assert out["modules"]["cuda"]["names"] > 50 and out["modules"]["x86"]["names"] >= 2
+
+
 def test_psa_counts_tensor_core_flops_and_fragments(tc_data):
     """Every measured float16 matmul program: its tensor-core statements do the task's FLOPs exactly, its WMMA
     fragments are in no global traffic, and its block's threads are the product of its axes (the warps of
