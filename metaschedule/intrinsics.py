@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 
 PACKAGE = "tvm.s_tir.tensor_intrin"
 CUDA_MODULE = PACKAGE + ".cuda"
@@ -31,6 +32,7 @@ CUDA_MODULE = PACKAGE + ".cuda"
 CUDA_NAME_MARKERS = ("wmma_", "mma_")
 # what the package's __init__ imports beside ``cuda`` where TVM is built with LLVM
 LLVM_MODULES = ("arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")
+_LOADING = threading.Lock()
 
 
 def loaded() -> bool:
@@ -49,6 +51,11 @@ def load(kind: str = "all") -> None:
     package registers). Loading twice is free."""
     if kind not in ("cuda", "all"):
         raise ValueError(f"intrinsic kind {kind!r}: expected 'cuda' or 'all'")
+    with _LOADING:  # (the import lock that an import would hold: two threads never register a name twice)
+        _load(kind)
+
+
+def _load(kind: str) -> None:
     if PACKAGE in sys.modules:  # the package (and so all of it) is loaded, or being loaded by its own import
         return
     if kind == "cuda":

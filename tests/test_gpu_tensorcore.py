@@ -129,12 +129,24 @@ def test_the_whole_registry_costlab_loads_is_the_package_metaschedule_imports():
     ``benchmarks/gpu.py registry``) and leaves what that import leaves: the package and its modules in
     ``sys.modules`` and as attributes, every intrinsic each module names registered; importing the package
     afterwards (as MetaSchedule does) and loading again register nothing twice (TVM refuses a name registered
-    twice). In a fresh process."""
+    twice), nor do loads in threads at once. In a fresh process."""
     code = """
 import json, sys, tvm
 from tvm.s_tir import TensorIntrin
+import threading
 from costlab.metaschedule import intrinsics
-intrinsics.load("all")
+errors = []
+def load(kind):
+    try:
+        intrinsics.load(kind)
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=load, args=(kind,)) for kind in ("all", "cuda", "all")]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert not errors, errors
 import tvm.s_tir.tensor_intrin as package
 from tvm.s_tir.tensor_intrin.x86 import VNNI_DOT_16x4_INTRIN
 intrinsics.load("all"); intrinsics.load("cuda")
