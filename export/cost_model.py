@@ -34,6 +34,7 @@ from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipes import adapts
 from costlab.datasets.records import record_latency
+from costlab.metaschedule import intrinsics
 
 
 def tuning_predictor(model, seed: int = 0):
@@ -204,10 +205,16 @@ def _task_key(context) -> int:
     return int(tvm_ffi.structural_hash(context.mod))
 
 
-def load(model=None, **options) -> CostlabCostModel:
+def load(model=None, *, registry: bool = True, **options) -> CostlabCostModel:
     """``costlab.export.load(MODEL)``: a MetaSchedule cost model of a costlab model (see ``CostlabCostModel``; by
-    default the draft kind, PSA)."""
-    return CostlabCostModel(model, **options)
+    default the draft kind, PSA), for MetaSchedule's own tuning (``tune_tir``, ``tune_tasks``, ``tune_relax``).
+    Their ``TuneContext`` imports TVM's tensor-intrinsic registry, which in a process that has imported torch
+    takes minutes as an import: with ``registry`` (the default) it is loaded here first, in a fraction of that
+    (``metaschedule.intrinsics``); costlab's own tuning makes its models without it."""
+    cost_model = CostlabCostModel(model, **options)  # a bad model is said before the registry's seconds
+    if registry:
+        intrinsics.load("all")
+    return cost_model
 
 
 def draft_model() -> CostlabCostModel:

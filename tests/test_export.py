@@ -195,6 +195,7 @@ assert len(model.predict(ctx, cands)) == len(cands)
 bad = sorted(m for m in sys.modules if m == "lightning" or m.startswith(("lightning.", "pytorch_lightning"))
              or (m.startswith("costlab.train") and m not in before))
 assert not bad, bad
+assert "tvm.s_tir.tensor_intrin" in sys.modules  # loaded by load(), as MetaSchedule's TuneContext wants it
 print("ok")
 """
     helper = "from test_export import _context as context\n"
