@@ -235,18 +235,20 @@ def registry(args) -> dict:
 
     code = ("import sys, time, tvm\n{}\nt = time.perf_counter()\n{}\nprint(time.perf_counter() - t)")
     ways = {"package": "import tvm.s_tir.tensor_intrin",
-            "all": "from costlab.metaschedule import intrinsics; intrinsics.load('all')",
-            "cuda part": "from costlab.metaschedule import intrinsics; intrinsics.load('cuda')"}
+            "load all": "from costlab.metaschedule import intrinsics; intrinsics.load('all')",
+            "load cuda": "from costlab.metaschedule import intrinsics; intrinsics.load('cuda')"}
     processes = {"tvm": "", "torch": "import torch, lightning, transformers"}
     if args.rounds < 1:
         raise SystemExit(f"gpu.py registry: --rounds must be at least 1, not {args.rounds}")
     secs: dict = {(p, w): [] for p in processes for w in ways}
+    keys = sorted(secs)
     for i in range(args.rounds):
-        for key in sorted(secs, reverse=bool(i % 2)):  # each first in every other round
+        for key in keys[i % len(keys):] + keys[:i % len(keys)]:  # each round starts one later
             text = code.format(processes[key[0]], ways[key[1]])
             res = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, cwd="/")
             if res.returncode:
-                raise SystemExit(f"gpu.py registry: {key}: {res.stderr.strip().splitlines()[-1]}")
+                said = res.stderr.strip().splitlines() or [f"exit status {res.returncode}"]
+                raise SystemExit(f"gpu.py registry: {key}: {said[-1]}")
             secs[key].append(float(res.stdout.strip().splitlines()[-1]))
     from costlab.common.host import describe_host, host_info
 
@@ -256,9 +258,9 @@ def registry(args) -> dict:
         row = {w: round(float(np.median(secs[proc, w])), 2) for w in ways}
         row.update({f"{w} / package": round(row[w] / row["package"], 3) for w in ways if w != "package"})
         out[f"after import {proc}"] = row
-        lines.append(f"  after import {proc:5s}: package import {row['package']:6.2f}, load('all') {row['all']:5.2f} "
-                     f"({row['all / package']:.3f}), load('cuda') {row['cuda part']:5.2f} "
-                     f"({row['cuda part / package']:.3f})")
+        lines.append(f"  after import {proc:5s}: package import {row['package']:6.2f}, load('all') "
+                     f"{row['load all']:5.2f} ({row['load all / package']:.3f}), load('cuda') "
+                     f"{row['load cuda']:5.2f} ({row['load cuda / package']:.3f})")
     print("\n".join(lines))
     return out
 

@@ -205,16 +205,14 @@ def _task_key(context) -> int:
     return int(tvm_ffi.structural_hash(context.mod))
 
 
-def load(model=None, *, registry: bool = True, **options) -> CostlabCostModel:
+def load(model=None, **options) -> CostlabCostModel:
     """``costlab.export.load(MODEL)``: a MetaSchedule cost model of a costlab model (see ``CostlabCostModel``; by
     default the draft kind, PSA), for MetaSchedule's own tuning (``tune_tir``, ``tune_tasks``, ``tune_relax``).
-    Their ``TuneContext`` imports TVM's tensor-intrinsic registry, which in a process that has imported torch
-    takes minutes as an import: with ``registry`` (the default) it is loaded here first, in a fraction of that
-    (``metaschedule.intrinsics``); costlab's own tuning makes its models without it."""
-    cost_model = CostlabCostModel(model, **options)  # a bad model is said before the registry's seconds
-    if registry:
-        intrinsics.load("all")
-    return cost_model
+    Their ``TuneContext`` imports TVM's tensor-intrinsic registry first thing, an import that is slow in a
+    process holding many modules (torch's): ``load`` makes it fast in this process
+    (``intrinsics.frozen_frames_resolved``), at no cost of its own."""
+    intrinsics.frozen_frames_resolved()
+    return CostlabCostModel(model, **options)
 
 
 def draft_model() -> CostlabCostModel:

@@ -102,7 +102,8 @@ def work_dir_database(work, skipped: list | None = None):
     as benchmarks archive them, and a database with lines MetaSchedule's loader refuses or crashes on (a line
     cut by a kill, a blank line) are read from a temporary copy of their good lines, removed when the block
     ends; each line left out is a ``FILE:LINE: what`` appended to ``skipped``, and a compressed file damaged
-    part way gives the lines before the damage and one ``FILE: what`` there. An InputError when the folder
+    part way gives the lines before the damage and one ``FILE: what`` there (without ``skipped``, an
+    InputError naming it). An InputError when the folder
     holds no database, or one whose workload lines cannot be read in order."""
     from costlab.metaschedule.repair import DatabaseScan  # lazy: the repair module reads databases with this one
 
@@ -115,10 +116,11 @@ def work_dir_database(work, skipped: list | None = None):
         if wl.suffix == ".gz" or rec.suffix == ".gz":
             tmp = Path(tempfile.mkdtemp(prefix="costlab-database-"))
             for src, name in ((wl, WORKLOAD_FILE), (rec, RECORD_FILE)):
-                damage = ImportReport()  # a copy cut short: the lines before the damage, the damage said
+                # a copy cut short: the lines before the damage, the damage said in skipped (an error without it)
+                damage = ImportReport() if skipped is not None else None
                 with open(tmp / name, "wb") as fo:
                     fo.writelines(line for _, line in read_lines(src, damage))
-                if skipped is not None:
+                if damage is not None:
                     skipped.extend(damage.problems)
         try:
             scan = DatabaseScan(tmp or work)

@@ -563,6 +563,9 @@ def test_a_compressed_work_dir_cut_short_opens_with_the_lines_before_the_damage(
         kept = len(database.get_all_tuning_records())
     assert 0 < kept < len(lines) * 20
     assert f"{archived / (RECORD_FILE + '.gz')}: is not a readable gzip file" in skipped[0]
+    with pytest.raises(InputError, match="is not a readable gzip file"):  # no list to say it in: an error
+        with work_dir_database(archived):
+            pass
 
 
 @pytest.mark.parametrize("end_of_line", [True, False])
