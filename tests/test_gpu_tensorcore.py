@@ -15,6 +15,15 @@ import pytest
 FIXTURE = Path(__file__).parent / "fixtures" / "h100_tc"
 SM90 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
         "thread_warp_size": 32}
+# in a fresh process's code: whether TVM has registered a tensor intrinsic of that name
+REGISTERED = """from tvm.s_tir import TensorIntrin
+def registered(name):
+    try:
+        TensorIntrin.get(name)
+        return True
+    except Exception:
+        return False
+"""
 # the float16 matmuls of the fixture and their FLOPs (2 M N K): every dimension a multiple of 16, so no padding
 GMM_FLOPS = {"GMM:1,512,512,512,float16,float16": 2 * 512 ** 3,
              "GMM:1,128,768,3072,float16,float16": 2 * 128 * 768 * 3072,
@@ -96,12 +105,7 @@ from tvm.s_tir import TensorIntrin
 from costlab.datasets.extract import te_workload_task
 from costlab.metaschedule import intrinsics
 from costlab.metaschedule.tune_context import tune_context
-def registered(name):
-    try:
-        TensorIntrin.get(name)
-        return True
-    except Exception:
-        return False
+{REGISTERED}
 def cpu():
     return [registered(n) for n in ("dot_16x4_vnni", "dot_4x4_i8i8s32_neon")]
 target = tvm.target.Target(json.loads({json.dumps(json.dumps(SM90))}))
@@ -150,12 +154,7 @@ assert not errors, errors
 import tvm.s_tir.tensor_intrin as package
 from tvm.s_tir.tensor_intrin.x86 import VNNI_DOT_16x4_INTRIN
 intrinsics.load("all"); intrinsics.load("cuda")
-def registered(name):
-    try:
-        TensorIntrin.get(name)
-        return True
-    except Exception:
-        return False
+""" + REGISTERED + """
 out = {}
 for name in ("cuda", "arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu"):
     module = sys.modules[package.__name__ + "." + name]
