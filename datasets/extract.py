@@ -200,6 +200,7 @@ def extract(data, target="host", workloads=(), hf=(), torch_fns=(), batch: int =
     """
     import tvm
 
+    DatasetWriter(data).check()  # a dataset that cannot take the tasks is said before any network is extracted
     try:
         tgt = tvm.target.Target(normalize_target(target))
     except Exception as exc:
@@ -234,6 +235,6 @@ def extract(data, target="host", workloads=(), hf=(), torch_fns=(), batch: int =
             continue
         weight = sum(w for _, _, w in net.tasks)
         lines.append(f"  {net.name}: {n} tasks ({new} new), {weight:g} task instances  [{time.time() - started:.1f} s]")
-    if not lines:
-        raise InputError(data, "nothing extracted:\n" + "\n".join(failures))
+    if not lines:  # each failure was said as it happened
+        raise InputError(data, f"nothing extracted: {len(failures)} of {len(jobs)} failed, each said above")
     return f"{data}: extracted {len(lines)} network(s)\n" + "\n".join(lines + failures)

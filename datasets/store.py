@@ -445,6 +445,19 @@ class DatasetWriter:
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._f: h5py.File | None = None
 
+    def check(self) -> None:
+        """Refuse, before long work whose result this writer is to take (extracting networks, say), a dataset
+        that no transaction could write: a file that is no costlab dataset, a missing or read-only folder.
+        Nothing is written or locked."""
+        folder = self.path.parent if str(self.path.parent) else Path(".")
+        if not folder.is_dir():
+            raise InputError(self.path, f"directory {folder} does not exist")
+        if self.path.exists():
+            with _open_h5(self.path, "r") as f:
+                _read_platforms(f, self.path)
+        if not os.access(folder, os.W_OK | os.X_OK):  # the transaction's copy and lock are made beside the file
+            raise InputError(self.path, f"cannot write (its folder {folder} is not writable)")
+
     # -- transaction -------------------------------------------------------------------------------
     def _lock(self) -> None:
         """One writer at a time per dataset: an exclusive lock on ``.<name>.lock`` beside it, held for the

@@ -1,7 +1,8 @@
 """``costlab export``: a training run's model as a self-describing artifact for tuning runs.
 
 The exported ``config.json`` holds, beside the model (kind, net, featurizer with its vocabulary, heads):
-the platforms' targets, the training data's summary and split, the evaluation figures of the run, and the
+the platforms' targets, the training data's summary and split, the evaluation figures of the run (its
+``report/metrics.json``, when that scored these weights), and the
 costlab / torch / TVM versions that made it; ``model.safetensors`` the weights. The config records the
 SHA-256 of the weights and of itself (``costmodels/artifact.py`` writes both). ``archive=True`` packs both
 files into one ``.tar`` file, read in place by every loader. The output is checked before anything is read
@@ -11,6 +12,7 @@ or written; another model there is replaced only with ``force``.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from costlab import __version__
@@ -94,6 +96,18 @@ def _run_json(path: Path):
                                "to export the model without it") from None
 
 
+def _evaluated(evaluation, config: dict, run: Path, src: Path) -> bool:
+    """Whether a run's ``report/metrics.json`` scored the model whose config is ``config``: the weights it names
+    are the model's. A report that names no weights (costlab wrote none before) counts when the model it names
+    is that run or its ``model/`` folder."""
+    if not isinstance(evaluation, dict):
+        return False
+    if "weights_sha256" in evaluation:
+        return evaluation["weights_sha256"] == config.get("weights_sha256")
+    named = evaluation.get("model")
+    return isinstance(named, str) and bool(named) and Path(named).resolve() in (run.resolve(), src.resolve())
+
+
 def export_model(source, out, archive: bool = False, force: bool = False) -> Path:
     """Export a run directory (or a model directory / archive) to ``out``; returns what was written. An
     existing model at ``out`` is replaced only with ``force``."""
@@ -102,10 +116,15 @@ def export_model(source, out, archive: bool = False, force: bool = False) -> Pat
     art = read_artifact(src)  # every check of a model, before anything is written
     config = dict(art.config)
     run = src.parent if src.name == "model" else None
-    if run is not None and (run / "summary.json").exists():
-        config.setdefault("training", _run_json(run / "summary.json"))
+    if run is not None and "training" not in config and (run / "summary.json").exists():
+        config["training"] = _run_json(run / "summary.json")  # a model costlab trained records it already
     if run is not None and (run / "report" / "metrics.json").exists():
-        config["evaluation"] = _run_json(run / "report" / "metrics.json")
+        evaluation = _run_json(run / "report" / "metrics.json")
+        if _evaluated(evaluation, art.config, run, src):
+            config["evaluation"] = evaluation
+        else:
+            print(f"costlab: note: {run / 'report' / 'metrics.json'} scored another model than {src}; "
+                  "not recorded as its evaluation", file=sys.stderr)
     for key, value in _dataset_info(config).items():
         config.setdefault(key, value)
     config["versions"] = _versions()

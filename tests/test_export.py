@@ -51,6 +51,32 @@ def test_export_records_what_the_model_is(run):
     assert len(config["weights_sha256"]) == 64
 
 
+
+def test_a_runs_report_is_recorded_only_for_the_weights_it_scored(run, tmp_path, capsys):
+    # the run's own report: recorded, naming the weights it scored
+    assert main(["evaluate", "--model", str(run / "run"), "--data", str(run / "d.h5"), "--split", "none",
+                 "--report", str(run / "run" / "report")]) == 0
+    assert main(["export", str(run / "run"), "-o", str(tmp_path / "a")]) == 0
+    evaluation = json.loads((tmp_path / "a" / "config.json").read_text())["evaluation"]
+    sha = json.loads((run / "run" / "model" / "config.json").read_text())["weights_sha256"]
+    assert evaluation["weights_sha256"] == sha and evaluation["records"] == 80
+    # the model copied into a folder named model beside another model's report, and beside a summary that is
+    # not its training's: neither is recorded as the model's
+    other = tmp_path / "x"
+    shutil.copytree(run / "run" / "model", other / "model")
+    (other / "summary.json").write_text("not JSON")
+    assert main(["evaluate", "--model", "psa", "--data", str(run / "d.h5"), "--split", "none",
+                 "--report", str(other / "report")]) == 0
+    capsys.readouterr()
+    assert main(["export", str(other / "model"), "-o", str(tmp_path / "b")]) == 0
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert "evaluation" not in config and "train_records" in config["training"]
+    assert "scored another model" in capsys.readouterr().err
+    changed = dict(evaluation, weights_sha256="0" * 64)
+    (other / "report" / "metrics.json").write_text(json.dumps(changed))
+    assert main(["export", str(other), "-o", str(tmp_path / "c")]) == 0
+    assert "evaluation" not in json.loads((tmp_path / "c" / "config.json").read_text())
+
 def test_archive_loads_in_place_and_scores_like_the_directory(run, tmp_path):
     assert main(["export", str(run / "run"), "-o", str(tmp_path / "m.tar"), "--archive"]) == 0
     a, b = load(str(run / "model")), load(str(tmp_path / "m.tar"))

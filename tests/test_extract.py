@@ -63,6 +63,29 @@ def test_bad_names_fail_clearly_and_others_continue(tmp_path):
     assert not (tmp_path / "e.h5").exists()
 
 
+
+def test_a_dataset_that_cannot_take_the_tasks_is_refused_before_extracting(tmp_path, capsys):
+    from costlab.cli import main
+
+    bad = tmp_path / "notes.h5"
+    bad.write_text("not a dataset\n")
+    assert main(["dataset", "extract", str(bad), "--workload", "GMM:1,8,8,8"]) != 0
+    err = capsys.readouterr().err
+    assert "extracting" not in err and "not a costlab dataset" in err, err
+    assert bad.read_text() == "not a dataset\n"
+    assert main(["dataset", "extract", str(tmp_path / "no" / "d.h5"), "--workload", "GMM:1,8,8,8"]) != 0
+    err = capsys.readouterr().err
+    assert "extracting" not in err and "does not exist" in err, err
+
+
+def test_a_failing_network_is_said_once(tmp_path, capsys):
+    from costlab.cli import main
+
+    assert main(["dataset", "extract", str(tmp_path / "d.h5"), "--workload", "NOPE"]) != 0
+    err = capsys.readouterr().err
+    assert err.count("unknown te_workload 'NOPE'") == 1, err
+    assert "nothing extracted: 1 of 1 failed" in err and not (tmp_path / "d.h5").exists()
+
 def _tiny_mlp():
     import torch
 

@@ -169,6 +169,8 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         result.update(model=str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model"),
                       data=str(data), platform=platform, split=split, part=part, records=int(len(rows)),
                       tasks=result["tasks"], head=head)
+        if meta.get("weights_sha256"):  # which weights were scored: export records a run's report only for them
+            result["weights_sha256"] = meta["weights_sha256"]
         if seen_before:
             result["pretrained_on"] = seen_before
         if hasattr(pred_obj.featurizer, "spec_for"):  # features that depend on the platform's hardware: whose
