@@ -32,12 +32,28 @@ def parse_target(spec, what: str = ""):
         raise UsageError(f"bad target {spec!r}{what}: {last_line(exc)}") from None
 
 
-def run_target(work: Path, recorded=None):
-    """The target of the run a work dir holds: its run record's (``costlab_run.json``), else ``recorded`` (the
-    target the records were measured on, a ``Target``), else None."""
+def run_target(work: Path, scan=None):
+    """The target of the run a work dir holds: its run record's (``costlab_run.json``), else the one its records
+    were measured on (the database's, read from ``scan``, a ``DatabaseScan`` of it, or scanned here), else None.
+    A recorded target this TVM does not know counts as none: nothing then says which machine measured them."""
     work = WorkDir(work)
     spec = work.recorded("target")
-    return parse_target(spec, f" in {work.run_file}") if spec is not None else recorded
+    if spec is not None:
+        return parse_target(spec, f" in {work.run_file}")
+    if scan is None:
+        if not work.path.is_dir():
+            return None
+        from costlab.metaschedule.repair import DatabaseScan  # lazy: reads the database only when no run says
+
+        scan = DatabaseScan(work.path)
+    if scan.target is None:
+        return None
+    import tvm
+
+    try:  # as MetaSchedule exported it, complete: what the records were measured on, not a spec to complete
+        return tvm.target.Target(scan.target)
+    except Exception:  # noqa: BLE001  TVM refuses a target in several ways
+        return None
 
 
 def refuse_other_machine(target, run, work, advice: str) -> None:

@@ -35,6 +35,26 @@ def measuring_target(spec, local: bool = True):
     return target
 
 
+def canonical_workloads(specs, strict: bool = True) -> list:
+    """``--workload`` specs as ``te_workload_task`` names their tasks (the name upper-cased, whitespace stripped,
+    the default arguments filled in), each once, in order: ``gmm:1, 16,16,16`` and ``GMM:1,16,16,16`` are one task,
+    as ``workload_tasks`` tunes them. What a run records and compares. ``strict``: a spec that names no workload is
+    a UsageError, as ``workload_tasks`` says it; else (a run record's, written by a TVM that may have known it) it is
+    kept as recorded, stripped."""
+    out = []
+    for spec in specs:
+        if isinstance(spec, str):
+            try:
+                spec = te_workload_task(spec)[0]
+            except ValueError as exc:
+                if strict:
+                    raise UsageError(f"--workload {spec}: {exc}") from None
+                spec = spec.strip()
+        if spec not in out:
+            out.append(spec)
+    return out
+
+
 @dataclass
 class Task:
     name: str

@@ -49,7 +49,7 @@ from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
 from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES, draft_cost_model, make_strategy
 from costlab.export.search.common import RoundLog
-from costlab.export.tasks import Task, measuring_target, workload_tasks
+from costlab.export.tasks import Task, canonical_workloads, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, started_tasks, task_key, transfer_tasks
 from costlab.export.workdir import MeasuringStack, WorkDir
 from costlab.metaschedule.rpc import tracker_problem
@@ -745,6 +745,9 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
             "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler", *MEASURE_KEYS)
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
     mine["target"] = plain_json(target.export())
+    # workloads as their tasks are named (GMM:1,16,16,16 and gmm:1,16,16,16 are one task); a run recorded before,
+    # its specs as typed, continues when they name the same tasks
+    mine["workloads"] = canonical_workloads(opts.workloads)
     # a shipped alias recorded as the version it stands for: once the alias moves on, continuing the run with it
     # is refused (two models' choices in one search), as is a run recorded under the bare alias
     from costlab.costmodels.predictors import shipped_alias  # lazy: pulls torch; MetaSchedule's default needs none
@@ -754,6 +757,8 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     if old is not None:
         if "target" in old:
             old["target"] = _same_target(old["target"])
+        if isinstance(old.get("workloads"), list):
+            old["workloads"] = canonical_workloads(old["workloads"], strict=False)
         old.setdefault("task_scheduler", "gradient")  # runs recorded before the option was MetaSchedule's gradient
         for k in MEASURE_KEYS:  # runs recorded before these were (what they measured with is not known)
             old.setdefault(k, mine[k])

@@ -350,3 +350,33 @@ def test_transfer_continues_on_the_targets_of_its_work_dir(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0, capsys.readouterr().err
     assert _records(work) == 1
+
+
+def _measured_for(work: Path, target: dict) -> None:
+    """Rewrite the target every tuning record of ``work`` names (the records' own word for their machine)."""
+    lines = []
+    for line in (work / "database_tuning_record.json").read_text().splitlines():
+        row = json.loads(line)
+        row[1][2] = target
+        lines.append(json.dumps(row))
+    (work / "database_tuning_record.json").write_text("\n".join(lines) + "\n")
+
+
+def test_the_machine_of_records_without_a_run_record_is_the_one_they_name(tmp_path, capsys):
+    import shutil
+
+    from costlab.export.machines import run_target
+
+    work = tmp_path / "w"
+    shutil.copytree(FIXTURE, work)
+    _measured_for(work, {"kind": "llvm", "mcpu": "znver9", "num-cores": 2})  # a CPU this LLVM does not know
+    assert run_target(work).export()["mcpu"] == "znver9"  # what exploit and transfer both take as the run's
+    n = _records(work)
+    # transfer measures on the records' machine, which is not this one: refused, never measured on this machine
+    assert main(["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "1", "--work-dir", str(work),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "znver9" in err and "Traceback" not in err, err
+    assert _records(work) == n and not (work / "transfer.json").exists()
+    _measured_for(work, {"kind": "no-such-kind"})  # a target this TVM does not know: as if none were named
+    assert run_target(work) is None

@@ -33,7 +33,7 @@ from pathlib import Path
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.costmodels import kinds
 from costlab.datasets.records import record_latency
-from costlab.export.machines import parse_target, refuse_other_machine, run_target
+from costlab.export.machines import refuse_other_machine, run_target
 from costlab.export.search.common import measure_candidates, measured_hashes, model_order, schedule_hash
 from costlab.export.stop import recordable
 from costlab.export.tasks import measuring_target, workload_tasks
@@ -249,13 +249,30 @@ def transfer_options(opts: TransferOptions) -> dict:
     """The options that decide what a transfer measures of a task, as its state records them."""
     # sources as a set of resolved paths: ./a and /abs/a, or another order, are the same sources
     return dict(sources=sorted(str(Path(s).resolve()) for s in opts.sources), top=opts.top, per_source=opts.per_source,
-                max_candidates=opts.max_candidates, model=str(opts.model or kinds.draft()), seed=opts.seed)
+                max_candidates=opts.max_candidates, model=pinned_model(opts.model), seed=opts.seed)
+
+
+def pinned_model(model) -> str:
+    """The name of the model that ranks a transfer's programs, as its state records it: a shipped alias as the
+    version it stands for now (``x86-cpu`` -> ``x86-cpu-v2``, as ``costlab tune`` records its model), so that the
+    alias and its version continue one transfer and an alias that moved on since does not; the draft kind (PSA)
+    for none; anything else as given."""
+    from costlab.costmodels.shipped import aliases  # reads a JSON file: no torch unless the name is an alias
+
+    name = str(model or kinds.draft())
+    if name not in aliases():
+        return name
+    from costlab.costmodels.predictors import shipped_alias  # lazy: pulls torch; the parser imports this module
+
+    return str(shipped_alias(name))
 
 
 def _check_same_transfer(state: dict, state_path: Path, opts: TransferOptions) -> None:
     """Refuse ``costlab transfer`` continuing a transfer made with other options (its finished tasks would be
     skipped, and the summary would read as this run's). A state from before options were recorded is continued;
-    a tuning run's start is checked with the run's own options (``tune``'s run record)."""
+    a tuning run's start is checked with the run's own options (``tune``'s run record). The model is compared as
+    ``pinned_model`` names it: one recorded under a bare shipped alias (before versions were recorded) is refused,
+    as ``costlab tune`` refuses such a run, since which version the alias stood for then is not known."""
     was = state.get("options")
     if not isinstance(was, dict) or not state.get("tasks"):
         return
@@ -292,20 +309,6 @@ def started_tasks(state_path, afresh: str = "transfer afresh") -> dict[str, tupl
             for key, row in state["tasks"].items() if isinstance(row, dict)}
 
 
-def _records_target(work: WorkDir):
-    """The target of the run in a work dir (``machines.run_target``), else the one its records were measured on
-    (a work dir a transfer alone made has no run record: its database is read), else None."""
-    if work.recorded("target") is not None or not work.path.is_dir():
-        return run_target(work.path)
-    from costlab.metaschedule.repair import DatabaseScan  # lazy: reads the database only when no run says
-
-    spec = DatabaseScan(work.path).target
-    try:
-        return parse_target(spec) if spec is not None else None
-    except UsageError:  # a target this TVM does not know: as if none were recorded
-        return None
-
-
 def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     """``costlab transfer``: the tasks of the workload, a work dir (locked), costlab's builder and runner,
     then ``transfer_tasks``. Returns the summary."""
@@ -313,7 +316,7 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
     work = WorkDir(opts.work_dir)
     work.check_folder()
     work.check_same_host("transferring into it")
-    run = _records_target(work)
+    run = run_target(work.path)
     if opts.target is None:  # the run's target, as exploit takes it; this machine's for a new work dir
         target = measuring_target(plain_json(run.export()) if run is not None else "host")
     else:
