@@ -10,7 +10,8 @@ there are never rewritten), and the files are written deterministically (gzip wi
 repository that commits the folder after every packing grows by the new records only. A folder holds the
 pack of one dataset: packing another into it is refused, and so is a pack whose shards do not hold what
 their names and the meta file say; a platform the dataset renamed since it was packed is recognised by its
-packed records, and its shards move to the new id's folder unchanged. ``unpack`` builds
+packed records, and its shards move to the new id's folder unchanged, also where the dataset made a new
+platform under the old id since (its records are packed anew). ``unpack`` builds
 the same dataset again: same tasks in the same order, networks, platforms, splits and every record with
 its raw costs. Feature caches are not packed (``costlab featurize`` rebuilds them). Nothing is pickled.
 """
@@ -97,6 +98,12 @@ def pack(data, out) -> str:
         out.mkdir(parents=True, exist_ok=True)
         for was, pid in renamed.items():
             _move_renamed(out / "records", was, pid)
+        if renamed:
+            # the meta file of the folder as moved, before any new shard: where the dataset made an old id again
+            # (renamed A to B, then a new A), a packing interrupted after some of the new A's shards would leave
+            # them under a meta file listing the packed A, and packing again would refuse them
+            _write_gz(out / META, orjson.dumps(_moved_meta(_read_meta(out / META), renamed),
+                                               option=orjson.OPT_SORT_KEYS))
         for pid, (task, prog) in columns.items():
             folder = out / "records" / pid
             folder.mkdir(parents=True, exist_ok=True)
@@ -108,7 +115,9 @@ def pack(data, out) -> str:
             meta["records"][pid] = dict(count=total, digest=_RowDigest().update(task, prog).hexdigest())
             was = next((w for w, p in renamed.items() if p == pid), None)
             lines.append(f"  {pid}: {total} records ({total - start} new)"
-                         + (f", packed before as platform {was!r} (renamed)" if was else ""))
+                         + (f", packed before as platform {was!r} (renamed)" if was else "")
+                         + (f", a new platform (the one packed as {pid!r} is {renamed[pid]!r} now)"
+                            if pid in renamed else ""))
         # written last: a packed folder whose records are complete is never described by a newer meta file
         _write_gz(out / META, orjson.dumps(meta, option=orjson.OPT_SORT_KEYS))
     return f"{out}: packed {data} ({len(meta['tasks'])} tasks)\n" + "\n".join(lines)
@@ -138,7 +147,10 @@ def _continued(ds, data: Path, out: Path, columns: dict) -> tuple[dict[str, int]
     checked that what ``out`` holds was packed from ``data``: its tasks are the dataset's first tasks, its
     platforms are the dataset's, and its records are the dataset's first rows; and the platforms of the pack
     that ``data`` renamed since (``costlab dataset rename-platform``), as {packed id: id in data}, each found
-    by its packed records (``_renamed``). Reads only, writes nothing."""
+    by its packed records (``_renamed``). A packed id that ``data`` still has is renamed too where another
+    platform, new to the pack, holds its packed records and the platform of that id does not (``_holds``):
+    renamed, then made again (`rename-platform A B`, then `measure --platform A`); the new one's records are
+    packed from its first row. Reads only, writes nothing."""
     def foreign(why: str) -> InputError:
         return InputError(out, f"holds the pack of another dataset ({why}); nothing written: pack {data} "
                                "into its own folder or an empty one")
@@ -150,9 +162,12 @@ def _continued(ds, data: Path, out: Path, columns: dict) -> tuple[dict[str, int]
         mine = [(t.dialect, t.workload_hash) for t in ds.tasks]
         if mine[:len(packed)] != packed:
             raise foreign(f"its {len(packed)} tasks are not the first tasks of {data}")
-        for was in sorted(set(old["platforms"]) - set(ds.platforms)):
+        for was in sorted(old["platforms"]):
             now = _renamed(ds, out, old, was, columns, renamed)
-            if now is None:
+            if was in ds.platforms:
+                if now is None or _holds(ds, out, old, was, columns):
+                    continue  # kept: no new platform holds its packed records, or it does too (a copy)
+            elif now is None:
                 raise foreign(f"platform {was!r}, which {data} does not have, nor a platform holding the records "
                               f"packed as {was!r}, as one renamed by `costlab dataset rename-platform` would")
             renamed[was] = now
@@ -162,11 +177,15 @@ def _continued(ds, data: Path, out: Path, columns: dict) -> tuple[dict[str, int]
             raise foreign(f"records of platform {d.name!r}, of which {data} has none")
     starts = {}
     for pid, (task, prog) in columns.items():
-        have = _renamed_shards(out / "records", source[pid], pid) if pid in source else shards(out / "records" / pid)
+        if pid in renamed:  # made again after it was renamed: what the pack holds as pid is the renamed one's
+            have, known = [], None
+        else:
+            have = (_renamed_shards(out / "records", source[pid], pid) if pid in source
+                    else shards(out / "records" / pid))
+            known = (old or {}).get("records", {}).get(source.get(pid, pid))
         start, total = (have[-1][1] if have else 0), len(task)
         if start > total:
             raise foreign(f"{start} records of platform {pid!r}, {data} only {total}")
-        known = (old or {}).get("records", {}).get(source.get(pid, pid))
         vouched = 0
         if known is not None:
             vouched = known["count"]
@@ -220,11 +239,41 @@ def _renamed(ds, out: Path, old: dict, was: str, columns: dict, taken: dict) -> 
             if known["count"] > count or (_RowDigest().update(task[:known["count"]], prog[:known["count"]])
                                           .hexdigest() != known["digest"]):
                 continue
-        table = ds.records(now)
-        if all(_lines(_read_gz(path)) == _lines(_records_jsonl(table, np.arange(first, end)))
-               for first, end, path in have):
+        if _same_records(ds.records(now), have):
             found.append(now)
     return found[0] if len(found) == 1 else None
+
+
+def _holds(ds, out: Path, old: dict, pid: str, columns: dict) -> bool:
+    """Whether the records packed as ``pid`` (in its folder) are, column by column, the first records of the
+    platform ``pid`` of ``ds``: not where ``ds`` renamed that platform and made a new one under its id."""
+    have = shards(out / "records" / pid)
+    if pid not in columns or not have or have[-1][1] > len(columns[pid][0]):
+        return False
+    task, prog = columns[pid]
+    known = old.get("records", {}).get(pid)
+    if known is not None and (known["count"] > len(task) or _RowDigest().update(
+            task[:known["count"]], prog[:known["count"]]).hexdigest() != known["digest"]):
+        return False
+    return _same_records(ds.records(pid), have)
+
+
+def _same_records(table, have: list[tuple[int, int, Path]]) -> bool:
+    """Whether the shards ``have`` hold, column by column, the rows of ``table`` that their names say."""
+    return all(_lines(_read_gz(path)) == _lines(_records_jsonl(table, np.arange(first, end)))
+               for first, end, path in have)
+
+
+def _moved_meta(old: dict, renamed: dict[str, str]) -> dict:
+    """The meta file ``old`` with the platforms in ``renamed`` under their new ids (``{packed id: id now}``):
+    that of the folder once their shards are moved, before anything new is packed."""
+    meta = dict(old, platforms={p: v for p, v in old["platforms"].items() if p not in renamed})
+    for was, now in renamed.items():
+        meta["platforms"][now] = old["platforms"][was]
+    if "records" in old:
+        meta["records"] = {p: v for p, v in old["records"].items() if p not in renamed}
+        meta["records"].update({now: old["records"][was] for was, now in renamed.items() if was in old["records"]})
+    return meta
 
 
 def _lines(data: bytes) -> list:

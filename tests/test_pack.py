@@ -246,6 +246,120 @@ def test_other_timings_of_the_same_programs_are_not_a_rename(tmp_path, capsys):
     assert _files(out) == before
 
 
+def _made_again(data, pid, like, same_programs) -> None:
+    """A new platform ``pid`` of ``like``'s target: ``like``'s programs in the same order with other timings (as
+    `measure --platform PID --same-programs-as LIKE` gives), or 5 other programs."""
+    with open_dataset(data) as ds:
+        p, table = ds.platforms[like], ds.records(like)
+        values, offsets = table.costs()
+        rows = [(int(table.task[i]), s, (values[offsets[i]:offsets[i + 1]] / 2).tolist(), int(table.error[i]),
+                 float(table.column("timestamp")[i]) + 5, int(table.program_id[i]))
+                for i, s in enumerate(table.schedules())]
+    if not same_programs:
+        rows = [(0, f'[["z{i}"], []]', [1e-3 * (i + 1)], 0, 3.0, 30_000 + i) for i in range(5)]
+    with DatasetWriter(data) as w:
+        w.add_platform(pid, p.target, p.spec, p.host)
+        b = RecordBatch()
+        for r in rows:
+            b.append(*r)
+        w.add_records(pid, b)
+
+
+@pytest.mark.parametrize("written_by", ["this costlab", "an earlier costlab"])
+@pytest.mark.parametrize("same_programs", [False, True])
+def test_a_platform_renamed_and_made_again_is_packed_as_both(tmp_path, capsys, monkeypatch, written_by,
+                                                             same_programs):
+    """Renamed A to B, then a new A (the platform measured again under its right name): packing again was refused
+    as another dataset's pack, or, where the new A measured the same programs (--same-programs-as B), kept the
+    packed records as the new A's, whose timings were lost. The packed records move to B unchanged and the new A
+    is packed from its first row."""
+    monkeypatch.setattr("costlab.datasets.pack.SHARD_ROWS", 32)
+    data, out = tmp_path / "d.h5", tmp_path / "p"
+    shutil.copy(SMALL, data)
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    if written_by == "an earlier costlab":
+        _drop_digests(out)
+    shards = {p.name: p.read_bytes() for p in (out / "records" / OLD_ID).iterdir()}
+    assert main(["dataset", "rename-platform", str(data), OLD_ID, "cpu-1t"]) == 0
+    _made_again(data, OLD_ID, "cpu-1t", same_programs)
+    capsys.readouterr()
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"cpu-1t: 80 records (0 new), packed before as platform {OLD_ID!r} (renamed)" in err
+    assert f"{OLD_ID}: {80 if same_programs else 5} records ({80 if same_programs else 5} new), a new platform" in err
+    moved = {p.name: p.read_bytes() for p in (out / "records" / "cpu-1t").iterdir()}
+    assert moved == shards
+    assert main(["dataset", "unpack", str(out), "-o", str(tmp_path / "back.h5")]) == 0
+    _same(data, tmp_path / "back.h5")
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0  # and packed again: nothing new
+    assert capsys.readouterr().err.count("(0 new)") == 2
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_a_platform_of_the_same_programs_beside_a_packed_one_is_no_rename(tmp_path, capsys, copy):
+    """A platform measured with --same-programs-as a packed one that the dataset still has (other timings, or,
+    as a copy, the same): both are packed, the packed one's shards where they are."""
+    data, out = tmp_path / "d.h5", tmp_path / "p"
+    shutil.copy(SMALL, data)
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    before = _files(out / "records")
+    if copy:
+        _subset(tmp_path / "c.h5", np.arange(80))
+        with open_dataset(tmp_path / "c.h5") as ds, DatasetWriter(data) as w:
+            p, table, b = ds.platforms[OLD_ID], ds.records(OLD_ID), RecordBatch()
+            w.add_platform("cpu-copy", p.target, p.spec, p.host)
+            values, offsets = table.costs()
+            for i, sched in enumerate(table.schedules()):
+                b.append(int(table.task[i]), sched, values[offsets[i]:offsets[i + 1]].tolist(), int(table.error[i]),
+                         float(table.column("timestamp")[i]), int(table.program_id[i]))
+            w.add_records("cpu-copy", b)
+    else:
+        _made_again(data, "cpu-copy", OLD_ID, True)
+    capsys.readouterr()
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{OLD_ID}: 80 records (0 new)\n" in err + "\n" and "cpu-copy: 80 records (80 new)" in err
+    assert "renamed" not in err and "new platform" not in err
+    assert all(_files(out / "records")[k] == v for k, v in before.items())
+    assert main(["dataset", "unpack", str(out), "-o", str(tmp_path / "back.h5")]) == 0
+    _same(data, tmp_path / "back.h5")
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("same_programs, writes", [(False, w) for w in range(3)] + [(True, w) for w in range(5)])
+def test_an_interrupted_packing_of_a_platform_renamed_and_made_again_continues(tmp_path, monkeypatch,
+                                                                                same_programs, writes):
+    """A packing of a platform renamed and made again that stopped after the move and ``writes`` files (the meta
+    file of the moved shards first, then the new platform's shards, then its meta file): packed again, it
+    finishes, and unpack gives the dataset."""
+    from costlab.datasets import pack as packing
+
+    monkeypatch.setattr("costlab.datasets.pack.SHARD_ROWS", 32)
+    data, out = tmp_path / "d.h5", tmp_path / "p"
+    shutil.copy(SMALL, data)
+    packing.pack(data, out)
+    assert main(["dataset", "rename-platform", str(data), OLD_ID, "cpu-1t"]) == 0
+    _made_again(data, OLD_ID, "cpu-1t", same_programs)
+    write, done = packing._write_gz, []
+
+    def stopping(path, payload):
+        if len(done) == writes:
+            raise _Stop(path)
+        done.append(path)
+        write(path, payload)
+
+    monkeypatch.setattr("costlab.datasets.pack._write_gz", stopping)
+    with pytest.raises(_Stop):
+        packing.pack(data, out)
+    monkeypatch.setattr("costlab.datasets.pack._write_gz", write)
+    packing.pack(data, out)
+    assert main(["dataset", "unpack", str(out), "-o", str(tmp_path / "back.h5")]) == 0
+    _same(data, tmp_path / "back.h5")
+
+
 def test_a_split_seed_beyond_64_bits_is_refused_before_anything_is_written(tmp_path, capsys):
     """Such a seed (stored by a costlab that did not check `dataset split --seed`) made pack fail with orjson's
     TypeError after it had written the shards."""
