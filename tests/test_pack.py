@@ -178,13 +178,9 @@ def _grow(data, pid, n) -> None:
         w.add_records(pid, b)
 
 
-@pytest.mark.parametrize("written_by", ["this costlab", "an earlier costlab"])
-@pytest.mark.parametrize("grown", [False, True])
-def test_a_renamed_platform_is_packed_under_its_new_id(tmp_path, capsys, monkeypatch, written_by, grown):
-    """`dataset rename-platform` (the docs' advice for mislabelled timings) left a pack, such as the committed
-    corpus, that could not be brought up to date: "holds the pack of another dataset". The renamed platform is
-    recognised by its packed records, its shards move to the new id's folder unchanged, and unpack gives the
-    renamed dataset."""
+def _packed_then_renamed(tmp_path, monkeypatch, written_by):
+    """The measured fixture packed in shards of 32 rows (by a costlab that wrote no digests, or this one), then
+    its platform renamed ``cpu-1t`` in the dataset: ``(dataset, pack folder, the packed shards' bytes)``."""
     monkeypatch.setattr("costlab.datasets.pack.SHARD_ROWS", 32)
     data, out = tmp_path / "d.h5", tmp_path / "p"
     shutil.copy(SMALL, data)
@@ -193,6 +189,17 @@ def test_a_renamed_platform_is_packed_under_its_new_id(tmp_path, capsys, monkeyp
         _drop_digests(out)
     shards = {p.name: p.read_bytes() for p in (out / "records" / OLD_ID).iterdir()}
     assert main(["dataset", "rename-platform", str(data), OLD_ID, "cpu-1t"]) == 0
+    return data, out, shards
+
+
+@pytest.mark.parametrize("written_by", ["this costlab", "an earlier costlab"])
+@pytest.mark.parametrize("grown", [False, True])
+def test_a_renamed_platform_is_packed_under_its_new_id(tmp_path, capsys, monkeypatch, written_by, grown):
+    """`dataset rename-platform` (the docs' advice for mislabelled timings) left a pack, such as the committed
+    corpus, that could not be brought up to date: "holds the pack of another dataset". The renamed platform is
+    recognised by its packed records, its shards move to the new id's folder unchanged, and unpack gives the
+    renamed dataset."""
+    data, out, shards = _packed_then_renamed(tmp_path, monkeypatch, written_by)
     if grown:
         _grow(data, "cpu-1t", 3)
     capsys.readouterr()
@@ -273,14 +280,7 @@ def test_a_platform_renamed_and_made_again_is_packed_as_both(tmp_path, capsys, m
     as another dataset's pack, or, where the new A measured the same programs (--same-programs-as B), kept the
     packed records as the new A's, whose timings were lost. The packed records move to B unchanged and the new A
     is packed from its first row."""
-    monkeypatch.setattr("costlab.datasets.pack.SHARD_ROWS", 32)
-    data, out = tmp_path / "d.h5", tmp_path / "p"
-    shutil.copy(SMALL, data)
-    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
-    if written_by == "an earlier costlab":
-        _drop_digests(out)
-    shards = {p.name: p.read_bytes() for p in (out / "records" / OLD_ID).iterdir()}
-    assert main(["dataset", "rename-platform", str(data), OLD_ID, "cpu-1t"]) == 0
+    data, out, shards = _packed_then_renamed(tmp_path, monkeypatch, written_by)
     _made_again(data, OLD_ID, "cpu-1t", same_programs)
     capsys.readouterr()
     assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
