@@ -399,6 +399,20 @@ def test_bad_entries_and_programs_of_every_kind_are_skipped_and_counted():
         b["program"]]) for b in bad)  # each as it was
 
 
+def test_library_add_names_a_damaged_librarys_bad_entries_once(library, tmp_path, caplog):
+    """Adding a run to a library with bad entries says them once, in the line that says where they were moved
+    (before, the host check's read said them too, as skipped)."""
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    matmul, _program, conv, _entry = _damage(root)
+    file = root / _platform() / "library.json"
+    assert main(["library", "add", str(FIXTURE), "--library", str(root), "--platform", _platform(),
+                 "--no-progress"]) == 0
+    (said,) = [r.getMessage() for r in caplog.records if str(file) in r.getMessage()]
+    assert f"moved 1 bad entry and 1 bad program aside, to {root / _platform() / 'library.bad-entries.jsonl'}" in said
+    assert f"entry {conv}: its structure has no 'anchor'" in said and f"entry {matmul}: program " in said
+
+
 def test_a_finished_run_writes_its_summary_when_its_library_holds_a_bad_entry(library, tmp_path, caplog):
     """A library whose entry of the run's own workload has a program without its latency (what made a finished
     run end in a KeyError, its summary never written): the run finishes, adds its programs, writes its summary,

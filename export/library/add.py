@@ -46,7 +46,8 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
         raise UsageError(f"the run in {work} was measured on {describe_host(host)}, not this machine; add it to a "
                          "library of that host's with --library DIR")
     if first is not None:  # refused before any program is checked
-        read_library(root, first).check_host(host or here, f"the run in {work}")
+        # its bad entries are said once, by the write that moves them aside (open_library)
+        read_library(root, first, say=False).check_host(host or here, f"the run in {work}")
     if check and not local:
         note = "measured on another machine: added unchecked"
     bar = None

@@ -256,9 +256,10 @@ def open_library(root, platform: str):
         fh.close()
 
 
-def read_library(root, platform: str) -> Library:
-    """The library of ``platform`` under ``root`` for reading (empty when there is none)."""
-    return Library.load(Path(root) / platform, platform)
+def read_library(root, platform: str, say: bool = True) -> Library:
+    """The library of ``platform`` under ``root`` for reading (empty when there is none); ``say``: as
+    ``Library.load`` takes it."""
+    return Library.load(Path(root) / platform, platform, say=say)
 
 
 def starter_library() -> list[Library]:
