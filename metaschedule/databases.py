@@ -285,7 +285,9 @@ def check_trace_shape(insts: list, decisions: list) -> None:
     """ValueError when a trace's instructions are not each ``[kind, inputs, attrs, outputs]`` (a kind string
     and three lists) or its decisions not each ``[instruction index, value]`` with the index one of the trace's
     instructions: the shapes MetaSchedule's loader requires of every record (it refuses the whole database
-    for one that is not). Whether TVM knows each kind is ``instruction_kind_problem``'s check (it needs TVM)."""
+    for one that is not), and each decision's value of the kind its instruction takes (``_decision_problem``: the
+    loader refuses the whole database for a string where tile factors go, and crashes on a null). Whether TVM knows
+    each kind is ``instruction_kind_problem``'s check (it needs TVM)."""
     lst, text = list, str
     try:  # the fast path (every record passes here): unpacking checks the length, the classes the rest
         for kind, inputs, attrs, outputs in insts:
@@ -305,6 +307,56 @@ def check_trace_shape(insts: list, decisions: list) -> None:
                 or not 0 <= decision[0] < count):
             raise ValueError(f"trace decision {n} is not [instruction index, value] with the index of one of "
                              f"the trace's {count} instructions: {str(decision)[:80]}")
+        inst = insts[decision[0]]
+        what = _decision_problem(inst, decision[1])
+        if what:
+            raise ValueError(f"trace decision {n} (of instruction {decision[0]}, {inst[0]}) {what}: "
+                             f"{str(decision[1])[:80]}")
+
+
+_INT64 = 1 << 63  # decisions are 64-bit integers in TVM: a larger JSON number is refused like a string
+
+
+def _decision_problem(inst: list, value) -> str | None:
+    """What is wrong with ``value`` as the decision of instruction ``inst`` (shape-checked), or None: the kinds TVM's
+    loader takes for MetaSchedule's sampling instructions (tile factors a list of one positive integer per output,
+    a categorical choice the index of one of its candidates, a compute-at location an integer from -2), and no
+    decision on an instruction that samples nothing. A ``Sample...`` kind not named here is not checked."""
+    kind, cls = inst[0], value.__class__
+    if kind == "SamplePerfectTile" or kind == "SamplePartitionedTile":
+        n = len(inst[3])
+        if cls is list and len(value) == n:
+            for x in value:  # (a loop: this runs for every record read)
+                if x.__class__ is not int or not 0 < x < _INT64:
+                    break
+            else:
+                return None
+        return f"is not a list of {n} positive integers (one tile factor per output)"
+    if kind == "SampleCategorical":
+        candidates = inst[2][0] if inst[2] and inst[2][0].__class__ is list else None
+        n = len(candidates) if candidates is not None else _INT64
+        if cls is not int or not 0 <= value < n:
+            return "is not the index of one of its candidates" + (f" (0 to {n - 1})" if candidates is not None else "")
+    elif kind == "SampleComputeLocation":
+        if cls is not int or not -2 <= value < _INT64:
+            return "is not a location (an integer from -2)"
+    elif not kind.startswith("Sample"):
+        return "is the decision of an instruction that samples nothing"
+    return None
+
+
+def workload_problem(shash: str, b64: str) -> str | None:
+    """Why TVM cannot decode a workload line's IRModule (base64 of something else: MetaSchedule's loader then
+    refuses the whole database with TVM's error), or None; None without TVM (reading a database needs none)."""
+    from costlab.metaschedule.workloads import decode_workload  # lazy: it imports TVM when called
+
+    try:
+        decode_workload(shash, b64)
+    except ImportError:
+        return None
+    except Exception as exc:  # noqa: BLE001  TVM says it in several ways (a JSON error, std::bad_alloc, ...)
+        return f"workload IR does not decode as an IRModule ({last_line(exc)[:120]})"
+    return None
 
 
 _REGISTERED_KINDS: set[str] = set()  # instruction kinds TVM said it has registered (the fast path of every record)

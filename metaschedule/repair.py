@@ -12,7 +12,7 @@ from costlab.common.errors import InputError
 from costlab.common.files import write_atomically
 from costlab.common.import_report import ImportReport
 from costlab.metaschedule.databases import (RECORD_FILE, WORKLOAD_FILE, instruction_kind_problem, parse_record,
-                                            read_workloads)
+                                            read_workloads, workload_problem)
 
 BAD_LINES_FILE = "database_tuning_record.bad-lines.jsonl"
 
@@ -30,6 +30,12 @@ class DatabaseScan:
         wl_lines = self.wl_path.read_bytes().splitlines(keepends=True) if self.wl_path.is_file() else []
         wl_report = ImportReport()
         good = read_workloads(self.wl_path, wl_report) if self.wl_path.is_file() else {}
+        undecodable = {}  # where TVM is here: lines whose IR MetaSchedule's loader cannot decode (it loads none)
+        for i, (shash, b64) in list(good.items()):
+            why = workload_problem(shash, b64)
+            if why:
+                undecodable[i] = why
+                del good[i]
         # blank lines at the end are dropped; one before a workload counts in MetaSchedule's line numbers and
         # makes its loader fail: a bad line like any other there
         self.wl_trailing_blanks = 0
@@ -43,7 +49,8 @@ class DatabaseScan:
         cut = len(wl_lines) - 1 if wl_lines and not wl_lines[-1].endswith(b"\n") else None
         for i in bad_wl:
             if i != cut:
-                raise InputError(self.wl_path, f"line {i + 1} is not a workload ({_why(wl_report, self.wl_path, i)}); "
+                raise InputError(self.wl_path, f"line {i + 1} is not a workload "
+                                               f"({undecodable.get(i) or _why(wl_report, self.wl_path, i)}); "
                                                "a whole line, not one a write cut short, and records refer to "
                                                "workloads by line number, so it is neither skipped nor moved aside: "
                                                "restore the file, tune in another --work-dir, or import what is "

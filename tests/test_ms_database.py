@@ -391,6 +391,15 @@ BROKEN_RECORDS = {
     "decision of no instruction": (lambda r: r[1][0][1][0].__setitem__(0, 999),
                                    "trace decision 0 is not [instruction index, value]"),
     "decisions not a list": (lambda r: r[1][0].__setitem__(1, {"4": 1}), "trace is not [instructions, decisions]"),
+    "tile factors a string": (lambda r: r[1][0][1][0].__setitem__(1, "oops"),
+                              "trace decision 0 (of instruction 4, SamplePerfectTile) is not a list of 4 positive "
+                              "integers"),
+    "tile factors null": (lambda r: r[1][0][1][0].__setitem__(1, None),  # MetaSchedule's loader crashes on it
+                          "trace decision 0 (of instruction 4, SamplePerfectTile) is not a list of 4 positive "
+                          "integers"),
+    "categorical choice a list": (lambda r: r[1][0][1][3].__setitem__(1, [1, 2]),
+                                  "trace decision 3 (of instruction 13, SampleCategorical) is not the index of one "
+                                  "of its candidates (0 to 3)"),
     "unknown target kind": (lambda r: r[1].__setitem__(2, {"kind": "notatarget", "foo": True}),
                             "bad target: unknown target kind 'notatarget'"),
     "num-cores not a number": (lambda r: r[1][2].__setitem__("num-cores", "two"),
@@ -438,6 +447,12 @@ def test_structural_checks_of_a_record_need_no_tvm():
                            ([[[True, [], [], []]], []], "trace instruction 0 is not"),
                            ([[["Split", [], [], []]], [[True, 1]]], "trace decision 0 is not"),
                            ([[["Split", [], [], []]], [[1, 1]]], "trace decision 0 is not"),
+                           ([[["SamplePerfectTile", ["l0"], [2, 64], ["v1", "v2"]]], [[0, [4]]]],
+                            "trace decision 0 (of instruction 0, SamplePerfectTile) is not a list of 2 positive"),
+                           ([[["SampleComputeLocation", ["b0"], [], ["l1"]]], [[0, "inline"]]],
+                            "trace decision 0 (of instruction 0, SampleComputeLocation) is not a location"),
+                           ([[["Split", [], [], []]], [[0, 3]]],
+                            "trace decision 0 (of instruction 0, Split) is the decision of an instruction that"),
                            ([[], None], "trace is not [instructions, decisions]")]:
         with pytest.raises(ValueError, match=re.escape(message)):
             parse_record([0, [trace, [1e-6]]])
@@ -542,6 +557,68 @@ def test_a_record_of_an_instruction_kind_tvm_has_not_registered_is_moved_aside(t
     assert repair_work_dir(tune_db) == [message]
     assert (tune_db / BAD_LINES_FILE).read_text() == lines[3]
     assert _loads_in_metaschedule(tune_db) == len(lines) - 1
+
+
+@pytest.mark.parametrize("value, what", [
+    ("oops", "is not a list of 4 positive integers"),  # MetaSchedule's loader: a TVM traceback
+    (None, "is not a list of 4 positive integers"),  # MetaSchedule's loader: a segfault
+    ([4, 2, 2], "is not a list of 4 positive integers"),
+    ([4, -2, 1, 2], "is not a list of 4 positive integers"),
+])
+def test_a_trace_decision_of_the_wrong_kind_is_moved_aside(tune_db, value, what):
+    """A record whose SamplePerfectTile decision is no list of one positive integer per tile makes MetaSchedule's
+    loader refuse the whole database (TVM's traceback in tune, exploit, transfer, library add) or crash (a null):
+    the scan finds it without TVM, the read-only opening leaves it out and names it, the repair moves it aside."""
+    from costlab.metaschedule.databases import work_dir_database
+    from costlab.metaschedule.repair import BAD_LINES_FILE, DatabaseScan, repair_work_dir
+
+    rec_path = tune_db / RECORD_FILE
+    lines = rec_path.read_text().splitlines(keepends=True)
+    rec = json.loads(lines[3])
+    assert rec[1][0][0][rec[1][0][1][0][0]][0] == "SamplePerfectTile"
+    rec[1][0][1][0][1] = value
+    lines[3] = json.dumps(rec) + "\n"
+    rec_path.write_text("".join(lines))
+    message = f"{rec_path}:4: trace decision 0 (of instruction 4, SamplePerfectTile) {what}"
+    # the scan first: before it caught this, opening the database below could crash the test process
+    problems = DatabaseScan(tune_db).problems
+    assert len(problems) == 1 and problems[0].startswith(message), problems
+    before = rec_path.read_bytes()
+    skipped: list = []
+    with work_dir_database(tune_db, skipped) as database:
+        assert len(database.get_all_tuning_records()) == len(lines) - 1
+    assert skipped == problems and rec_path.read_bytes() == before
+    assert repair_work_dir(tune_db) == problems
+    assert (tune_db / BAD_LINES_FILE).read_text() == lines[3]
+    assert _loads_in_metaschedule(tune_db) == len(lines) - 1
+
+
+def test_a_workload_line_that_decodes_to_no_irmodule_is_refused_naming_it(tmp_path, tune_db, capsys):
+    """A workload line of valid base64 that decodes to no IRModule makes MetaSchedule's loader fail with TVM's
+    traceback (std::bad_alloc): like any other whole bad workload line it is one error naming the file and line,
+    from the repair (tune, exploit, transfer), the read-only opening and `library add`, and nothing is changed."""
+    import base64
+
+    from costlab.cli import main
+    from costlab.metaschedule.databases import work_dir_database
+    from costlab.metaschedule.repair import repair_work_dir
+
+    wl_path = tune_db / WORKLOAD_FILE
+    lines = wl_path.read_text().splitlines()
+    shash, _ = json.loads(lines[1])
+    lines[1] = json.dumps([shash, base64.b64encode(b"hello, not an IRModule").decode()])
+    wl_path.write_text("\n".join(lines) + "\n")
+    before = {p.name: p.read_bytes() for p in tune_db.iterdir()}
+    message = f"{WORKLOAD_FILE}: line 2 is not a workload \\(workload IR does not decode as an IRModule"
+    with pytest.raises(InputError, match=message):
+        repair_work_dir(tune_db)
+    with pytest.raises(InputError, match=message):
+        with work_dir_database(tune_db, []):
+            pass
+    assert main(["library", "add", "--no-progress", "--library", str(tmp_path / "lib"), str(tune_db)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert {p.name: p.read_bytes() for p in tune_db.iterdir()} == before
 
 
 def test_a_compressed_work_dir_cut_short_opens_with_the_lines_before_the_damage(tmp_path, tune_db):

@@ -182,6 +182,35 @@ def test_sources_of_garbage_are_refused_before_anything_is_written(tmp_path, cap
     assert not work.exists()
 
 
+def test_a_compressed_source_cut_short_gives_its_programs_before_the_damage(tmp_path):
+    """A gzipped --from work dir copied only in part reads as the rest of costlab opens it
+    (``work_dir_database``: the same reader): the programs before the damage, and the damage one problem naming
+    the file; garbage with a .gz name is that one problem, and nothing to transfer from."""
+    import gzip
+
+    from costlab.common.errors import InputError
+    from costlab.export.transfer.run import usable_sources
+    from costlab.export.transfer.sources import read_sources
+    from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, work_dir_database
+
+    records = (FIXTURE / RECORD_FILE).read_bytes()
+    archived = tmp_path / "archived"
+    archived.mkdir()
+    (archived / (WORKLOAD_FILE + ".gz")).write_bytes(gzip.compress((FIXTURE / WORKLOAD_FILE).read_bytes()))
+    whole = gzip.compress(records * 20, compresslevel=0)  # stored blocks: a cut keeps the lines before it
+    (archived / (RECORD_FILE + ".gz")).write_bytes(whole[:len(whole) // 2])
+    tasks, report = read_sources([archived], 4)
+    assert tasks and report.problems[0].startswith(f"{archived / (RECORD_FILE + '.gz')}: is not a readable gzip file")
+    skipped: list = []
+    with work_dir_database(archived, skipped):
+        pass
+    assert report.problems[0] == skipped[0]  # one damage, said the same way
+    (archived / (RECORD_FILE + ".gz")).write_bytes(b"not gzip at all\n" * 10)
+    with pytest.raises(InputError, match=f"nothing to transfer from: 1 bad line.*{RECORD_FILE}.gz: is not a readable "
+                                         "gzip file"):
+        usable_sources([archived])
+
+
 def test_transfer_tasks_refuse_sources_with_nothing_to_start_from(tmp_path):
     """tune's --transfer-from path (transfer_tasks into its database) raises instead of marking tasks done."""
     from types import SimpleNamespace
