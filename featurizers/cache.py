@@ -39,18 +39,20 @@ class FeatureCache:
     def names(self) -> list[str]:
         return [n for n in self._g.keys()]
 
-    def get(self, rows=None) -> dict:
+    def get(self, rows=None, names=None) -> dict:
         """The features of ``rows`` (all by default), in their order; a row asked for twice (a tail list beside
-        the task's own lists in one batch) is read once."""
+        the task's own lists in one batch) is read once. ``names``: only those outputs (all by default)."""
         rows = np.arange(self.n_done) if rows is None else np.asarray(rows, np.int64)
         if rows.size and rows.max() >= self.n_done:
             raise IndexError(f"feature cache has {self.n_done} rows, asked for row {int(rows.max())}")
         uniq, inverse = np.unique(rows, return_inverse=True)
         if uniq.size < rows.size:  # h5py refuses an index twice
-            once = self.get(uniq)
+            once = self.get(uniq, names)
             return {k: [v[i] for i in inverse] if isinstance(v, list) else v[inverse] for k, v in once.items()}
         out = {}
         for name, obj in self._g.items():
+            if names is not None and name not in names:
+                continue
             if "offsets" in getattr(obj, "keys", lambda: ())():
                 values, offsets = schema.read_ragged(obj, rows)
                 out[name] = [values[int(offsets[i]) : int(offsets[i + 1])] for i in range(len(rows))]

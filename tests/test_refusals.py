@@ -128,3 +128,79 @@ def test_resume_refuses_other_options_before_touching_the_run(trained, tmp_path,
     line = _one_error(capsys.readouterr().err)
     assert "holds a model already" in line and "no checkpoints/last.ckpt" in line, line
     assert all((out / p).read_bytes() == b for p, b in kept.items())
+
+
+def _run_copy(trained, tmp_path):
+    """A copy of the trained fixture's dataset and run, and the bytes of the run's files a refusal must keep."""
+    data, out = tmp_path / "d.h5", tmp_path / "run"
+    shutil.copy(trained / "d.h5", data)
+    shutil.copytree(trained / "run", out)
+    kept = {p: (out / p).read_bytes() for p in ("config.yaml", "model/model.safetensors", "model/config.json")}
+    return data, out, kept
+
+
+def test_resume_refuses_another_split_seed_or_learning_rate(trained, tmp_path, capsys):
+    """--resume continues a run with the options it trained with: another split would train the rest of it on
+    the records the first part held out (and its model would name a split it never kept to), another lr or loss
+    would not be the run config.yaml records. Refused naming what differs, nothing touched; more epochs are
+    what --resume is for, and the run's own config.yaml gives every option back."""
+    data, out, kept = _run_copy(trained, tmp_path)
+    assert main(["dataset", "split", str(data), "--by", "task", "--seed", "0"]) == 0
+    base = ["train", "--data", str(data), "--out", str(out), "--no-progress", "--resume", *TINY]
+    capsys.readouterr()
+    for extra, words in ((["--split", "task-s0"], "split None (now 'task-s0')"),
+                         (["--set", "lr=0.05", "--set", "loss=mse"], "loss 'lambdarank' (now 'mse'); lr 0.0007 "
+                                                                      "(now 0.05)"),
+                         (["--set", "seed=3"], "seed 0 (now 3)")):
+        assert main([*base, "--epochs", "2", *extra]) == 2
+        line = _one_error(capsys.readouterr().err)
+        assert words in line and f"--config {out / 'config.yaml'} --out {out} --resume" in line, line
+        assert all((out / p).read_bytes() == b for p, b in kept.items())
+    assert main(["train", "--config", str(out / "config.yaml"), "--out", str(out), "--resume", "--epochs", "2",
+                 "--no-progress"]) == 0
+    assert (out / "model" / "model.safetensors").read_bytes() != kept["model/model.safetensors"]
+
+
+def test_a_refused_run_leaves_the_runs_config_and_model(trained, tmp_path, capsys):
+    """Refusals that come once the data is read: a trainer option Lightning refuses (a name it does not know, an
+    accelerator whose package is missing) left config.yaml rewritten with the refused options; --resume of a
+    baseline kind replaced the net's model with a freshly fitted baseline; an --out that is a model itself, with
+    --overwrite, made a run inside the model and left the model as it was."""
+    data, out, kept = _run_copy(trained, tmp_path)
+    base = ["train", "--data", str(data), "--no-progress", "--epochs", "1", *TINY]
+    for extra, words in ((["--out", str(out), "--overwrite", "--set", "trainer.max_epoch=3"], "trainer options:"),
+                         (["--out", str(out), "--overwrite", "--set", "trainer.accelerator=tpu"], "trainer options:"),
+                         (["--out", str(out), "--resume", "--model", "xgb"], "--resume: a xgb model trains in one"),
+                         (["--out", str(out / "model"), "--overwrite"], "is a model, not a run directory"),
+                         (["--out", str(out), "--overwrite", "--set", "seed=4294967296"], "seed must be an integer "
+                                                                                           "from 0 to 2^32 - 1")):
+        assert main([*base, *extra]) == 2
+        line = _one_error(capsys.readouterr().err)
+        assert words in line, line
+        assert all((out / p).read_bytes() == b for p, b in kept.items())
+    assert sorted(p.name for p in (out / "model").iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_a_run_that_trains_no_step_writes_no_model(trained, tmp_path, capsys):
+    """Trainer options that train no step (no batch, no step allowed) would save the untrained net as a model."""
+    for option in ("trainer.limit_train_batches=0", "trainer.max_steps=0"):
+        out = tmp_path / option
+        assert main(["train", "--data", str(trained / "d.h5"), "--out", str(out), "--epochs", "1", "--no-progress",
+                     *TINY, "--set", option]) == 2
+        line = _one_error(capsys.readouterr().err)
+        assert "no training step ran" in line, line
+        assert not (out / "model").exists()
+
+
+def test_finetuning_a_baseline_is_refused_with_every_recipe(tmp_path, trained, capsys):
+    """An XGBoost model has no net: the default recipe refused it, the Lightning one (--momentum, --epochs)
+    trained a fresh XGBoost on the data and called it the fine-tuned model."""
+    assert main(["train", "--model", "xgb", "--data", str(trained / "d.h5"), "--out", str(tmp_path / "x"),
+                 "--epochs", "2", "--no-progress"]) == 0
+    for extra in ([], ["--momentum", "0.99"], ["--recipe", "lightning", "--epochs", "1"]):
+        out = tmp_path / f"ft{len(extra)}"
+        assert main(["finetune", "--from", str(tmp_path / "x"), "--data", str(trained / "d.h5"), "--platform",
+                     PLATFORM, "--out", str(out), *extra]) == 2
+        line = _one_error(capsys.readouterr().err)
+        assert "a xgb model has no net to fine-tune" in line, line
+        assert not (out / "model").exists()

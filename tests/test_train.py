@@ -453,3 +453,35 @@ def test_interrupted_training_ends_as_costlab_commands_do(trained, tmp_path):
     assert proc.returncode == 130, err
     assert "costlab: interrupted; data written before is kept" in err and "Traceback" not in err, err
     assert _last_epoch(out) >= 0 and not (out / "model").exists()
+
+
+def test_validation_is_drawn_among_tasks_where_a_program_ran(trained, tmp_path):
+    """A task whose programs all failed has 2+ labelled records (a failure scores 0) but nothing for the validation
+    top-1 to rank: drawn for validation, it emptied the part (its rows trained) though other tasks could rank."""
+    import shutil
+
+    import h5py
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    with h5py.File(data, "a") as f:
+        g = f["records"]["llvm-x86_64-2c"]
+        g["error"][np.flatnonzero(g["task"][:] == 3)] = 1  # every program of task 3 failed
+    for seed in range(6):
+        dm = CostDataModule(DataConfig(data=str(data), seed=seed))
+        dm.setup()
+        tasks = set(dm.labels.task[dm.val_rows].tolist())
+        assert tasks and 3 not in tasks, (seed, tasks)
+
+
+def test_records_the_featurizer_cannot_read_train_no_model(ansor_data, tmp_path, capsys):
+    """PaCM replays MetaSchedule traces and reads none of an Ansor log's records: a net fitted on their empty
+    features was written as a model, and XGBoost on them ended in numpy's traceback."""
+    for kind, words in (("pacm", "the pacm featurizer could read none of the 128 training records"),
+                        ("xgb", "no training record of 'platinum-8358' to fit the xgb baseline on")):
+        out = tmp_path / kind
+        assert main(["train", "--model", kind, "--data", str(ansor_data), "--out", str(out), "--epochs", "1",
+                     "--no-progress", "--set", "data_options.val_fraction=0"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and words in err, err
+        assert not (out / "model").exists()

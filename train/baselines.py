@@ -65,6 +65,12 @@ def _training_data(cfg: dict):
     ranked = np.isin(task, task[np.isfinite(lat)])
     xs, task, lat = [x for x, ok in zip(xs, ranked) if ok], task[ranked], lat[ranked]
     cost = np.where(np.isfinite(lat), lat, 1e10).astype(np.float32)
+    if not xs:
+        unread = int(np.count_nonzero(~keep))
+        raise UsageError(f"{cfg['data']}: no training record of {dm.base!r} to fit the {cfg['model']} baseline on: "
+                         f"of its {len(rows)} labelled training records, {unread} have no {dm.featurizer.name} "
+                         f"features (the featurizer could not read them) and the rest are of tasks none of whose "
+                         "programs ran")
     return dm, xs, task, cost
 
 
@@ -72,8 +78,7 @@ def train_baseline(cfg: dict) -> dict:
     import time
 
     kind = cfg["model"]
-    out = run_dir(cfg["out"]) / "model"
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_dir(cfg["out"]) / "model"  # made when the model is saved: a failed run leaves no empty one
     random.seed(int(cfg["seed"]))
     np.random.seed(int(cfg["seed"]))
     torch.manual_seed(int(cfg["seed"]))

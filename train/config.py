@@ -161,7 +161,7 @@ CHECKS = {
     "loss": (str, lambda x: x in LOSSES, f"one of {', '.join(LOSSES)}"),
     "lr_schedule": (str, lambda x: x in LR_SCHEDULES, f"one of {', '.join(LR_SCHEDULES)}"),
     "gain_scale": (float, _positive, "a positive number"),
-    "seed": (int, _non_negative, "an integer >= 0"),
+    "seed": (int, lambda x: 0 <= x < 2**32, "an integer from 0 to 2^32 - 1"),
     "lr": (float, _positive, "a positive number"),
     "weight_decay": (float, _non_negative, "a number >= 0"),
     "momentum": (float, lambda x: 0 < x < 1, "a number between 0 and 1 (exclusive), or null"),

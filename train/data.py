@@ -223,11 +223,13 @@ class CostDataModule(L.LightningDataModule):
                 programs, of_row = np.unique(self.labels.program_id, return_inverse=True)
                 val = ~test & (rng.random(len(programs)) < cfg.val_fraction)[of_row]
             else:
-                # validation tasks are drawn among those with something to rank (2+ labelled records):
-                # a single-program task held out would leave the best-checkpoint choice to chance
+                # validation tasks are drawn among those with something to rank (2+ labelled records, one of
+                # them a program that ran): a single-program task held out would leave the best-checkpoint choice
+                # to chance, and one whose programs all failed has no validation top-1
                 labelled = np.isfinite(self.labels.score[:, 0]) & ~test
                 t, c = np.unique(self.labels.task[labelled], return_counts=True)
-                rankable = t[c >= 2]
+                ran = np.unique(self.labels.task[labelled & np.isfinite(self.labels.latency[:, 0])])
+                rankable = t[(c >= 2) & np.isin(t, ran)]
                 n_val = int(round(cfg.val_fraction * len(rankable)))
                 n_val = max(n_val, 1) if cfg.val_fraction > 0 and len(rankable) >= 3 else n_val
                 val_tasks = rng.permutation(rankable)[:n_val] if len(rankable) > 1 else []
@@ -309,6 +311,24 @@ class CostDataModule(L.LightningDataModule):
             parts.append(self._platform_features(j, rows[sel] - self.offsets[j]))
             where.append(sel)
         return take_rows(concat_features(parts), np.argsort(np.concatenate(where)))
+
+    def readable(self, rows: np.ndarray) -> np.ndarray:
+        """Whether the featurizer could read each of ``rows`` (its ``valid`` output; True where it has none):
+        only that output is read from the cache."""
+        out = np.ones(len(rows), bool)
+        for j in np.unique(self.row_platform[rows]).tolist():
+            sel = np.flatnonzero(self.row_platform[rows] == j)
+            local = rows[sel] - self.offsets[j]
+            if j not in self._mem_feats:
+                if self._ds is None:
+                    self._ds = open_dataset(self.config.data)
+                if j not in self._caches:
+                    self._caches[j] = open_cache(self._ds, self.featurizer, self.rows_of[j])
+            feats = (take_rows(self._mem_feats[j], local) if j in self._mem_feats
+                     else self._caches[j].get(local, names=("valid",)))
+            if "valid" in feats:
+                out[sel] = np.asarray(feats["valid"], bool)
+        return out
 
     def _platform_features(self, j: int, rows: np.ndarray) -> dict:
         """Features of records of the ``j``-th row platform (indices into its record table)."""

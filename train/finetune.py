@@ -50,6 +50,11 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
         dialects = sorted({ds.tasks[int(t)].dialect for t in np.unique(task)})
         target = ds.platforms[platform].target
         digest = ds.split(split).digest if split else None
+    readable = np.asarray(feats.get("valid", np.ones(len(rows), bool)), bool)
+    if len(rows) and not readable.any():  # a net fitted on empty features would be written as a model
+        raise UsageError(f"{data}: the {pred.featurizer.name} featurizer of {source} could read none of the "
+                         f"{len(rows)} training records of {platform!r} (`costlab featurize` counts them as "
+                         "unreadable): nothing to fine-tune on")
     lists = task_lists(feats, task, latency)
     if not lists:
         raise UsageError(f"{data}: platform {platform!r} has no task with two measured records"

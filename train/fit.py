@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -211,6 +212,67 @@ def _check_resumable(ckpt: dict, kind: str, net_config: dict, featurizer: dict, 
                          "--overwrite without --resume to train afresh")
 
 
+# options a resumed run may change: how long it trains and where it runs, never what it learns from or how (the
+# model kind, net and platforms are _check_resumable's to compare, with the net's defaults filled in; the dataset
+# file may have moved, and its features are compared there)
+RESUME_MAY_CHANGE = ("out", "data", "model", "net", "platforms", "trainer.max_epochs", "trainer.accelerator",
+                     "trainer.devices", "trainer.num_nodes", "trainer.strategy", "trainer.log_every_n_steps",
+                     "data_options.num_workers")
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict:
+    """``{"trainer.max_epochs": 5, ...}`` of a config (``trainer`` and ``data_options`` options one by one)."""
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict) and k in ("trainer", "data_options") and not prefix:
+            out.update(_flat(v, f"{k}."))
+        else:
+            out[prefix + str(k)] = v
+    return out
+
+
+def _same_path(a, b) -> bool:
+    return a == b or (isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve())
+
+
+def _check_resumed_options(out: Path, cfg: dict) -> None:
+    """``--resume`` continues a run with the options it was trained with (its ``config.yaml``): another split,
+    seed, loss, learning rate or data option would train the rest of it on other records or by other rules
+    while the model and config.yaml said one run (a changed split would even score records it trained on as held
+    out). Refused naming what differs, before anything is written; how long it trains and where it runs may
+    change (``RESUME_MAY_CHANGE``). A run dir of no config.yaml (written by an older costlab) is not checked."""
+    path = out / "config.yaml"
+    try:
+        old = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return
+    if not isinstance(old, dict):
+        return
+    was, now = _flat(old), _flat(cfg)
+    what = [f"{k} {was[k]!r} (now {now[k]!r})" for k in sorted(set(was) & set(now))  # (an older costlab's
+            if k not in RESUME_MAY_CHANGE and was[k] != now[k]                      # run lacks newer options)
+            and not (k == "init_from" and _same_path(was[k], now[k]))]
+    if what:
+        raise UsageError(f"--resume: the run in {out} was trained with other options: {'; '.join(what)}; give the "
+                         f"options it was trained with (--config {path} --out {out} --resume [--epochs N] gives "
+                         "them all), or --overwrite without --resume to train afresh")
+
+
+def _check_readable(data, dm: CostDataModule) -> None:
+    """A run whose training records the featurizer could read none of (Ansor steps for PaCM, which replays
+    MetaSchedule traces) would fit a net on empty features and write it as a model: refused; a part unread is
+    said with its count, as ``costlab featurize`` says it."""
+    ok = dm.readable(dm.train_rows)
+    if len(ok) and not ok.any():
+        raise UsageError(f"{data}: the {dm.featurizer.name} featurizer could read none of the {len(ok)} training "
+                         f"records (`costlab featurize` counts them as unreadable); train a model whose featurizer "
+                         f"reads them")
+    if not ok.all():
+        print(f"costlab: note: {len(ok) - int(ok.sum())} of the {len(ok)} training records have no "
+              f"{dm.featurizer.name} features (unreadable by the featurizer); they train with empty features",
+              file=sys.stderr)
+
+
 def _check_keep_fraction(keep: dict, platforms: list) -> None:
     """``data_options.keep_fraction`` names platforms the run labels or trains on: another id would be ignored."""
     unknown = sorted(set(keep) - set(platforms))
@@ -240,12 +302,19 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
     kind = cfg["model"]
     model = kinds.create(kind)
     if not model.learned:
+        if cfg.get("init_from") or cfg.get("momentum") is not None:  # it would train afresh, not fine-tune
+            raise UsageError(f"{cfg.get('init_from') or kind}: a {kind} model has no net to fine-tune (fine-tune a "
+                             f"{kinds.spoken(kinds.learned())} model)")
+        if resume:  # it would replace the model of the run it was to continue
+            raise UsageError(f"--resume: a {kind} model trains in one step and has no checkpoints to continue; give "
+                             "another --out, or --overwrite without --resume to train it afresh into this one")
         return train_baseline(cfg)
     out = run_dir(cfg["out"])
     last = out / "checkpoints" / "last.ckpt"
     resumed = read_checkpoint(last) if resume and last.exists() else None
     if resumed is not None:  # another kind is refused before its (maybe slow) featurizing
         _check_resumable(resumed, kind, None, None, resumed["platforms"])
+        _check_resumed_options(out, cfg)
     else:
         _check_fresh_start(out, overwrite, resumable=not cfg.get("init_from"), resume=resume)
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
@@ -270,6 +339,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
     _check_keep_fraction(keep, list(dict.fromkeys(cfg["platforms"] + list(dm.rows_of))))
+    _check_readable(cfg["data"], dm)
     if model.multi_head and len(cfg["platforms"]) < 2:
         raise UsageError(f"model {kind!r} needs at least two platforms (platforms: [target, other, ...])")
     heads = len(cfg["platforms"]) if model.multi_head else 1
@@ -301,7 +371,6 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
         raise UsageError(f"no training batches: {len(dm.train_rows)} labelled training records make no ranking "
                          f"list of two or more programs of one task (data_options.list_size "
                          f"{dm.config.list_size}, keep_fraction {keep or '{}'}); give more records or labels")
-    write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
 
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -329,14 +398,25 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
         trainer = L.Trainer(default_root_dir=out, logger=[CSVLogger(out, name="logs"), TensorBoardLogger(out, name="tb")],
                             callbacks=callbacks, enable_progress_bar=progress, enable_model_summary=progress,
                             use_distributed_sampler=False, **tcfg)
-    except (TypeError, ValueError, MisconfigurationException) as exc:  # trainer options Lightning refuses
+    except (TypeError, ValueError, MisconfigurationException, ImportError) as exc:  # trainer options Lightning
+        # refuses (an accelerator whose package is not installed among them)
         raise UsageError(f"trainer options: {str(exc).strip().splitlines()[0]}") from None
+    batches = len(dm.train_dataloader())
+    if batches < trainer.world_size:  # each process takes every world-th batch: some would take none
+        raise UsageError(f"no training batches for {trainer.world_size - batches} of {trainer.world_size} processes: "
+                         f"{len(dm.train_rows)} training records make {batches} batch(es) of "
+                         f"{dm.config.lists_per_batch} ranking lists; give fewer devices or smaller batches "
+                         "(data_options.lists_per_batch)")
+    if trainer.is_global_zero:  # every check passed: the run's options (a refused run leaves the old ones)
+        write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
     if resumed is None and trainer.is_global_zero:
         for old in _old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
             old.unlink(missing_ok=True)
     t0 = time.perf_counter()
     _fit(trainer, interrupted, module, dm, str(last) if resumed is not None else None)
     wall = time.perf_counter() - t0
+    if resumed is None and speed.records == 0:  # trainer options that train no step would save an untrained net
+        raise UsageError(f"no training step ran (trainer options {dict(cfg['trainer'])}); no model written")
 
     best = ckpt.best_model_path or latest.best_model_path
     if best and has_val:
