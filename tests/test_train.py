@@ -353,7 +353,8 @@ def test_the_example_configs_are_valid_and_one_trains(trained, tmp_path, name):
 def test_evaluating_a_fine_tuned_model_says_which_test_records_its_pretraining_saw(trained, tmp_path, capsys):
     """A model trained on split a, fine-tuned on split b of the same dataset, keeps a's name and digest
     (``lineage``, through both fine-tuning paths): evaluated on b's test part, which a trained on in part, it
-    says how many of those records its pretraining saw; a model trained once says nothing of the kind."""
+    says how many of those records its pretraining saw; a model trained once on a says how many its own training
+    saw."""
     import json
 
     data = tmp_path / "d.h5"
@@ -376,12 +377,18 @@ def test_evaluating_a_fine_tuned_model_says_which_test_records_its_pretraining_s
             table = ds.records("llvm-x86_64-2c")
             test_b = ds.split("b").is_test(table.task)
             seen = int(np.count_nonzero(test_b & ~ds.split("a").is_test(table.task)))
-        assert seen > 0 and f"{seen} of the {int(test_b.sum())} evaluated records are in the training part of " \
-            "split 'a'" in err
+        assert seen > 0 and f"{seen} of the {int(test_b.sum())} evaluated records are among those the model was " \
+            "pretrained on before fine-tuning (the training part of split 'a')" in err
         assert len(result["pretrained_on"]) == 1
     capsys.readouterr()
+    # the model trained once, on a: no pretraining to speak of, but its own training part holds some of b's test
     assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(data), "--split", "b", "--json"]) == 0
-    assert "pretrained" not in capsys.readouterr().err
+    out_, err = capsys.readouterr()
+    assert "pretrained" not in err and json.loads(out_)["trained_on"] == [
+        f"{seen} of the {int(test_b.sum())} evaluated records are among those the model trained on (the training "
+        "part of split 'a'): its scores of them are not held-out scores"]
+    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(data), "--split", "a"]) == 0
+    assert "training part" not in capsys.readouterr().err  # its own split: held out
     # fine-tuned again on b: its lineage holds a and b, each once; another dataset's split a (the same tasks
     # held out, as a copy has them) is not the one it trained on
     again = tmp_path / "ft-again"
@@ -485,3 +492,24 @@ def test_records_the_featurizer_cannot_read_train_no_model(ansor_data, tmp_path,
         err = capsys.readouterr().err
         assert "Traceback" not in err and words in err, err
         assert not (out / "model").exists()
+
+
+def test_a_model_trained_on_every_record_says_so_when_scored_on_a_split(trained, tmp_path, capsys):
+    """A model trained without a split saw every record of its dataset: scored on a split's test part, or
+    fine-tuned and then scored, it said nothing, and its figures read as held-out ones."""
+    import json
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["dataset", "split", str(data), "--by", "task", "--seed", "0", "--name", "a"]) == 0
+    assert main(["train", "--data", str(data), "--out", str(tmp_path / "all"), "--epochs", "1", "--no-progress",
+                 *TINY]) == 0
+    assert main(["finetune", "--from", str(tmp_path / "all"), "--data", str(data), "--platform", "llvm-x86_64-2c",
+                 "--split", "a", "--out", str(tmp_path / "ft"), "--no-progress"]) == 0
+    capsys.readouterr()
+    for model, key in (("all", "trained_on"), ("ft", "pretrained_on")):
+        assert main(["evaluate", "--model", str(tmp_path / model), "--data", str(data), "--split", "a", "--json"]) == 0
+        out, err = capsys.readouterr()
+        (note,) = json.loads(out)[key]
+        assert note.startswith("20 of the 20 evaluated records are among those the model ") and \
+            f"(every record of {data}: it trained without a split)" in note and note in err, (note, err)

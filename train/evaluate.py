@@ -40,10 +40,13 @@ def lineage_of(config: dict) -> list[dict]:
     lineage = list(config.get("lineage") or [])
     if config.get("split") and config.get("split_digest"):
         lineage.append(dict(split=config["split"], split_digest=config["split_digest"], dataset=config.get("dataset")))
+    elif not config.get("split") and config.get("dataset") and config.get("training"):  # every record of it
+        lineage.append(dict(split=None, split_digest=None, dataset=config["dataset"]))
     out, seen = [], set()
     for step in lineage:  # one entry per split (a model fine-tuned twice on one split names it once)
-        if (step.get("split"), step.get("split_digest")) not in seen:
-            seen.add((step.get("split"), step.get("split_digest")))
+        key = (step.get("split"), step.get("split_digest"), None if step.get("split") else step.get("dataset"))
+        if key not in seen:
+            seen.add(key)
             out.append(step)
     return out
 
@@ -51,23 +54,53 @@ def lineage_of(config: dict) -> list[dict]:
 def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarray) -> list[str]:
     """Notes on evaluated records an earlier training of the model saw: a fine-tuned model keeps the splits its
     pretraining used (``lineage``); one of them stored in this dataset unchanged (its digest), other than the
-    evaluated split, whose training part holds some of the evaluated records (its tasks, or programs)."""
+    evaluated split, whose training part holds some of the evaluated records (its tasks, or programs), or a
+    pretraining on every record of this dataset (no split)."""
     notes = []
-    table = ds.records(platform)
-    evaluated = ds.split(split).digest if split else None
     for step in meta.get("lineage") or []:
-        name = step.get("split")
-        if not name or not _same_dataset(step.get("dataset"), ds.path) or name not in ds.split_names():
-            continue
-        earlier = ds.split(name)
-        if earlier.digest != step.get("split_digest") or (name == split and earlier.digest == evaluated):
-            continue
-        seen = int(np.count_nonzero(~earlier.is_test(table.task[rows], table.program_id[rows])))
+        seen = _seen(ds, step, split, platform, rows)
         if seen:
-            notes.append(f"{seen} of the {len(rows)} evaluated records are in the training part of split "
-                         f"{name!r}, which the model was pretrained on before fine-tuning: its scores of them "
-                         "are not held-out scores")
+            notes.append(f"{seen} of the {len(rows)} evaluated records are among those the model was pretrained on "
+                         f"before fine-tuning ({_where(ds, step)}): its scores of them are not held-out scores")
     return notes
+
+
+def trained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarray) -> list[str]:
+    """The note on evaluated records the model's own training saw, when it is scored on a split's part: another
+    split of this dataset than it trained on (stored unchanged), whose test part holds records of its training
+    part, or any split where it trained on every record of this dataset. Nothing for a model that names no
+    dataset, or when the records scored are all of them (``--split none`` says so)."""
+    if split is None or not meta.get("dataset") or not meta.get("training"):
+        return []
+    step = dict(split=meta.get("split"), split_digest=meta.get("split_digest"), dataset=meta["dataset"])
+    seen = _seen(ds, step, split, platform, rows)
+    if not seen:
+        return []
+    return [f"{seen} of the {len(rows)} evaluated records are among those the model trained on ({_where(ds, step)}): "
+            "its scores of them are not held-out scores"]
+
+
+def _where(ds, step: dict) -> str:
+    return f"the training part of split {step['split']!r}" if step.get("split") else \
+        f"every record of {ds.path}: it trained without a split"
+
+
+def _seen(ds, step: dict, split: str | None, platform: str, rows: np.ndarray) -> int:
+    """How many of the evaluated ``rows`` a training ``step`` (a split of this dataset, stored unchanged and not
+    the evaluated one, or every record of this dataset) trained on."""
+    if not _same_dataset(step.get("dataset"), ds.path):
+        return 0
+    name = step.get("split")
+    if not name:
+        return len(rows) if step.get("dataset") else 0
+    if name not in ds.split_names():
+        return 0
+    earlier = ds.split(name)
+    evaluated = ds.split(split).digest if split else None
+    if earlier.digest != step.get("split_digest") or (name == split and earlier.digest == evaluated):
+        return 0
+    table = ds.records(platform)
+    return int(np.count_nonzero(~earlier.is_test(table.task[rows], table.program_id[rows])))
 
 
 def _same_dataset(recorded, path) -> bool:
@@ -155,7 +188,8 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         for warning in mismatches(meta, ds, platform, task):
             print(f"costlab: warning: {warning}", file=sys.stderr)
         seen_before = pretrained_on(ds, meta, split, platform, rows) if part != "all" else []
-        for warning in seen_before:
+        trained_before = trained_on(ds, meta, split, platform, rows) if part == "test" else []
+        for warning in seen_before + trained_before:
             print(f"costlab: warning: {warning}", file=sys.stderr)
         if hasattr(pred_obj, "use_platform"):  # a net with a hardware input reads the dataset platform's spec
             pred_obj.use_platform(ds.platforms[platform])
@@ -173,6 +207,8 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
             result["weights_sha256"] = meta["weights_sha256"]
         if seen_before:
             result["pretrained_on"] = seen_before
+        if trained_before:
+            result["trained_on"] = trained_before
         if hasattr(pred_obj.featurizer, "spec_for"):  # features that depend on the platform's hardware: whose
             result["hardware_spec"] = pred_obj.featurizer.spec_for(ds.platforms[platform]).name
         elif getattr(pred_obj, "hardware_dim", 0):  # a net fed the platform's hardware vector: whose
