@@ -30,7 +30,7 @@ from costlab.datasets.ansor_keys import BadLine, parse_workload_key
 from costlab.datasets.ansor_networks import load_network_info
 from costlab.datasets.names import check_platform_id
 from costlab.datasets.records import ERROR_MAX, ERROR_MIN, RecordBatch
-from costlab.datasets.store import DatasetWriter
+from costlab.datasets.store import DatasetWriter, check_import_host
 from costlab.metaschedule.targets import platform_id_for, sanitize_platform_id, target_from_string, target_problem
 
 DIALECT = "ansor"
@@ -116,6 +116,7 @@ class _Importer:
         if why:  # stored, it would be the platform's target
             raise BadLine(f"bad target: {why} ({target[:80]!r})")
         pid = forced or platform_id_for(tdict)
+        check_import_host(self.w, pid, None)  # a log says no machine: refused where a measurement named one
         try:
             self.w.add_platform(pid, tdict)  # an existing platform of another target is refused
         except InputError as exc:  # that line is skipped and counted, never the end of the whole import

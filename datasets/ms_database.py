@@ -16,34 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
-from costlab.common.errors import InputError
-from costlab.common.host import describe_host, host_difference, same_host
+from costlab.common.errors import CostlabError, InputError
 from costlab.common.import_report import ImportReport
 from costlab.datasets import records as rec
-from costlab.datasets.store import DatasetWriter, open_dataset
+from costlab.datasets.names import check_platform_id
+from costlab.datasets.store import DatasetWriter, check_import_host, open_dataset
 from costlab.metaschedule.databases import (RECORD_FILE, WORKLOAD_FILE, content_size, instruction_kind_problem,
                                             read_records, read_workloads, work_dir_files, write_database)
 from costlab.metaschedule.results import ERROR_MS_NO_RESULT, ERROR_NONE, MS_FAILURE_SECS, costs_and_error
-from costlab.metaschedule.targets import platform_id_for, target_problem
+from costlab.metaschedule.targets import platform_id_for, target_problem, tvm_target_problem
 from costlab.metaschedule.traces import compact_json, plain_json
 from costlab.metaschedule.workloads import decode_workload, describe_json
 
 CHUNK = 8192  # records handed to the writer at once
-
-
-def _check_host(writer, pid: str, host: dict | None) -> None:
-    """Refuse records of one machine for a platform the dataset holds as another machine's, or as an unknown
-    machine's (records imported without --host): the host would be stated for those records too."""
-    known = writer.platforms[pid].host if pid in writer.platforms else None
-    if host and known and not same_host(known, host):
-        raise InputError(writer.path, f"platform {pid!r} holds records measured on {describe_host(known)}; these "
-                                      f"were measured on {describe_host(host)} ({host_difference(known, host)}): "
-                                      "import them as another --platform")
-    if host and not known and len(writer.known_program_ids(pid)):
-        raise InputError(writer.path, f"platform {pid!r} holds records of an unknown machine (imported without "
-                                      f"--host); these were measured on {describe_host(host)}: import them as "
-                                      "another --platform, or state the machine of the records it holds first "
-                                      "(costlab dataset set-machine)")
 
 
 def import_ms(work_dirs, out, platform: str | None = None, network: str | None = None,
@@ -53,12 +38,18 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
     ``platform`` names the platform of all records; by default it is derived from each record's target
     (``targets.platform_id_for``). ``network`` records all tasks read as one network, each with weight 1.
     ``host`` is the machine that measured the records (``costlab.common.host``), recorded with their platform
-    (a platform already recorded as another machine's is refused). Bad lines are skipped and counted in the
-    report: lines ``parse_record`` refuses, records of a bad target (``targets.target_problem``), and, where TVM
-    is installed, traces of an instruction kind it does not know; a work directory without both
-    files is an error raised before anything is written. Re-importing adds nothing twice (records dedupe by
+    (a platform already recorded as another machine's is refused, and so are records without ``host`` for a
+    platform whose machine a measurement recorded: ``store.check_import_host``). Bad lines are skipped and
+    counted in the report: lines ``parse_record`` refuses, records of a bad target (``targets.target_problem``;
+    where TVM is installed, one it refuses), and, where TVM is installed, traces of an instruction kind it does
+    not know; a work directory without both files is an error raised before anything is written. Re-importing adds nothing twice (records dedupe by
     program id).
     """
+    if platform is not None:  # a bad id is said before anything is read (one like /tasks names another group)
+        try:
+            check_platform_id(platform)
+        except CostlabError as exc:
+            raise CostlabError(f"--platform: {exc}") from None
     dirs = [Path(d) for d in work_dirs]
     pairs = [work_dir_files(d) for d in dirs]  # all checked before any work
     report = ImportReport()
@@ -98,7 +89,7 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                     report.problem(f"{where}: workload index {idx} is not a good line of {wl_path.name}")
                     continue
                 if target is not None and target != last_target:  # records of one database mostly share one
-                    last_target, last_why = target, target_problem(target)
+                    last_target, last_why = target, target_problem(target) or tvm_target_problem(target)
                     last_pid = None if last_why else platform_id_for(target)
                 if target is not None and last_why:  # stored, it would be the platform's target
                     report.problem(f"{where}: bad target: {last_why}")
@@ -114,8 +105,10 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
                 else:
                     report.problem(f"{where}: record without a target (pass --platform to name one)")
                     continue
-                if host and pid not in hosted:  # before the platform is added with the host (which states it)
-                    _check_host(writer, pid, host)
+                if pid not in hosted:  # before the platform is added with the host (which states it)
+                    check_import_host(writer, pid, host)
+                    if not host:
+                        hosted.add(pid)  # (checked once; a platform the host is given for is added it below)
                 if pid not in writer.platforms or (target and target != last_added):
                     try:
                         writer.add_platform(pid, target or {}, host=host)  # a platform of another target: refused

@@ -23,6 +23,7 @@ import numpy as np
 from costlab import __version__
 from costlab.common.errors import CostlabError, DatasetFormatError, InputError
 from costlab.common.files import signals_deferred
+from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.locks import take_lock
 from costlab.datasets import schema
 from costlab.datasets.names import check_name, check_platform_id
@@ -394,6 +395,31 @@ REPACK_WASTE = 8 << 20  # repack a transaction's file when more than this many b
 
 SPACE_MARGIN = 8 << 20  # room beyond a write's own bytes: chunks an append rewrites, HDF5 metadata
 _ABANDONED: list = []  # files HDF5 failed to write (a full disk): never closed, see DatasetWriter._discard
+
+
+def check_import_host(writer: "DatasetWriter", pid: str, host: dict | None) -> None:
+    """Refuse imported records for a platform whose records are another machine's, or whose machine is not
+    known the same way: records of one machine (``host``) where the dataset holds the platform as another
+    machine's or an unknown one's (imported without a host: the host would be stated for those records too), and
+    records of an unknown machine (no ``host``: a log, a database without its run record) where a measurement
+    recorded the platform's machine. Either way the labels would compare two machines' timings. A machine stated
+    by ``dataset set-machine`` (for records that came without one) takes more of them."""
+    known = writer.platforms[pid].host if pid in writer.platforms else None
+    has_records = pid in writer.platforms and len(writer.known_program_ids(pid)) > 0
+    if host and known and not same_host(known, host):
+        raise InputError(writer.path, f"platform {pid!r} holds records measured on {describe_host(known)}; these "
+                                      f"were measured on {describe_host(host)} ({host_difference(known, host)}): "
+                                      "import them as another --platform")
+    if host and not known and has_records:
+        raise InputError(writer.path, f"platform {pid!r} holds records of an unknown machine (imported without "
+                                      f"--host); these were measured on {describe_host(host)}: import them as "
+                                      "another --platform, or state the machine of the records it holds first "
+                                      "(costlab dataset set-machine)")
+    if not host and known and not known.get("stated") and has_records:
+        raise InputError(writer.path, f"platform {pid!r} holds records measured on {describe_host(known)}; these "
+                                      "come without the machine that measured them: import them as another "
+                                      "--platform, or with --host FILE where that machine measured them (a host "
+                                      "record, or the costlab_run.json of a run there)")
 
 
 def check_same_target(path, pid: str, platform, target: dict) -> None:

@@ -278,7 +278,22 @@ def parse_record(value) -> tuple[int, list, list | None, dict | None, list | Non
             raise ValueError(f"run_secs is not a list of numbers: {str(run_secs)[:80]}")
     if target is not None and not (isinstance(target, dict) and "kind" in target):
         raise ValueError(f"target is not a JSON object with a 'kind': {str(target)[:80]}")
+    if args_info is not None and not _args_info_ok(args_info):
+        raise ValueError(f"args_info is not a list of [\"TENSOR\", dtype, shape]: {str(args_info)[:80]}")
     return idx, trace, run_secs, target, args_info
+
+
+def _args_info_ok(args_info) -> bool:
+    """Whether a record's ``args_info`` is what MetaSchedule's loader takes: one ``["TENSOR", dtype, shape]`` per
+    argument of the workload, the shape a list of non-negative integers (it refuses the whole database for one
+    that is not, and an import would write it on every record of the task it exports)."""
+    if args_info.__class__ is not list:
+        return False
+    for arg in args_info:
+        if (arg.__class__ is not list or len(arg) != 3 or arg[0] != "TENSOR" or arg[1].__class__ is not str
+                or arg[2].__class__ is not list or not all(x.__class__ is int and x >= 0 for x in arg[2])):
+            return False
+    return True
 
 
 def check_trace_shape(insts: list, decisions: list) -> None:

@@ -98,6 +98,21 @@ def target_problem(target: dict) -> str | None:
     return None
 
 
+def tvm_target_problem(target: dict) -> str | None:
+    """Why the TVM installed here refuses a target (its JSON dict) of a MetaSchedule record, or None (also
+    without TVM): an option it does not know, say. MetaSchedule's loader refuses a whole database for one
+    record whose target does not build. Once per distinct target of an import."""
+    try:
+        import tvm
+    except ImportError:
+        return None
+    try:
+        tvm.target.Target(target)
+    except Exception as exc:  # noqa: BLE001  TVM refuses a target in several ways
+        return f"TVM refuses it ({str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else type(exc).__name__})"
+    return None
+
+
 def normalize_target(target) -> dict:
     """A target given as a JSON dict, a JSON string or the string form, as a JSON dict.
 

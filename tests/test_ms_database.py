@@ -404,6 +404,10 @@ BROKEN_RECORDS = {
                             "bad target: unknown target kind 'notatarget'"),
     "num-cores not a number": (lambda r: r[1][2].__setitem__("num-cores", "two"),
                                "bad target: num-cores must be a positive integer, not 'two'"),
+    # an import stores the first args_info and target it reads for every record of the task and platform
+    "args_info without shapes": (lambda r: r[1].__setitem__(3, [["TENSOR", "float32"]] * 3),
+                                 'args_info is not a list of ["TENSOR", dtype, shape]'),
+    "target option TVM does not know": (lambda r: r[1][2].__setitem__("bogus", 1), "bad target: TVM refuses it"),
 }
 
 
@@ -671,3 +675,61 @@ def test_only_a_last_workload_line_without_its_end_of_line_is_taken_for_a_write_
         assert problems[0].startswith(f"{wl_path}:{len(lines)}: not a workload")
         assert len(problems) == 1 + of_last and len(_lines(rec_path)) == n - of_last
         assert len((tune_db / BAD_LINES_FILE).read_text().splitlines()) == 1 + of_last
+
+
+def test_records_without_their_machine_never_join_a_platform_whose_machine_is_recorded(tmp_path, tune_db):
+    """A platform whose records' machine is recorded (a measurement's, or an import's --host) took records
+    that came without one (a database of tune_tir, an Ansor log) without a word, and its labels then compared
+    two machines' timings; the other way round was refused already. Refused in one line, the dataset as it was;
+    a machine stated by `dataset set-machine` for records that came without one takes more of them."""
+    from costlab.cli import main
+    from costlab.common.host import host_info
+    from costlab.datasets.ansor_log import import_ansor
+    from costlab.metaschedule.targets import target_from_string
+
+    data = tmp_path / "d.h5"
+    import_ms([tune_db], data, progress=False, host=host_info())
+    before = data.read_bytes()
+    with pytest.raises(InputError, match="come without the machine that measured them"):
+        import_ms([tune_db], data, progress=False)
+    assert data.read_bytes() == before
+    log = FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"
+    with DatasetWriter(data) as w:  # the log's platform, its machine recorded as a measurement records it
+        w.add_platform("platinum-8358", target_from_string("llvm -keys=cpu -mcpu=icelake-server "
+                                                           "-model=platinum-8358"), host=host_info())
+        w.add_records("platinum-8358", _one_record(w))
+    before = data.read_bytes()
+    with pytest.raises(InputError, match="come without the machine that measured them"):
+        import_ansor([log], data, progress=False)
+    assert data.read_bytes() == before
+    other = tmp_path / "e.h5"  # records that came without a machine, and the machine stated for them after
+    import_ms([tune_db], other, progress=False)
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(host_info()))
+    with open_dataset(other) as ds:
+        (pid,) = ds.record_platforms()
+    assert main(["dataset", "set-machine", str(other), "--platform", pid, "--host", str(host)]) == 0
+    assert import_ms([tune_db], other, progress=False).bad == 0
+
+
+def _one_record(w) -> RecordBatch:
+    t = w.add_task("k", "ansor", "[\"k\", [1]]", name="k")
+    b = RecordBatch()
+    b.append(t, "[]", [1e-3], 0, 1.0, program_id("ansor", "k", "[]"))
+    return b
+
+
+def test_a_bad_platform_id_is_said_before_anything_is_read(tmp_path, tune_db, capsys):
+    from costlab.cli import main
+    from costlab.common.host import host_info
+
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(host_info()))
+    data = tmp_path / "d.h5"
+    import_ms([tune_db], data, progress=False)
+    before = data.read_bytes()
+    assert main(["dataset", "import-ms", str(tune_db), "-o", str(data), "--platform", "/tasks", "--host",
+                 str(host)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--platform: " in err, err
+    assert data.read_bytes() == before
