@@ -275,6 +275,10 @@ def _diagnose(rec) -> str:
         return str(exc)
     if len(inp[0]) < 2:
         return "record has no target ('i'[0] has only the workload key)"
+    if not isinstance(inp[0][1], str):
+        return f"target ('i'[0][1]) must be a string such as \"llvm -mcpu=skylake\", got {str(inp[0][1])[:60]}"
+    if len(inp[0]) > 3 and not isinstance(inp[0][3], str):
+        return f"target host ('i'[0][3]) must be a string, got {str(inp[0][3])[:60]}"
     if not isinstance(inp[1], list) or len(inp[1]) < 2 or not isinstance(inp[1][1], list):
         return "'i'[1] must be [stages, steps] with a list of steps"
     res = rec["r"]

@@ -95,6 +95,10 @@ def target_problem(target: dict) -> str | None:
     cores = target.get("num-cores")
     if cores is not None and (type(cores) is not int or cores < 1):
         return f"num-cores must be a positive integer, not {cores!r}"
+    for key in STRING_OPTIONS:  # ``-mcpu`` without a value reads as True: a platform "llvm-True" TVM refuses
+        if key in target and not isinstance(target[key], str):
+            return f"{key} must be a name, not {target[key]!r}" + (" (-mcpu without a value?)" if target[key] is True
+                                                                  else "")
     return None
 
 
