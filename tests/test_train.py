@@ -513,3 +513,27 @@ def test_a_model_trained_on_every_record_says_so_when_scored_on_a_split(trained,
         (note,) = json.loads(out)[key]
         assert note.startswith("20 of the 20 evaluated records are among those the model ") and \
             f"(every record of {data}: it trained without a split)" in note and note in err, (note, err)
+
+
+def test_lightning_finetuning_of_a_multi_head_model_starts_from_the_platforms_head(ansor_data, tmp_path, capsys):
+    """An MTL model's Lightning fine-tuning trains and scores with the first head: to another of its platforms
+    it silently started from the first platform's head and dropped that platform's own. Refused, naming the
+    recipes that start from that head; a platform of none of its heads is refused as the default recipe does;
+    to its first platform it runs."""
+    dst = tmp_path / "two.h5"
+    _second_platform(ansor_data, dst, 0.5)
+    mtl = tmp_path / "mtl"
+    assert main(["train", "--model", "mtl", "--data", str(dst), "--platform", PLATFORM, "--platform", "other",
+                 "--out", str(mtl), "--epochs", "1", "--no-progress", *sum((["--set", s] for s in SMALL_NET), []),
+                 "--set", "data_options.val_fraction=0"]) == 0
+    base = ["finetune", "--from", str(mtl), "--data", str(dst), "--recipe", "lightning", "--epochs", "1",
+            "--no-progress", "--set", "data_options.val_fraction=0"]
+    capsys.readouterr()
+    for platform, words in (("other", "fine-tunes a model of several heads through its first"),
+                            ("nosuch", "has none for 'nosuch'")):
+        out = tmp_path / f"ft-{platform}"
+        assert main([*base, "--platform", platform, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and words in err, err
+        assert not (out / "model").exists()
+    assert main([*base, "--platform", PLATFORM, "--out", str(tmp_path / "ft-first")]) == 0

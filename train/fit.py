@@ -119,9 +119,11 @@ def source_meta(source) -> dict:
     source = resolve(source)
     if source.is_dir() or source.suffix != ".ckpt":
         c = read_config(source)  # refuses anything that is not a model directory or archive, in one line
-        return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"], lineage=lineage_of(c))
+        return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"], lineage=lineage_of(c),
+                    platforms=list(c.get("platforms") or []))
     ckpt = read_checkpoint(source)
-    return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"], lineage=[])
+    return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"], lineage=[],
+                platforms=list(ckpt["platforms"]))
 
 
 class _NoteInterrupt(L.Callback):

@@ -144,7 +144,16 @@ def _finetune(args) -> int:
         return 0
 
     # a model of one head per platform is fine-tuned to one platform as the net it has (mtl: a tlp net)
-    kind = source_meta(args.source)["kind"]
+    meta = source_meta(args.source)
+    kind, heads = meta["kind"], meta["platforms"]
+    if len(heads) > 1 and args.platform not in heads:
+        raise UsageError(f"{args.source}: a model of several heads ({', '.join(heads)}) has none for "
+                         f"{args.platform!r}; fine-tune a single-platform model, or give one of its platforms")
+    if len(heads) > 1 and heads[0] != args.platform:  # it trains and scores with the first head
+        raise UsageError(f"{args.source}: --recipe {TRAINER} fine-tunes a model of several heads through its first "
+                         f"({heads[0]!r}), not {args.platform!r}'s own; fine-tune it with --recipe "
+                         f"{kinds.spoken([n for n, x in RECIPES.items() if x.runner == FIT_LISTS])} (without "
+                         "--momentum, --epochs or --set), which start from that platform's head")
     model = kinds.find(kind)
     cfg = load_config(None, _overrides(args), model=model.net if model and model.multi_head else kind,
                       data=str(args.data), split=args.split, platforms=[args.platform], out=str(args.out),
