@@ -69,7 +69,7 @@ class MeasureOptions:
         """Refuse options that would waste the run, before TVM is imported or anything is built: a build
         timeout of 0 (or less, NaN, inf) would store every candidate as a timeout, and a failed record is never
         measured again; a platform id that is not a name would be refused only when the first batch is saved,
-        after it was built and run."""
+        after it was built and run; a --tasks that names no task was reported as a dataset without tasks."""
         if not (self.builder_timeout > 0 and math.isfinite(self.builder_timeout)):
             raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
         if self.platform:  # empty: derived from the target, as measure() does
@@ -77,6 +77,10 @@ class MeasureOptions:
                 check_platform_id(self.platform)
             except UsageError as exc:
                 raise UsageError(f"--platform: {exc}") from None
+        # a selection of no task ("," or "") selected nothing, which was then reported as a dataset without tasks
+        if self.tasks is not None and not any(item.strip() for item in self.tasks.split(",")):
+            raise UsageError(f"--tasks names no task ({self.tasks!r}): give task indices or names, comma-separated, "
+                             "or leave --tasks out to measure every MetaSchedule task")
 
 
 def _rand_state(seed: int, task: int, have: int, stream: int) -> int:
@@ -150,7 +154,7 @@ _PHASES = {"start": "start-up", "space": "design spaces", "sample": "sampling", 
 
 def _select_tasks(ds, spec: str | None, path) -> list:
     ms_tasks = [t for t in ds.tasks if t.dialect == "ms"]
-    if not spec:
+    if spec is None:  # a spec that names no task is refused by MeasureOptions.check
         return ms_tasks
     by_name: dict = {}  # a name can be several tasks' (one fused kernel of several shapes): it means them all
     for t in ds.tasks:

@@ -306,7 +306,7 @@ def _check_serialisable(meta: dict, data: Path) -> None:
     """Refuse, before anything is written, a dataset whose meta file cannot be written (a split's seed beyond
     64 bits, stored by a costlab that did not check it), which would otherwise fail after the shards."""
     for name, s in meta["splits"].items():
-        if not -2**63 <= s["meta"]["seed"] < 2**64:
+        if s["meta"]["seed"] is not None and not -2**63 <= s["meta"]["seed"] < 2**64:  # None: --held-out
             raise InputError(data, f"split {name!r} has seed {s['meta']['seed']}, beyond 64 bits, which the pack "
                                    f"cannot hold: make it again with a smaller --seed (costlab dataset split --name "
                                    f"{name} --replace ...)")
@@ -498,8 +498,12 @@ def _read_meta(path: Path) -> dict:
         m = need(s, "meta", dict, where, "an object")
         if m.get("by") not in SPLIT_KINDS:
             raise InputError(path, f"{where}'by' must be one of {', '.join(SPLIT_KINDS)}, not {_shown(m.get('by'))}")
-        need(m, "seed", int, where, "an integer")
-        need(m, "test_fraction", (int, float), where, "a number")
+        # networks named by --held-out: a split by network whose seed and test fraction are null (they chose nothing)
+        named = m.get("by") == "network" and m.get("held_out_networks") and all(
+            k in m and m[k] is None for k in ("seed", "test_fraction"))
+        if not named:
+            need(m, "seed", int, where, "an integer")
+            need(m, "test_fraction", (int, float), where, "a number")
         if not isinstance(m.get("held_out_networks", []), list):
             raise InputError(path, f"{where}'held_out_networks' must be a list")
         for t in need(s, "test_tasks", list, where, "a list"):

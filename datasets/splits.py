@@ -1,7 +1,7 @@
 """Train/test splits stored in the dataset: by task, by network (whole networks held out), or within task.
 
-Every split is reproducible from its seed and is stored under ``/splits/<name>``, so training and
-evaluation read the same one.
+Every split is reproducible from its seed (a split of networks named by ``--held-out``: from those names) and is
+stored under ``/splits/<name>``, so training and evaluation read the same one.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ SPLIT_KINDS = ("task", "network", "within-task")
 class Split:
     name: str
     by: str
-    seed: int
-    test_fraction: float
+    seed: int | None  # None, with test_fraction, for networks named by --held-out: neither chose them
+    test_fraction: float | None
     test_tasks: np.ndarray  # task indices held out (by task / by network)
     test_programs: np.ndarray | None = None  # program ids held out (within task), sorted
     held_out_networks: list = field(default_factory=list)
@@ -41,6 +41,18 @@ class Split:
         return dict(by=self.by, seed=self.seed, test_fraction=self.test_fraction,
                     held_out_networks=self.held_out_networks)
 
+    def same_as(self, other: "Split") -> bool:
+        """Whether two splits are the same: they hold out the same records and were made with the same options.
+        The seed and test fraction are no part of it where either split holds out networks named by --held-out
+        (they chose nothing there; a split stored before they were left out holds the values given then)."""
+        if self.digest != other.digest:
+            return False
+        mine, theirs = self.meta, other.meta
+        if self.seed is None or other.seed is None:
+            for m in (mine, theirs):
+                del m["seed"], m["test_fraction"]
+        return mine == theirs
+
     @property
     def digest(self) -> str:
         """A fingerprint of what the split holds out (kind and held-out tasks or programs): a model records
@@ -54,6 +66,10 @@ class Split:
     def describe(self) -> str:
         unit = f"{len(self.test_programs)} test programs" if self.by == "within-task" else \
             f"{len(self.test_tasks)} test tasks"
+        if self.seed is None:  # networks named by --held-out: no seed or fraction chose them
+            nets = self.held_out_networks
+            more = f" and {len(nets) - 3} more" if len(nets) > 3 else ""
+            return f"by {self.by}, held out {', '.join(nets[:3])}{more}, {unit}"
         return f"by {self.by}, seed {self.seed}, test fraction {self.test_fraction:g}, {unit}"
 
     def write(self, splits_group, replace: bool = False) -> bool:
@@ -64,7 +80,7 @@ class Split:
         check_name(self.name, "split name", "task-s0")
         if self.name in splits_group:
             old = Split.read(splits_group[self.name], self.name)
-            if old.digest == self.digest and old.meta == self.meta:
+            if old.same_as(self):
                 return False
             if not replace:
                 raise UsageError(
@@ -83,8 +99,9 @@ class Split:
     def read(cls, g, name: str) -> "Split":
         meta = json.loads(g.attrs["meta"])
         progs = g["test_programs"][...] if "test_programs" in g else None
-        return cls(name, meta["by"], int(meta["seed"]), float(meta["test_fraction"]), g["test_tasks"][...],
-                   progs, list(meta.get("held_out_networks", [])))
+        seed, fraction = meta.get("seed"), meta.get("test_fraction")  # None: networks named by --held-out
+        return cls(name, meta["by"], None if seed is None else int(seed), None if fraction is None else float(fraction),
+                   g["test_tasks"][...], progs, list(meta.get("held_out_networks", [])))
 
 
 def default_split_name(by: str, seed: int, test_fraction: float = 0.2, held_out=None) -> str:
@@ -100,6 +117,9 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
     """Compute a split of an open ``Dataset`` (does not write it; see ``Split.write``)."""
     if by not in SPLIT_KINDS:
         raise ValueError(f"split kind must be one of {', '.join(SPLIT_KINDS)}, not {by!r}")
+    if held_out and by != "network":  # named networks are held out whole: that is a split by network, nothing else
+        raise UsageError(f"--held-out holds out whole networks, a split by network: it cannot be one by {by} (leave "
+                         "out --by, or give --by network)")
     if not 0 < test_fraction < 1:  # also refuses NaN
         raise UsageError(f"test fraction must be between 0 and 1 (exclusive), not {test_fraction}")
     rng = np.random.default_rng(seed)
@@ -107,7 +127,8 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
     check_name(name, "split name", "task-s0")
     counts: dict[int, int] = {}
     for p in ds.record_platforms():
-        t, c = np.unique(ds.records(p).task, return_counts=True)
+        # checked: a record of a task the task table lacks (a damaged file) is one error, never a task to split
+        t, c = np.unique(ds.records(p).checked_task(), return_counts=True)
         for ti, ci in zip(t.tolist(), c.tolist()):
             counts[ti] = max(counts.get(ti, 0), ci)
     with_records = sorted(counts)
@@ -151,13 +172,15 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
             which = "no task with records" if not held else "every task with records"
             raise InputError(ds.path, f"holding out {', '.join(sorted(chosen))} leaves {which} in the test part: "
                                       "hold out other networks, or split by task")
-        return Split(name, by, seed, test_fraction, test, held_out_networks=sorted(chosen))
+        # networks named by --held-out are the split whatever the seed and fraction: neither is stored with it
+        return Split(name, by, None if held_out else seed, None if held_out else test_fraction, test,
+                     held_out_networks=sorted(chosen))
     # within task: a fraction of each task's programs, chosen over the union of all platforms
     test_ids = []
     by_task: dict[int, set] = {}
     for p in ds.record_platforms():
         table = ds.records(p)
-        for t, pid in zip(table.task.tolist(), table.program_id.tolist()):
+        for t, pid in zip(table.checked_task().tolist(), table.program_id.tolist()):
             by_task.setdefault(t, set()).add(pid)
     for t in sorted(by_task):
         ids = np.array(sorted(by_task[t]), np.uint64)

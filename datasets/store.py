@@ -243,9 +243,11 @@ def _read_networks(f: h5py.File, path) -> dict[str, list[tuple[int, float]]]:
 class RecordTable:
     """The records of one platform, read lazily column by column."""
 
-    def __init__(self, group: h5py.Group, platform: str):
+    def __init__(self, group: h5py.Group, platform: str, path, n_tasks: int):
         self._g = group
         self.platform = platform
+        self._path = path  # the dataset's file and its number of tasks: what checked_task() checks and names
+        self._n_tasks = n_tasks
 
     def __len__(self) -> int:
         return self._g["task"].shape[0]
@@ -257,6 +259,20 @@ class RecordTable:
     @property
     def task(self) -> np.ndarray:
         return self._g["task"][...]
+
+    def checked_task(self) -> np.ndarray:
+        """The task column, every index checked against the task table: a record of a task the table lacks (a
+        damaged file) is one DatasetFormatError naming the platform and the index. Whatever counts records per
+        task reads the column through this; unchecked, np.bincount fails on a negative index with a traceback and
+        counts an index past the table as one more task. One min and max over the column, read anyway."""
+        task = self.task
+        if task.size:
+            low, high = int(task.min()), int(task.max())
+            if low < 0 or high >= self._n_tasks:
+                raise DatasetFormatError(self._path, f"damaged dataset: records of platform {self.platform!r} belong "
+                                                     f"to task {low if low < 0 else high}, and the dataset has "
+                                                     f"{self._n_tasks} tasks")
+        return task
 
     @property
     def program_id(self) -> np.ndarray:
@@ -283,8 +299,9 @@ class RecordTable:
         """Labels of all records: per task ``best / latency``, failures 0."""
         return scores(self.task, self.latency())
 
-    def rows_by_task(self) -> dict[int, np.ndarray]:
-        task = self.task
+    def rows_by_task(self, task: np.ndarray | None = None) -> dict[int, np.ndarray]:
+        """Record indices per task index; ``task``: the task column when the caller has read it already."""
+        task = self.task if task is None else task
         order = np.argsort(task, kind="stable")
         bounds = np.flatnonzero(np.diff(task[order])) + 1
         return {int(task[g[0]]): g for g in np.split(order, bounds) if g.size}
@@ -348,7 +365,7 @@ class Dataset:
         if platform not in self._f.get("records", {}):
             known = ", ".join(self.record_platforms()) or "none"
             raise InputError(self.path, f"no records for platform {platform!r} (platforms with records: {known})")
-        return RecordTable(self._f["records"][platform], platform)
+        return RecordTable(self._f["records"][platform], platform, self.path, len(self.tasks))
 
     def num_records(self, platform: str) -> int:
         return len(self.records(platform))
@@ -356,15 +373,12 @@ class Dataset:
     def iter_tasks(self, platform: str, tasks=None):
         """Yield ``TaskRecords`` per task (in task order) without loading schedules until asked."""
         table = self.records(platform)
+        task = table.checked_task()
         pids, errors = table.program_id, table.error
         latency = table.latency()
-        score = scores(table.task, latency)
-        groups = table.rows_by_task()
+        score = scores(task, latency)
+        groups = table.rows_by_task(task)
         wanted = sorted(groups) if tasks is None else [t for t in tasks if t in groups]
-        if groups and (min(groups) < 0 or max(groups) >= len(self.tasks)):  # the column is read here anyway
-            bad = min(groups) if min(groups) < 0 else max(groups)
-            raise DatasetFormatError(self.path, f"damaged dataset: records of platform {platform!r} belong to task "
-                                                f"{bad}, and the dataset has {len(self.tasks)} tasks")
         for t in wanted:
             rows = groups[t]
             yield TaskRecords(self.tasks[t], platform, rows, pids[rows], errors[rows], latency[rows], score[rows],

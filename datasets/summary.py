@@ -13,7 +13,8 @@ def summarize(ds) -> dict:
         table = ds.records(p)
         records[p] = len(table)
         failed[p] = int(np.count_nonzero(~np.isfinite(table.latency())))
-        counts = np.bincount(table.task, minlength=len(ds.tasks)) if len(table) else np.zeros(0, int)
+        # checked: a task index outside the task table (a damaged file) is one error, not a task counted
+        counts = np.bincount(table.checked_task(), minlength=len(ds.tasks)) if len(table) else np.zeros(0, int)
         counts = counts[counts > 0]
         per_task[p] = (
             dict(tasks=int(counts.size), min=int(counts.min()), median=float(np.median(counts)), max=int(counts.max()))

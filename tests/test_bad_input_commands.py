@@ -91,11 +91,13 @@ def _ckpt_of_attention_heads(c, heads: int):
     return _edited_ckpt(c, edit)
 
 
-def _run_with_empty_summary(c):
-    """A copy of the trained run whose summary.json a full disk left empty."""
+def _run_with_empty_report(c):
+    """A copy of the trained run whose evaluation report (report/metrics.json) a full disk left empty (its
+    summary.json is not read: the model records its training)."""
     run = c["tmp"] / "run"
     shutil.copytree(c["run"], run)
-    (run / "summary.json").write_text("")
+    (run / "report").mkdir()
+    (run / "report" / "metrics.json").write_text("")
     return run
 
 
@@ -201,8 +203,8 @@ CASES = {
     "export damaged ckpt": (lambda c: ["export", _truncated_ckpt(c), "-o", c["tmp"] / "m"],
                             "a training checkpoint, not a model"),
     "export missing ckpt": (lambda c: ["export", c["tmp"] / "none.ckpt", "-o", c["tmp"] / "m"], "no such model"),
-    "export a run whose summary is empty": (lambda c: ["export", _run_with_empty_summary(c), "-o", c["tmp"] / "m"],
-                                            "summary.json: is not readable JSON"),
+    "export a run whose report is empty": (lambda c: ["export", _run_with_empty_report(c), "-o", c["tmp"] / "m"],
+                                           "metrics.json: is not readable JSON"),
     "evaluate --model is a dataset": (lambda c: _evaluate(c, c["data"]), "d.h5: not a costlab model"),
     "finetune --from is a dataset": (lambda c: ["finetune", "--from", c["data"], "--data", c["data"],
                                                 "--platform", PLATFORM, "--out", c["tmp"] / "ft"],

@@ -139,3 +139,82 @@ def test_a_within_task_split_that_would_hold_out_nothing_is_refused(data, capsys
     assert main(["dataset", "split", str(data), "--by", "within-task", "--test-fraction", "0.03"]) == 0
     with open_dataset(data) as ds:
         assert len(ds.split("within-task3-s0").test_programs) >= 1
+
+
+@pytest.mark.parametrize("index", [10, 99, -3])
+@pytest.mark.parametrize("argv", [["info"], ["info", "--json"], ["split"], ["split", "--by", "within-task"],
+                                  ["split", "--by", "network"]])
+def test_records_of_a_task_the_task_table_lacks_are_one_error(data, capsys, index, argv):  # noqa: F811
+    """A damaged file whose records name a task past the task table (10 of 10 tasks, 99) or a negative one: `info`
+    counted one more task (np.bincount), or failed with numpy's traceback for a negative index, and `split` stored a
+    split built on it. One error naming the file, the platform and the index, as reading the records' tasks gives;
+    the file is unchanged."""
+    import h5py
+
+    with h5py.File(data, "a") as f:
+        f["records/cpu-a/task"][3] = index
+    before = _digest(data)
+    assert main(["dataset", argv[0], str(data), *argv[1:]]) == 2
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert out == "" and len(lines) == 1, lines
+    assert lines[0] == (f"costlab: error: {data}: damaged dataset: records of platform 'cpu-a' belong to task {index}, "
+                        "and the dataset has 10 tasks")
+    assert _digest(data) == before
+
+
+@pytest.mark.parametrize("by", ["task", "within-task"])
+def test_held_out_with_another_by_is_refused(data, capsys, by):  # noqa: F811
+    """--held-out names networks to hold out whole: it silently made a split by network of an explicit --by task or
+    --by within-task. Refused; --by network says what --held-out implies and is kept."""
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), "--by", by, "--held-out", "bert"]) == 2
+    assert (f"--held-out holds out whole networks, a split by network: it cannot be one by {by} (leave out --by, "
+            "or give --by network)") in _error(capsys)
+    assert _digest(data) == before
+    assert main(["dataset", "split", str(data), "--by", "network", "--held-out", "bert"]) == 0
+    with open_dataset(data) as ds:
+        assert ds.split("network-bert").by == "network" and ds.split("network-bert").test_tasks.tolist() == [3, 4]
+
+
+def test_the_same_held_out_networks_are_the_same_split_whatever_the_seed(data, capsys):  # noqa: F811
+    """--seed and --test-fraction choose nothing when --held-out names the networks: they were stored with the split
+    all the same (it claimed seed 3 and fraction 0.5), and holding out the same networks with other values was refused
+    as a different split (--replace advised). Neither is stored now, and the same networks are the same split."""
+    assert main(["dataset", "split", str(data), "--held-out", "bert", "--seed", "3", "--test-fraction", "0.5"]) == 0
+    assert "(by network, held out bert, 2 test tasks): stored" in capsys.readouterr().err
+    with open_dataset(data) as ds:
+        first = ds.split("network-bert")
+    assert first.seed is None and first.test_fraction is None and first.held_out_networks == ["bert"]
+    for argv in ([], ["--seed", "7"], ["--by", "network", "--test-fraction", "0.3"]):
+        assert main(["dataset", "split", str(data), "--held-out", "bert", *argv]) == 0
+        assert "stored already, unchanged" in capsys.readouterr().err
+    with open_dataset(data) as ds:
+        assert ds.split_names() == ["network-bert"] and ds.split("network-bert").meta == first.meta
+    # other networks under that name are a different split still
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), "--held-out", "vit", "--name", "network-bert"]) == 2
+    assert "a different split named 'network-bert' is stored already (by network, held out bert" in _error(capsys)
+    assert _digest(data) == before
+
+
+def test_a_held_out_split_stored_with_a_seed_is_the_same_split(data, capsys):  # noqa: F811
+    """A held-out split stored before the seed and fraction were left out holds the values given then (seed 3,
+    fraction 0.5): it stays readable, is the same split as the same networks held out now, and keeps its digest (a
+    model that trained on it still evaluates on it)."""
+    import json
+
+    import h5py
+    import numpy as np
+
+    with h5py.File(data, "a") as f:  # as costlab stored `--held-out bert --seed 3 --test-fraction 0.5`
+        g = f.require_group("splits").create_group("network-bert")
+        g.attrs["meta"] = json.dumps(dict(by="network", seed=3, test_fraction=0.5, held_out_networks=["bert"]),
+                                     sort_keys=True)
+        g.create_dataset("test_tasks", data=np.array([3, 4], np.int64))
+    assert main(["dataset", "split", str(data), "--held-out", "bert"]) == 0
+    assert "stored already, unchanged" in capsys.readouterr().err
+    with open_dataset(data) as ds:
+        old = ds.split("network-bert")
+    assert (old.seed, old.test_fraction, old.test_tasks.tolist()) == (3, 0.5, [3, 4])  # kept as stored
+    assert old.digest == hashlib.sha256(b"network" + np.array([3, 4], np.int64).tobytes()).hexdigest()[:16]

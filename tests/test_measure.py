@@ -471,11 +471,15 @@ def test_a_remote_boards_platform_stated_by_set_machine_takes_more_rpc_records(t
     (["--builder-timeout", "inf"], "--builder-timeout must be a positive number of seconds, not inf"),
     (["--platform", "my box"], "--platform: bad platform id 'my box'"),
     (["--platform", "records/x"], "--platform: bad platform id 'records/x'"),
+    # a selection of no task, into a new platform: it was "has no MetaSchedule tasks" (for ","), or every task ("")
+    (["--platform", "new", "--tasks", ","], "--tasks names no task (','): give task indices or names"),
+    (["--platform", "new", "--tasks", ""], "--tasks names no task (''): give task indices or names"),
+    (["--platform", "new", "--tasks", " , ,"], "--tasks names no task (' , ,'): give task indices or names"),
 ])
 def test_options_that_would_waste_the_run_are_refused_before_any_work(tmp_path, capsys, monkeypatch, argv, says):
-    """A build timeout of 0 stores every candidate as a timeout (never measured again), and a platform id that is
-    not a name was refused only when the first batch was saved: both are one error line before anything is
-    built, and the dataset is unchanged."""
+    """A build timeout of 0 stores every candidate as a timeout (never measured again), a platform id that is not a
+    name was refused only when the first batch was saved, and a --tasks of no task was said to be a dataset without
+    tasks: each is one error line before anything is built, and the dataset is unchanged."""
     import hashlib
 
     import costlab.datasets.measure as measure_module

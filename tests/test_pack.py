@@ -376,3 +376,17 @@ def test_a_split_seed_beyond_64_bits_is_refused_before_anything_is_written(tmp_p
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "split 'big' has seed 100000000000000000000000, beyond 64 bits" in err
     assert not out.exists()
+
+
+def test_a_split_of_named_networks_packs_and_unpacks_without_a_seed(tmp_path):
+    """Networks named by --held-out are a split of no seed or test fraction (stored as null): the pack keeps them
+    so, and unpack reads them back."""
+    data = tmp_path / "d.h5"
+    shutil.copy(SMALL, data)
+    assert main(["dataset", "split", str(data), "--held-out", "GMM:1,16,16,16"]) == 0
+    with open_dataset(data) as ds:
+        meta = ds.split("network-GMM_1_16_16_16").meta
+    assert meta["seed"] is None and meta["test_fraction"] is None
+    assert main(["dataset", "pack", str(data), "-o", str(tmp_path / "p")]) == 0
+    assert main(["dataset", "unpack", str(tmp_path / "p"), "-o", str(tmp_path / "back.h5")]) == 0
+    _same(data, tmp_path / "back.h5")

@@ -126,13 +126,15 @@ def register(sub) -> None:
                       description="Split by task, by network (whole networks held out; name them with "
                       "--held-out) or within task, from a seed. The split is stored in the dataset.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
-    q.add_argument("--by", choices=list(SPLIT_KINDS), default="task")
+    q.add_argument("--by", choices=list(SPLIT_KINDS),
+                   help="default: task, or network with --held-out (which refuses another --by)")
     # numpy refuses a negative seed, and one beyond 63 bits is stored but cannot be packed
     q.add_argument("--seed", type=int_in("--seed", 0, 2**63 - 1), default=0)
     q.add_argument("--test-fraction", type=float, default=0.2)
     q.add_argument("--held-out", action="append", metavar="NETWORK",
-                   help="a network to hold out (implies --by network); repeatable, or comma-separated names. A "
-                   "name with commas (costlab's own: GMM:1,16,16,16) is one network when the dataset has it")
+                   help="a network to hold out (implies --by network; --seed and --test-fraction play no part); "
+                   "repeatable, or comma-separated names. A name with commas (costlab's own: GMM:1,16,16,16) is one "
+                   "network when the dataset has it")
     q.add_argument("--name", help="split name: letters, digits and . _ + - (default: derived from the options, "
                    "e.g. task-s0, task30-s0)")
     q.add_argument("--replace", action="store_true",
@@ -276,7 +278,8 @@ def _held_out(values, networks) -> list:
 def _split(args) -> int:
     with open_dataset(args.data) as ds:
         held = _held_out(args.held_out, ds.networks)
-        by = "network" if held else args.by
+        # an explicit --by other than network is refused by make_split, never overridden silently
+        by = args.by or ("network" if held else "task")
         split = make_split(ds, by, seed=args.seed, test_fraction=args.test_fraction, held_out=held or None,
                            name=args.name)
     with DatasetWriter(args.data) as w:
