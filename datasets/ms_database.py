@@ -42,8 +42,8 @@ def import_ms(work_dirs, out, platform: str | None = None, network: str | None =
     platform whose machine a measurement recorded: ``store.check_import_host``). Bad lines are skipped and
     counted in the report: lines ``parse_record`` refuses, records of a bad target (``targets.target_problem``;
     where TVM is installed, one it refuses), and, where TVM is installed, traces of an instruction kind it does
-    not know; a work directory without both files is an error raised before anything is written. Re-importing adds nothing twice (records dedupe by
-    program id).
+    not know; a work directory without both files is an error raised before anything is written. Re-importing
+    adds nothing twice (records dedupe by program id).
     """
     if platform is not None:  # a bad id is said before anything is read (one like /tasks names another group)
         try:
@@ -212,7 +212,7 @@ def export_ms(data, platform: str, out_dir, include_failed: bool = False) -> str
             known = ", ".join(ds.record_platforms()) or "none"
             raise InputError(data, f"no records for platform {platform!r} (platforms with records: {known})")
         table = ds.records(platform)
-        task_col = table.task
+        task_col = table.checked_task()  # a damaged file: one error, not another task's workload
         used = np.unique(task_col)
         ansor = [int(t) for t in used if ds.tasks[int(t)].dialect != "ms"]
         if ansor:

@@ -218,3 +218,31 @@ def test_a_held_out_split_stored_with_a_seed_is_the_same_split(data, capsys):  #
         old = ds.split("network-bert")
     assert (old.seed, old.test_fraction, old.test_tasks.tolist()) == (3, 0.5, [3, 4])  # kept as stored
     assert old.digest == hashlib.sha256(b"network" + np.array([3, 4], np.int64).tobytes()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "export-ms"])
+def test_training_evaluating_and_exporting_refuse_records_of_a_task_the_table_lacks(trained, tmp_path, capsys,
+                                                                                   command):
+    """The labels, a split's test part and an export read the task column too: a task index past the table was
+    numpy's IndexError (or, in an export, another task's workload for a negative one)."""
+    import shutil
+
+    import h5py
+
+    from conftest import TINY
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["dataset", "split", str(data), "--by", "task"]) == 0
+    with h5py.File(data, "a") as f:
+        f["records/llvm-x86_64-2c/task"][3] = 99
+    argv = {"train": ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--epochs", "1", "--no-progress",
+                      *TINY],
+            "evaluate": ["evaluate", "--model", "psa", "--data", str(data), "--split", "task-s0"],
+            "export-ms": ["dataset", "export-ms", str(data), "--platform", "llvm-x86_64-2c", "-o",
+                          str(tmp_path / "db")]}[command]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "damaged dataset: records of platform 'llvm-x86_64-2c' belong to task 99" \
+        in err, err

@@ -36,13 +36,13 @@ def build_label_table(ds, platforms: list[str], base: str | None = None, keep_fr
     optional ``(task, program_id) -> bool mask`` of the test records."""
     base = base or platforms[0]
     table = ds.records(base)
-    task, pids = table.task.astype(np.int64), table.program_id
+    task, pids = table.checked_task().astype(np.int64), table.program_id  # a damaged file: one error
     n, rng = len(task), np.random.default_rng(seed)
     score = np.full((n, len(platforms)), np.nan)
     latency = np.full((n, len(platforms)), np.nan)
     for j, p in enumerate(platforms):
         t = ds.records(p)
-        p_task, p_ids, p_lat = t.task.astype(np.int64), t.program_id, t.latency()
+        p_task, p_ids, p_lat = t.checked_task().astype(np.int64), t.program_id, t.latency()
         frac = (keep_fraction or {}).get(p, 1.0)
         if frac < 1.0:
             keep = rng.random(len(p_ids)) < frac
