@@ -296,6 +296,14 @@ def test_finetune_from_a_checkpoint_writes_a_model_that_loads(trained, tmp_path)
     for key in ("kind", "net", "featurizer"):
         assert tuned.config[key] == source.config[key]
     assert load_predictor(str(tmp_path / "ft")).kind == source.kind
+    # the checkpoint's run trained on every record of its dataset: the fine-tuned model keeps that, by both
+    # recipes, and evaluate says so
+    for extra in ([], ["--recipe", "lightning", "--epochs", "1", *TINY]):
+        out = tmp_path / f"ft{len(extra)}"
+        assert main(["finetune", "--from", str(ckpt), "--data", str(data), "--platform", "llvm-x86_64-2c",
+                     "--out", str(out), "--no-progress", "--overwrite", *extra]) == 0
+        assert read_artifact(out / "model").config["lineage"] == [
+            dict(split=None, split_digest=None, dataset=str(trained / "d.h5"))]
 
 
 def test_finetune_from_a_shipped_model_by_name(tmp_path):

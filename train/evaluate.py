@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds, metrics
@@ -49,6 +50,34 @@ def lineage_of(config: dict) -> list[dict]:
             seen.add(key)
             out.append(step)
     return out
+
+
+def checkpoint_lineage(ckpt: Path) -> list[dict]:
+    """The splits the run of a checkpoint (``RUN_DIR/checkpoints/X.ckpt``) trained on, as ``lineage_of`` gives
+    them for a model: its model's config where the run wrote one, else its config.yaml's split (its digest read
+    from the dataset, where that still holds the split) or every record of its dataset. [] for a checkpoint
+    outside a run dir."""
+    run = ckpt.parent.parent
+    from costlab.costmodels.artifact import read_config
+
+    try:
+        return lineage_of(read_config(run / "model"))
+    except Exception:  # noqa: BLE001  no model written (an interrupted run), or one that does not read
+        pass
+    try:
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    if not isinstance(cfg, dict) or not cfg.get("data"):
+        return []
+    digest = None
+    if cfg.get("split"):
+        try:
+            with open_dataset(cfg["data"]) as ds:
+                digest = ds.split(cfg["split"]).digest
+        except Exception:  # noqa: BLE001  the dataset moved, or its split is gone: nothing to tell it by
+            return []
+    return lineage_of(dict(split=cfg.get("split"), split_digest=digest, dataset=str(cfg["data"]), training=True))
 
 
 def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarray) -> list[str]:

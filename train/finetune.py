@@ -21,12 +21,12 @@ from costlab.common.errors import UsageError
 from costlab.common.files import write_atomically
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import save_artifact
-from costlab.costmodels.predictors import NetPredictor, head_of, pinned_name
+from costlab.costmodels.predictors import NetPredictor, head_of, pinned_name, resolve
 from costlab.costmodels.recipe import fit_lists, task_lists
 from costlab.costmodels.recipes import DEFAULT, recipe
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
-from costlab.train.evaluate import lineage_of, select_rows
+from costlab.train.evaluate import checkpoint_lineage, lineage_of, select_rows
 from costlab.train.predict import load_predictor
 from costlab.train.run_dir import run_dir
 
@@ -73,8 +73,10 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     config = {k: v for k, v in pred.config.items() if k not in ("weights_sha256", "config_sha256")}
     targets = dict(config.get("targets") or {}) if len(pred.platforms) > 1 else {}
     targets[platform] = target
-    # the splits of every training before this one: evaluate tells which evaluated records they trained on
-    lineage = lineage_of(config)
+    # the splits of every training before this one: evaluate tells which evaluated records they trained on (a
+    # checkpoint's are its run's)
+    source_path = resolve(source)
+    lineage = checkpoint_lineage(source_path) if source_path.suffix == ".ckpt" else lineage_of(config)
     config.update(training=summary, split=split, split_digest=digest, dataset=str(data), dialects=dialects,
                   targets=targets)
     if lineage:

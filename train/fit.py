@@ -28,7 +28,7 @@ from costlab.common.files import write_atomically
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
 from costlab.train.baselines import train_baseline
 from costlab.train.data import CostDataModule, DataConfig
-from costlab.train.evaluate import lineage_of
+from costlab.train.evaluate import checkpoint_lineage, lineage_of
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
 from costlab.train.run_dir import run_dir
@@ -122,8 +122,8 @@ def source_meta(source) -> dict:
         return dict(path=source, kind=c["kind"], net=c["net"], featurizer=c["featurizer"], lineage=lineage_of(c),
                     platforms=list(c.get("platforms") or []))
     ckpt = read_checkpoint(source)
-    return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"], lineage=[],
-                platforms=list(ckpt["platforms"]))
+    return dict(path=source, kind=ckpt["kind"], net=ckpt["net_config"], featurizer=ckpt["featurizer"],
+                lineage=checkpoint_lineage(source), platforms=list(ckpt["platforms"]))
 
 
 class _NoteInterrupt(L.Callback):
