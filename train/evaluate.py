@@ -15,6 +15,7 @@ import yaml
 
 from costlab.common.errors import UsageError
 from costlab.costmodels import kinds, metrics
+from costlab.costmodels.artifact import read_config
 from costlab.datasets import open_dataset
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
@@ -58,8 +59,6 @@ def checkpoint_lineage(ckpt: Path) -> list[dict]:
     from the dataset, where that still holds the split) or every record of its dataset. [] for a checkpoint
     outside a run dir."""
     run = ckpt.parent.parent
-    from costlab.costmodels.artifact import read_config
-
     try:
         return lineage_of(read_config(run / "model"))
     except Exception:  # noqa: BLE001  no model written (an interrupted run), or one that does not read

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
 from costlab.costmodels import kinds
+from costlab.costmodels.shipped import aliases
 from costlab.datasets.records import record_latency
 from costlab.export.machines import refuse_other_machine, run_target
 from costlab.export.search.common import measure_candidates, measured_hashes, model_order, schedule_hash
@@ -257,8 +258,6 @@ def pinned_model(model) -> str:
     version it stands for now (``x86-cpu`` -> ``x86-cpu-v2``, as ``costlab tune`` records its model), so that the
     alias and its version continue one transfer and an alias that moved on since does not; the draft kind (PSA)
     for none; anything else as given."""
-    from costlab.costmodels.shipped import aliases  # reads a JSON file: no torch unless the name is an alias
-
     name = str(model or kinds.draft())
     if name not in aliases():
         return name
