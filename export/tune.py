@@ -51,7 +51,8 @@ from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STR
 from costlab.export.search.common import RoundLog
 from costlab.export.tasks import Task, canonical_workloads, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, started_tasks, task_key, transfer_tasks
-from costlab.export.workdir import MeasuringStack, WorkDir
+from costlab.export.machines import refuse_other_machine, run_target
+from costlab.export.workdir import MeasuringStack, WorkDir, read_state
 from costlab.metaschedule.rpc import tracker_problem
 from costlab.metaschedule.runners import runner_failure
 from costlab.metaschedule.targets import is_gpu, platform_id_for, runnable_target, target_cores
@@ -193,6 +194,17 @@ class TuneOptions:
         if self.task_scheduler not in TASK_SCHEDULERS:
             raise UsageError(f"--task-scheduler must be one of {', '.join(TASK_SCHEDULERS)}, "
                              f"not {self.task_scheduler!r}")
+
+
+def _searched_per_task(work: WorkDir, database, tasks: list[Task]) -> list[int]:
+    """The search's trials already in the database per task: its records less those exploitation measured
+    (``exploit_state.json``, by structural hash, as ``--exploit`` or ``costlab exploit`` counts them), which have
+    a budget of their own: counted as search trials, a continued run with more --trials searched nothing."""
+    state = read_state(work.exploit_state, "start exploitation afresh", {})
+    done = _done_per_task(database, tasks)
+    exploited = [state.get(str(database.commit_workload(t.mod).as_json()[0])) if database.has_workload(t.mod)
+                 else None for t in tasks]
+    return [max(0, d - int(e.get("trials") or 0)) if isinstance(e, dict) else d for d, e in zip(done, exploited)]
 
 
 def _done_per_task(database, tasks: list[Task]) -> list[int]:
@@ -365,7 +377,7 @@ def tune(opts: TuneOptions) -> dict:
                          _start_state(work.transfer_state, "transfer afresh", bool(opts.transfer_from)).items()}
                 started_from = _library_start(opts, to_start, target, database, builder, runner, clock, taken,
                                               len(tasks))
-            done = _done_per_task(database, tasks)
+            done = _searched_per_task(work, database, tasks)
             # workloads are tuned one after the other, each with its own budget; a network's tasks share one
             groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
             budget = opts.trials * len(groups)
@@ -459,7 +471,9 @@ def tune(opts: TuneOptions) -> dict:
         return summary
     exploited_now = exploited is not None and exploited["trials"] > 0
     if earlier is not None and clock.first_batch_at is None and not exploited_now and transferred is None:
-        return earlier  # a finished run re-run: nothing was measured, its summary stands as it was written
+        # a finished run re-run: nothing was measured, its summary stands as it was written (what this command's
+        # own seconds were is not in it: marked, not written)
+        return dict(earlier, unchanged=True)
     checked = opts.check_output and not opts.rpc_key  # a remote device's programs are not run here
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
     answers = []  # per task: check_task's whole answer (its records too), None when not checked
@@ -741,20 +755,36 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     same machine (its host is recorded); another run there would mix two searches, two ways of timing, or two
     machines' timings, in one database. Returns the options to record once the run has started."""
     work = WorkDir(work)
-    keys = ("workloads", "network", "batch", "seq_len", "target", "model", "strategy", "adapt", "seed",
-            "ms_defaults", "per_iter", "population", "verify_fraction", "task_scheduler", *MEASURE_KEYS)
-    mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys}
+    keys = ("workloads", "network", "batch", "seq_len", "target", "model", "model_sha256", "head", "strategy", "adapt",
+            "seed", "ms_defaults", "per_iter", "first_rounds", "population", "verify_fraction", "task_scheduler",
+            "task_filter", "transfer_from", "transfer_top", *MEASURE_KEYS)
+    mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys if hasattr(opts, k)}
     mine["target"] = plain_json(target.export())
+    mine["task_filter"] = sorted(opts.task_filter or [])
+    mine["transfer_from"] = sorted(str(Path(s).resolve()) for s in opts.transfer_from or [])
     # workloads as their tasks are named (GMM:1,16,16,16 and gmm:1,16,16,16 are one task); a run recorded before,
     # its specs as typed, continues when they name the same tasks
     mine["workloads"] = canonical_workloads(opts.workloads)
     # a shipped alias recorded as the version it stands for: once the alias moves on, continuing the run with it
     # is refused (two models' choices in one search), as is a run recorded under the bare alias
-    from costlab.costmodels.predictors import shipped_alias  # lazy: pulls torch; MetaSchedule's default needs none
+    from costlab.costmodels.predictors import shipped_alias, weights_sha256  # lazy: pulls torch; MetaSchedule's
+    # default needs none
 
     mine["model"] = shipped_alias(opts.model) if isinstance(opts.model, str) else mine["model"]
+    # a model directory is its weights: another model copied over it is refused, the same one spelled another way
+    # (an absolute path, from another folder) is not
+    mine["model_sha256"] = weights_sha256(opts.model) if isinstance(opts.model, str) else None
     old = work.run_record()
+    if old is None:  # records without a run (a transfer made the work dir): measured for the target they name,
+        # on the machine the transfer recorded
+        refuse_other_machine(target, run_target(work.path), work, "tune it with the --target its records were "
+                                                                  "measured for, or tune another --work-dir")
+        work.check_same_host("tuning it")
     if old is not None:
+        if old.get("model_sha256") and old["model_sha256"] == mine["model_sha256"]:
+            old["model"] = mine["model"]  # the same weights, however the model is named
+        for k in ("model_sha256", "head", "first_rounds", "task_filter", "transfer_from", "transfer_top"):
+            old.setdefault(k, mine[k])  # runs recorded before these were (a model then compared as named)
         if "target" in old:
             old["target"] = _same_target(old["target"])
         if isinstance(old.get("workloads"), list):

@@ -164,8 +164,14 @@ class WorkDir:
                                            "or remove it if you know the run's options")
 
     def host(self) -> dict | None:
-        """The host that measured the run (its record's ``host``); None when none is recorded."""
+        """The host that measured the run (its record's ``host``, else, in a work dir a transfer alone made, the
+        transfer's); None when none is recorded."""
         host = self.recorded("host")
+        if host is None and not self.run_file.exists():
+            try:
+                host = json.loads(self.transfer_state.read_text()).get("host")
+            except (OSError, ValueError, AttributeError):
+                host = None
         return host if isinstance(host, dict) else None
 
     def write_run_record(self, record: dict) -> None:

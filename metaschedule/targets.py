@@ -161,6 +161,11 @@ def runnable_target(target, local: bool = True) -> dict:
     if value.get("kind") != "llvm":
         return value
     mcpu = value.get("mcpu")
+    if "mcpu" in value and not mcpu:  # an unset $CPU, say: LLVM would say "Error" and compile generic code
+        raise ValueError("-mcpu is empty: give a CPU LLVM knows, or leave it out for generic x86-64")
+    cores = value.get("num-cores")
+    if cores is not None and (type(cores) is not int or cores < 1):  # 0 is no count of cores: not "this machine's"
+        raise ValueError(f"num-cores must be at least 1, not {cores!r}")
     if mcpu:
         import tvm
         from tvm.target import codegen

@@ -551,6 +551,7 @@ def test_a_run_records_the_version_a_shipped_alias_stands_for(tmp_path, capsys):
     assert main(argv) == 0
     run = json.loads((work / "costlab_run.json").read_text())
     assert run["model"] == aliases()["x86-cpu"]
+    run.pop("model_sha256")  # as recorded before the weights were
     (work / "costlab_run.json").write_text(json.dumps(dict(run, model="x86-cpu")))
     records = len(_records(work))
     capsys.readouterr()
@@ -649,3 +650,31 @@ def test_a_network_run_whose_deadline_left_its_finals_unmeasured_is_not_taken_as
     opts.final_top = 1  # no finals asked for: the summary without them stands
     WorkDir(tmp_path).summary_file.write_text(json.dumps(dict(summary, options=dict(summary["options"], final_top=1))))
     assert _finished_summary(tmp_path, tasks, done, opts) is not None
+
+
+def test_a_finished_run_re_run_says_it_measured_nothing(tmp_path, capsys, monkeypatch):
+    """A re-run of a finished run returns its summary as written: the text output printed the earlier command's
+    seconds, stop and exploitation as this one's. It says the run is finished and leaves those out; --json keeps
+    the summary whole."""
+    import costlab.commands.tune as command
+
+    summary = dict(tasks=[dict(name="GMM:1,8,8,8", weight=1, trials=4, best_us=1.5)], wall_s=27.0,
+                   first_batch_s=15.1, exploit=dict(trials=2, wall_s=11.0, tasks=[]), unchanged=True)
+    monkeypatch.setattr(command, "tune", lambda opts: dict(summary))
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(tmp_path / "w")]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "is finished: nothing more to measure" in err and "GMM:1,8,8,8: 4 trials" in out
+    assert "27 s" not in err and "15.1" not in err and "exploitation" not in err, err
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["wall_s"] == 27.0
+
+
+@pytest.mark.parametrize("command", ["tune", "transfer"])
+@pytest.mark.parametrize("option", ["--batch", "--seq-len"])
+def test_network_input_sizes_must_be_positive(tmp_path, capsys, command, option):
+    """--batch 0 or --seq-len 0 was blamed on the model's conversion to Relax."""
+    extra = ["--from", str(tmp_path)] if command == "transfer" else []
+    assert main([command, "--network", "bert", option, "0", "--work-dir", str(tmp_path / "w"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} must be" in err and "Relax" not in err, err

@@ -32,8 +32,8 @@ def register(sub) -> None:
     q.add_argument("--network", metavar="TYPE[:KEY=VALUE,...]|MODULE:FUNCTION", help="a network, as for costlab tune")
     q.add_argument("--task", action="append", default=[], metavar="PATTERN", dest="task_filter",
                    help="only the network's tasks whose names match this shell pattern (repeatable)")
-    q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
-    q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
+    q.add_argument("--batch", type=positive_int("--batch"), default=1, help="batch size of network inputs")
+    q.add_argument("--seq-len", type=positive_int("--seq-len"), default=32, help="sequence length of text networks")
     q.add_argument("--target", default=None,
                    help="TVM target; default: the target of the run in --work-dir (of its records when no run "
                         "made it), or 'host' for a new work dir. "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
+from costlab.commands.options import positive_int
 from costlab.commands.signals import signals_end_cleanly
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
@@ -39,8 +40,8 @@ def register(sub) -> None:
     q.add_argument("--task", action="append", default=[], metavar="PATTERN", dest="task_filter",
                    help="tune only the network's tasks whose names match this shell pattern, e.g. "
                    "'fused_matmul_add*' (repeatable; a part of a network gets no end-to-end comparison)")
-    q.add_argument("--batch", type=int, default=1, help="batch size of network inputs")
-    q.add_argument("--seq-len", type=int, default=32, help="sequence length of text networks")
+    q.add_argument("--batch", type=positive_int("--batch"), default=1, help="batch size of network inputs")
+    q.add_argument("--seq-len", type=positive_int("--seq-len"), default=32, help="sequence length of text networks")
     q.add_argument("--target", default="host", help=TARGET_HELP)
     q.add_argument("--trials", type=int, default=200, help="measured candidates per workload, or for the network")
     q.add_argument("--max-seconds", type=float, metavar="S",
@@ -160,6 +161,12 @@ def _tune(args) -> int:
         usable_sources(args.transfer_from, exclude=[args.work_dir], kind=_target_kind(args.target))
     with signals_end_cleanly():
         summary = tune(opts)
+    if summary.get("unchanged"):  # its seconds, stop and exploitation lines are the earlier command's
+        print(f"the run in {args.work_dir} is finished: nothing more to measure for these options (what follows "
+              f"is its summary, {args.work_dir}/costlab_tune.json)", file=sys.stderr)
+        if not args.json:
+            summary = {k: v for k, v in summary.items() if k not in ("stopped", "exploit", "first_batch_s", "wall_s",
+                                                                     "skipped_lines")}
     skipped = summary.get("skipped_lines") or []
     if skipped:
         print(f"skipped {len(skipped)} bad line(s) of the database, moved to database_tuning_record.bad-lines.jsonl: "
@@ -209,7 +216,8 @@ def _tune(args) -> int:
         checked = " (output checked against PyTorch's)" if (n.get("output_check") or {}).get("status") == "ok" else ""
         print(f"network end to end: tuned {n['tuned_ms']:.3f} ms, untuned {n['untuned_ms']:.3f} ms "
               f"({n['speedup']}x){checked}")
-    print(f"work dir: {args.work_dir} ({summary['wall_s']:.0f} s)", file=sys.stderr)
+    if "wall_s" in summary:
+        print(f"work dir: {args.work_dir} ({summary['wall_s']:.0f} s)", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError, last_line
+from costlab.common.host import host_info
 from costlab.costmodels import kinds
 from costlab.costmodels.shipped import aliases
 from costlab.datasets.records import record_latency
@@ -186,6 +187,8 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
     state["sources"] = [str(s) for s in opts.sources]
     state["options"] = transfer_options(opts)
+    # the machine its records are measured on, for a work dir a transfer alone made (no run record says it)
+    state.setdefault("host", host_info())
     todo = [t for t in tasks if not state["tasks"].get(task_key(t.mod), {}).get("done")]
     if not todo:
         return state
