@@ -95,5 +95,8 @@ def record_batch(ds, platform: str, rows):
     rows = np.asarray(rows, np.int64)
     plat = ds.platforms[platform]
     table = ds.records(platform)
-    task_ids = table.column("task", rows) if rows.size else np.zeros(0, np.int32)
-    return rows, plat, is_gpu(plat.target), task_ids, table.schedules(rows)
+    # read in increasing order, each row once (what HDF5 takes), and given back in the caller's order
+    once, order = np.unique(rows, return_inverse=True)
+    task_ids = table.column("task", once)[order] if rows.size else np.zeros(0, np.int32)
+    schedules = table.schedules(once)
+    return rows, plat, is_gpu(plat.target), task_ids, [schedules[i] for i in order.tolist()]

@@ -266,6 +266,8 @@ def ansor_tokens(steps) -> list[Token]:
                 v = float(value) if value else 0
             except ValueError:
                 v = 0
+            if not math.isfinite(v):  # "$inf", "$nan", "$1e400": a number no feature can hold
+                v = 0
             keys = (f"PR:{name}", kind) if name else keys
             nums = [_num(f[0]), _num(f[1]), v]
         elif kind == "CHR":

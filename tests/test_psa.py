@@ -279,3 +279,64 @@ def test_the_modes_benchmark_compares_the_same_records_both_ways(capsys):
     assert r["over_1pct"] <= r["differ"] <= r["compared"] and r["differ"] == int((r["rel"] > 1e-9).sum())
     assert psa_modes.main([str(data), "--records", "24", "--list"]) == 0
     assert capsys.readouterr().out.count("  row ") == r["differ"]
+
+
+def test_an_element_is_as_many_bytes_as_its_dtype_says():
+    """The bytes came from the last number of the name: float8_e4m3fn counted 4 bytes (the "3" of its mantissa)."""
+    from costlab.featurizers.psa.tir_nest import dtype_bytes
+
+    sizes = {"float8_e4m3fn": 1, "float8_e5m2": 1, "float4_e2m1fn": 1, "int8": 1, "bool": 1, "float16": 2,
+             "bfloat16": 2, "float32": 4, "int64": 8, "float32x4": 16, "float16x8": 16}
+    assert {d: dtype_bytes(d) for d in sizes} == sizes
+
+
+@pytest.mark.parametrize("name", ["psa", "pacm"])
+def test_records_in_any_order_are_featurized_in_that_order(tmp_path, name):
+    """PSA's and PaCM's ``featurize_records`` read rows through HDF5, which takes them in increasing order only:
+    rows in another order (or one twice) were a TypeError; TLP's always took them."""
+    import shutil
+
+    from conftest import FIXTURES
+    from costlab.datasets import open_dataset
+
+    data = tmp_path / "d.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    featurizer = create(name)
+    with open_dataset(data) as ds:
+        (pid,) = ds.record_platforms()
+        ordered = featurizer.featurize_records(ds, pid, np.array([3, 5]))
+        given = featurizer.featurize_records(ds, pid, np.array([5, 3, 5]))
+    for key, value in ordered.items():
+        want = [value[1], value[0], value[1]]
+        got = given[key]
+        assert len(got) == 3 and all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, want)), key
+
+
+@pytest.mark.parametrize("name", ["psa", "pacm"])
+def test_a_platform_of_a_target_kind_psa_models_no_machine_of_is_one_line(tmp_path, capsys, name):
+    """A rocm (vulkan, metal, ...) platform has no hardware spec: `costlab featurize` ended in a traceback and
+    featurized no other platform. One line names it; the others are featurized."""
+    import shutil
+
+    from conftest import FIXTURES
+    from costlab.cli import main
+    from costlab.datasets import DatasetWriter, RecordBatch, open_dataset
+
+    data = tmp_path / "d.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    with open_dataset(data) as ds:
+        (pid,) = ds.record_platforms()
+        table = ds.records(pid)
+        rows = [(int(table.task[i]), s, [1e-3], 0, 1.0, int(table.program_id[i]))
+                for i, s in zip(range(4), table.schedules(np.arange(4)))]
+    with DatasetWriter(data) as w:
+        w.add_platform("amd-gpu", {"kind": "rocm", "mcpu": "gfx90a"})
+        batch = RecordBatch()
+        for r in rows:
+            batch.append(*r)
+        w.add_records("amd-gpu", batch)
+    capsys.readouterr()
+    assert main(["featurize", str(data), "--featurizer", name, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "platform 'amd-gpu': no hardware spec for target kind 'rocm'" in err, err
+    assert f"{pid}: 80 records" in err

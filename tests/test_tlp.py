@@ -288,3 +288,13 @@ def test_live_candidates_equal_their_database_records(tmp_path):
     for k in from_records:
         np.testing.assert_array_equal(from_records[k], from_live[k], err_msg=k)
     assert from_live["valid"].all() and (from_live["kind"][from_live["mask"]] > UNK).all()
+
+
+def test_an_ansor_pragma_value_that_is_no_finite_number_gives_finite_features():
+    """``PR`` steps carry their value after a ``$``: "inf", "nan" or "1e400" became inf or NaN features of a record
+    marked valid."""
+    from costlab.featurizers.tlp_tokens import ansor_tokens
+
+    for value in ("inf", "nan", "1e400", "-inf", "16"):
+        (token,) = ansor_tokens([["PR", 2, 0, f"auto_unroll_max_step${value}"]])
+        assert all(math.isfinite(x) for x in token[1]), (value, token)

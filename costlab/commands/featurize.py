@@ -13,6 +13,7 @@ from costlab.datasets import open_dataset
 from costlab.featurizers import available, create
 from costlab.featurizers.base import ConfigError
 from costlab.featurizers.cache import build_cache, fitted_featurizer, open_cache, vocabulary_warning
+from costlab.featurizers.psa.hardware import NoHardwareSpec
 
 EPILOG = """\
 The features are stored in the dataset under features/<featurizer>@<version>/<platform>/, one row per
@@ -102,11 +103,17 @@ def _featurize(args) -> int:
     if featurizer.learned_keys:
         learned = ", ".join(f"{k} {_describe(featurizer.config[k])}" for k in featurizer.learned_keys)
         print(f"{featurizer.key}: {learned}", file=sys.stderr)
+    unfeaturized = []
     for pid in wanted:
         try:
             s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False)
         except ConfigError as exc:  # a config that only this platform refuses (CPU spec fields on a GPU platform)
             raise InputError(_config_source(args.config, args.data), exc.problem) from None
+        except NoHardwareSpec as exc:  # a target kind PSA models no machine of: said, and the others featurized
+            print(f"costlab featurize: error: {args.data}: platform {pid!r}: {exc}; its records are not featurized",
+                  file=sys.stderr)
+            unfeaturized.append(pid)
+            continue
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: build_cache saved the rows done; say how far that got
             _say_how_far(args.data, featurizer, pid)
             raise
@@ -119,7 +126,7 @@ def _featurize(args) -> int:
         warning = vocabulary_warning(s)
         if warning:
             print(f"costlab featurize: {warning}", file=sys.stderr)
-    return 0
+    return 2 if unfeaturized else 0
 
 
 def _say_how_far(data: Path, featurizer, pid: str) -> None:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from costlab.common.errors import UsageError
 from costlab.common.host import cpu_mhz, read_caches, read_cpuinfo, size_bytes, usable_cores
 from costlab.featurizers.base import ConfigError, shown
 from costlab.metaschedule.targets import NVIDIA_KINDS, arch_number, local_gpu, normalize_target, stored_target
@@ -27,6 +28,11 @@ from costlab.metaschedule.traces import plain_json
 
 KIB = 1024
 MIB = 1024 * 1024
+
+
+class NoHardwareSpec(UsageError, ValueError):
+    """A platform of a target kind PSA has no machine model for (rocm, vulkan, metal, ...): its records get no PSA
+    or PaCM features (one line, where any command meets it; ``costlab featurize`` goes on with the others)."""
 
 
 @dataclass
@@ -420,7 +426,7 @@ def spec_for_target(target, override=None, gpu_name: str = "", host: dict | None
         spec = detect_cpu() if host is None else spec_from_host(host, t)
         spec = spec.updated(_target_changes(t), "target")
     else:
-        raise ValueError(f"no hardware spec for target kind {kind!r} (PSA knows llvm and cuda)")
+        raise NoHardwareSpec(f"no hardware spec for target kind {kind!r} (PSA and PaCM know llvm and cuda)")
     if override is not None:
         spec = spec.updated(override)
     return spec

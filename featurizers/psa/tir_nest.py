@@ -26,13 +26,17 @@ _MMA_OPS = {"tvm_mma_sync", "tvm_bmma_sync", "ptx_mma", "ptx_mma_sp", "mma"}
 
 
 def dtype_bytes(dtype) -> int:
+    """Bytes of one element of ``dtype`` (its lanes included: ``float32x4`` is 16): the bits are the first number
+    of the name (``float8_e4m3fn`` is 8 bits; the digits of its exponent and mantissa widths are not), a type of
+    fewer than 8 bits takes a byte."""
     text = str(dtype)
     if text == "bool":
         return 1
-    m = re.search(r"(\d+)(?:x(\d+))?$", text)
-    if not m:
+    bits = re.match(r"[A-Za-z]+(\d+)", text)
+    if not bits:
         return 4
-    return max(1, int(m.group(1)) // 8) * (int(m.group(2)) if m.group(2) else 1)
+    lanes = re.search(r"x(\d+)$", text)
+    return max(1, -(-int(bits.group(1)) // 8)) * (int(lanes.group(1)) if lanes else 1)
 
 
 def _int(expr, default=None):
