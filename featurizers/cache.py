@@ -101,6 +101,27 @@ def _settings(featurizer: Featurizer, config: dict) -> str:
     return json.dumps(plain, sort_keys=True, default=str)
 
 
+def _fit(featurizer: Featurizer, config: dict) -> str:
+    """The config's learned keys (its fit), as canonical JSON."""
+    return json.dumps({k: config.get(k) for k in featurizer.learned_keys}, sort_keys=True, default=str)
+
+
+def caches_of_other_fits(ds, featurizer: Featurizer) -> list[str]:
+    """The platforms with a cache of this fitted featurizer's settings but of another fit (after a refit: caches
+    still on the old vocabulary). ``fitted_featurizer`` takes its fit from any cache of these settings, so one left
+    on another fit would bring that fit back on the next run; ``costlab featurize --refit`` rebuilds these too."""
+    group = ds.h5.get(f"features/{featurizer.key}")
+    if group is None or not featurizer.learned_keys:
+        return []
+    want, fit = _settings(featurizer, featurizer.config), _fit(featurizer, featurizer.config)
+    other = []
+    for pid in sorted(group.keys()):
+        config = json.loads(group[pid].attrs.get("config", "{}"))
+        if _settings(featurizer, config) == want and _fit(featurizer, config) != fit:
+            other.append(pid)
+    return other
+
+
 def fitted_featurizer(ds, featurizer, platforms=None, refit: bool = False) -> Featurizer:
     """The featurizer ready for this dataset: as given when it is fitted (or learns nothing); else the
     fitted config stored with an existing cache of it made under the same settings (so added records extend

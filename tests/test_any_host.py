@@ -15,7 +15,7 @@ from costlab.common.host import FAKE_HOST_ENV, host_info
 from costlab.datasets import DatasetWriter, open_dataset
 from costlab.featurizers.base import create
 from costlab.featurizers.cache import build_cache, open_cache
-from costlab.featurizers.psa.hardware import CPU_TABLE, detect_cpu, spec_for_platform, spec_from_host
+from costlab.featurizers.psa.hardware import CPU_TABLE, CPUSpec, detect_cpu, spec_for_platform, spec_from_host
 
 ZEN4 = Path(__file__).parent / "fixtures" / "hosts" / "zen4"
 ZEN5_DB = Path(__file__).parent / "fixtures" / "zen5_small"
@@ -239,3 +239,43 @@ def test_set_machine_states_the_spec_or_host_of_records_that_came_without_one(ze
     assert main(["dataset", "set-machine", str(data), "--platform", "nope", "--spec", str(tmp_path / "s.json")]) != 0
     assert "no platform 'nope'" in error_line(capsys)
     assert data.read_bytes() == before
+
+
+@pytest.mark.parametrize("given, says", [
+    ('{"l1_bytes": Infinity}', "field 'l1_bytes' must be a finite number, got inf"),
+    ('{"freq_ghz": NaN}', "field 'freq_ghz' must be a finite number, got nan"),
+    ('{"kind": "cpu", "cores": 0}', "field 'cores' must be above 0, got 0"),
+])
+def test_set_machine_refuses_a_spec_of_nan_infinity_or_zero(zen5, tmp_path, capsys, given, says):
+    """`set-machine --spec` goes through the same check as a featurizer's spec: infinity was an OverflowError
+    traceback, and NaN or 0 was stored, every later featurize then giving NaN estimates or no readable record."""
+    from conftest import error_line
+
+    data = tmp_path / "z.h5"
+    data.write_bytes(zen5.read_bytes())
+    before = data.read_bytes()
+    (tmp_path / "s.json").write_text(given)
+    assert main(["dataset", "set-machine", str(data), "--platform", PLATFORM, "--spec", str(tmp_path / "s.json")]) != 0
+    line = error_line(capsys)
+    assert "s.json" in line and says in line, line
+    assert data.read_bytes() == before
+
+
+def test_a_spec_stored_before_the_check_is_refused_in_one_line_and_can_be_replaced(zen5, tmp_path, capsys):
+    """A spec stored with NaN (as set-machine took it before) gave cached valid rows of NaN estimates; now featurize
+    says in one line that it is refused and how to replace it, and a whole spec replaces it."""
+    from conftest import error_line
+
+    data = tmp_path / "z.h5"
+    data.write_bytes(zen5.read_bytes())
+    with DatasetWriter(data) as w:
+        w.set_machine(PLATFORM, spec=dict(CPUSpec().to_json(), freq_ghz=float("nan")), host=None)
+    assert main(["featurize", str(data), "--featurizer", "psa", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"platform {PLATFORM!r}: its stored hardware spec is refused (field " \
+        "'freq_ghz' must be a finite number, got nan); `costlab dataset set-machine` with --host or a whole" in err
+    (tmp_path / "s.json").write_text('{"kind": "cpu", "freq_ghz": 3.0}')
+    assert main(["dataset", "set-machine", str(data), "--platform", PLATFORM, "--spec", str(tmp_path / "s.json")]) == 0
+    capsys.readouterr()
+    with open_dataset(data) as ds:
+        assert spec_for_platform(ds.platforms[PLATFORM]).freq_ghz == 3.0

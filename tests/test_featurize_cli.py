@@ -114,6 +114,32 @@ def test_new_platform_refit_and_config_change(tmp_path, capsys):
     assert _cache(data, CPU)[2]["numeric"].shape[2] == 8
 
 
+def test_refit_of_one_platform_rebuilds_the_others_on_the_new_fit(tmp_path, capsys):
+    """`--refit --platform X` fits on all platforms; it rebuilt only X's cache before, leaving two vocabularies of
+    the same settings, and the next plain run took the old one from the first platform's cache and silently
+    rebuilt X with it. Now every platform cached with the old fit is rebuilt too (and named), so one fit remains."""
+    data = tmp_path / "d.h5"
+    import_ansor([BERT], data, progress=False)
+    assert _run(capsys, data, "--featurizer", "tlp", "--no-progress")[0] == 0
+    import_ansor([MLP], data, progress=False)  # featurized with the GPU-only vocabulary: unknown tokens
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert code == 0 and "are unknown" in err
+
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--platform", CPU, "--no-progress")
+    assert code == 0, err
+    assert "--refit: also rebuilding tlp@1 on 2080ti (cached with the old fit" in err
+    assert f"{CPU}: 128 records, 0 cached before" in err and "2080ti: 128 records, 0 cached before" in err
+    refit = _cache(data, CPU)[1]
+    assert _cache(data, "2080ti")[1] == refit  # one vocabulary in the dataset again
+
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")  # keeps the refit: nothing to do
+    assert code == 0 and err.count("cache up to date") == 2 and "are unknown" not in err, err
+    assert _cache(data, CPU)[1] == _cache(data, "2080ti")[1] == refit
+    # a refit that gives the same fit again rebuilds nothing
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--platform", CPU, "--no-progress")
+    assert code == 0 and "also rebuilding" not in err and f"{CPU}: 128 records, cache up to date" in err, err
+
+
 def test_interrupted_build_resumes(tmp_path, monkeypatch):
     data = tmp_path / "d.h5"
     import_ansor([MLP], data, progress=False)
@@ -246,6 +272,16 @@ def _error(err: str) -> str:
     ("psa", '{"spec": 3}', "--config: spec must be a JSON object of hardware spec fields"),
     ("psa", '{"spec": {"cores": "x"}}', "--config: spec: field 'cores' must be a number, got 'x'"),
     ("psa", '{"spec": {"corez": 8}}', "--config: spec has no hardware spec field 'corez'"),
+    # NaN gave valid rows of NaN estimates, 0 made every record unreadable, infinity an OverflowError traceback
+    # (an int field) or a bandwidth that costs nothing (a float one), a fraction of a count was truncated, true was 1
+    ("psa", '{"spec": {"freq_ghz": NaN}}', "--config: spec: field 'freq_ghz' must be a finite number, got nan"),
+    ("psa", '{"spec": {"l2_bytes": Infinity}}', "--config: spec: field 'l2_bytes' must be a finite number, got inf"),
+    ("pacm", '{"spec": {"llc_bytes": 1e400}}', "--config: spec: field 'llc_bytes' must be a finite number, got inf"),
+    ("psa", '{"spec": {"freq_ghz": 0}}', "--config: spec: field 'freq_ghz' must be above 0, got 0"),
+    ("psa", '{"spec": {"vector_registers": 0}}', "--config: spec: field 'vector_registers' must be above 0, got 0"),
+    ("psa", '{"spec": {"cores": 2.9}}', "--config: spec: field 'cores' must be a whole number, got 2.9"),
+    ("psa", '{"spec": {"cores": true}}', "--config: spec: field 'cores' must be a number, got True"),
+    ("psa", '{"spec": {"dram_gbs": Infinity}}', "--config: spec: field 'dram_gbs' must be a finite number, got inf"),
     ("psa", '{"spec": {"kind": "tpu"}}', "--config: spec kind must be \"cpu\" or \"gpu\", not 'tpu'"),
     ("psa", '{"mode": 3}', "--config: mode must be a string, not 3"),
     ("psa", '{"mode": "fast"}', "--config: mode must be 'trace' or 'tir', not 'fast'"),
@@ -285,7 +321,8 @@ def test_valid_configs_load_unchanged():
     for name, config in [("tlp", {"num_slots": 8.0, "seq_len_percentile": 95, "min_count": 0, "ms_drop": [],
                                   "vocabulary": ["<pad>", "<unk>", "SP"], "seq_len": 12}),
                          ("psa", {"mode": "tir", "spec": {"cores": 4}}),
-                         ("psa", {"spec": {"kind": "gpu", "sms": 80}}),
+                         ("psa", {"spec": {"kind": "gpu", "sms": 80, "tc_gflops": 0}}),  # 0: not known
+                         ("psa", {"spec": {"cores": 16.0, "freq_ghz": 3}}),  # a whole float, an int clock
                          ("pacm", {"spec": {"sms": 80, "l2_bytes": 1 << 20}, "num_threads": 2}),
                          ("pacm", {"spec": None}), ("null", {})]:
         f = create(name, config)

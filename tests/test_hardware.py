@@ -1,11 +1,12 @@
 """Hardware specs: CPU detection from Linux files, JSON round trip and overrides, GPU table, targets."""
 
 import json
+import re
 
 import pytest
 
-from costlab.featurizers.psa.hardware import (GPU_TABLE, CPUSpec, GPUSpec, HardwareSpec, detect_cpu, gpu_spec,
-                                          spec_for_target)
+from costlab.featurizers.psa.hardware import (CPU_TABLE, GPU_TABLE, CPUSpec, GPUSpec, HardwareSpec, detect_cpu,
+                                          gpu_spec, spec_for_target)
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -106,6 +107,47 @@ def test_bad_override_names_the_file_and_field(tmp_path):
         detect_cpu(override=bad)
     with pytest.raises(ValueError, match="kind"):
         HardwareSpec.from_json({"cores": 2})
+
+
+@pytest.mark.parametrize("cls,field,value,says", [
+    (CPUSpec, "freq_ghz", float("nan"), "'freq_ghz' must be a finite number, got nan"),
+    (CPUSpec, "l2_bytes", float("inf"), "'l2_bytes' must be a finite number, got inf"),
+    (CPUSpec, "llc_bytes", 10 ** 400, "'llc_bytes' must be a finite number"),
+    (CPUSpec, "cores", 0, "'cores' must be above 0, got 0"),
+    (CPUSpec, "dram_gbs", 0.0, "'dram_gbs' must be above 0, got 0.0"),
+    (CPUSpec, "cores", 2.9, "'cores' must be a whole number, got 2.9"),
+    (GPUSpec, "sms", 80.5, "'sms' must be a whole number, got 80.5"),
+    (CPUSpec, "fma_units", True, "'fma_units' must be a number, got True"),
+    (GPUSpec, "warp_size", 0, "'warp_size' must be above 0, got 0"),
+    (GPUSpec, "mem_gbs", float("inf"), "'mem_gbs' must be a finite number, got inf"),
+    (GPUSpec, "tc_gflops", float("nan"), "'tc_gflops' must be a finite number, got nan"),
+])
+def test_spec_fields_must_be_finite_and_positive_and_counts_whole(cls, field, value, says):
+    """NaN gave NaN estimates on valid records, 0 a division by zero for every record, infinity an OverflowError
+    traceback and a fraction of a count was truncated: each is refused in one line naming the field and value."""
+    with pytest.raises(ValueError, match=f"^spec: field {re.escape(says)}"):
+        cls().updated({field: value}, "spec")
+
+
+def test_spec_check_keeps_what_is_valid_and_every_shipped_spec(tmp_path):
+    """0 stays allowed where it means "not known" (tc_gflops), below 0 never; whole floats and numeric strings become
+    ints; a spec file with NaN is refused naming the file; and every spec costlab ships passes the check."""
+    gpu = GPUSpec().updated({"tc_gflops": 0})
+    assert gpu.tc_gflops == 0.0 and gpu.tensor_peak() == 8 * gpu.peak_gflops
+    cpu = CPUSpec().updated({"cores": 16.0, "l1_bytes": "49152", "freq_ghz": 3})
+    assert (cpu.cores, cpu.l1_bytes, cpu.freq_ghz) == (16, 49152, 3.0) and type(cpu.cores) is int
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"freq_ghz": NaN}')  # Python's json reads NaN and Infinity
+    with pytest.raises(ValueError, match=r"bad\.json: field 'freq_ghz' must be a finite number, got nan"):
+        detect_cpu(override=bad)
+    with pytest.raises(ValueError, match=re.escape("'tc_gflops' must be 0 or more (0: not known), got -1")):
+        GPUSpec().updated({"tc_gflops": -1})
+    with pytest.raises(ValueError, match="'vector_registers' must be above 0, got -16"):
+        CPUSpec().updated({"vector_registers": -16})
+    shipped = [*GPU_TABLE.values(), CPUSpec(), GPUSpec()]
+    shipped += [spec_for_target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2}, host={}) for mcpu in CPU_TABLE]
+    for spec in shipped:
+        assert HardwareSpec.from_json(spec.to_json()) == spec, spec.name
 
 
 def test_gpu_table_has_the_platforms_and_plausible_numbers():

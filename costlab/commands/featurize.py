@@ -12,7 +12,8 @@ from costlab.common.errors import CostlabError, InputError
 from costlab.datasets import open_dataset
 from costlab.featurizers import available, create
 from costlab.featurizers.base import ConfigError
-from costlab.featurizers.cache import build_cache, fitted_featurizer, open_cache, vocabulary_warning
+from costlab.featurizers.cache import (build_cache, caches_of_other_fits, fitted_featurizer, open_cache,
+                                       vocabulary_warning)
 from costlab.featurizers.psa.hardware import NoHardwareSpec
 
 EPILOG = """\
@@ -20,7 +21,8 @@ The features are stored in the dataset under features/<featurizer>@<version>/<pl
 record. A run resumes where an earlier one stopped, featurizes only records added since, and rebuilds a
 platform's cache only when the featurizer's version or config changed. A featurizer that learns from data
 (TLP: the vocabulary and the sequence length) is fitted once on all platforms of the dataset and keeps that
-fit for later runs; --refit fits it again (and so rebuilds the caches when the fit changes).
+fit for later runs; --refit fits it again on all platforms and, when the fit changes, rebuilds the caches of
+every platform (those --platform leaves out too, so that all keep sharing one fit).
 
 examples:
   costlab featurize data.h5 --featurizer tlp
@@ -44,7 +46,8 @@ def register(sub) -> None:
     p.add_argument("--config", metavar="JSON|@FILE",
                    help="featurizer settings as a JSON object, or @path of a JSON file (default: the defaults)")
     p.add_argument("--refit", action="store_true",
-                   help="fit the featurizer's learned part (vocabulary, sequence length) again")
+                   help="fit the featurizer's learned part (vocabulary, sequence length) again, on all platforms, "
+                   "and rebuild every platform's cache made with the old fit")
     p.add_argument("--chunk", type=positive_int("--chunk"), default=256, metavar="N", help="records featurized per step")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_featurize)
@@ -100,6 +103,13 @@ def _featurize(args) -> int:
             featurizer = fitted_featurizer(ds, featurizer, refit=args.refit)
         except ValueError as exc:
             raise InputError(args.data, str(exc)) from None
+        if args.refit:  # the new fit replaces the old on every platform, not only the ones asked for: the next run
+            # takes its fit from any cache of these settings, so one left on the old fit would bring that fit back
+            others = [p for p in caches_of_other_fits(ds, featurizer) if p in known and p not in wanted]
+            if others:
+                print(f"costlab featurize: --refit: also rebuilding {featurizer.key} on {', '.join(others)} (cached "
+                      "with the old fit; every platform shares one fit)", file=sys.stderr)
+                wanted = wanted + others
     if featurizer.learned_keys:
         learned = ", ".join(f"{k} {_describe(featurizer.config[k])}" for k in featurizer.learned_keys)
         print(f"{featurizer.key}: {learned}", file=sys.stderr)

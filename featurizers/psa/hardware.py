@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,9 @@ class HardwareSpec:
     name: str = "unknown"
 
     kind = "base"
+    # numeric fields where 0 stands for "not known" (the spec then falls back on another figure); every other
+    # numeric field is a count, size, clock or rate that the features divide by or take the log of
+    zero_unknown = ()
 
     def to_json(self) -> dict:
         return {"kind": self.kind, **dataclasses.asdict(self)}
@@ -72,13 +76,32 @@ class HardwareSpec:
             if isinstance(default, str):
                 changes[key] = str(value)
             else:
-                try:
-                    changes[key] = type(default)(value)
-                except (TypeError, ValueError):
-                    raise ValueError(f"{where}: field {key!r} must be a number, got {value!r}") from None
-                if changes[key] < 0:
-                    raise ValueError(f"{where}: field {key!r} must not be negative, got {value!r}")
+                changes[key] = self._number(key, value, type(default), where)
         return dataclasses.replace(self, **changes)
+
+    def _number(self, key: str, value, kind: type, where: str):
+        """``value`` as the field's type (int or float), refused in one line naming the field unless it is a finite
+        number above 0 (or 0 where ``zero_unknown`` allows it) and, for an int field, a whole one: NaN, infinity,
+        0 or a fraction would give NaN estimates, a division by zero for every record, an overflow, or a silently
+        truncated count."""
+        try:
+            if isinstance(value, bool):  # JSON true/false are not figures of a machine
+                raise TypeError
+            number = float(value)  # a JSON number, or a numeric string
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: field {key!r} must be a number, got {value!r}") from None
+        except OverflowError:  # an int beyond a float's range, no machine's figure either
+            raise ValueError(f"{where}: field {key!r} must be a finite number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{where}: field {key!r} must be a finite number, got {value!r}")
+        if number < 0 or (number == 0 and key not in self.zero_unknown):
+            least = "0 or more (0: not known)" if key in self.zero_unknown else "above 0"
+            raise ValueError(f"{where}: field {key!r} must be {least}, got {value!r}")
+        if kind is int:
+            if not number.is_integer():
+                raise ValueError(f"{where}: field {key!r} must be a whole number, got {value!r}")
+            return value if isinstance(value, int) else int(number)  # an int as given, exactly
+        return number
 
 
 @dataclass
@@ -137,6 +160,7 @@ class GPUSpec(HardwareSpec):
     tc_gflops: float = 0.0  # dense float16 tensor-core peak (FMA = 2); 0: not in the data sheet (``tensor_peak``)
 
     kind = "gpu"
+    zero_unknown = ("tc_gflops",)  # ``tensor_peak`` then estimates the tensor-core peak from the fp32 one
 
     def tensor_peak(self) -> float:
         """Dense float16 tensor-core peak in GFLOP/s: the data sheet's, or for a spec without one 8x the fp32 peak
@@ -236,7 +260,7 @@ def detect_cpu(override=None, cpuinfo_path=None, cache_dir=None, cpufreq_path=No
         size = size_bytes(cache.size)
         if not size or cache.type == "Instruction":
             continue
-        if cache.line.isdigit():
+        if cache.line.isdigit() and int(cache.line) > 0:  # 0: the kernel does not know it; the default stays
             changes["cache_line"] = int(cache.line)
         if cache.level == "1":
             changes["l1_bytes"] = size
@@ -443,7 +467,12 @@ def spec_for_platform(platform) -> HardwareSpec:
     dataset measure`` records it), else the target's ``-mcpu`` in ``CPU_TABLE``; never the machine that
     computes it, so a dataset's features are the same wherever they are computed."""
     if getattr(platform, "spec", None):
-        return HardwareSpec.from_json(platform.spec)
+        try:
+            return HardwareSpec.from_json(platform.spec)
+        except ValueError as exc:  # stored before the check refused NaN, 0 or infinity: one line, and the way out
+            problem = str(exc).split(": ", 1)[-1]
+            raise NoHardwareSpec(f"its stored hardware spec is refused ({problem}); `costlab dataset set-machine` "
+                                 "with --host or a whole --spec (with \"kind\") replaces it") from None
     host = getattr(platform, "host", None) or {}
     gpu = host.get("gpu") or {}
     return spec_for_target(platform.target, gpu_name=str(gpu.get("name") or ""), host=host)
@@ -453,6 +482,9 @@ def spec_for(platform=None, target=None, override=None) -> HardwareSpec:
     """The spec PSA and PaCM assume for a dataset platform (``spec_for_platform``) or, without one, for a target
     (``spec_for_target``), with a featurizer config's ``spec`` applied: a whole spec when it has a ``"kind"``
     (fields it does not name take the class defaults), else fields to replace."""
+    if override and "kind" in override and getattr(platform, "spec", None):
+        # a whole spec replaces a stored one without reading it, so that one the check refuses can be replaced
+        return HardwareSpec.from_json(override)
     spec = spec_for_platform(platform) if platform is not None else spec_for_target(target)
     if override:
         spec = HardwareSpec.from_json(override) if "kind" in override else spec.updated(override)
