@@ -191,7 +191,7 @@ def _continued(ds, data: Path, out: Path, columns: dict) -> tuple[dict[str, int]
             vouched = known["count"]
             if vouched > total:
                 raise foreign(f"{vouched} records of platform {pid!r}, {data} only {total}")
-            if _RowDigest().update(task[:vouched], prog[:vouched]).hexdigest() != known["digest"]:
+            if not _vouched_for(known, task, prog):
                 raise foreign(f"its first {vouched} records of platform {pid!r} are not those of {data}")
         # shards the meta file does not vouch for (packed by an earlier costlab, or by a packing interrupted
         # before its meta file was written) are read and compared row by row
@@ -236,8 +236,7 @@ def _renamed(ds, out: Path, old: dict, was: str, columns: dict, taken: dict) -> 
         if count == 0 or count > len(task):
             continue
         if known is not None:  # the meta file's count and digest first: cheap, and they rule out most platforms
-            if known["count"] > count or (_RowDigest().update(task[:known["count"]], prog[:known["count"]])
-                                          .hexdigest() != known["digest"]):
+            if known["count"] > count or not _vouched_for(known, task, prog):
                 continue
         if _same_records(ds.records(now), have):
             found.append(now)
@@ -252,10 +251,15 @@ def _holds(ds, out: Path, old: dict, pid: str, columns: dict) -> bool:
         return False
     task, prog = columns[pid]
     known = old.get("records", {}).get(pid)
-    if known is not None and (known["count"] > len(task) or _RowDigest().update(
-            task[:known["count"]], prog[:known["count"]]).hexdigest() != known["digest"]):
+    if known is not None and (known["count"] > len(task) or not _vouched_for(known, task, prog)):
         return False
     return _same_records(ds.records(pid), have)
+
+
+def _vouched_for(known: dict, task: np.ndarray, prog: np.ndarray) -> bool:
+    """Whether the first ``known["count"]`` rows (task, program id) are those the meta file's digest vouches for."""
+    n = known["count"]
+    return _RowDigest().update(task[:n], prog[:n]).hexdigest() == known["digest"]
 
 
 def _same_records(table, have: list[tuple[int, int, Path]]) -> bool:

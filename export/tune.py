@@ -201,10 +201,16 @@ def _searched_per_task(work: WorkDir, database, tasks: list[Task]) -> list[int]:
     (``exploit_state.json``, by structural hash, as ``--exploit`` or ``costlab exploit`` counts them), which have
     a budget of their own: counted as search trials, a continued run with more --trials searched nothing."""
     state = read_state(work.exploit_state, "start exploitation afresh", {})
-    done = _done_per_task(database, tasks)
-    exploited = [state.get(str(database.commit_workload(t.mod).as_json()[0])) if database.has_workload(t.mod)
-                 else None for t in tasks]
-    return [max(0, d - int(e.get("trials") or 0)) if isinstance(e, dict) else d for d, e in zip(done, exploited)]
+    exploited = [state.get(key) if key is not None else None for key in _workload_keys(database, tasks)]
+    return [max(0, d - int(e.get("trials") or 0)) if isinstance(e, dict) else d
+            for d, e in zip(_done_per_task(database, tasks), exploited)]
+
+
+def _workload_keys(database, tasks: list[Task]) -> list[str | None]:
+    """Each task's workload in the database by its structural hash (what records, and exploit_state.json, are
+    keyed by); None for one the database does not hold yet."""
+    return [str(database.commit_workload(t.mod).as_json()[0]) if database.has_workload(t.mod) else None
+            for t in tasks]
 
 
 def _done_per_task(database, tasks: list[Task]) -> list[int]:
@@ -213,8 +219,7 @@ def _done_per_task(database, tasks: list[Task]) -> list[int]:
     for rec in database.get_all_tuning_records():
         key = str(rec.workload.as_json()[0])  # the workload's structural hash
         counts[key] = counts.get(key, 0) + 1
-    return [counts.get(str(database.commit_workload(t.mod).as_json()[0]), 0) if database.has_workload(t.mod) else 0
-            for t in tasks]
+    return [counts.get(key, 0) if key is not None else 0 for key in _workload_keys(database, tasks)]
 
 
 def _cost_model(opts: TuneOptions, target, cores: int):

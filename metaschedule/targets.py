@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 
+from costlab.common.errors import last_line
 from costlab.common.host import faked_llvm_cpu, host_info, usable_cores
 
 # Target kinds whose kernels run on a GPU (a target with the key ``gpu`` is one too: ``is_gpu``)
@@ -113,7 +114,7 @@ def tvm_target_problem(target: dict) -> str | None:
     try:
         tvm.target.Target(target)
     except Exception as exc:  # noqa: BLE001  TVM refuses a target in several ways
-        return f"TVM refuses it ({str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else type(exc).__name__})"
+        return f"TVM refuses it ({last_line(exc)[:160]})"
     return None
 
 

@@ -319,27 +319,26 @@ class CostDataModule(L.LightningDataModule):
         for j in np.unique(self.row_platform[rows]).tolist():
             sel = np.flatnonzero(self.row_platform[rows] == j)
             local = rows[sel] - self.offsets[j]
-            if j not in self._mem_feats:
-                if self._ds is None:
-                    self._ds = open_dataset(self.config.data)
-                if j not in self._caches:
-                    self._caches[j] = open_cache(self._ds, self.featurizer, self.rows_of[j])
             feats = (take_rows(self._mem_feats[j], local) if j in self._mem_feats
-                     else self._caches[j].get(local, names=("valid",)))
+                     else self._cache(j).get(local, names=("valid",)))
             if "valid" in feats:
                 out[sel] = np.asarray(feats["valid"], bool)
         return out
+
+    def _cache(self, j: int):
+        """The feature cache of the ``j``-th row platform, opened once (with the dataset) for every batch."""
+        if self._ds is None:
+            self._ds = open_dataset(self.config.data)
+        if j not in self._caches:
+            self._caches[j] = open_cache(self._ds, self.featurizer, self.rows_of[j])
+        return self._caches[j]
 
     def _platform_features(self, j: int, rows: np.ndarray) -> dict:
         """Features of records of the ``j``-th row platform (indices into its record table)."""
         if j in self._mem_feats:
             return take_rows(self._mem_feats[j], rows)
-        if self._ds is None:
-            self._ds = open_dataset(self.config.data)
-        if j not in self._caches:
-            self._caches[j] = open_cache(self._ds, self.featurizer, self.rows_of[j])
         order = np.argsort(rows)
-        feats = self._caches[j].get(rows[order])
+        feats = self._cache(j).get(rows[order])
         inv = np.empty_like(order)
         inv[order] = np.arange(len(order))
         return take_rows(feats, inv)

@@ -251,9 +251,10 @@ def _check_resumed_options(out: Path, cfg: dict) -> None:
     if not isinstance(old, dict):
         return
     was, now = _flat(old), _flat(cfg)
-    what = [f"{k} {was[k]!r} (now {now[k]!r})" for k in sorted(set(was) & set(now))  # (an older costlab's
-            if k not in RESUME_MAY_CHANGE and was[k] != now[k]                      # run lacks newer options)
-            and not (k == "init_from" and _same_path(was[k], now[k]))]
+    compared = [k for k in set(was) & set(now) if k not in RESUME_MAY_CHANGE]  # (an older costlab's run lacks
+    if "init_from" in compared and _same_path(was["init_from"], now["init_from"]):  # newer options)
+        compared.remove("init_from")  # the same source, spelled another way
+    what = _differences({k: was[k] for k in compared}, {k: now[k] for k in compared})
     if what:
         raise UsageError(f"--resume: the run in {out} was trained with other options: {'; '.join(what)}; give the "
                          f"options it was trained with (--config {path} --out {out} --resume [--epochs N] gives "

@@ -120,8 +120,8 @@ def _refuse_existing_model(out: Path, overwrite: bool, other: str = "", why: str
     if is_artifact(out):  # a run would be made inside the model, which --overwrite would leave as it is
         raise UsageError(f"--out {out}: is a model, not a run directory; give a run directory (a run writes its "
                          f"model to RUN_DIR/model{', such as ' + str(out.parent) if out.name == 'model' else ''})")
-    held = next((p for p in (out / "model", out) if is_artifact(p)), None)
-    if held is not None and not overwrite:
+    held = out / "model"
+    if is_artifact(held) and not overwrite:
         raise UsageError(f"--out {out}: holds a model already ({held}){' ' + why if why else ''}; give another "
                          f"--out, {other}or --overwrite to replace it")
 
