@@ -24,13 +24,14 @@ run's data).
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
 
 from costlab.costmodels.metrics import pairwise_accuracy, tail_metrics
 from costlab.costmodels.momentum import MomentumTransfer
-from costlab.costmodels.recipe import fit_lists, ranking_list, scores_of, take
+from costlab.costmodels.recipe import GUARDED, fit_lists, list_metrics, ranking_list, scores_of, take
 from costlab.costmodels.recipes import ADAPT_MODES, Recipe, recipe
 from costlab.costmodels.tensors import concat_features
 
@@ -114,7 +115,9 @@ class OnlineAdapter:
             row["before_tail"] = _rounded({k: v for k, v in m.items() if k != "pairwise"})
         lists, val_lists = self._lists()
         trained = False
-        if lists:
+        if lists and not val_lists:  # nothing held out to check an update against yet: the net is left as it is
+            row["note"] = "no held-out records to validate an update yet"
+        if lists and val_lists:
             t0 = time.perf_counter()
             seed = self.seed + self.stats["updates"]
             info: dict = {}
@@ -127,7 +130,17 @@ class OnlineAdapter:
                 adapt(self.predictor.net)
                 trained = not info.get("kept_pretrained", False)
             else:
+                # the online net restarts from the momentum copy, so the recipe's guard compares the update with
+                # that copy, not with the net that scored until now: the net before the update is kept unless the
+                # update ranks the validation part no worse by every guarded metric
+                net = self.predictor.net
+                previous = copy.deepcopy(net.state_dict())
+                before = list_metrics(net.eval(), self.predictor.kind, val_lists, self.head) if val_lists else None
                 trained = self.wrapper.update(adapt)
+                if trained and (info.get("kept_pretrained") or before is not None and _worse(
+                        list_metrics(net.eval(), self.predictor.kind, val_lists, self.head), before)):
+                    net.load_state_dict(previous)
+                    info["kept_pretrained"], trained = True, False
             self.predictor.net.eval()
             self.stats["trained"] += int(trained)
             self.stats["kept_pretrained"] += int(bool(info.get("kept_pretrained")))
@@ -141,6 +154,11 @@ class OnlineAdapter:
         row["trained"] = trained
         self.rounds.append(_rounded(row))
         return trained
+
+
+def _worse(after: dict, before: dict) -> bool:
+    """Whether any guarded metric is lower after than before (a metric that is NaN before guards nothing)."""
+    return any(after[m] < before[m] for m in GUARDED if np.isfinite(before[m]))
 
 
 def _rounded(row: dict) -> dict:

@@ -143,11 +143,15 @@ def replaceable(path) -> bool:
                  if not any(p.name.startswith(f".{n}.tmp-") for n in (CONFIG, WEIGHTS))}
         if not names or not names <= {CONFIG, WEIGHTS}:
             return not names
+        if not all((path / n).is_file() for n in names):  # a FIFO or a device is never read (it could block)
+            return False
         try:
             config = json.loads((path / CONFIG).read_bytes()) if CONFIG in names else None
         except (OSError, ValueError):  # a damaged config of a model directory: the export mends it
             return True
         return not isinstance(config, dict) or config.get("format") == FORMAT
+    if not path.is_file():  # a FIFO or a device is never read (opening a FIFO waits for a writer)
+        return False
     try:
         with tarfile.open(path) as tar:
             names = set(tar.getnames())

@@ -41,6 +41,9 @@ class ModelKind:
     drafts: ClassVar[bool] = False
     #: its scores are random draws: a comparison curve of it is the mean over several draws
     stochastic: ClassVar[bool] = False
+    #: a program's score depends on the other programs of the same ``predict`` call (MetaSchedule's SegmentSum MLP
+    #: scales features by the call's own maxima): scored one task per call, as a tuning run scores it
+    scores_per_call: ClassVar[bool] = False
 
     def predictor(self, art=None, seed: int = 0):
         """A predictor of this kind (``predictors.Predictor``): from its artifact (an ``artifact.Artifact``, read

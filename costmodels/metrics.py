@@ -100,17 +100,20 @@ def weighted_topk(task, pred, latency, weights: dict[int, float], k: int) -> flo
 
 def pairwise_accuracy(task, pred, latency) -> float:
     """Fraction of same-task pairs with different measured latency that the prediction orders correctly
-    (a failed program is slower than any valid one; equal predictions count one half)."""
+    (a failed program is slower than any valid one; equal predictions count one half; a NaN prediction is the
+    worst, as in every other metric here)."""
     correct = total = 0.0
+    pred = np.asarray(pred, np.float64)
+    pred = np.where(np.isnan(pred), -np.inf, pred)  # a NaN prediction is the worst, as ``_rank`` has it
     for _, rows in _groups(task):
-        p = np.asarray(pred, np.float64)[rows]
+        p = pred[rows]
         lat = np.asarray(latency, np.float64)[rows]
         lat = np.where(np.isfinite(lat), lat, np.inf)
         faster = lat[:, None] < lat[None, :]  # i strictly faster than j
         both_failed = ~np.isfinite(lat)[:, None] & ~np.isfinite(lat)[None, :]
         faster &= ~both_failed
-        dp = p[:, None] - p[None, :]
-        correct += np.count_nonzero(faster & (dp > 0)) + 0.5 * np.count_nonzero(faster & (dp == 0))
+        above, tied = p[:, None] > p[None, :], p[:, None] == p[None, :]  # compared, not subtracted: inf - inf is NaN
+        correct += np.count_nonzero(faster & above) + 0.5 * np.count_nonzero(faster & tied)
         total += np.count_nonzero(faster)
     return correct / total if total else float("nan")
 
@@ -131,12 +134,15 @@ def ndcg(task, pred, score, k: int | None = None) -> float:
 
 
 def network_scores(task, pred, latency, networks: dict[str, list[tuple[int, float]]], ks=(1, 5)) -> dict:
-    """``{network: {"top1": .., "top5": ..}}`` for each network with at least one task in the records."""
-    present = {t for t, _ in _groups(task)}
+    """``{network: {"top1": .., "top5": ..}}`` for each network with at least one task in the records that has a
+    valid program and a positive weight (a task without any valid program is left out, as in ``topk_scores``:
+    a network of such tasks alone has no figure, rather than one of NaN that would make every mean NaN)."""
+    latency = np.asarray(latency, np.float64)
+    present = {t for t, rows in _groups(task) if np.isfinite(latency[rows]).any()}
     out = {}
     for name, pairs in networks.items():
         weights = {t: w for t, w in pairs if t in present}
-        if weights:
+        if weights and sum(weights.values()) > 0:
             out[name] = {f"top{k}": weighted_topk(task, pred, latency, weights, k) for k in ks}
     return out
 

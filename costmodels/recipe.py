@@ -192,6 +192,7 @@ def fit_lists(net: torch.nn.Module, kind: str, lists: list, spec="safe", head: i
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, r.warmup)))
     guard = bool(val_lists)
     pretrained = copy.deepcopy(net.state_dict()) if guard else None
+    net.eval()  # validated as it scores (a caller may hand it over in training mode: dropout would lower `before`)
     before = list_metrics(net, kind, val_lists, head) if guard else None
     best, best_state = before, pretrained
     info["val_before"] = before["pairwise"] if guard else None
@@ -237,6 +238,7 @@ def fit_lists(net: torch.nn.Module, kind: str, lists: list, spec="safe", head: i
                 if t.dtype.is_floating_point:
                     t.copy_(start[n] + r.interpolate * (t - start[n]))
     if guard:
+        net.eval()
         after = list_metrics(net, kind, val_lists, head)
         if any(after[m] < before[m] for m in GUARDED if np.isfinite(before[m])):  # interpolation lost ground
             net.load_state_dict(pretrained)

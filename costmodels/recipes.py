@@ -44,6 +44,15 @@ class Recipe:
             raise ValueError(f"recipe {self.name}: train must be one of {', '.join(TRAINABLE)}, not {self.train!r}")
         if not (self.lr > 0 and self.steps >= 0 and 0 <= self.val_fraction < 1 and self.l2sp >= 0):
             raise ValueError(f"recipe {self.name}: lr > 0, steps >= 0, 0 <= val_fraction < 1, l2sp >= 0")
+        counts = dict(warmup=self.warmup, eval_every=self.eval_every, patience=self.patience,
+                      list_size=self.list_size, lists_per_step=self.lists_per_step)
+        low = [f"{k}={v!r}" for k, v in counts.items()
+               if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "warmup" else 1)]
+        if low:
+            raise ValueError(f"recipe {self.name}: {', '.join(low)} (warmup >= 0; eval_every, patience, list_size "
+                             "and lists_per_step >= 1, whole numbers)")
+        if not (self.min_gain >= 0 and 0 <= self.interpolate <= 1):
+            raise ValueError(f"recipe {self.name}: min_gain >= 0, 0 <= interpolate <= 1")
 
     def to_dict(self) -> dict:
         return asdict(self)

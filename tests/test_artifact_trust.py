@@ -528,3 +528,18 @@ def test_one_head_model_of_two_platforms_scores_both_with_its_head(tmp_path):
     _edit(m, seal=True, platforms=["llvm-x86_64-2c", "llvm-other-2c"])
     predictor = load(str(m))
     assert [head_of(predictor, p) for p in ("llvm-x86_64-2c", "llvm-other-2c", None)] == [0, 0, 0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX files")
+def test_export_force_never_reads_a_fifo_it_is_asked_to_replace(tmp_path):
+    """``export --force`` asks whether the path it would replace is a model; a FIFO there (or as a model directory's
+    config) is no model, and opening it waited for a writer forever. Asked in a child with a timeout, so that a
+    missing check fails the test rather than hanging it."""
+    os.mkfifo(tmp_path / "out.tar")
+    (tmp_path / "model").mkdir()
+    os.mkfifo(tmp_path / "model" / "config.json")
+    code = ("import sys; from costlab.costmodels.artifact import replaceable; "
+            "print([replaceable(p) for p in sys.argv[1:]])")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.tar"), str(tmp_path / "model")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "[False, False]", res.stdout + res.stderr[-1500:]

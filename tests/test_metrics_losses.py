@@ -42,12 +42,34 @@ def test_pairwise_and_ndcg_hand_example():
     assert metrics.ndcg(np.array([1, 1]), np.array([0.2, 0.8]), np.array([1.0, 0.5])) == pytest.approx(t1)
 
 
+
+def test_pairwise_counts_a_nan_prediction_as_the_worst_and_equal_infinities_as_a_tie():
+    """As ``task_ranks`` and the top-k metrics count them: a NaN prediction is the worst, never a pair lost outright;
+    two equal predictions, infinite or not, earn one half (a subtraction made both NaN, so 0)."""
+    task, lat = np.array([0, 0]), np.array([1.0, 2.0])
+    assert metrics.pairwise_accuracy(task, np.array([1.0, np.nan]), lat) == 1.0
+    assert metrics.pairwise_accuracy(task, np.array([np.nan, 1.0]), lat) == 0.0
+    assert metrics.pairwise_accuracy(task, np.array([np.nan, np.nan]), lat) == 0.5  # as a constant model
+    assert metrics.pairwise_accuracy(task, np.array([INF, INF]), lat) == 0.5
+    assert metrics.pairwise_accuracy(task, np.array([-INF, -INF]), lat) == 0.5
+
 def test_summary_uses_networks_when_given():
     s = metrics.summary(TASK, PRED, LAT, np.zeros(6), networks={"net": [(0, 2.0), (1, 1.0)]})
     assert s["top1"] == pytest.approx(5 / 14) and s["networks"]["net"]["top5"] == pytest.approx(1.0)
     s = metrics.summary(TASK, PRED, LAT, np.zeros(6))
     assert s["top1"] == pytest.approx((0.25 + 0.5) / 2)
 
+
+
+def test_a_network_of_tasks_none_of_whose_programs_ran_has_no_figure_and_leaves_the_mean_finite():
+    """A task without a valid program is left out (``topk_scores``); a network of such tasks alone, or of weight 0,
+    has nothing to score: it is left out, rather than a NaN that made the summary's top-k NaN."""
+    task, lat = np.array([0, 0, 1, 1, 2, 2]), np.array([1.0, 2.0, INF, INF, 3.0, 6.0])
+    nets = {"ran": [(0, 1.0)], "failed": [(1, 1.0)], "weightless": [(2, 0.0)]}
+    scores = metrics.network_scores(task, PRED, lat, nets)
+    assert set(scores) == {"ran"}
+    s = metrics.summary(task, PRED, lat, np.zeros(6), networks=nets)
+    assert s["top1"] == scores["ran"]["top1"] and np.isfinite(s["top5"])
 
 def test_lambdarank_hand_example():
     pred = torch.tensor([0.0, 1.0, 0.5], dtype=torch.float64, requires_grad=True)

@@ -103,3 +103,29 @@ def test_a_baseline_keeps_the_fraction_of_labels_it_is_given_and_refuses_rows_of
                       out=str(tmp_path / "rows"))
     with pytest.raises(UsageError, match="data_options row_platforms: the xgb baseline"):
         train(cfg, progress=False)
+
+
+def test_the_mlp_baseline_is_evaluated_one_task_per_call_as_a_tuning_run_scores_it(ms_data, tmp_path):
+    """MetaSchedule's SegmentSum MLP scales features by the maxima of each call's batch, so a program's score depends
+    on the other programs of the call: ``evaluate`` asks it one task at a time, as a tuning run does, and its figure
+    is the one of scoring every task alone, whatever other tasks the split holds."""
+    from costlab.costmodels import metrics
+    from costlab.costmodels.tensors import take_rows
+    from costlab.featurizers.cache import features_of
+    from costlab.train.predict import load_predictor
+
+    path, platform = ms_data
+    cfg = load_config(None, ["trainer.max_epochs=5"], model="mlp", data=str(path), out=str(tmp_path / "mlp"))
+    train(cfg, progress=False)
+    pred = load_predictor(str(tmp_path / "mlp"))
+    with open_dataset(path) as ds:
+        table = ds.records(platform)
+        task, latency = table.task.astype(np.int64), table.latency()
+        feats = features_of(ds, pred.featurizer, platform, np.arange(len(task)))
+    alone = np.zeros(len(task))
+    for t in np.unique(task):
+        idx = np.flatnonzero(task == t)
+        alone[idx] = pred.predict(take_rows(feats, idx))[:, 0]
+    assert not np.allclose(pred.predict(feats)[:, 0], alone)  # the call's other tasks change the scores
+    result = evaluate(str(tmp_path / "mlp"), path, split=None, part="all")
+    assert result["pairwise"] == pytest.approx(metrics.pairwise_accuracy(task, alone, latency))

@@ -181,6 +181,23 @@ def select_rows(ds, platform: str, split: str | None, part: str) -> np.ndarray:
     raise ValueError(f"part must be test, train or all, not {part!r}")
 
 
+def _predict(pred_obj, feats: dict, task: np.ndarray) -> np.ndarray:
+    """The predictor's scores of the records. A kind whose scores depend on the rest of the call (``scores_per_call``)
+    is asked one task at a time, as a tuning run asks for them."""
+    kind = kinds.find(getattr(pred_obj, "kind", None))
+    if kind is None or not kind.scores_per_call or not len(task):
+        return pred_obj.predict(feats)
+    from costlab.costmodels.tensors import take_rows  # lazy: pulls torch, which scoring a baseline need not
+
+    out = None
+    for t in np.unique(task):
+        idx = np.flatnonzero(task == t)
+        scored = pred_obj.predict(take_rows(feats, idx))
+        out = np.zeros((len(task), scored.shape[1]), scored.dtype) if out is None else out
+        out[idx] = scored
+    return out
+
+
 def evaluate(model, data, split: str | None = "auto", part: str = "test", platform: str | None = None,
              head: int | None = None, seed: int = 0, baselines: bool = False) -> dict:
     """Metrics of ``model`` (a path, the name of a kind that needs no weights, 'random' / 'psa', or a loaded
@@ -221,7 +238,7 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
             print(f"costlab: warning: {warning}", file=sys.stderr)
         if hasattr(pred_obj, "use_platform"):  # a net with a hardware input reads the dataset platform's spec
             pred_obj.use_platform(ds.platforms[platform])
-        out = pred_obj.predict(features_of(ds, pred_obj.featurizer, platform, rows))
+        out = _predict(pred_obj, features_of(ds, pred_obj.featurizer, platform, rows), task)
         if head is None:
             head = head_of(pred_obj, platform)
         pred = out[:, head]
