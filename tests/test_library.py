@@ -384,17 +384,20 @@ def test_bad_entries_and_programs_of_every_kind_are_skipped_and_counted():
     entries = {"good": entry, "not-an-object": [], "no-name": {k: v for k, v in entry.items() if k != "name"},
                "anchor": dict(entry, structure=dict(entry["structure"], anchor=3)),
                "extents": dict(entry, structure=dict(entry["structure"], extents=["4"])),
+               "names": dict(entry, structure=dict(entry["structure"], names=[])),  # a block without its name
                "no-good-program": dict(entry, programs=[dict(program, us="fast")]),
                "some-bad": dict(entry, programs=[dict(program, run_secs=None), program, dict(program, us=float("nan")),
                                                  dict(program, checked="yes"), 7])}
     good, bad = bad_parts(entries)
     assert good == {"good": entry, "some-bad": dict(entry, programs=[program])}
     assert [(b["entry"], b.get("program")) for b in bad] == [
-        ("not-an-object", None), ("no-name", None), ("anchor", None), ("extents", None), ("no-good-program", None),
+        ("not-an-object", None), ("no-name", None), ("anchor", None), ("extents", None), ("names", None),
+        ("no-good-program", None),
         ("some-bad", 0), ("some-bad", 2), ("some-bad", 3), ("some-bad", 4)]
     assert bad[0]["why"] == "entry not-an-object is list, not an object"
     assert bad[1]["why"] == "entry no-name has no 'name'"
-    assert bad[5]["why"] == "entry some-bad: program 0 has a 'run_secs' that is not a list of numbers"
+    assert bad[4]["why"] == "entry names: its structure names 0 blocks but has 1 signatures"
+    assert bad[6]["why"] == "entry some-bad: program 0 has a 'run_secs' that is not a list of numbers"
     assert all(b["value"] is (entries[b["entry"]] if b.get("program") is None else entries[b["entry"]]["programs"][
         b["program"]]) for b in bad)  # each as it was
 
@@ -456,3 +459,43 @@ def test_a_finished_run_writes_its_summary_when_adding_to_its_library_fails(libr
     assert summary["library"] == dict(added=0, why="not added: KeyError: 'us'")
     assert json.loads((tmp_path / "w" / "costlab_tune.json").read_text())["library"] == summary["library"]
     assert any("not added to the schedule library: KeyError: 'us'" in r.getMessage() for r in caplog.records)
+
+
+def test_another_hosts_exported_library_goes_only_into_a_library_named_for_it(library, tmp_path, capsys):
+    """As for another host's run: the default libraries are this machine's, and an exported library of another host
+    added to an empty one made it that host's, so that every later run of this machine was refused there."""
+    from costlab.export.library.store import default_root
+
+    out = tmp_path / "exported"
+    assert main(["library", "export", str(out), "--library", str(library)]) == 0
+    meta = json.loads((out / "library.json").read_text())
+    meta["host"] = dict(meta["host"], cpu_model="Some Other CPU", family="99")
+    (out / "library.json").write_text(json.dumps(meta))
+    assert main(["library", "add", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Some Other CPU" in err and "--library DIR" in err and len(err.strip().splitlines()) == 1
+    assert not (default_root() / _platform()).exists()
+    assert main(["library", "add", str(out), "--library", str(tmp_path / "theirs")]) == 0
+    assert _library(tmp_path / "theirs")["host"]["cpu_model"] == "Some Other CPU"
+
+
+def test_library_export_replaces_its_own_export_and_never_a_tuning_runs_database(library, tmp_path, capsys):
+    work = tmp_path / "w"
+    shutil.copytree(FIXTURE, work)
+    before = {p.name: p.read_bytes() for p in work.iterdir()}
+    assert main(["library", "export", str(work), "--library", str(library)]) != 0
+    assert "database" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in work.iterdir()} == before  # the run's records as they were
+    out = tmp_path / "exported"
+    for _ in range(2):  # a second export replaces the first
+        assert main(["library", "export", str(out), "--library", str(library)]) == 0
+    assert len((out / "database_tuning_record.json").read_text().splitlines()) == sum(
+        len(e["programs"]) for e in _library(library)["entries"].values())
+
+
+def test_a_program_added_unchecked_is_marked_checked_when_a_later_add_checks_it(tmp_path):
+    root = tmp_path / "lib"
+    assert main(["library", "add", str(FIXTURE), "--library", str(root), "--platform", _platform(), "--no-check"]) == 0
+    assert not any(p["checked"] for e in _library(root)["entries"].values() for p in e["programs"])
+    assert main(["library", "add", str(FIXTURE), "--library", str(root), "--platform", _platform()]) == 0
+    assert all(e["programs"][0]["checked"] for e in _library(root)["entries"].values())

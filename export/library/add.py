@@ -24,6 +24,10 @@ from costlab.metaschedule.targets import platform_id_for
 
 def _add_library(path: Path, root: Path, per_task: int, platform: str | None = None) -> dict:
     src = Library.load(path)
+    if src.host and not same_host(src.host, host_info()) and Path(root).resolve() == default_root().resolve():
+        # as for a work dir: the default libraries are this machine's, and an empty one would become that host's
+        raise UsageError(f"the library {path} holds programs measured on {describe_host(src.host)}, not this "
+                         "machine; add it to a library of that host's with --library DIR")
     with open_library(root, platform or src.platform) as lib:
         added = lib.take(src.host, f"the library {path}", ((shash, e["workload"], e["name"], e["structure"],
                                                              e["programs"]) for shash, e in src.entries.items()),

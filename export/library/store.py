@@ -181,10 +181,13 @@ class Library:
         workload's entry, keeping its ``per_task`` fastest; returns how many of them are now in it that were not."""
         now = round(time.time())
         entry = self.entries.setdefault(shash, dict(name=name, workload=workload, structure=structure, programs=[]))
-        have = {trace_key(p["trace"]) for p in entry["programs"]}
+        kept_before = {trace_key(p["trace"]): p for p in entry["programs"]}
+        have = set(kept_before)
         fresh = []
         for p in programs:
             k = trace_key(p["trace"])
+            if k in kept_before and p.get("checked") and not kept_before[k].get("checked"):
+                kept_before[k]["checked"] = True  # a program added unchecked that this run checked
             if k not in have:
                 have.add(k)
                 fresh.append(dict(p, added=now))
@@ -231,7 +234,9 @@ class Library:
         for i, (shash, e) in enumerate(self.entries.items()):
             workloads.append((shash, e["workload"]))
             records.extend((i, p["trace"], p["run_secs"], p["target"], p["args_info"]) for p in e["programs"])
-        out = write_database(out_dir, workloads, records, replace=True)
+        # a previous export (its library.json beside the database) is replaced; any other database (a tuning work
+        # dir's) is refused, never overwritten
+        out = write_database(out_dir, workloads, records, replace=(Path(out_dir) / FILE).is_file())
         self.save(out / FILE)
         return out
 
@@ -341,6 +346,9 @@ def bad_parts(entries: dict) -> tuple[dict, list[dict]]:
             why = f"entry {shash}: its structure {why}" if why else None
             if why is None and not -1 <= st["anchor"] < len(st["signatures"]):
                 why = f"entry {shash}: its anchor {st['anchor']} is not one of its {len(st['signatures'])} blocks"
+            if why is None and len(st["names"]) != len(st["signatures"]):
+                why = (f"entry {shash}: its structure names {len(st['names'])} blocks but has "
+                       f"{len(st['signatures'])} signatures")
         if why is not None:
             bad.append(dict(entry=shash, why=why, value=entry))
             continue
