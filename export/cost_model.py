@@ -35,6 +35,7 @@ from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipes import adapts
 from costlab.datasets.records import record_latency
 from costlab.metaschedule import intrinsics
+from costlab.metaschedule.traces import replay
 
 
 def tuning_predictor(model, seed: int = 0):
@@ -183,6 +184,29 @@ class CostlabCostModel(PyCostModel):
         if self.adapter.update((feats, latency)):
             self._memo.clear()
             self._scales.clear()  # the net changed: each task's map is set again from its next population
+
+    def remember(self, context, database) -> int:
+        """A continued run: the task's records already in ``database`` (failed ones as failures) join what the
+        online adapter trains on, so that its updates rank "the run's records so far", not only this process's.
+        Returns how many records were added (0 without an adapter)."""
+        if self.adapter is None or database is None or not database.has_workload(context.mod):
+            return 0
+        key = str(database.commit_workload(context.mod).as_json()[0])
+        schedules, latency = [], []
+        for rec in database.get_all_tuning_records():
+            if str(rec.workload.as_json()[0]) != key:
+                continue
+            try:
+                schedules.append(replay(context.mod, rec.trace, 1))
+            except Exception:  # noqa: BLE001  a record that no longer replays is skipped, as the search skips it
+                continue
+            latency.append(record_latency(rec.run_secs))
+        if not schedules:
+            return 0
+        feats = self.predictor.featurizer.featurize_candidates(context.mod, context.target, schedules)
+        self.predictor.use_target(context.target)
+        self.adapter.add(_task_key(context), feats, latency)
+        return len(schedules)
 
     # -- persistence -----------------------------------------------------------------------------------------
     def save(self, path: str) -> None:

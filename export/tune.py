@@ -412,6 +412,10 @@ def tune(opts: TuneOptions) -> dict:
                     clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
                     clock.unreached = sum(done[i] == 0 for i in group)  # their first batches share it
                     run_model = cost_model if opts.model else _cost_model(opts, target, cores)
+                    if getattr(run_model, "adapter", None) is not None:  # a continued run adapts on all its records
+                        for i, ctx in zip(group, contexts):
+                            if done[i] > 0:
+                                run_model.remember(ctx, database)
                     scheduler = make_task_scheduler(opts.task_scheduler, **(
                         {"cost_model": run_model} if opts.task_scheduler == "gain" else {}))
                     try:

@@ -403,3 +403,65 @@ def test_a_draft_verify_batch_never_holds_a_program_twice_nor_one_taken_before()
     assert pick_batch(["x", "a"], [], num=3, n_rand=1, taken={"x"}, key=str, seed=0) == ["a"]
     drawn = pick_batch(["a"], list("pqrs"), num=3, n_rand=2, taken=set(), key=str, seed=5)
     assert drawn[0] == "a" and len(set(drawn)) == 3 and set(drawn[1:]) <= set("pqrs")
+
+
+
+def test_draft_filter_ranks_a_program_its_verifier_cannot_read_below_every_other():
+    """The verifier scores a program it cannot read 0, below every other; inside draft-filter that 0 became 0.5,
+    PSA's best possible score and above every program PSA alone scored, so exactly those programs were measured."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.export.search.common import evolution_ffi, measure_candidates
+    from costlab.export.search.draft_filter import DraftFilterModel
+    from costlab.metaschedule.tune_context import tune_context
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    es = ms.search_strategy.EvolutionarySearch(population_size=64, init_min_unmeasured=1)
+    ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,16,16,16")[1]), target, es, rand_state=1)
+    es.pre_tuning(8, 4, ctx.space_generator.generate_design_space(ctx.mod), ms.database.MemoryDatabase(),
+                  ms.cost_model.RandomModel())
+    cands = measure_candidates(list(evolution_ffi("SampleInitPopulation")(es, 20)))
+    verified = np.array([0.0, 0.8, 0.0, 0.3])  # the verifier's scores of PSA's best 4: two it cannot read
+
+    class Verifier:  # a cost model's scores in [0, 1], 0 for a program it cannot read (CostlabCostModel.predict)
+        def predict(self, context, candidates):
+            return verified[:len(candidates)]
+
+    model = DraftFilterModel(Verifier(), 0.2, draft=CostlabCostModel("psa"))
+    scores = model.predict(ctx, cands)
+    drafted = np.argsort(-model.draft.predict(ctx, cands), kind="stable")[:4]
+    unread, read = drafted[verified == 0], drafted[verified > 0]
+    rest = np.setdiff1d(np.arange(len(cands)), drafted)
+    assert (scores[unread] == 0).all() and (scores[rest] > 0).all()
+    assert scores[read].min() > scores[rest].max()
+
+
+@pytest.mark.parametrize("strategy", ["model-led", "draft-verify"])
+def test_a_round_is_logged_when_its_results_are_in_not_at_its_tasks_next_round(strategy):
+    """In a network the task scheduler interleaves tasks: a round closed at its task's next turn counted the other
+    tasks' rounds into its ``round_s`` (twice the round, or more). It is closed when its results come in."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.export.search.common import RoundLog
+    from costlab.metaschedule.tune_context import tune_context
+
+    log = RoundLog()
+    search = make_strategy(strategy, population=32, first_rounds=(4,), log=log)
+    ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,8,8,8")[1]),
+                       tvm.target.Target({"kind": "llvm", "num-cores": 2}), search, rand_state=1)
+    search.pre_tuning(8, 4, ctx.space_generator.generate_design_space(ctx.mod), ms.database.MemoryDatabase(),
+                      CostlabCostModel("psa"))
+    cands = search.generate_measure_candidates()
+    assert log.rounds == []
+    search.notify_runner_results(cands, [ms.runner.RunnerResult([1e-6], None) for _ in cands])
+    (row,) = log.rounds
+    assert row["trials_before"] == 0 and row["round_s"] >= row["search_s"]
+    search.post_tuning()
+    assert len(log.rounds) == 1  # not logged twice

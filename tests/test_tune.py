@@ -84,6 +84,19 @@ def test_costlab_tune_draft_verify_with_momentum_and_import_back(run, tmp_path, 
         assert sum(ds.num_records(p) for p in ds.record_platforms()) == 8
 
 
+
+def test_a_continued_run_adapts_on_every_record_the_run_measured(run, tmp_path, capsys):  # noqa: F811
+    """The online update ranks "the run's records so far": a continued run's adapter is given the records its
+    earlier part measured (it learned from this process's batches alone, so an interrupted run lost them)."""
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model", str(run / "model"),
+            "--adapt", "finetune", "--work-dir", str(work), "--json", "--no-library", *SMALL_SEARCH]
+    assert main([*argv, "--trials", "4"]) == 0
+    assert json.loads(capsys.readouterr().out)["adaptation"]["records"] == 4
+    assert main([*argv, "--trials", "8"]) == 0
+    adaptation = json.loads(capsys.readouterr().out)["adaptation"]
+    assert adaptation["records"] == 8 and adaptation["updates"] == 1
+
 def test_draft_verify_evolves_measured_programs_of_a_convolution(run, tmp_path, capsys):  # noqa: F811
     """From the second round on, the best measured programs join the evolution. A convolution's programs
     carry a weight-layout rewrite added by a postprocessor: replayed with it as a schedule instruction,

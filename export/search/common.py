@@ -27,8 +27,10 @@ class RoundLog:
 
     def close_round(self, pending: dict | None, round_start: float | None) -> None:
         """Log a round a strategy opened at ``round_start`` (``time.perf_counter``) with the stage seconds in
-        ``pending``, once its batch has been built and measured (when the next round starts, or the search
-        ends): ``round_s`` is then the whole round, and ``verify_share`` the model's part of it."""
+        ``pending``, once its batch has been built and measured (its results in: the measure callbacks that
+        commit them and update the model come after, and in a network other tasks' rounds before this task's
+        next): ``round_s`` is then the round's search, build and measurement, and ``verify_share`` the model's
+        part of it."""
         import time
 
         if pending is None or round_start is None:

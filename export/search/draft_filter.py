@@ -42,8 +42,9 @@ class DraftFilterModel(PyCostModel):
         k = max(1, int(math.ceil(self.fraction * n)))
         top = np.argsort(-drafted, kind="stable")[:k]
         t1 = time.perf_counter()
-        verified = self.verify.predict(context, [candidates[i] for i in top])
-        out[top] = 0.5 + 0.5 * verified
+        verified = np.asarray(self.verify.predict(context, [candidates[i] for i in top]), np.float64)
+        # a program the verifier cannot read (its score 0) is ranked below every other, as the verifier alone ranks it
+        out[top] = np.where(verified > 0, 0.5 + 0.5 * verified, 0.0)
         self.stats["verify_scored"] += k
         self.stats["draft_scored"] += n
         self.stats["draft_s"] += t1 - t0
@@ -54,6 +55,9 @@ class DraftFilterModel(PyCostModel):
         """The verifier's own scores (what the gain task scheduler compares a round's programs by): ``predict``
         would fix the verifier's per-task map of scores from those few measured programs."""
         return self.verify.raw_scores(context, candidates)
+
+    def remember(self, context, database) -> int:
+        return self.verify.remember(context, database)
 
     def update(self, context, candidates, results) -> None:
         self.verify.update(context, candidates, results)

@@ -125,6 +125,7 @@ class DraftVerifySearch(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)
+        self._close_round()  # the round ends when its results are in, not when this task's next round starts
         self._inner.notify_runner_results(measure_candidates, results)
 
     def clone(self):

@@ -131,6 +131,7 @@ class ModelLedSearch(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.trials += len(results)
+        self._close_round()  # the round ends when its results are in, not when this task's next round starts
 
     def forget(self, schedules: list) -> None:
         """Picked programs that will not be measured (a batch cut to the run's budget or deadline): a later
