@@ -38,12 +38,15 @@ class TuneProgress:
         for line in self.history.read_text().splitlines():
             try:
                 row = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by the interruption
-            elapsed = max(elapsed, float(row.get("elapsed_s", 0)))
-            if row.get("task") in self.names and row.get("best_us"):
+                seconds = float(row.get("elapsed_s") or 0)
+                best = float(row.get("best_us") or 0) / 1e6
+            except (ValueError, TypeError, AttributeError):
+                continue  # a line cut short by the interruption, or damaged: the history is a record, not the data
+            if math.isfinite(seconds):
+                elapsed = max(elapsed, seconds)
+            if row.get("task") in self.names and best > 0:
                 i = self.names.index(row["task"])
-                self.best[i] = min(self.best[i], row["best_us"] / 1e6)
+                self.best[i] = min(self.best[i], best)
         return elapsed
 
     def _write(self, i: int, n: int, errors: int, batch_best: float) -> None:

@@ -40,7 +40,7 @@ from costlab.datasets.records import record_latency
 from costlab.costmodels import kinds
 from costlab.costmodels.recipes import ADAPT_MODES, adapts, auto_adapt_mode
 from costlab.export.check import check_tasks, fastest_records
-from costlab.export.exploit import ExploitOptions, exploit
+from costlab.export.exploit import ExploitOptions, exploit, read_exploit_state
 from costlab.export.finals import KEEP_UNTUNED, MEASURES as FINAL_MEASURES, WITHIN as FINALS_WITHIN
 from costlab.export.finals import keep_untuned, remeasure
 from costlab.export.library.add import failure_text
@@ -52,7 +52,7 @@ from costlab.export.search.common import RoundLog
 from costlab.export.tasks import Task, canonical_workloads, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, started_tasks, task_key, transfer_tasks
 from costlab.export.machines import refuse_other_machine, run_target
-from costlab.export.workdir import MeasuringStack, WorkDir, read_state
+from costlab.export.workdir import MeasuringStack, WorkDir
 from costlab.metaschedule.rpc import tracker_problem
 from costlab.metaschedule.runners import runner_failure
 from costlab.metaschedule.targets import is_gpu, platform_id_for, runnable_target, target_cores
@@ -200,9 +200,10 @@ def _searched_per_task(work: WorkDir, database, tasks: list[Task]) -> list[int]:
     """The search's trials already in the database per task: its records less those exploitation measured
     (``exploit_state.json``, by structural hash, as ``--exploit`` or ``costlab exploit`` counts them), which have
     a budget of their own: counted as search trials, a continued run with more --trials searched nothing."""
-    state = read_state(work.exploit_state, "start exploitation afresh", {})
+    # checked as costlab exploit checks it: a field that does not read is one InputError naming the file and task
+    state = read_exploit_state(work.exploit_state)
     exploited = [state.get(key) if key is not None else None for key in _workload_keys(database, tasks)]
-    return [max(0, d - int(e.get("trials") or 0)) if isinstance(e, dict) else d
+    return [max(0, d - e["trials"]) if isinstance(e, dict) else d
             for d, e in zip(_done_per_task(database, tasks), exploited)]
 
 

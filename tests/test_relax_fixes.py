@@ -4,6 +4,7 @@ extracted, compiled and run end to end with PyTorch's results: GPT-2's causal ma
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from costlab.datasets.extract import network_module
@@ -70,6 +71,35 @@ def test_the_network_compiles_and_computes_what_pytorch_does():
     assert nan["status"] == "differs" and "max_abs_diff" not in nan
     assert nan["reason"].endswith(f"of {ref.size} output elements are not finite where PyTorch's are")
 
+
+
+class _LogRelu(torch.nn.Module):
+    """log(relu(x)): -inf wherever x <= 0, as log-probabilities and masked scores have."""
+
+    def forward(self, x):
+        return torch.log(torch.relu(x))
+
+
+def test_an_output_pytorch_computes_as_infinite_is_checked_as_the_same_infinity():
+    """A difference of two equal infinities is NaN, and the tolerance took the output's largest magnitude (inf):
+    a right network whose output holds -inf was reported as differing, and tune exited 1."""
+    import tvm
+
+    from costlab.export.network import build, check_output
+
+    x = torch.tensor([[1.0, -1.0, 0.5, 0.0, 3.0, -2.0]])
+    target = tvm.target.Target(host_target())
+    executable, _ = build(network_module(_LogRelu(), (x,), target), target)
+    ref = _LogRelu()(x).numpy()
+    assert np.isinf(ref).sum() == 3
+    ok = check_output(executable, (x,), tvm.cpu(0), ref)
+    assert ok["status"] == "ok" and ok["atol"] == pytest.approx(1e-4 * 1.0986, rel=1e-3)  # of the finite: log 3
+    off = check_output(executable, (x,), tvm.cpu(0), np.where(np.isinf(ref), ref, ref + 1.0))
+    assert off["status"] == "differs" and abs(off["max_abs_diff"] - 1.0) < 1e-5
+    zero = check_output(executable, (x,), tvm.cpu(0), np.where(np.isinf(ref), 0.0, ref))
+    assert zero["status"] == "differs" and zero["reason"] == "3 of 6 output elements are not finite where PyTorch's are"
+    flipped = check_output(executable, (x,), tvm.cpu(0), np.where(np.isinf(ref), np.inf, ref))
+    assert flipped["status"] == "differs" and flipped["reason"] == "3 of 6 differ from PyTorch's inf or NaN there"
 
 class _Layer(torch.nn.Module):
     """A linear layer, softmax and layer norm: a matmul, reductions and elementwise functions."""

@@ -260,3 +260,36 @@ def test_the_models_view_of_a_round_leaves_its_score_map_to_the_next_population(
     assert _task_key(ctx) not in model._scales
     run_model.predict(ctx, cands)  # what the search does with its population: the map is fixed then
     assert _task_key(ctx) in model._scales
+
+
+@pytest.mark.slow
+def test_a_continued_network_run_starts_each_tasks_gain_from_its_best_in_the_database(tmp_path, capsys, monkeypatch):
+    """The scheduler weighs a task by its best latency: a continued run (or one the library or a transfer started)
+    holds each task's best in its database already, and the scheduler took only this call's rounds (``inf``
+    before a task's first round here, then that round's best, the database's better one forgotten)."""
+    from costlab.cli import main
+    import costlab.export.tune as tune
+
+    from test_tune import _torch_net
+
+    made = []
+
+    def keep(*args, **kw):  # the real scheduler, kept to read its decisions
+        made.append(make_task_scheduler(*args, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(tune, "make_task_scheduler", keep)
+    spec = _torch_net(tmp_path, monkeypatch, "gainnet2",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8),"
+                      " torch.nn.Tanh()), (torch.randn(2, 16),)\n")
+    argv = ["tune", "--network", spec, "--per-iter", "2", "--no-check", "--task-scheduler", "gain", "--work-dir",
+            str(tmp_path / "w"), "--no-progress", "--json", "--no-library", "--final-top", "0"]
+    assert main([*argv, "--trials", "6"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    bests = sorted(t["best_us"] for t in first["tasks"])
+    assert main([*argv, "--trials", "8"]) == 0
+    start = made[-1].decisions[0]["tasks"]  # the continued run's first pick: no round of its own yet
+    assert all(row["rounds"] == 0 for row in start)
+    assert sorted(row["best_us"] for row in start) == pytest.approx(bests, rel=1e-3)

@@ -691,3 +691,35 @@ def test_network_input_sizes_must_be_positive(tmp_path, capsys, command, option)
     assert main([command, "--network", "bert", option, "0", "--work-dir", str(tmp_path / "w"), *extra]) == 2
     err = capsys.readouterr().err
     assert f"{option} must be" in err and "Relax" not in err, err
+
+
+def test_a_damaged_progress_history_line_is_skipped_when_a_run_continues(tmp_path):
+    """progress.jsonl is the run's history, not its data: a line that is JSON but not a batch's row (a list, a
+    string, a field that is no number) is skipped as a line cut short is; it was an AttributeError or a
+    ValueError that stopped the continued run before its first round."""
+    from costlab.export.progress import TuneProgress
+
+    history = tmp_path / "progress.jsonl"
+    rows = [dict(elapsed_s=12.5, task="a", best_us=3.0), [1, 2], "str", dict(elapsed_s="soon", task="a", best_us=1.0),
+            dict(elapsed_s=20.0, task="a", best_us="fast"), dict(elapsed_s=float("inf"), task="b", best_us=2.0),
+            dict(elapsed_s=14.0, task="b", best_us=None)]
+    history.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"elapsed_s": 9')
+    progress = TuneProgress(["a", "b"], [4, 4], 16, enabled=False, history=history)
+    assert progress.offset == 14.0 and progress.best == [3e-6, 2e-6]
+
+
+def test_a_damaged_exploitation_state_is_one_line_naming_it_for_tune_too(tmp_path, capsys):
+    """``tune`` reads exploit_state.json to count the search's trials apart from exploitation's: a field that
+    does not read was a ValueError traceback there (and -5 or 2.7 trials were counted as they came), where
+    ``costlab exploit`` names the file and the field."""
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--target", "llvm -num-cores=2", "--model", "random",
+            "--work-dir", str(work), "--no-library", *SMALL_SEARCH]
+    assert main([*argv, "--trials", "2"]) == 0
+    for trials in ("x", -5, 2.7):
+        (work / "exploit_state.json").write_text(json.dumps({"123": dict(radius=1, trials=trials, rounds=0,
+                                                                           improved=0)}))
+        capsys.readouterr()
+        assert main([*argv, "--trials", "4"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "exploit_state.json: task 123: 'trials' is" in err, err

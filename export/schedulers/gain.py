@@ -57,7 +57,9 @@ class TaskState:
 
     ``bests``: the task's best latency (seconds, ``inf`` while no valid program) after each of its rounds;
     ``round_seconds``: each round's seconds; ``model_share``: with a cost model, the share of its latest
-    round's candidates the model scores above its measured best program (None: no model signal)."""
+    round's candidates the model scores above its measured best program (None: no model signal);
+    ``start_best``: its best latency before this call's first round (the records a continued run, a transfer or
+    the library start put in the database), ``inf`` when there were none."""
 
     weight: float = 1.0
     bests: list = field(default_factory=list)
@@ -65,6 +67,7 @@ class TaskState:
     trials: int = 0
     finished: bool = False
     model_share: float | None = None
+    start_best: float = math.inf
 
     @property
     def rounds(self) -> int:
@@ -72,7 +75,7 @@ class TaskState:
 
     @property
     def best(self) -> float:
-        return self.bests[-1] if self.bests else math.inf
+        return self.bests[-1] if self.bests else self.start_best
 
     @property
     def stale_rounds(self) -> int:
@@ -168,6 +171,24 @@ def choose(states: Sequence[TaskState], predictor: GainPredictor) -> int:
     return max(valid, key=lambda i: (scores[i], -i))
 
 
+def _database_best(database, mod) -> tuple[float, object]:
+    """The task's best latency in ``database`` before this call's rounds (``inf``: none) and that program as a
+    measure candidate (None where it does not replay)."""
+    try:
+        if database is None or not database.has_workload(mod):
+            return math.inf, None
+        top = database.get_top_k(database.commit_workload(mod), 1)
+    except Exception:  # noqa: BLE001  a database that cannot say gives no start: the task's rounds alone count
+        return math.inf, None
+    if not top or not math.isfinite(record_latency(top[0].run_secs)):
+        return math.inf, None
+    try:
+        candidate = top[0].as_measure_candidate()
+    except Exception:  # noqa: BLE001
+        candidate = None
+    return record_latency(top[0].run_secs), candidate
+
+
 def _round_best(results) -> tuple[float, int | None]:
     """The best latency (seconds) of a round's runner results and its index (None when none is valid)."""
     lat = [math.inf if r.error_msg is not None else record_latency(r.run_secs) for r in results]
@@ -209,7 +230,7 @@ class GainScheduler(PyTaskScheduler):
         outer = self._outer()
         records = list(outer.tasks_)
         if self._first_record is None or not records[0].same_as(self._first_record):
-            self._start(records)
+            self._start(records, outer.database_)
         for i, rec in enumerate(records):
             if rec.runner_futures is not None:
                 self._join(outer, i, rec)
@@ -224,10 +245,14 @@ class GainScheduler(PyTaskScheduler):
             self._picked_at[task_id] = time.perf_counter()
         return task_id
 
-    def _start(self, records) -> None:
+    def _start(self, records, database=None) -> None:
         self._first_record = records[0]
         self.states = [TaskState(weight=float(r.task_weight)) for r in records]
         self.decisions, self._picked_at, self._best_candidate = [], {}, {}
+        for i, rec in enumerate(records):  # what the database holds of each task already is its best so far
+            self.states[i].start_best, best = _database_best(database, rec.ctx.mod)
+            if best is not None:
+                self._best_candidate[i] = best
 
     def _join(self, outer, i: int, rec) -> None:
         """Join task i's running round (the C++ join: database, cost model update, measure callbacks) and
