@@ -767,7 +767,7 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     work = WorkDir(work)
     keys = ("workloads", "network", "batch", "seq_len", "target", "model", "model_sha256", "head", "strategy", "adapt",
             "seed", "ms_defaults", "per_iter", "first_rounds", "population", "verify_fraction", "task_scheduler",
-            "task_filter", "transfer_from", "transfer_top", *MEASURE_KEYS)
+            "task_filter", "transfer_from", "transfer_top", "rpc_key", *MEASURE_KEYS)
     mine = {k: json.loads(json.dumps(getattr(opts, k), default=str)) for k in keys if hasattr(opts, k)}
     mine["target"] = plain_json(target.export())
     mine["task_filter"] = sorted(opts.task_filter or [])
@@ -789,11 +789,11 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
         # on the machine the transfer recorded
         refuse_other_machine(target, run_target(work.path), work, "tune it with the --target its records were "
                                                                   "measured for, or tune another --work-dir")
-        work.check_same_host("tuning it")
+        work.check_same_host("tuning it", opts.rpc_key if work.has_database() else None)
     if old is not None:
         if old.get("model_sha256") and old["model_sha256"] == mine["model_sha256"]:
             old["model"] = mine["model"]  # the same weights, however the model is named
-        for k in ("model_sha256", "head", "first_rounds", "task_filter", "transfer_from", "transfer_top"):
+        for k in ("model_sha256", "head", "first_rounds", "task_filter", "transfer_from", "transfer_top", "rpc_key"):
             old.setdefault(k, mine[k])  # runs recorded before these were (a model then compared as named)
         if "target" in old:
             old["target"] = _same_target(old["target"])
@@ -802,7 +802,7 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
         old.setdefault("task_scheduler", "gradient")  # runs recorded before the option was MetaSchedule's gradient
         for k in MEASURE_KEYS:  # runs recorded before these were (what they measured with is not known)
             old.setdefault(k, mine[k])
-        work.check_same_host("continuing it")
+        work.check_same_host("continuing it", opts.rpc_key)
         old.pop("host", None)
         if old != mine:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine[k]!r}" for k in keys if old.get(k) != mine[k])

@@ -177,10 +177,17 @@ class WorkDir:
     def write_run_record(self, record: dict) -> None:
         write_atomically(self.run_file, json.dumps(record, indent=2).encode())
 
-    def check_same_host(self, command: str) -> None:
+    def check_same_host(self, command: str, rpc_key: str | None = None) -> None:
         """A work dir's records are one machine's timings: a UsageError, in one line, when its run record names
-        another host than this one (a command here would mix two machines' records in one database and compare
-        them). A work dir without a recorded host (made before hosts were recorded) passes."""
+        another host than this one, or a remote device (``rpc_key``) other than the command's (a command here would
+        mix two machines' records in one database and compare them). A work dir without a recorded host (made
+        before hosts were recorded) passes."""
+        remote = self.recorded("rpc_key")
+        if (remote or None) != (rpc_key or None):
+            there = f"a remote device (--rpc-key {remote})" if remote else "this machine"
+            raise UsageError(f"{self.path} holds a run measured on {there}, not on "
+                             f"{f'the devices of --rpc-key {rpc_key}' if rpc_key else 'this machine'}: {command} "
+                             "would mix two machines' timings in one database; use another --work-dir")
         there, here = self.host(), host_info()
         if there is not None and not same_host(there, here):
             raise UsageError(f"{self.path} holds a run measured on {describe_host(there)}; this machine is "
@@ -219,7 +226,8 @@ class MeasuringStack:
             self.builder, self.runner = ms.builder.LocalBuilder(), ms.runner.LocalRunner()
             return self.builder, self.runner
 
-        self.builder = make_builder(builder_timeout, workers=workers, pooled=True)
+        # an RPC device links its own artifacts (a tar of objects): this machine's linker may not know its architecture
+        self.builder = make_builder(builder_timeout, workers=workers, pooled=True, shared=not measure.get("rpc_key"))
         self.runner = make_runner(MeasureOptions(target=target.export(), **measure), target, on_lost=on_lost)
         if warm:
             warm_up(self.builder)

@@ -93,14 +93,15 @@ def _builder_class():
     return PooledBuilder
 
 
-def make_builder(timeout: float = 30.0, workers: int | None = None, pooled: bool = False):
+def make_builder(timeout: float = 30.0, workers: int | None = None, pooled: bool = False, shared: bool = True):
     """The builder costlab measures with: MetaSchedule's ``LocalBuilder`` without the intrinsic-registry
     import in every fresh worker (``build_without_intrinsic_registry``). ``pooled``: one set of workers for
-    many batches and shared-library artifacts (``PooledBuilder``, ``export_shared``): what a tuning run,
-    which builds batch after batch, uses."""
+    many batches and (``shared``) shared-library artifacts (``PooledBuilder``, ``export_shared``): what a tuning
+    run, which builds batch after batch, uses. ``shared=False`` keeps MetaSchedule's tar of object files, which
+    a remote (RPC) device links itself: this machine's linker cannot link another architecture's objects."""
     from tvm.s_tir import meta_schedule as ms
 
     if pooled:
         return _builder_class()(timeout, workers or usable_cores(), build_without_intrinsic_registry,
-                                export_shared)
+                                export_shared if shared else None)
     return ms.builder.LocalBuilder(timeout_sec=timeout, f_build=build_without_intrinsic_registry, max_workers=workers)

@@ -417,7 +417,8 @@ def write_database(out_dir, workloads, records, replace: bool = False) -> Path:
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(out_dir, "exists and is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
-    existing = [n for n in (WORKLOAD_FILE, RECORD_FILE) if (out_dir / n).exists()]
+    # a gzip-compressed database too: plain files written beside it would hide it from every reader (database_file)
+    existing = [n + gz for n in (WORKLOAD_FILE, RECORD_FILE) for gz in ("", ".gz") if (out_dir / (n + gz)).exists()]
     if existing and not replace:
         raise InputError(out_dir, f"already holds a MetaSchedule database ({', '.join(existing)}); "
                                   "choose an empty directory (costlab never overwrites one)")

@@ -52,7 +52,7 @@ def target_from_string(text: str) -> dict:
         key, sep, value = part.lstrip("-").partition("=")
         if not sep:
             target[key] = True
-        elif key in ("keys", "mattr", "libs"):
+        elif key in ("keys", "mattr", "libs", "cl-opt"):  # TVM's Array<str> options
             target[key] = [v for v in value.split(",") if v]
         elif key == "host":  # a target itself (``-host='llvm -mcpu=znver4'``): TVM takes it as a JSON dict only
             target[key] = target_from_string(value)
@@ -156,6 +156,11 @@ def runnable_target(target, local: bool = True) -> dict:
     """A target to compile and run with, checked: an LLVM ``mcpu`` must be a CPU LLVM knows (LLVM itself only
     warns and falls back to generic code), and ``num-cores`` (which MetaSchedule requires) is this machine's
     when kernels run here, and must be given when they run elsewhere. Raises ValueError."""
+    if not local and (target is None or (isinstance(target, str) and target.strip() == "host")
+                      or isinstance(target, (str, dict)) and stored_target(target).get("mcpu") == "native"):
+        # "host" and -mcpu=native name this machine's CPU and cores, not the remote device's
+        raise ValueError("'host' and -mcpu=native are this machine, not the device kernels run on: give the "
+                         "device's target (e.g. llvm -mcpu=cortex-a72 -mtriple=aarch64-linux-gnu -num-cores=4)")
     value = normalize_target(target)
     if value.get("kind") == "cuda":
         return cuda_target(value, local)
@@ -171,10 +176,13 @@ def runnable_target(target, local: bool = True) -> dict:
         import tvm
         from tvm.target import codegen
 
-        known = {str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm"}))}
+        # the CPUs of the target's own triple (an ARM board's through RPC), not this machine's
+        triple = {"mtriple": str(value["mtriple"])} if value.get("mtriple") else {}
+        known = {str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm", **triple}))}
         if str(mcpu) not in known:
-            raise ValueError(f"LLVM does not know -mcpu={mcpu} (this machine is {host_cpu_name()}; "
-                             f"LLVM knows e.g. {', '.join(sorted(known)[:6])}, ...)")
+            where = f"for {triple['mtriple']}" if triple else f"(this machine is {host_cpu_name()})"
+            raise ValueError(f"LLVM does not know -mcpu={mcpu} {where}; "
+                             f"LLVM knows e.g. {', '.join(sorted(known)[:6])}, ...")
     if not value.get("num-cores"):
         if not local:
             raise ValueError("a target run on another machine needs its num-cores (e.g. -num-cores=4)")

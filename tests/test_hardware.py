@@ -230,6 +230,30 @@ def test_runnable_target_checks_the_cpu_and_completes_the_cores():
     assert runnable_target({"kind": "cuda", "arch": "sm_90"}, local=False)["arch"] == "sm_90"  # tests/test_gpu.py
 
 
+
+def test_a_remote_target_is_the_devices_own_never_this_machines():
+    """Kernels that run on another machine (RPC) are compiled for its target: ``host``, no target, or
+    ``-mcpu=native`` named this machine's CPU and cores, and a remote board's timings were filed as this machine's
+    platform; its ``-mcpu`` is one LLVM knows for its own ``-mtriple``, not for this machine's."""
+    from costlab.metaschedule.targets import runnable_target
+
+    for target in ("host", None, "llvm -mcpu=native -num-cores=4"):
+        with pytest.raises(ValueError, match="this machine, not the device kernels run on"):
+            runnable_target(target, local=False)
+    arm = runnable_target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -num-cores=4", local=False)
+    assert arm["mcpu"] == "cortex-a72" and arm["num-cores"] == 4
+    with pytest.raises(ValueError, match="LLVM does not know -mcpu=znver4 for aarch64-linux-gnu"):
+        runnable_target("llvm -mtriple=aarch64-linux-gnu -mcpu=znver4 -num-cores=4", local=False)
+
+
+def test_a_string_target_with_llvm_options_converts_to_what_tvm_takes():
+    """``-cl-opt`` is a list of LLVM options in TVM's schema (as ``-mattr``): given as a string it was refused by
+    TVM ("expected type 'Array<str>'")."""
+    from costlab.metaschedule.targets import checked_target
+
+    target = checked_target("llvm -mcpu=znver4 -cl-opt=-unroll-threshold=10 -num-cores=2")
+    assert target["cl-opt"] == ["-unroll-threshold=10"]
+
 def test_faked_host_files_name_their_llvm_cpu(monkeypatch):
     """A folder of faked host files names its CPU for LLVM too (``llvm_cpu``), so a host target made under the
     fake is that CPU's, as on the machine itself."""

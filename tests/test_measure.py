@@ -496,3 +496,31 @@ def test_options_that_would_waste_the_run_are_refused_before_any_work(tmp_path, 
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("costlab: error:") and says in err[0], err
     assert hashlib.sha256(data.read_bytes()).hexdigest() == before
+
+
+def test_a_pooled_build_for_a_remote_device_keeps_the_objects_for_it_to_link():
+    """This machine's linker cannot link another architecture's objects: a build for an RPC device (``shared=False``,
+    what a tuning run over RPC uses) keeps MetaSchedule's tar, which the device links itself; a shared library
+    build of the same program for an ARM board fails."""
+    import platform
+
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.tune_context import tune_context
+
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 4})
+    ctx = tune_context(workload_json_mod(te_workload_task("GMM:1,8,8,8")[1]), target, num_threads=4)
+    inputs = [ms.builder.BuilderInput(sch.mod, target) for sch in ctx.generate_design_space()[:1]]
+    for shared, ends in ((False, ".tar"), (True, None)):
+        builder = make_builder(workers=1, pooled=True, shared=shared)
+        try:
+            (res,) = builder.build(inputs)
+        finally:
+            builder.close()
+        if ends:
+            assert res.error_msg is None and str(res.artifact_path).endswith(ends), res.error_msg
+        elif platform.machine() in ("x86_64", "AMD64"):  # this machine's linker, another architecture's objects
+            assert res.error_msg is not None and res.artifact_path is None

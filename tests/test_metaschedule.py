@@ -100,6 +100,9 @@ def test_write_database_reads_back_plain_and_gzip(tmp_path):
         assert [(compact_json(r[1]), r[2], r[3]) for r in again] == [(compact_json(r[1]), r[2], r[3]) for r in records]
         assert list(read_workloads(database_file(where, WORKLOAD_FILE), ImportReport()).values()) == \
             [workloads[i] for i in sorted(workloads)]
+    with pytest.raises(InputError, match=r"already holds a MetaSchedule database \(database_workload.json.gz"):
+        write_database(gz, [], [])  # plain files beside it would hide it from every reader
+    assert sorted(p.name for p in gz.iterdir()) == [RECORD_FILE + ".gz", WORKLOAD_FILE + ".gz"]
     shutil.rmtree(gz)
     assert write_database(out, [], [], replace=True) == out and (out / RECORD_FILE).read_bytes() == b""
 

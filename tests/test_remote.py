@@ -99,3 +99,31 @@ def test_tune_stops_when_the_tracker_goes_away_and_the_rerun_fills_the_budget(tm
     records = _records(work)
     assert len(records) == 6 and summary["tasks"][0]["trials"] == 6
     assert all(r[1][1] and r[1][1][0] < 1e9 for r in records)
+
+
+def test_a_run_measured_on_a_remote_device_is_never_continued_exploited_or_added_here(tmp_path, capsys):
+    """A tuning run through ``--rpc-key`` records it: its timings are the device's, and the host its record names
+    ran only the search. Continuing it without the key, exploiting it (which measures here) or adding it to a
+    library (of the machine that measured) would mix two machines' timings; each is one line and exit 2."""
+    import shutil
+    from pathlib import Path
+
+    from costlab.cli import main
+    from costlab.common.host import host_info
+
+    work = tmp_path / "w"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "ms_tune_db", work)
+    (work / "costlab_run.json").write_text(json.dumps(dict(host=host_info(), rpc_key="board")))
+    def files():  # what the work dir holds, its lock file aside
+        return {p.name: p.read_bytes() for p in work.iterdir() if not p.name.endswith(".lock")}
+
+    before = files()
+    for argv in (["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--trials", "2",
+                  "--work-dir", str(work), "--no-library", "--no-progress"],
+                 ["exploit", "--work-dir", str(work), "--trials", "2", "--target", "llvm -num-cores=2"],
+                 ["library", "add", str(work), "--library", str(tmp_path / "lib"), "--no-progress"]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "remote device (--rpc-key board)" in err and len(err.splitlines()) == 1, err
+    assert files() == before

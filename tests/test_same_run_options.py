@@ -174,7 +174,7 @@ def test_exploitations_records_are_not_the_searchs_trials(tmp_path):
     (done,) = _done_per_task(database, tasks)
     assert done > 3 and _searched_per_task(WorkDir(work), database, tasks) == [done]
     key = str(database.commit_workload(tasks[0].mod).as_json()[0])
-    (work / "exploit_state.json").write_text(json.dumps({key: {"trials": 3, "radius": 1}}))
+    (work / "exploit_state.json").write_text(json.dumps({key: {"trials": 3, "radius": 1, "rounds": 1, "improved": 0}}))
     assert _searched_per_task(WorkDir(work), database, tasks) == [done - 3]
 
 

@@ -40,6 +40,10 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     """One work dir's checked best programs per task into the library of its platform (or ``platform``'s); what
     was added."""
     here = host_info()
+    remote = WorkDir(work).recorded("rpc_key")
+    if remote:  # its timings are a remote device's, which no host record names (the one recorded ran the search)
+        raise UsageError(f"the run in {work} measured its programs on a remote device (--rpc-key {remote}): a "
+                         "library holds the programs of the machine that measured them, and no record names it")
     host = WorkDir(work).host()
     note = None if host is not None else "no host recorded: taken as this machine's"
     local = host is None or same_host(host, here)
