@@ -27,7 +27,12 @@ from costlab.common.host import describe_host
 
 
 def _tune(args, work: Path) -> None:
-    if (work / "costlab_tune.json").exists():
+    if (work / "costlab_tune.json").exists():  # made before: by this benchmark's network, budget and target only
+        ran = json.loads((work / "costlab_tune.json").read_text()).get("options") or {}
+        asked = dict(network=networks.NETWORKS[args.network], trials=args.trials, target=args.target)
+        differ = [f"{k} {ran.get(k)!r} (not {v!r})" for k, v in asked.items() if ran.get(k) != v]
+        if differ:
+            raise SystemExit(f"{work} holds a tuning run of {', '.join(differ)}: give those, or another --work")
         return
     cmd = [*networks.COSTLAB, "tune", "--network", networks.NETWORKS[args.network], "--target", args.target,
            "--trials", str(args.trials), "--work-dir", str(work), "--no-check", "--no-progress"]

@@ -90,6 +90,7 @@ def _cmd(arm: str, pair: str, args, out: Path) -> list[str]:
 def run(args) -> int:
     out = Path(args.out).resolve()
     args.model = check_identity(out, args.target, args.model)  # continued: the same host, target and model
+    _check_settings(out, args)  # and the same seed and budgets: arms of two settings are never one table
     for pair in args.pairs:
         _run_pair(pair, args, out)
         runs = out / "runs" / pair
@@ -98,6 +99,31 @@ def run(args) -> int:
             with cpu_lock():
                 _retime(runs, PAIRS[pair][1], args.target)
     return table(args)
+
+
+SETTINGS = "settings.json"
+
+
+def _check_settings(out: Path, args) -> None:
+    """Record, or check against the record, the settings every arm's command is made of; SystemExit naming
+    what differs. An --out of runs made before it recorded them: the seed and --transfer-top their done.json
+    commands name are checked."""
+    mine = dict(seed=args.seed, top=args.top, more=args.more, source_per_task=args.source_per_task,
+                full_per_task=args.full_per_task)
+    path = out / SETTINGS
+    if path.exists():
+        old = json.loads(path.read_text())
+    else:
+        old = {}
+        for done in out.glob("runs/*/*/done.json"):
+            cmd = json.loads(done.read_text()).get("cmd") or []
+            for flag, key in (("--seed", "seed"), ("--transfer-top", "top")):
+                if flag in cmd[:-1]:
+                    old.setdefault(key, int(cmd[cmd.index(flag) + 1]))
+    differ = [f"{k} {old[k]} (not {v})" for k, v in mine.items() if k in old and old[k] != v]
+    if differ:
+        raise SystemExit(f"{out} holds arms run with {', '.join(differ)}: give those, or use another --out")
+    write_atomically(path, json.dumps(mine, indent=1).encode())
 
 
 def _run_pair(pair: str, args, out: Path) -> None:

@@ -543,9 +543,10 @@ def table(args) -> int:
                 r_ = ratios.setdefault(arm, {"at64": [], "final": [], "trials": [], "secs": [], "secs_all": [],
                                              "missed": 0, "full": 0, "wl": 0})
                 a_wall = _geo([r["wall_s"] for r in a])
-                for r in rows:  # every seed counts: one that never reaches a's final at its full wall time
+                for r in rows:  # every seed counts: one that never reaches a's final at the longer of its
+                    # full wall time and a's (a miss is never better than a, nor than the time it ran in vain)
                     got = _reach(r["curve"], r["progress"], a_final) if a_final else None
-                    r_["secs_all"].append((got[1] if got else r["wall_s"]) / a_wall)
+                    r_["secs_all"].append((got[1] if got else max(r["wall_s"], a_wall)) / a_wall)
                     r_["missed"] += got is None
                 ga64, g64 = _geo([r["at64_us"] for r in a]), _geo(at64)
                 gaf, gf = _geo([r["final_us"] for r in a]), _geo(finals)
@@ -576,7 +577,8 @@ def table(args) -> int:
                      f"{_fmt(_geo(r_['trials']), '.2f')} of a's trials, {_fmt(_geo(r_['secs']), '.2f')} of a's seconds "
                      f"(on the {len(r_['secs'])} of {r_['wl']} workloads where every seed reached it); over all "
                      f"{r_['wl']} workloads and {len(r_['secs_all'])} runs of {arm}, a seed that never reached it counted at "
-                     f"its full wall time ({r_['missed']} such): {_fmt(_geo(r_['secs_all']), '.2f')} of a's seconds; "
+                     f"the longer of its and a's wall time ({r_['missed']} such): "
+                     f"{_fmt(_geo(r_['secs_all']), '.2f')} of a's seconds; "
                      f"every seed reached a1000's final on {r_['full']} of {r_['wl']} workloads")
     for arm in COSTLAB_ARMS:
         rounds = [x for wl in data.values() for r in wl.get(arm, []) for x in r["rounds"] if x.get("round_s")]
@@ -669,6 +671,10 @@ def archive(args) -> int:
         elif path.name in (WorkDir.RECORDS, WorkDir.WORKLOADS):
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             (dst / rel).with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+        elif path.name in (WorkDir.RECORDS + ".gz", WorkDir.WORKLOADS + ".gz"):  # a run copied from an archive
+            if not path.with_name(path.name[:-3]).exists():  # the plain database, where there is one, wins
+                (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+                (dst / rel).write_bytes(path.read_bytes())
     print(f"{dst}: {sum(p.stat().st_size for p in dst.rglob('*') if p.is_file()) / 1e6:.1f} MB")
     return 0
 
