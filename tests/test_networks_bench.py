@@ -285,7 +285,9 @@ def test_a_damaged_database_is_one_line_before_the_network_is_extracted(tmp_path
 
     work = tmp_path / "w"
     work.mkdir()
-    (work / "costlab_tune.json").write_text("{}")  # a finished run: checks.py does not tune it again
+    # a finished run of checks.py's defaults: it does not tune it again
+    options = dict(network=networks.NETWORKS["bert"], trials=64, target="host")
+    (work / "costlab_tune.json").write_text(json.dumps(dict(options=options)))
     (work / "database_workload.json").write_text('["not a workload"\n')
     (work / "database_tuning_record.json").write_text("")
     monkeypatch.setattr(networks, "_network", lambda *a: pytest.fail("the network was extracted"))
