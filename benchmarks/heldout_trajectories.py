@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="x86-cpu-v1,psa,random", help="comma-separated model names or paths")
     p.add_argument("--arms", default="a,a1000", help="run lengths of the tuning benchmark to hold out")
     args = p.parse_args(argv)
+    from costlab.common.files import write_atomically
     from costlab.common.host import describe_host, host_info
     from costlab.costmodels.predictors import weights_sha256
 
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
         results["data"][arm] = dict(path=str(data), runs=str(RUNS / arm), seed=0)
         for m in models:
             results["scores"][f"{arm}/{m}"] = score(m, data)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    write_atomically(args.out / "results.json", json.dumps(results, indent=1).encode())
     print(f"host: {describe_host(results['host'])}")
     print("| held out | model | records | top-1 | pairwise | pairwise ¼ | pairwise ⅒ | top-1 ¼ | top-1 ⅒ | pick 1 | "
           "pick 8 | pick 32 |")

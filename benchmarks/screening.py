@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tuning import _measure_bests  # noqa: E402
 
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
+from costlab.common.files import write_atomically  # noqa: E402
 from costlab.common.host import describe_host, host_info  # noqa: E402
 from costlab.export.workdir import WorkDir  # noqa: E402
 
@@ -92,9 +93,9 @@ def main(argv=None) -> int:
                 medians = [q["median_us"] for q in programs if q["median_us"]]
                 row[arm]["final_us"] = min(medians) if medians else None
                 row[arm]["final_programs"] = programs
-            (out / "results.json").write_text(json.dumps(results, indent=2))
+            write_atomically(out / "results.json", json.dumps(results, indent=2).encode())
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    write_atomically(out / "results.json", json.dumps(results, indent=2).encode())
     table = _table(results, arms)
     (out / "table.md").write_text(table + "\n")
     print(table)
