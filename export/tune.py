@@ -805,7 +805,8 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
         work.check_same_host("continuing it", opts.rpc_key)
         old.pop("host", None)
         if old != mine:
-            diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine[k]!r}" for k in keys if old.get(k) != mine[k])
+            diff = ", ".join(f"{k}: {old.get(k)!r} -> {mine.get(k)!r}" for k in [*keys, *sorted(set(old) - set(keys))]
+                             if old.get(k) != mine.get(k))
             raise UsageError(f"{work} holds a tuning run with other options ({diff}); continue it with the same "
                              "options, or tune in another --work-dir")
     return dict(mine, host=host_info())

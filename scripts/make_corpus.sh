@@ -62,8 +62,13 @@ measure() {
   local py="${COSTLAB%/costlab}/python" exhausted="${OUT%.h5}.exhausted" report
   "$py" "$ROOT/scripts/corpus_tasks.py" "$OUT" --limit "${TASKS:-200}" --chunk 8 --skip "$exhausted" |
   while read -r chunk; do
-    report="$(flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" --no-progress)"
-    echo "$report"
+    # `measure` prints its summary (and the notes read below) on stderr: capture both streams
+    if ! report="$(flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" \
+                   --no-progress 2>&1)"; then
+      echo "$report" >&2
+      exit 1
+    fi
+    echo "$report" >&2
     echo "$report" | sed -n 's/^ *note: task \([0-9][0-9]*\) .*design space gave only .*/\1/p' >> "$exhausted"
   done
 }
