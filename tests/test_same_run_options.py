@@ -129,10 +129,22 @@ def test_a_run_recorded_before_the_new_options_continues(tmp_path):
 
     target = measuring_target("host", local=True)
     recorded = _checked(tmp_path, target, workloads=["GMM:1,16,16,16"])
-    for key in ("model_sha256", "head", "first_rounds", "task_filter", "transfer_from", "transfer_top"):
+    for key in ("model_sha256", "head", "first_rounds", "task_filter", "transfer_from", "transfer_top", "rpc_key"):
         recorded.pop(key)
     (tmp_path / "costlab_run.json").write_text(json.dumps(recorded))
     _checked(tmp_path, target, workloads=["GMM:1,16,16,16"])
+
+
+def test_a_record_of_an_option_this_costlab_does_not_know_is_named_in_the_refusal(tmp_path):
+    """A run recorded by another costlab with an option this one does not compare: refused (its effect is not known
+    here), naming it, never as "other options ()"."""
+    from costlab.export.tasks import measuring_target
+
+    target = measuring_target("host", local=True)
+    recorded = _checked(tmp_path, target, workloads=["GMM:1,16,16,16"])
+    (tmp_path / "costlab_run.json").write_text(json.dumps(dict(recorded, warp_drive=True)))
+    with pytest.raises(UsageError, match=r"other options \(warp_drive: True -> None\)"):
+        _checked(tmp_path, target, workloads=["GMM:1,16,16,16"])
 
 
 def test_records_a_transfer_measured_for_another_target_are_not_tuned_for_this_one(tmp_path):
