@@ -273,3 +273,19 @@ def test_a_gpu_tasks_reference_is_built_for_this_machines_own_cpu(monkeypatch):
         tvm.compile(mod, target=tvm.target.Target(t))["main"](*args)
         outs.append(args[-1].numpy())
     assert close(outs[1], outs[0]) and np.any(outs[0] != 0)
+
+
+def test_a_gathers_indices_stay_inside_the_table_it_reads():
+    """An embedding's token ids index a table of a few rows (BERT's token types: 2): ids drawn up to 8 read past
+    the table (TVM's take checks no bounds), so the reference differed from itself and every program was called
+    wrong. Index arguments are drawn below the float arguments' extents."""
+    import tvm
+    from tvm import te
+
+    from costlab.export.check import _compare_worker
+
+    table = te.placeholder((2, 16), "float32", name="table")
+    ids = te.placeholder((64,), "int64", name="ids")
+    out = te.compute((64, 16), lambda i, j: table[ids[i], j], name="out")
+    mod = tvm.IRModule({"main": te.create_prim_func([table, ids, out])})
+    assert _compare_worker(mod, [mod, mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok", "ok"]
