@@ -35,7 +35,8 @@ def parse_target(spec, what: str = ""):
 def run_target(work: Path, scan=None):
     """The target of the run a work dir holds: its run record's (``costlab_run.json``), else the one its records
     were measured on (the database's, read from ``scan``, a ``DatabaseScan`` of it, or scanned here), else None.
-    A recorded target this TVM does not know counts as none: nothing then says which machine measured them."""
+    A run record's target that does not parse is a UsageError naming the file (``parse_target``); a target in the
+    records that this TVM does not know counts as none: nothing then says which machine measured them."""
     work = WorkDir(work)
     spec = work.recorded("target")
     if spec is not None:
