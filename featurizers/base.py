@@ -200,6 +200,11 @@ class Featurizer(ABC):
         """Learn the data-derived part of the config from a dataset (default: nothing to learn)."""
         return self
 
+    def cut_sequences(self, feats: Features) -> tuple[int, int] | None:
+        """For a featurizer with a fixed sequence length: (records longer than it, the longest record's length) in
+        some features; None for one without."""
+        return None
+
     def unknown_tokens(self, feats: Features) -> tuple[int, int] | None:
         """For a featurizer with a learned vocabulary: (tokens it did not know, tokens) in some features;
         None for one without a vocabulary."""

@@ -32,7 +32,7 @@ import math
 import numpy as np
 import orjson
 
-from costlab.featurizers.base import Featurizer, register
+from costlab.featurizers.base import ConfigError, Featurizer, register
 from costlab.featurizers.tlp_tokens import DEFAULT_MS_DROP, ansor_tokens, ms_tokens
 from costlab.metaschedule.traces import trace_json
 
@@ -58,6 +58,9 @@ def tokens_of(schedule, dialect: str, ms_drop=frozenset(DEFAULT_MS_DROP)) -> lis
 class TLPFeaturizer(Featurizer):
     name = "tlp"
     version = 1
+    # 1: an Ansor pragma value that is no finite number ("$inf", "$nan") is 0 (it was inf / NaN in the numbers): caches
+    # made before are rebuilt (the revision is part of their fingerprint), models still load
+    revision = 1
     default_config = {
         "num_slots": 16,  # numbers kept per token
         "seq_len_percentile": 99.0,  # fit: sequence length = this percentile of token counts
@@ -79,6 +82,12 @@ class TLPFeaturizer(Featurizer):
             self.check_value("vocabulary", self.config["vocabulary"], list(SPECIAL))
         if "seq_len" in self.config:
             self.check_value("seq_len", self.config["seq_len"], 1, (1, None))
+        given = [k for k in self.learned_keys if k in self.config]
+        if given and len(given) < len(self.learned_keys):  # fit() would replace it without a word
+            missing = [k for k in self.learned_keys if k not in self.config]
+            raise ConfigError(self.name, given[0], f"{given[0]} is learned by fit together with {', '.join(missing)}, "
+                              "not set alone (max_seq_len and seq_len_percentile bound the sequence length, "
+                              "min_count the vocabulary)")
 
     def __init__(self, config: dict | None = None):
         super().__init__(config)
@@ -196,6 +205,11 @@ class TLPFeaturizer(Featurizer):
             numeric[rec_idx, pos] = (np.sign(x) * np.log1p(np.abs(x))).astype(np.float32)
         mask = np.arange(L)[None, :] < used[:, None]
         return {"kind": kind, "numeric": numeric, "mask": mask, "length": length}
+
+    def cut_sequences(self, feats) -> tuple[int, int]:
+        """(records whose tokens past ``seq_len`` were dropped, the longest record's token count) in some features."""
+        length = np.asarray(feats["length"])
+        return int(np.count_nonzero(length > int(self.config["seq_len"]))), int(length.max(initial=0))
 
     def unknown_tokens(self, feats) -> tuple[int, int]:
         """(tokens mapped to ``<unk>``, tokens) in some features: a primitive the vocabulary never saw."""

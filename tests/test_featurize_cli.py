@@ -269,6 +269,8 @@ def _error(err: str) -> str:
     ("tlp", '{"fit_sample": true}', "--config: fit_sample must be a positive integer, not True"),
     ("tlp", '{"seq_len": 0}', "--config: seq_len must be a positive integer, not 0"),
     ("tlp", '{"vocabulary": "abc"}', "--config: vocabulary must be a list of strings, not 'abc'"),
+    # a learned key alone: checked, then replaced by the fit without a word (the model trained with another one)
+    ("tlp", '{"seq_len": 12}', "--config: seq_len is learned by fit together with vocabulary, not set alone"),
     ("psa", '{"spec": 3}', "--config: spec must be a JSON object of hardware spec fields"),
     ("psa", '{"spec": {"cores": "x"}}', "--config: spec: field 'cores' must be a number, got 'x'"),
     ("psa", '{"spec": {"corez": 8}}', "--config: spec has no hardware spec field 'corez'"),
@@ -374,3 +376,17 @@ def test_a_cache_gives_a_row_asked_for_twice(tmp_path):
         got = twice[k]
         want = [v[i] for i in rows] if isinstance(v, list) else v[rows]
         assert all(np.array_equal(a, b) for a, b in zip(got, want)) and len(got) == len(rows)
+
+
+def test_records_longer_than_the_sequence_length_are_said(tmp_path, capsys):
+    """Tokens past the sequence length are dropped (for a MetaSchedule trace its unroll and postprocessing
+    decisions, at its end): a fit that cuts more than a few of a platform's records says how many, and the
+    longest; the default fit (the 99th percentile) says nothing."""
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--no-progress")
+    assert code == 0 and "tokens past it are dropped" not in err
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--config", '{"max_seq_len": 4}', "--no-progress", "--refit")
+    assert code == 0
+    (line,) = [ln for ln in err.splitlines() if "tokens past it are dropped" in ln]
+    assert "records of 'platinum-8358' have more tokens (up to " in line and "sequence length 4 of tlp@1" in line

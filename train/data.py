@@ -25,7 +25,8 @@ from costlab.common.errors import UsageError
 from costlab.datasets import open_dataset
 from costlab.featurizers import create, from_json
 from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
-from costlab.featurizers.cache import build_cache, features_of, group_name, open_cache, vocabulary_warning
+from costlab.featurizers.cache import (build_cache, features_of, group_name, length_warning, open_cache,
+                                       vocabulary_warning)
 from costlab.featurizers.hardware_vector import JITTERED, platform_vector
 from costlab.train.labels import LabelTable, build_label_table
 
@@ -185,9 +186,10 @@ class CostDataModule(L.LightningDataModule):
             # featurize what training needs, cached in the dataset as `costlab featurize` would (resumable)
             print(f"{cfg.data}: featurizing the records of {p!r} with {cfg.featurizer} (cached in the "
                   f"dataset for the next run)", file=sys.stderr, flush=True)
-            warning = vocabulary_warning(build_cache(cfg.data, cfg.featurizer, p, progress=sys.stderr.isatty()))
-            if warning:
-                print(f"{cfg.data}: {warning}", file=sys.stderr)
+            stats = build_cache(cfg.data, cfg.featurizer, p, progress=sys.stderr.isatty())
+            for warning in (vocabulary_warning(stats), length_warning(stats)):
+                if warning:
+                    print(f"{cfg.data}: {warning}", file=sys.stderr)
         ds = open_dataset(cfg.data)
         try:
             self.featurizer = self._resolve_featurizer(ds)

@@ -12,8 +12,8 @@ from costlab.common.errors import CostlabError, InputError
 from costlab.datasets import open_dataset
 from costlab.featurizers import available, create
 from costlab.featurizers.base import ConfigError
-from costlab.featurizers.cache import (build_cache, caches_of_other_fits, fitted_featurizer, open_cache,
-                                       vocabulary_warning)
+from costlab.featurizers.cache import (build_cache, caches_of_other_fits, fitted_featurizer, length_warning,
+                                       open_cache, vocabulary_warning)
 from costlab.featurizers.psa.hardware import NoHardwareSpec
 
 EPILOG = """\
@@ -133,9 +133,9 @@ def _featurize(args) -> int:
             print(f"{s['featurizer']} {pid}: {s['total']} records, {s['cached_before']} cached before, "
                   f"{s['computed']} featurized in {s['seconds']:.1f} s ({s['invalid']} unreadable)",
                   file=sys.stderr)
-        warning = vocabulary_warning(s)
-        if warning:
-            print(f"costlab featurize: {warning}", file=sys.stderr)
+        for warning in (vocabulary_warning(s), length_warning(s)):
+            if warning:
+                print(f"costlab featurize: {warning}", file=sys.stderr)
     return 2 if unfeaturized else 0
 
 
