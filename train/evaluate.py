@@ -294,6 +294,11 @@ def _baseline_scores(ds, platform: str, rows, seed: int) -> dict:
         predictor = kind.predictor(seed=seed)
         try:
             feats = features_of(ds, predictor.featurizer, platform, rows)
+            valid = np.asarray(feats.get("valid", np.ones(len(rows), bool)), bool)
+            if len(rows) and not valid.any():  # a constant score of no record it read: a curve of nothing
+                print(f"costlab: note: no {kind.title} curve in the report (its featurizer reads none of the "
+                      f"{len(rows)} records: {predictor.featurizer.name} of another schedule dialect)", file=sys.stderr)
+                continue
             out[kind.title] = [predictor.predict(feats)[:, 0] for _ in range(RANDOM_DRAWS if kind.stochastic else 1)]
         except Exception as exc:  # records a kind cannot score (another dialect): the report says so
             print(f"costlab: note: no {kind.title} curve in the report "

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 import time
@@ -255,10 +256,25 @@ def _check_resumed_options(out: Path, cfg: dict) -> None:
     if "init_from" in compared and _same_path(was["init_from"], now["init_from"]):  # newer options)
         compared.remove("init_from")  # the same source, spelled another way
     what = _differences({k: was[k] for k in compared}, {k: now[k] for k in compared})
+    if now.get("lr_schedule") == "cosine" and was.get("trainer.max_epochs") != now.get("trainer.max_epochs"):
+        # the scheduler resumes with the T_max of the first run (its state is in the checkpoint): past it the
+        # learning rate would rise again, unlike a run of the new length trained at once
+        what.append(f"trainer.max_epochs {was.get('trainer.max_epochs')!r} (now {now.get('trainer.max_epochs')!r}): "
+                    "lr_schedule cosine decays over the run's max_epochs, which a resumed run cannot change")
     if what:
         raise UsageError(f"--resume: the run in {out} was trained with other options: {'; '.join(what)}; give the "
                          f"options it was trained with (--config {path} --out {out} --resume [--epochs N] gives "
                          "them all), or --overwrite without --resume to train afresh")
+
+
+def _finished_summary(out: Path, epochs: int) -> dict | None:
+    """The summary.json of a run that finished ``epochs`` epochs and wrote its model, else None."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and summary.get("epochs") == epochs and (out / "model").is_dir() \
+        else None
 
 
 def _check_readable(data, dm: CostDataModule) -> None:
@@ -318,6 +334,16 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
     if resumed is not None:  # another kind is refused before its (maybe slow) featurizing
         _check_resumable(resumed, kind, None, None, resumed["platforms"])
         _check_resumed_options(out, cfg)
+        done, epochs = resumed.get("epochs"), int(cfg["trainer"]["max_epochs"])
+        if done is not None and epochs < done:  # Lightning's own refusal is a traceback, after config.yaml is rewritten
+            raise UsageError(f"--resume: {last} has trained {done} epochs already; give --epochs {done + 1} or more "
+                             f"to train on (trainer.max_epochs is {epochs})")
+        finished = _finished_summary(out, done) if done is not None and epochs == done else None
+        if finished is not None:
+            # the run is finished: training on would be no step, and would replace its summary with one of none
+            print(f"costlab: note: {out} has trained its {done} epochs already; nothing to do (--epochs N to train "
+                  "more)", file=sys.stderr)
+            return finished
     else:
         _check_fresh_start(out, overwrite, resumable=not cfg.get("init_from"), resume=resume)
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
@@ -332,6 +358,13 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
     if not source:  # before featurizing; fine-tuning keeps the source's net
         _check_net_sizes(kind, cfg["net"])
+    elif cfg["net"]:  # they would be recorded in config.yaml and never used
+        pretrained = _with_defaults(kind, source["net"])
+        changed = [f"net.{k}={v!r} (the model's: {pretrained.get(k)!r})" for k, v in cfg["net"].items()
+                   if pretrained.get(k) != v]
+        if changed:
+            raise UsageError(f"{cfg['init_from']}: fine-tuning keeps the pretrained model's net, so "
+                             f"{', '.join(changed)} cannot apply; leave the net options out")
     hardware_dim = (source["net"] if source else cfg["net"]).get("hardware_dim") or 0
     if hardware_dim not in (0, hardware_vector.DIM):
         raise UsageError(f"net.hardware_dim must be 0 (no hardware input) or {hardware_vector.DIM} (the hardware "
@@ -353,6 +386,13 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
     net_config = dict(source["net"]) if source else net_config_for(kind, dm.featurizer, heads, **cfg["net"])
     if resumed is not None:
         _check_resumable(resumed, kind, net_config, dm.featurizer.to_json(), cfg["platforms"])
+        digest = dm.split.digest if dm.split is not None else None
+        if resumed.get("split_digest") is not None and resumed["split_digest"] != digest:
+            # the same name, other records held out: the rest of the run would train on tasks (programs) the first
+            # part held out, and the model would record the new split as the one it never saw the test part of
+            raise UsageError(f"--resume: split {cfg['split']!r} of {cfg['data']} was replaced since {last} trained on "
+                             f"it (it now holds out other records: {dm.split.describe() if dm.split else 'none'}); "
+                             "train afresh with --overwrite (without --resume), or on the split it trained on")
     if not source:  # a net shorter than the dataset's sequences fails only once a long one is trained on
         unfit = check_featurizer_fits(kind, net_config, dm.featurizer.to_json())
         if unfit:
@@ -361,7 +401,8 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
         module = CostModelModule(kind, net_config, dm.featurizer.to_json(), cfg["platforms"], loss=cfg["loss"],
                                  lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
                                  momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]),
-                                 lr_schedule=cfg["lr_schedule"], gain_scale=float(cfg["gain_scale"]))
+                                 lr_schedule=cfg["lr_schedule"], gain_scale=float(cfg["gain_scale"]),
+                                 split_digest=dm.split.digest if dm.split is not None else None)
     except (TypeError, ValueError, AssertionError, RuntimeError, IndexError) as exc:
         # net options of the wrong name, type or size: torch asserts (d_model not divisible by attention_heads),
         # refuses negative sizes, and a net of no layers fails on its first one

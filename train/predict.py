@@ -39,7 +39,11 @@ def read_checkpoint(path) -> dict:
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
     state = check_finite(net_state_from_checkpoint(ckpt), path, "checkpoint")
-    return dict(path=path, state=state, **{k: hp[k] for k in keys})
+    epoch = ckpt.get("epoch")
+    # epochs: how many the run had finished when it was saved (Lightning's ``epoch`` is the last one's index);
+    # split_digest: the split its training part came from (None: a checkpoint of an older costlab)
+    return dict(path=path, state=state, epochs=epoch + 1 if isinstance(epoch, int) else None,
+                split_digest=hp.get("split_digest"), **{k: hp[k] for k in keys})
 
 
 def checkpoint_net(ckpt: dict) -> torch.nn.Module:
@@ -65,7 +69,26 @@ def load_checkpoint(path) -> NetPredictor:
                   platforms=ckpt["platforms"])
     if getattr(getattr(net, "config", None), "hardware_dim", 0):
         config["hardware"] = hardware_vector.describe()
+    config.update(_run_training(Path(path)))
     return NetPredictor(net, ckpt["kind"], ckpt["featurizer"], ckpt["platforms"], config=config)
+
+
+def _run_training(path: Path) -> dict:
+    """What a model of the checkpoint's run would record of its training (``split``, ``split_digest``,
+    ``dataset``, and the splits of the training before it as ``lineage``), so that ``evaluate --split auto`` scores
+    the test part of the run's split and warns of records it trained on, as for the run's model; {} for a
+    checkpoint outside a run directory."""
+    from costlab.train.evaluate import checkpoint_lineage  # lazy: evaluate imports this module
+
+    lineage = checkpoint_lineage(path)
+    if not lineage:
+        return {}
+    own = lineage[-1]
+    out = dict(split=own.get("split"), split_digest=own.get("split_digest"), dataset=own.get("dataset"),
+               training={"checkpoint": str(path)})
+    if len(lineage) > 1:
+        out["lineage"] = lineage[:-1]
+    return out
 
 
 def load_predictor(model, seed: int = 0):

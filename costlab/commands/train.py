@@ -155,10 +155,12 @@ def _finetune(args) -> int:
                          f"{kinds.spoken([n for n, x in RECIPES.items() if x.runner == FIT_LISTS])} (without "
                          "--momentum, --epochs or --set), which start from that platform's head")
     model = kinds.find(kind)
+    # --momentum and --every as named options: --set momentum=M / momentum_every=N apply as in `costlab train`
+    # (and are checked there), never replaced by the defaults of the options not given
     cfg = load_config(None, _overrides(args), model=model.net if model and model.multi_head else kind,
                       data=str(args.data), split=args.split, platforms=[args.platform], out=str(args.out),
-                      seed=args.seed)
-    cfg.update(init_from=str(args.source), momentum=args.momentum, momentum_every=args.every or 2)
+                      seed=args.seed, momentum=args.momentum, momentum_every=args.every or 2)
+    cfg["init_from"] = str(args.source)  # --from is the model fine-tuned, whatever --set says
     return _run(cfg, args)
 
 

@@ -1,0 +1,114 @@
+"""Training runs continued, fine-tuned and evaluated as the docs say (docs/training.md): a resumed run is the run
+it continues or is refused in one line before anything is written; fine-tuning's options are used or refused,
+never recorded and dropped; a run's checkpoint is evaluated on its run's split."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import yaml
+
+from conftest import TINY
+from costlab.cli import main
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
+    return line
+
+
+def _train(trained, out, *extra) -> int:
+    return main(["train", "--data", str(trained / "d.h5"), "--out", str(out), "--no-progress", *TINY, *extra])
+
+
+def test_a_resumed_run_with_fewer_or_as_many_epochs_as_it_trained(trained, tmp_path, capsys):
+    """Fewer epochs than done was Lightning's traceback after config.yaml was rewritten; as many trained no step
+    and replaced the run's summary with one of nothing seen."""
+    out = tmp_path / "run"
+    assert _train(trained, out, "--epochs", "2") == 0
+    config, summary = (out / "config.yaml").read_bytes(), (out / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert _train(trained, out, "--epochs", "1", "--resume") == 2
+    assert "has trained 2 epochs already; give --epochs 3 or more" in _error(capsys)
+    assert (out / "config.yaml").read_bytes() == config
+    assert _train(trained, out, "--epochs", "2", "--resume") == 0
+    assert "nothing to do" in capsys.readouterr().err
+    assert (out / "summary.json").read_bytes() == summary
+
+
+def test_a_cosine_run_resumed_for_more_epochs_is_refused(trained, tmp_path, capsys):
+    """The cosine schedule decays over max_epochs, and its state (the first run's length) comes back with the
+    checkpoint: resumed for more epochs, the learning rate climbed back up past the first run's end."""
+    out = tmp_path / "run"
+    assert _train(trained, out, "--epochs", "1", "--set", "lr_schedule=cosine") == 0
+    capsys.readouterr()
+    assert _train(trained, out, "--epochs", "2", "--set", "lr_schedule=cosine", "--resume") == 2
+    assert "lr_schedule cosine decays over the run's max_epochs" in _error(capsys)
+
+
+def test_a_split_replaced_under_its_name_is_not_resumed_on(trained, tmp_path, capsys):
+    """--resume compared the split's name: a split made again under it (other tasks held out) trained the rest
+    of the run on tasks the first part held out, and evaluate then called them held out."""
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    split = ["dataset", "split", str(data), "--by", "task", "--test-fraction", "0.3", "--name", "sp"]
+    assert main([*split, "--seed", "0"]) == 0
+    out = tmp_path / "run"
+    argv = ["train", "--data", str(data), "--out", str(out), "--split", "sp", "--no-progress", *TINY]
+    assert main([*argv, "--epochs", "1"]) == 0
+    assert main([*split, "--seed", "3", "--replace"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--epochs", "2", "--resume"]) == 2
+    assert "split 'sp' of" in _error(capsys)
+
+
+def test_fine_tuning_uses_or_refuses_what_it_is_given(trained, tmp_path, capsys):
+    """--set momentum / momentum_every were replaced by --momentum's defaults (plain fine-tuning, where MoA was
+    asked for); net options were recorded in config.yaml and never used (the model keeps its own net)."""
+    base = ["finetune", "--from", str(trained / "run"), "--data", str(trained / "d.h5"), "--platform",
+            "llvm-x86_64-2c", "--recipe", "lightning", "--epochs", "1"]
+    out = tmp_path / "ft"
+    assert main([*base, "--out", str(out), "--set", "momentum=0.9", "--set", "momentum_every=3"]) == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["momentum"] == 0.9 and config["momentum_every"] == 3
+    capsys.readouterr()
+    assert main([*base, "--out", str(tmp_path / "ft2"), "--set", "net.d_model=64"]) == 2
+    assert "fine-tuning keeps the pretrained model's net, so net.d_model=64 (the model's: 16)" in _error(capsys)
+
+
+def test_a_runs_checkpoint_is_evaluated_on_its_runs_split(trained, tmp_path, capsys):
+    """The checkpoint's config named no split: ``--split auto`` scored every record, training ones included, with
+    a note that the model recorded no training split; the run's model scored the test part."""
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["dataset", "split", str(data), "--by", "task", "--test-fraction", "0.3", "--name", "sp"]) == 0
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(data), "--out", str(out), "--split", "sp", "--epochs", "1",
+                 "--no-progress", *TINY]) == 0
+    scored = {}
+    for model in (out, out / "checkpoints" / "last.ckpt"):
+        capsys.readouterr()
+        assert main(["evaluate", "--model", str(model), "--data", str(data), "--json"]) == 0
+        scored[model.name] = json.loads(capsys.readouterr().out)
+    assert scored["run"]["split"] == scored["last.ckpt"]["split"] == "sp"
+    assert scored["run"]["records"] == scored["last.ckpt"]["records"] and scored["run"]["part"] == "test"
+
+
+def test_the_report_leaves_out_a_baseline_that_reads_none_of_the_records(tmp_path, capsys):
+    """PSA reads MetaSchedule traces: on Ansor records every one is unreadable and its score a constant, which the
+    report showed and plotted as a PSA baseline far below random."""
+    from conftest import FIXTURES
+
+    data = tmp_path / "a.h5"
+    assert main(["dataset", "import-ansor", str(FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"),
+                 "-o", str(data)]) == 0
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "1", "--no-progress", *TINY]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--report", str(tmp_path / "rep")]) == 0
+    assert "no PSA curve in the report (its featurizer reads none of the" in capsys.readouterr().err
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "| PSA |" not in report and "| random |" in report.lower()
