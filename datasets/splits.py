@@ -126,18 +126,26 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
     name = default_split_name(by, seed, test_fraction, held_out) if name is None else name
     check_name(name, "split name", "task-s0")
     counts: dict[int, int] = {}
+    ran: set[int] = set()  # tasks with a program that ran (a finite latency) on some platform
     for p in ds.record_platforms():
         # checked: a record of a task the task table lacks (a damaged file) is one error, never a task to split
-        t, c = np.unique(ds.records(p).checked_task(), return_counts=True)
+        table = ds.records(p)
+        task = table.checked_task()
+        t, c = np.unique(task, return_counts=True)
         for ti, ci in zip(t.tolist(), c.tolist()):
             counts[ti] = max(counts.get(ti, 0), ci)
+        if by == "task":
+            ran.update(np.unique(task[np.isfinite(table.latency())]).tolist())
     with_records = sorted(counts)
     if by == "task":
-        # a task with a single program has nothing to rank: it is never held out
-        tasks = np.array([t for t in with_records if counts[t] >= 2], np.int64)
+        # a task with a single program, or none that ran (every build or run failed), has nothing to rank: it is
+        # never held out (a test part of such tasks scores nan on every metric)
+        tasks = np.array([t for t in with_records if counts[t] >= 2 and t in ran], np.int64)
         if len(tasks) < 2:
-            raise InputError(ds.path, f"a split by task needs at least 2 tasks with 2 or more records, found {len(tasks)}")
-        n_test = min(len(tasks) - 1, max(1, math.ceil(test_fraction * len(tasks))))
+            raise InputError(ds.path, "a split by task needs at least 2 tasks with 2 or more records, one of which "
+                                      f"ran, found {len(tasks)}")
+        # rounded first: 0.28 * 25 is 7.000000000000001 in floating point, and its ceiling would hold out 8 tasks
+        n_test = min(len(tasks) - 1, max(1, math.ceil(round(test_fraction * len(tasks), 9))))
         test = np.sort(rng.permutation(tasks)[:n_test])
         return Split(name, by, seed, test_fraction, test)
     if by == "network":
@@ -185,10 +193,15 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
     for t in sorted(by_task):
         ids = np.array(sorted(by_task[t]), np.uint64)
         n_test = int(round(test_fraction * len(ids)))
+        if len(ids) >= 2:  # a task keeps a program to train on (round(0.75 * 2) held out both)
+            n_test = min(n_test, len(ids) - 1)
         test_ids.append(rng.permutation(ids)[:n_test])
     progs = np.sort(np.concatenate(test_ids)) if test_ids else np.zeros(0, np.uint64)
     if not progs.size:  # a split whose test part is empty would be stored, and trained and evaluated on, as if real
         _refuse_empty_within_task(ds, test_fraction, max((len(v) for v in by_task.values()), default=0))
+    if progs.size == sum(len(v) for v in by_task.values()):  # nothing left to train on: every task of one program
+        raise InputError(ds.path, f"a split within task at test fraction {test_fraction} holds out every program "
+                                  "(its tasks have one program each): split by task, or give a smaller fraction")
     return Split(name, by, seed, test_fraction, np.zeros(0, np.int64), progs)
 
 

@@ -213,3 +213,47 @@ def test_the_headline_top_k_never_leaves_out_an_evaluated_task_nor_becomes_nan(t
     assert by_task["networks"] == {} and len(by_task["tasks"]) == 3  # "one" is whole, "big" is cut: per-task mean
     by_net = evaluate("random", data, split="n", part="test")
     assert list(by_net["networks"]) == ["big"] and math.isfinite(by_net["top1"]) and math.isfinite(by_net["top5"])
+
+
+def _tasks(path, sizes: list[int], failing: int | None = None):
+    """A dataset of one platform, task t with sizes[t] programs; task ``failing`` with none that ran."""
+    with DatasetWriter(path) as w:
+        w.add_platform("cpu-a", {"kind": "llvm"})
+        for t, n in enumerate(sizes):
+            idx = w.add_task(f"wk{t}", "ansor", f"wk{t}")
+            w.add_records("cpu-a", _batch(idx, n, fail_every=1 if t == failing else 0))
+    return path
+
+
+def test_a_task_none_of_whose_programs_ran_is_never_held_out(tmp_path):
+    """It has nothing to rank: a split by task that held it out scored nan on every metric of its test part (6 of
+    20 seeds did, on three tasks and this one)."""
+    from costlab.datasets.splits import make_split
+
+    path = _tasks(tmp_path / "d.h5", [20, 20, 20, 3], failing=3)
+    with open_dataset(path) as ds:
+        held = {int(t) for seed in range(20) for t in make_split(ds, "task", seed, 0.34).test_tasks}
+    assert held == {0, 1, 2}
+
+
+def test_a_fraction_of_tasks_is_not_one_task_more_for_a_rounding_error(tmp_path):
+    """0.28 * 25 is 7.000000000000001 in floating point: its ceiling held out 8 of 25 tasks, not 7."""
+    from costlab.datasets.splits import make_split
+
+    path = _tasks(tmp_path / "d.h5", [2] * 25)
+    with open_dataset(path) as ds:
+        assert len(make_split(ds, "task", 0, 0.28).test_tasks) == 7
+
+
+def test_a_split_within_task_leaves_each_task_a_program_to_train_on(tmp_path, capsys):
+    """round(0.75 * 2) held out both programs of a task, and 0.99 every program of the dataset, stored as a split
+    that trained on nothing; a task keeps one, and a dataset of one-program tasks is refused."""
+    from costlab.datasets.splits import make_split
+
+    path = _tasks(tmp_path / "d.h5", [2, 2, 3])
+    with open_dataset(path) as ds:
+        split = make_split(ds, "within-task", 0, 0.99)
+        assert len(split.test_programs) == 1 + 1 + 2
+    ones = _tasks(tmp_path / "ones.h5", [1, 1, 1])
+    assert main(["dataset", "split", str(ones), "--by", "within-task", "--test-fraction", "0.9"]) == 2
+    assert "holds out every program (its tasks have one program each)" in capsys.readouterr().err
