@@ -315,6 +315,17 @@ def test_spec_fields_of_the_other_kind_name_the_platform(tmp_path, capsys):
     assert "(for platform 2080ti)" in line
 
 
+def test_a_whole_spec_of_the_other_kind_is_refused_naming_the_platform(tmp_path, capsys):
+    """A whole GPU spec for a CPU platform (or the reverse) passed every field check and put the platform's programs
+    through the other formula: every record read as valid, their estimates meaningless."""
+    data = tmp_path / "d.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    code, err = _run(capsys, data, "--featurizer", "psa", "--config", '{"spec": {"kind": "gpu"}}', "--no-progress")
+    assert code == 2 and _error(err) == ("costlab: error: --config: spec kind 'gpu' does not match the cpu of "
+                                         "platform llvm-x86_64-2c")
+    assert "features" not in h5py.File(data, "r")
+
+
 def test_valid_configs_load_unchanged():
     """Configs that worked before still load and serialise as given (they travel inside models): whole numbers
     written with a fraction of zero, ints where a number is asked for, a whole spec or spec fields, null."""
@@ -390,3 +401,22 @@ def test_records_longer_than_the_sequence_length_are_said(tmp_path, capsys):
     assert code == 0
     (line,) = [ln for ln in err.splitlines() if "tokens past it are dropped" in ln]
     assert "records of 'platinum-8358' have more tokens (up to " in line and "sequence length 4 of tlp@1" in line
+
+
+def test_a_platform_featurized_with_the_generic_cpu_says_so(tmp_path, capsys):
+    """No host record and an -mcpu PSA's table lacks (tigerlake, or none): the generic CPU's caches and clock are
+    assumed, which featurize said nowhere; it names the platform and how to state the machine. A platform whose
+    -mcpu is in the table says nothing."""
+    from conftest import FIXTURES as fixtures
+
+    data = tmp_path / "d.h5"
+    shutil.copy(fixtures / "ms_small.h5", data)
+    code, err = _run(capsys, data, "--featurizer", "psa", "--no-progress")
+    assert code == 0
+    (line,) = [ln for ln in err.splitlines() if "generic CPU" in ln]
+    assert "platform 'llvm-x86_64-2c'" in line and "costlab dataset set-machine" in line
+    zen5 = tmp_path / "z.h5"
+    assert main(["dataset", "import-ms", str(fixtures / "zen5_small"), "-o", str(zen5)]) == 0
+    capsys.readouterr()
+    code, err = _run(capsys, zen5, "--featurizer", "psa", "--no-progress")
+    assert code == 0 and "generic CPU" not in err

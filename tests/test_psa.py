@@ -30,6 +30,30 @@ CPU_CASES = {
 }
 
 
+def _squared_plus_one():
+    """B = A + 1, C = B * B: C loads B twice, so inlining B computes its add once per load."""
+    from tvm import te
+
+    a = te.placeholder((64, 64), "float32", name="A")
+    b = te.compute((64, 64), lambda i, j: a[i, j] + 1.0, name="B")
+    c = te.compute((64, 64), lambda i, j: b[i, j] * b[i, j], name="C")
+    return cases.module(te.create_prim_func([a, c]))
+
+
+def _inline(name):
+    def schedule(mod):
+        from tvm.s_tir import Schedule
+
+        sch = Schedule(mod)
+        sch.compute_inline(sch.get_sblock(name)) if name == "B" else sch.reverse_compute_inline(sch.get_sblock(name))
+        return sch
+    return schedule
+
+
+CPU_CASES["inlined producer loaded twice"] = (_squared_plus_one, _inline("B"))
+CPU_CASES["consumer loading its producer twice, reverse-inlined"] = (_squared_plus_one, _inline("C"))
+
+
 @pytest.mark.parametrize("name", sorted(CPU_CASES))
 def test_trace_simulation_matches_tir_walk_cpu(name):
     make_mod, make_sch = CPU_CASES[name]

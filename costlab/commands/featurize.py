@@ -133,10 +133,24 @@ def _featurize(args) -> int:
             print(f"{s['featurizer']} {pid}: {s['total']} records, {s['cached_before']} cached before, "
                   f"{s['computed']} featurized in {s['seconds']:.1f} s ({s['invalid']} unreadable)",
                   file=sys.stderr)
-        for warning in (vocabulary_warning(s), length_warning(s)):
+        for warning in (vocabulary_warning(s), length_warning(s), _generic_spec_note(args.data, featurizer, pid)):
             if warning:
                 print(f"costlab featurize: {warning}", file=sys.stderr)
     return 2 if unfeaturized else 0
+
+
+def _generic_spec_note(data: Path, featurizer, pid: str) -> str | None:
+    """A note when a hardware-dependent featurizer (PSA, PaCM) took the generic CPU for a platform: no host is
+    recorded and its -mcpu is not in PSA's table, so its caches and clock are a guess the user can replace."""
+    if not hasattr(featurizer, "spec_for"):
+        return None
+    with open_dataset(data) as ds:
+        spec = featurizer.spec_for(ds.platforms[pid])
+    if not str(getattr(spec, "name", "")).startswith("generic CPU"):
+        return None
+    return (f"note: platform {pid!r}: {spec.name}: its features assume a generic CPU's caches and clock; "
+            f"`costlab dataset set-machine {data} --platform {pid} --host FILE` (a host record of that machine) or "
+            "`--spec FILE` states it")
 
 
 def _say_how_far(data: Path, featurizer, pid: str) -> None:

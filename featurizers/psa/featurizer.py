@@ -39,8 +39,9 @@ class PSA(PlatformSpecs, Featurizer):
     # a block's threads the product of its thread axes (the largest axis before)
     version = 3
     # 1: a workload's buffers that share a name are told apart (ms_records.named_apart); 2: the TIR walk bounds
-    # the loops of a block by its predicate (a GPU cooperative fetch whose threads x lanes overshoot its tile)
-    revision = 2
+    # the loops of a block by its predicate (a GPU cooperative fetch whose threads x lanes overshoot its tile); 3: the
+    # trace simulator counts an inlined producer's FLOPs at every load of it, as TVM substitutes it
+    revision = 3
     default_config = {"mode": "trace", "spec": None}
 
     def __init__(self, config=None):

@@ -534,11 +534,15 @@ class PlatformSpecs:
         if key not in specs:
             spec, override = spec_for(platform, target), self.config.get("spec")
             if override:  # applied as spec_for applies it; here a field of the other kind (CPU fields, a GPU) fails
+                where = f"platform {platform.id}" if platform is not None else f"target {target}"
                 try:
+                    spec_kind = spec.kind
                     spec = HardwareSpec.from_json(override) if "kind" in override else spec.updated(override, "spec")
                 except ValueError as exc:
-                    where = f"platform {platform.id}" if platform is not None else f"target {target}"
                     raise ConfigError(self.name, "spec", f"{exc} (for {where})") from None
+                if spec.kind != spec_kind:  # a whole GPU spec for a CPU platform, or the reverse: the wrong formula
+                    raise ConfigError(self.name, "spec", f"spec kind {spec.kind!r} does not match the {spec_kind} "
+                                      f"of {where}")
             specs[key] = spec
         return specs[key]
 

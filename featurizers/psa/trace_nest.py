@@ -51,10 +51,12 @@ class _Block:
     """A block: iterators (extent, is_reduce), accesses over iterators, and per iterator its atoms
     ``[loop, coef, lower, span]``."""
 
-    __slots__ = ("name", "axes", "accesses", "flops", "init", "atoms", "parent", "has_init")
+    __slots__ = ("name", "axes", "accesses", "flops", "init", "atoms", "parent", "has_init", "loads")
 
-    def __init__(self, name, axes, accesses, flops, init=False, has_init=False):
+    def __init__(self, name, axes, accesses, flops, init=False, has_init=False, loads=None):
         self.name = name
+        # buffer -> how many times the block's stored value loads it (an inlined producer's FLOPs count per use)
+        self.loads = dict(loads or {})
         self.axes = axes
         self.accesses = accesses  # [AxisAccess], copied per simulation: cache stages and layouts edit them
         self.flops = flops
@@ -81,13 +83,13 @@ class TaskModel:
             # a reduction block's init statement: written by TVM once the block is decomposed
             has_init = any(red for _, red in rec.axes) and rec.store_value is not None
             self.blocks.append((rec.name, list(rec.axes), accesses, rec.flops, [lp.kind for lp in rec.loops],
-                                has_init))
+                                has_init, _load_counts(rec.store_value)))
 
     def fresh(self):
         root = _Root()
         blocks = []
-        for name, axes, accesses, flops, kinds, has_init in self.blocks:
-            b = _Block(name, axes, [replace(a) for a in accesses], flops, has_init=has_init)
+        for name, axes, accesses, flops, kinds, has_init, loads in self.blocks:
+            b = _Block(name, axes, [replace(a) for a in accesses], flops, has_init=has_init, loads=loads)
             parent = root
             for i, (ext, red) in enumerate(axes):
                 lp = _Loop(ext, kinds[i] if i < len(kinds) else SERIAL, red=red)
@@ -147,6 +149,25 @@ def _order(root):
 
     visit(root)
     return out
+
+
+def _load_counts(value) -> dict:
+    """Buffer name -> how many times an expression loads it (as ``tir_nest.count_flops`` walks it)."""
+    counts: dict = {}
+    stack = [value] if value is not None else []
+    while stack:
+        e = stack.pop()
+        if type(e).__name__ in ("TensorLoad", "BufferLoad"):
+            buf = e.source if hasattr(e, "source") else getattr(e, "buffer", None)
+            name = str(getattr(buf, "name", ""))
+            counts[name] = counts.get(name, 0) + 1
+            continue
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            sub = getattr(e, attr, None)
+            if sub is not None and not isinstance(sub, (int, float, str)):
+                stack.append(sub)
+        stack.extend(getattr(e, "args", ()) or ())
+    return counts
 
 
 def _decompose(atoms, weights, extents, new_loops, exact):
@@ -424,11 +445,13 @@ class Simulator:
             for a in c.accesses:
                 if a.buffer == name and not a.write:
                     a.buffer, a.scope = new_name, scope
+            if name in c.loads:
+                c.loads[new_name] = c.loads.pop(name)
         nd = len(shape)
         ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
                      [AxisAccess(new_name, scope, nbytes, True, shape, ident),
-                      AxisAccess(name, old_scope, nbytes, False, shape, ident)], 0.0)
+                      AxisAccess(name, old_scope, nbytes, False, shape, ident)], 0.0, loads={name: 1})
         self._place_root(blk, before=b)
         return blk
 
@@ -442,12 +465,14 @@ class Simulator:
         for a in b.accesses:
             if a.buffer == name:
                 a.buffer, a.scope = new_name, scope
+        if name in b.loads:
+            b.loads[new_name] = b.loads.pop(name)
         nd = len(shape)
         ident = [[(i, 1, 1, shape[i])] for i in range(nd)]
         blk = _Block(new_name, [(int(s), False) for s in shape],
                      [AxisAccess(name, old_scope, nbytes, True, shape, ident),
                       AxisAccess(new_name, scope, nbytes, False, shape, ident)],
-                     0.0)
+                     0.0, loads={new_name: 1})
         self._place_root(blk, after=b)
         return blk
 
@@ -492,7 +517,11 @@ class Simulator:
                 for r in reads:
                     new_acc.append(replace(r, write=False, dims=self._substitute(r.dims, axis_terms)))
             c.accesses = new_acc
-            c.flops += b.flops
+            # TVM substitutes the producer's expression at every load of its buffer
+            uses = c.loads.pop(out.buffer, 1)
+            c.flops += b.flops * uses
+            for buf, n in b.loads.items():
+                c.loads[buf] = c.loads.get(buf, 0) + n * uses
         self._remove_block(b)
 
     def reverse_compute_inline(self, b):
@@ -511,7 +540,13 @@ class Simulator:
                 continue
             new_acc.append(replace(a, dims=self._substitute(a.dims, axis_terms)))
         p.accesses = new_acc
-        p.flops += b.flops
+        # the consumer's expression, with the producer's value at every load of the producer's buffer
+        uses = b.loads.get(link.buffer, 1)
+        loads = {buf: n for buf, n in b.loads.items() if buf != link.buffer}
+        for buf, n in p.loads.items():
+            loads[buf] = loads.get(buf, 0) + n * uses
+        p.flops = b.flops + p.flops * uses
+        p.loads = loads
         self._remove_block(b)
 
     def decompose_reduction(self, b, loop):
@@ -607,7 +642,7 @@ class Simulator:
                 atoms.append([[lp, 1, 1, lp.extent]])
         for i in reduce_:
             mapping[i] = [(loop_axis[id(at[0])], at[1], at[2], at[3]) for at in b.atoms[i]]
-        rf = _Block(b.name + "_rf", axes, [], b.flops, has_init=b.has_init)
+        rf = _Block(b.name + "_rf", axes, [], b.flops, has_init=b.has_init, loads=b.loads)
         rf.atoms = atoms
 
         def remap(dims_):
