@@ -134,7 +134,7 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
         t, c = np.unique(task, return_counts=True)
         for ti, ci in zip(t.tolist(), c.tolist()):
             counts[ti] = max(counts.get(ti, 0), ci)
-        if by == "task":
+        if by in ("task", "network"):
             ran.update(np.unique(task[np.isfinite(table.latency())]).tolist())
     with_records = sorted(counts)
     if by == "task":
@@ -157,11 +157,12 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
             chosen = list(held_out)
         else:
             # a network none of whose tasks has a record (TenSet's network info lists every target's networks)
-            # would hold out nothing: only networks with records are drawn
-            nets = [n for n in nets if any(t in recorded for t, _ in ds.networks[n])]
+            # would hold out nothing, and one none of whose programs ran would hold out nothing to rank: only
+            # networks with a task where a program ran are drawn
+            nets = [n for n in nets if any(t in ran for t, _ in ds.networks[n])]
             if len(nets) < 2:
-                raise InputError(ds.path, "a split by network needs at least 2 networks with records, found "
-                                          f"{len(nets)}")
+                raise InputError(ds.path, "a split by network needs at least 2 networks with records, one of which "
+                                          f"ran, found {len(nets)}")
             chosen, covered = [], set()
             for n in rng.permutation(nets).tolist():
                 if len(chosen) == len(nets) - 1 or len(covered) >= test_fraction * len(with_records):

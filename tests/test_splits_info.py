@@ -257,3 +257,19 @@ def test_a_split_within_task_leaves_each_task_a_program_to_train_on(tmp_path, ca
     ones = _tasks(tmp_path / "ones.h5", [1, 1, 1])
     assert main(["dataset", "split", str(ones), "--by", "within-task", "--test-fraction", "0.9"]) == 2
     assert "holds out every program (its tasks have one program each)" in capsys.readouterr().err
+
+
+def test_a_network_none_of_whose_programs_ran_is_never_the_held_out_part(tmp_path):
+    """As for a task: a network whose every recorded program failed has nothing to rank, and a split by network
+    that held it out scored nan."""
+    from costlab.datasets.splits import make_split
+
+    path = _tasks(tmp_path / "d.h5", [10, 10, 10, 4], failing=3)
+    with DatasetWriter(path) as w:
+        w.set_network("a", [(0, 1)])
+        w.set_network("b", [(1, 1)])
+        w.set_network("c", [(2, 1)])
+        w.set_network("failed", [(3, 1)])
+    with open_dataset(path) as ds:
+        held = {n for seed in range(20) for n in make_split(ds, "network", seed, 0.3).held_out_networks}
+    assert "failed" not in held and held
