@@ -115,9 +115,12 @@ class OnlineAdapter:
             row["before_tail"] = _rounded({k: v for k, v in m.items() if k != "pairwise"})
         lists, val_lists = self._lists()
         trained = False
-        if lists and not val_lists:  # nothing held out to check an update against yet: the net is left as it is
+        # nothing held out to check an update against yet: the net is left as it is (a recipe of no validation part,
+        # val_fraction 0, asked for unguarded updates)
+        unchecked = bool(lists) and not val_lists and self.recipe.val_fraction > 0
+        if unchecked:
             row["note"] = "no held-out records to validate an update yet"
-        if lists and val_lists:
+        if lists and not unchecked:
             t0 = time.perf_counter()
             seed = self.seed + self.stats["updates"]
             info: dict = {}
