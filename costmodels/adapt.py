@@ -31,7 +31,7 @@ import numpy as np
 
 from costlab.costmodels.metrics import pairwise_accuracy, tail_metrics
 from costlab.costmodels.momentum import MomentumTransfer
-from costlab.costmodels.recipe import GUARDED, fit_lists, list_metrics, ranking_list, scores_of, take
+from costlab.costmodels.recipe import fit_lists, list_metrics, lowers_a_guarded_metric, ranking_list, scores_of, take
 from costlab.costmodels.recipes import ADAPT_MODES, Recipe, recipe
 from costlab.costmodels.tensors import concat_features
 
@@ -140,7 +140,7 @@ class OnlineAdapter:
                 previous = copy.deepcopy(net.state_dict())
                 before = list_metrics(net.eval(), self.predictor.kind, val_lists, self.head) if val_lists else None
                 trained = self.wrapper.update(adapt)
-                if trained and (info.get("kept_pretrained") or before is not None and _worse(
+                if trained and (info.get("kept_pretrained") or before is not None and lowers_a_guarded_metric(
                         list_metrics(net.eval(), self.predictor.kind, val_lists, self.head), before)):
                     net.load_state_dict(previous)
                     info["kept_pretrained"], trained = True, False
@@ -157,11 +157,6 @@ class OnlineAdapter:
         row["trained"] = trained
         self.rounds.append(_rounded(row))
         return trained
-
-
-def _worse(after: dict, before: dict) -> bool:
-    """Whether any guarded metric is lower after than before (a metric that is NaN before guards nothing)."""
-    return any(after[m] < before[m] for m in GUARDED if np.isfinite(before[m]))
 
 
 def _rounded(row: dict) -> dict:

@@ -142,13 +142,19 @@ def list_metrics(net, kind: str, lists: list, head: int = 0) -> dict:
             "top5": mean_topk(task, pred, lat, 5)}
 
 
+def lowers_a_guarded_metric(after: dict, before: dict) -> bool:
+    """Whether any guarded metric (``GUARDED``) is lower ``after`` than ``before``; a metric that is NaN before
+    (nothing to rank) guards nothing."""
+    return any(after[m] < before[m] for m in GUARDED if np.isfinite(before[m]))
+
+
 def guard_accepts(before: dict, candidate: dict, best: dict, min_gain: float = 0.0) -> bool:
     """Whether the guard keeps a candidate's weights over the best kept so far: its validation pairwise accuracy
     beats the best's (and the pretrained net's by ``min_gain``), and no guarded metric is below the pretrained
-    net's (``before``). A metric that is NaN before (nothing to rank) guards nothing."""
+    net's (``before``)."""
     if not candidate["pairwise"] > max(best["pairwise"], before["pairwise"] + min_gain):
         return False
-    return all(not (candidate[m] < before[m]) for m in GUARDED if np.isfinite(before[m]))
+    return not lowers_a_guarded_metric(candidate, before)
 
 
 def _batch(lists: list, size: int, rng) -> tuple[dict, np.ndarray, np.ndarray]:
@@ -240,7 +246,7 @@ def fit_lists(net: torch.nn.Module, kind: str, lists: list, spec="safe", head: i
     if guard:
         net.eval()
         after = list_metrics(net, kind, val_lists, head)
-        if any(after[m] < before[m] for m in GUARDED if np.isfinite(before[m])):  # interpolation lost ground
+        if lowers_a_guarded_metric(after, before):  # interpolation lost ground
             net.load_state_dict(pretrained)
             info["kept_pretrained"] = True
             after = before

@@ -34,8 +34,8 @@ from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipes import adapts
 from costlab.datasets.records import record_latency
+from costlab.export.search.common import task_records
 from costlab.metaschedule import intrinsics
-from costlab.metaschedule.traces import replay
 
 
 def tuning_predictor(model, seed: int = 0):
@@ -189,20 +189,12 @@ class CostlabCostModel(PyCostModel):
         """A continued run: the task's records already in ``database`` (failed ones as failures) join what the
         online adapter trains on, so that its updates rank "the run's records so far", not only this process's.
         Returns how many records were added (0 without an adapter)."""
-        if self.adapter is None or database is None or not database.has_workload(context.mod):
+        if self.adapter is None:
             return 0
-        key = str(database.commit_workload(context.mod).as_json()[0])
-        schedules, latency = [], []
-        for rec in database.get_all_tuning_records():
-            if str(rec.workload.as_json()[0]) != key:
-                continue
-            try:
-                schedules.append(replay(context.mod, rec.trace, 1))
-            except Exception:  # noqa: BLE001  a record that no longer replays is skipped, as the search skips it
-                continue
-            latency.append(record_latency(rec.run_secs))
-        if not schedules:
+        records = list(task_records(context, database))
+        if not records:
             return 0
+        schedules, latency = [sch for _rec, sch in records], [record_latency(rec.run_secs) for rec, _sch in records]
         feats = self.predictor.featurizer.featurize_candidates(context.mod, context.target, schedules)
         self.predictor.use_target(context.target)
         self.adapter.add(_task_key(context), feats, latency)

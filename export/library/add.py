@@ -22,12 +22,18 @@ from costlab.metaschedule.databases import RECORD_FILE, database_file, read_reco
 from costlab.metaschedule.targets import platform_id_for
 
 
+def _refuse_into_default(root: Path, host: dict | None, what: str) -> None:
+    """The default libraries are this machine's: the first programs of another host added to one would make it that
+    host's, and every later run of this machine would be refused there. A UsageError (``what`` measured on that
+    host) when ``root`` is the default and ``host`` another machine."""
+    if host is not None and not same_host(host, host_info()) and Path(root).resolve() == default_root().resolve():
+        raise UsageError(f"{what} measured on {describe_host(host)}, not this machine; add it to a library of that "
+                         "host's with --library DIR")
+
+
 def _add_library(path: Path, root: Path, per_task: int, platform: str | None = None) -> dict:
     src = Library.load(path)
-    if src.host and not same_host(src.host, host_info()) and Path(root).resolve() == default_root().resolve():
-        # as for a work dir: the default libraries are this machine's, and an empty one would become that host's
-        raise UsageError(f"the library {path} holds programs measured on {describe_host(src.host)}, not this "
-                         "machine; add it to a library of that host's with --library DIR")
+    _refuse_into_default(root, src.host or None, f"the library {path} holds programs")
     with open_library(root, platform or src.platform) as lib:
         added = lib.take(src.host, f"the library {path}", ((shash, e["workload"], e["name"], e["structure"],
                                                              e["programs"]) for shash, e in src.entries.items()),
@@ -48,11 +54,7 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     note = None if host is not None else "no host recorded: taken as this machine's"
     local = host is None or same_host(host, here)
     first = platform or _records_platform(work)
-    if not local and Path(root).resolve() == default_root().resolve():
-        # the default libraries are this machine's: the first run added would make one another host's, and
-        # every later run of this machine would be refused there
-        raise UsageError(f"the run in {work} was measured on {describe_host(host)}, not this machine; add it to a "
-                         "library of that host's with --library DIR")
+    _refuse_into_default(root, host, f"the run in {work} was")
     if first is not None:  # refused before any program is checked
         # its bad entries are said once, by the write that moves them aside (open_library)
         read_library(root, first, say=False).check_host(host or here, f"the run in {work}")

@@ -44,6 +44,7 @@ from tvm.s_tir.meta_schedule import _ffi_api
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from costlab.datasets.records import record_latency
+from costlab.export.check import fastest_records
 
 logger = logging.getLogger("tvm.s_tir.meta_schedule.task_scheduler.gain")  # into costlab's task_scheduler.log
 
@@ -175,12 +176,10 @@ def _database_best(database, mod) -> tuple[float, object]:
     """The task's best latency in ``database`` before this call's rounds (``inf``: none) and that program as a
     measure candidate (None where it does not replay)."""
     try:
-        if database is None or not database.has_workload(mod):
-            return math.inf, None
-        top = database.get_top_k(database.commit_workload(mod), 1)
+        top = fastest_records(database, mod, 1) if database is not None else []
     except Exception:  # noqa: BLE001  a database that cannot say gives no start: the task's rounds alone count
         return math.inf, None
-    if not top or not math.isfinite(record_latency(top[0].run_secs)):
+    if not top:
         return math.inf, None
     try:
         candidate = top[0].as_measure_candidate()

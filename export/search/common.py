@@ -57,21 +57,26 @@ def evolution_ffi(name: str):
     return tvm.get_global_func(f"s_tir.meta_schedule.SearchStrategyEvolutionarySearch{name}")
 
 
-def measured_hashes(context, database) -> set:
-    """The program hashes of every record of this task in the database, failed ones included: what a
-    (resumed) run must never measure again. A record that no longer replays is skipped."""
-    out: set = set()
+def task_records(context, database):
+    """Every record of this task in the database, failed ones included, each with its program replayed on the
+    task: ``(record, schedule)``. A record that no longer replays is skipped, as MetaSchedule ignores it."""
     if database is None or not database.has_workload(context.mod):
-        return out
+        return
     key = str(database.commit_workload(context.mod).as_json()[0])
     for rec in database.get_all_tuning_records():
         if str(rec.workload.as_json()[0]) != key:
             continue
         try:
-            out.add(schedule_hash(replay(context.mod, rec.trace, 1)))
-        except Exception:  # noqa: BLE001  as MetaSchedule, a record that does not replay is ignored
+            sch = replay(context.mod, rec.trace, 1)
+        except Exception:  # noqa: BLE001  TVM raises its own errors
             continue
-    return out
+        yield rec, sch
+
+
+def measured_hashes(context, database) -> set:
+    """The program hashes of every record of this task in the database, failed ones included: what a
+    (resumed) run must never measure again."""
+    return {schedule_hash(sch) for _rec, sch in task_records(context, database)}
 
 
 def best_measured(context, database, n: int, seed: int) -> list:

@@ -152,7 +152,8 @@ def _order(root):
 
 
 def _load_counts(value) -> dict:
-    """Buffer name -> how many times an expression loads it (as ``tir_nest.count_flops`` walks it)."""
+    """Buffer name -> how many times an expression loads it, anywhere in it (a condition too, where
+    ``tir_nest.count_flops`` counts no FLOPs: a producer inlined into a comparison counts more here than there)."""
     counts: dict = {}
     stack = [value] if value is not None else []
     while stack:
