@@ -50,6 +50,35 @@ def _inline(name):
     return schedule
 
 
+def _matmul_bias():
+    """C = A @ B, D = bias[j] + C: the epilogue reads the bias before the product (as Relax's matmul + add)."""
+    from tvm import te
+
+    a = te.placeholder((64, 64), "float32", name="A")
+    b = te.placeholder((64, 128), "float32", name="B")
+    bias = te.placeholder((128,), "float32", name="bias")
+    k = te.reduce_axis((0, 64), name="k")
+    c = te.compute((64, 128), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    d = te.compute((64, 128), lambda i, j: bias[j] + c[i, j], name="D")
+    return cases.module(te.create_prim_func([a, b, bias, d]))
+
+
+def _epilogue_at_tile(mod):
+    """MetaSchedule's CPU tiling with the bias add (no cache write) moved under the second spatial tile."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod)
+    blk = sch.get_sblock("C")
+    i, j, k = sch.get_loops(blk)
+    i0, i1, i2, i3 = sch.split(i, [2, 4, 2, 4])
+    j0, j1, j2, j3 = sch.split(j, [2, 2, 2, 16])
+    k0, k1 = sch.split(k, [16, 4])
+    sch.reorder(i0, j0, i1, j1, k0, i2, j2, k1, i3, j3)
+    sch.reverse_compute_at(sch.get_sblock("D"), j1)
+    return sch
+
+
+CPU_CASES["matmul + bias, the epilogue at the tile"] = (_matmul_bias, _epilogue_at_tile)
 CPU_CASES["inlined producer loaded twice"] = (_squared_plus_one, _inline("B"))
 CPU_CASES["consumer loading its producer twice, reverse-inlined"] = (_squared_plus_one, _inline("C"))
 

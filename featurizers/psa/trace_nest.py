@@ -399,7 +399,10 @@ class Simulator:
             peers = [c for c in under if self._reads(c) & buffers]
             own = [a for a in b.accesses if a.write and a.buffer in buffers]
             peer_acc = [(c, a) for c in peers for a in c.accesses if not a.write and a.buffer in buffers]
-        if not own or not peer_acc:
+        # the moved block's access of a buffer the blocks under the loop share with it (it may read or write
+        # others that flow nowhere under the loop)
+        own = [a for a in own if any(acc.buffer == a.buffer for _, acc in peer_acc)]
+        if not own:
             raise Unsupported(f"compute-at of {b.name}: no data flow to the blocks under the loop")
         own = own[0]
         # the moved block must index the connecting buffer one iterator per dimension
