@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costlab.metaschedule.results import ERROR_NONE, MS_FAILURE_SECS
+from costlab.metaschedule.results import ERROR_NONE
 
 # Error codes stored with each record: Ansor/TenSet logs keep their own `error_no` (1..8); MetaSchedule
 # records get those of ``costlab.metaschedule.results`` (0 = ok).
@@ -50,7 +50,8 @@ class RecordBatch:
 
 
 def mean_latency(values: np.ndarray, offsets: np.ndarray, error: np.ndarray) -> np.ndarray:
-    """Per record: mean of its raw costs; ``inf`` for failed records (error, no costs, or failure value)."""
+    """Per record: mean of its raw costs; ``inf`` for failed records (error, no costs, or a mean not in
+    (0, ``LATENCY_MAX_SECS``): MetaSchedule's failure value, alone or averaged with real runs, NaN)."""
     n = len(offsets) - 1
     counts = np.diff(offsets)
     lat = np.full(n, np.inf)
@@ -58,7 +59,7 @@ def mean_latency(values: np.ndarray, offsets: np.ndarray, error: np.ndarray) -> 
     if values.size:
         sums = np.add.reduceat(values.astype(np.float64), offsets[:-1][has].astype(np.int64))
         lat[has] = sums / counts[has]
-    ok = (np.asarray(error) == ERROR_NONE) & has & (lat < MS_FAILURE_SECS) & (lat > 0)
+    ok = (np.asarray(error) == ERROR_NONE) & has & (lat < LATENCY_MAX_SECS) & (lat > 0)
     lat[~ok] = np.inf
     return lat
 
