@@ -42,6 +42,7 @@ from costlab.common.host import usable_cores
 from costlab.featurizers.base import Featurizer, register
 from costlab.featurizers.ms_records import feature_context, named_apart, record_batch, task_module
 from costlab.featurizers.psa import Program, estimate, flat_strides, footprints, program_of, target_dict
+from costlab.featurizers.psa.formula import block_threads, gpu_kernels
 from costlab.featurizers.psa.hardware import PlatformSpecs
 from costlab.featurizers.psa.loopnest import is_fragment
 from costlab.metaschedule.targets import is_gpu
@@ -79,6 +80,10 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
         caps = [spec.vector_registers * spec.simd_bits // 8, spec.l1_bytes, spec.l2_bytes, spec.llc_bytes]
     rows = []
     n_stmts = max(1, len(program.stmts))
+    # on GPU a statement's threads are its kernel's threads per block (a tensor-core statement sits under
+    # threadIdx.y alone, its warp's lanes implied), as PSA counts them
+    kernel_threads = {id(st): block_threads(stmts, spec.warp_size) for stmts in gpu_kernels(program)
+                      for st in stmts} if gpu else {}
     for k, s in enumerate(program.stmts):
         loops = s.loops
         n = len(loops)
@@ -87,12 +92,10 @@ def pattern_tokens(program: Program, spec) -> np.ndarray:
         fps = footprints(s)
         ws = [sum(fp[d] * a.nbytes for a, fp in zip(s.accesses, fps)) for d in range(n + 1)]
         par = 1
-        threads = 1
         for lp in loops:
             if lp.kind == "parallel" or lp.kind.startswith("blockIdx"):
                 par *= lp.extent
-            elif lp.kind.startswith("threadIdx"):
-                threads = max(threads, lp.extent)
+        threads = kernel_threads.get(id(s), 1)
         vec = next((i for i in range(n - 1, -1, -1) if loops[i].kind == "vectorized"), None)
         written = {a.buffer for a in s.accesses if a.write}
         read = {a.buffer for a in s.accesses if not a.write}
@@ -199,8 +202,10 @@ class PaCM(PlatformSpecs, Featurizer):
     version = 3
     # 1: a workload's buffers that share a name are told apart (ms_records.named_apart); 2: on GPU, tensor-core
     # fragments are a level of their own (wmma.* scopes were global before) and the program terms are PSA
-    # version 3's; 3: the TIR walk bounds the loops of a block by its predicate (PSA's revision 2)
-    revision = 3
+    # version 3's; 3: the TIR walk bounds the loops of a block by its predicate (PSA's revision 2); 4: on GPU,
+    # ``log_threads`` is the kernel's threads per block (it was the statement's largest thread loop: 4 for a
+    # tensor-core statement of a 4 x 32 block)
+    revision = 4
     default_config = {"spec": None, "num_threads": 1}
     config_bounds = {"num_threads": (1, None)}  # TVM's extraction threads
 

@@ -242,6 +242,39 @@ def test_pacm_puts_fragments_on_their_own_level(tc_data):
     assert fragment_tokens > 0
 
 
+def test_pacm_gives_every_statement_its_kernels_threads_per_block(tc_data):
+    """A tensor-core statement sits under threadIdx.y alone (its warp's lanes implied): PaCM's ``log_threads``
+    of each of its tokens is the block's threads, the warps times 32, as PSA counts them, not the warps alone."""
+    from costlab.datasets import open_dataset
+    from costlab.featurizers import create
+    from costlab.featurizers.ms_records import task_module
+    from costlab.featurizers.pacm import PATTERN_NAMES, pattern_tokens
+    from costlab.featurizers.psa.tir_nest import program_of
+    from costlab.metaschedule.traces import replay
+
+    col = PATTERN_NAMES.index("log_threads")
+    pacm = create("pacm")
+    seen = 0
+    with open_dataset(tc_data) as ds:
+        spec = pacm.spec_for(ds.platforms["cuda-sm_90"])
+        table = ds.records("cuda-sm_90")
+        for task in ds.tasks:
+            if task.name not in GMM_FLOPS:
+                continue
+            rows = np.flatnonzero(np.asarray(table.task) == task.index)[:4]
+            for schedule in table.schedules(rows):
+                prog = program_of(replay(task_module(task), schedule).mod, gpu=True)
+                # one kernel: every statement under the same outermost blockIdx loop
+                kernels = {id(next(lp for lp in s.loops if lp.kind.startswith("blockIdx"))) for s in prog.stmts}
+                mma = [s for s in prog.stmts if s.tensor_core]
+                warps = max(lp.extent for s in mma for lp in s.loops if lp.kind == "threadIdx.y")
+                tokens = pattern_tokens(prog, spec)
+                assert len(kernels) == 1
+                assert np.allclose(tokens[:, col], np.log2(warps * 32)), (task.name, sorted(set(tokens[:, col])))
+                seen += 1
+    assert seen == 12
+
+
 def test_float16_outputs_checked_with_float16_tolerances():
     """A float16 sum accumulated in another order passes; a program that drops part of the sum does not."""
     from costlab.export.check import close

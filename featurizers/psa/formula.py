@@ -214,16 +214,18 @@ def _common_prefix(loop_lists: list) -> int:
     return n
 
 
-def _gpu(program: Program, spec) -> float:
-    # statements under the same outermost blockIdx loop form one kernel
+def gpu_kernels(program: Program) -> list:
+    """A GPU program's statements by kernel, in program order: those under the same outermost blockIdx loop
+    form one kernel (a statement under none is a kernel of its own)."""
     kernels: dict = {}
     for s in program.stmts:
         first = next((lp for lp in s.loops if lp.kind.startswith("blockIdx")), None)
         kernels.setdefault(id(first) if first is not None else id(s), []).append(s)
-    total = 0.0
-    for stmts in kernels.values():
-        total += _gpu_kernel(stmts, spec)
-    return total
+    return list(kernels.values())
+
+
+def _gpu(program: Program, spec) -> float:
+    return sum(_gpu_kernel(stmts, spec) for stmts in gpu_kernels(program))
 
 
 def block_threads(stmts: list, warp_size: int = 32) -> int:
