@@ -465,3 +465,40 @@ def test_a_round_is_logged_when_its_results_are_in_not_at_its_tasks_next_round(s
     assert row["trials_before"] == 0 and row["round_s"] >= row["search_s"]
     search.post_tuning()
     assert len(log.rounds) == 1  # not logged twice
+
+
+def test_model_led_passes_over_the_first_rounds_its_database_has_filled():
+    """A resumed run: a task with programs measured already starts at the round they would have reached, not at
+    the small first rounds again (those are there to bring the first measurements early)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.metaschedule.tune_context import tune_context
+
+    mod = workload_json_mod(te_workload_task("GMM:1,16,16,16")[1])
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    sizes = []
+    for known in (0, 6):
+        db = ms.database.MemoryDatabase()
+        search = make_strategy("model-led", population=32, first_rounds=(4,))
+        ctx = tune_context(mod, target, search, rand_state=1)
+        spaces = ctx.space_generator.generate_design_space(ctx.mod)
+        if known:  # programs of the task measured before, as a resumed run's database holds them
+            workload = db.commit_workload(ctx.mod)
+            sampled = ms.search_strategy.EvolutionarySearch(population_size=32)
+            sampled._initialize_with_tune_context(ctx)
+            sampled.pre_tuning(known, known, spaces, ms.database.MemoryDatabase(), ms.cost_model.RandomModel())
+            for cand in sampled.generate_measure_candidates()[:known]:
+                db.commit_tuning_record(ms.database.TuningRecord(cand.sch.trace, workload, [1e-3]))
+            sampled.post_tuning()
+        search.pre_tuning(64, 12, spaces, db, CostlabCostModel("psa"))
+        sizes.append(len(search.generate_measure_candidates()))
+        search.post_tuning()
+    assert sizes == [4, 12]
+
+    from costlab.export.search.model_led import start_round
+
+    assert [start_round(n) for n in (0, 7, 8, 23, 24, 55, 56, 500)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert start_round(5, (4,)) == 1 and start_round(5, ()) == 0

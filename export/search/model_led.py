@@ -11,7 +11,8 @@ Each round:
 3. **Pick.** The model's best programs never measured, with an epsilon-greedy share of PSA-drafted ones.
 
 Rounds are sized to what is known: ``first_rounds`` (8, 16, 32 by default) before the run's
-``num_trials_per_iter``, so that the first measurements, and online adaptation, come early. The search of
+``num_trials_per_iter``, so that the first measurements, and online adaptation, come early; a task whose
+database holds programs already (a resumed run) passes over the first rounds those programs would have filled. The search of
 a round is sized with it: the population is ``16 * round size`` (at least 64, at most ``population_size``),
 since the learned model's featurizer, 1-4 ms a program here on the run's two cores, is most of a round's search
 time.
@@ -40,6 +41,18 @@ def round_size(round_index: int, per_iter: int, first_rounds=(8, 16, 32)) -> int
     if round_index < len(first_rounds):
         return max(1, min(int(first_rounds[round_index]), per_iter))
     return per_iter
+
+
+def start_round(known: int, first_rounds=(8, 16, 32)) -> int:
+    """The round a task's search starts at when ``known`` of its programs are in the database already (a resumed
+    or continued run, a warm start): the small first rounds, there to bring the first measurements early, are
+    passed over as far as those programs would have filled them."""
+    filled = 0
+    for i, size in enumerate(first_rounds):
+        filled += int(size)
+        if known < filled:
+            return i
+    return len(first_rounds)
 
 
 @derived_object
@@ -91,6 +104,7 @@ class ModelLedSearch(PySearchStrategy):
         self.max_trials, self.per_iter, self.trials, self.round = int(max_trials), int(num_trials_per_iter), 0, 0
         self.design_spaces = list(design_spaces)
         self.measured = measured_hashes(self.context, database)
+        self.round = start_round(len(self.measured), self.options["first_rounds"])
         self._inner.pre_tuning(max_trials, num_trials_per_iter, self.design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
