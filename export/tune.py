@@ -390,6 +390,10 @@ def tune(opts: TuneOptions) -> dict:
             log = RoundLog(work.rounds_file)
             progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
                                     history=work.progress_file, clock=clock, started=command_start)
+            for i, t in enumerate(tasks):  # what the start (transfer, library) and exploitation measured counts too:
+                best = _best_latency(database, t.mod)  # progress.jsonl's best_us is the database's best so far
+                if best is not None:
+                    progress.best[i] = min(progress.best[i], best)
             try:
                 for group in groups:
                     remaining = opts.trials - sum(done[i] for i in group)
@@ -480,7 +484,8 @@ def tune(opts: TuneOptions) -> dict:
     if stop_requested() is not None:  # interrupted: the database is complete; no checks, no summary
         return summary
     exploited_now = exploited is not None and exploited["trials"] > 0
-    if earlier is not None and clock.first_batch_at is None and not exploited_now and transferred is None:
+    if (earlier is not None and clock.first_batch_at is None and not exploited_now and transferred is None
+            and not clock.stopped_by_deadline):  # a deadline that came before any batch is no finished run
         # a finished run re-run: nothing was measured, its summary stands as it was written (what this command's
         # own seconds were is not in it: marked, not written)
         return dict(earlier, unchanged=True)
@@ -524,6 +529,8 @@ def tune(opts: TuneOptions) -> dict:
     summary["tasks"].extend(rows)
     if any(r is not None for r in chosen) or any(r.get("kept") for r in rows):  # (every task kept: an empty result)
         summary["result"] = _write_result(work, tasks, chosen, finals)
+    elif work.result_dir.exists():  # an earlier invocation's choice (an unchecked run chooses none) is not this one's
+        shutil.rmtree(work.result_dir, ignore_errors=True)
     if log.rounds:
         summary["rounds"] = len(log.rounds)
     if finals is not None:

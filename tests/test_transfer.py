@@ -265,6 +265,11 @@ def test_a_program_that_fails_while_the_transfer_is_stopped_is_not_recorded(tmp_
     assert _records(work) == 2  # the one the stop failed, measured now; not the first again, nor a third
     (row,) = json.loads((work / "transfer.json").read_text())["tasks"].values()
     assert row["done"] is True and len(row["measured"]) == 2
+    # the line says what the record holds: programs tried, and of them the new ones replayed (the one measured
+    # before is tried, not replayed again)
+    out = capsys.readouterr().out
+    assert row["counts"]["tried"] > row["replayed"]
+    assert f"{row['counts']['tried']} tried, {row['replayed']} replayed" in out, out
 
 
 def test_tunes_transfer_stops_at_the_runs_deadline(tmp_path):
@@ -409,3 +414,21 @@ def test_the_machine_of_records_without_a_run_record_is_the_one_they_name(tmp_pa
     assert _records(work) == n and not (work / "transfer.json").exists()
     _measured_for(work, {"kind": "no-such-kind"})  # a target this TVM does not know: as if none were named
     assert run_target(work) is None
+
+
+@pytest.mark.slow
+def test_the_progress_history_starts_from_what_the_transfer_measured(tmp_path, capsys):
+    """progress.jsonl's best is the task's best so far, the programs the transfer measured before the search
+    included (it was the search's own best: a curve above what the database held). The transfer's are the best
+    two of an earlier run of eight trials on this very matmul: the search's first small batch rarely beats them."""
+    small = ["--workload", "GMM:1,8,8,8", "--population", "32", "--no-progress", "--no-check", "--no-library"]
+    assert main(["tune", *small, "--trials", "8", "--per-iter", "4", "--work-dir", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    work = tmp_path / "w"
+    assert main(["tune", *small, "--trials", "4", "--per-iter", "2", "--transfer-from", str(tmp_path / "a"),
+                 "--transfer-top", "2", "--work-dir", str(work), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    (row,) = summary["transfer"].values()
+    rows = [json.loads(line) for line in (work / "progress.jsonl").read_text().splitlines()]
+    assert row["measured"] == 2 and rows
+    assert all(r["best_us"] <= row["best_us"] for r in rows), (row, rows)

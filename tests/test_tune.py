@@ -729,3 +729,28 @@ def test_a_damaged_exploitation_state_is_one_line_naming_it_for_tune_too(tmp_pat
         assert main([*argv, "--trials", "4"]) == 2
         err = capsys.readouterr().err
         assert "Traceback" not in err and "exploit_state.json: task 123: 'trials' is" in err, err
+
+
+def test_a_re_run_whose_deadline_came_before_any_batch_is_stopped_not_finished(tmp_path, capsys):
+    """A run of 4 trials continued to 8 with a deadline that passes before its first batch: it measured nothing
+    because it was stopped, and says so; it was reported finished (exit 0, no stop) from the earlier summary."""
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(work), "--no-check", *SMALL_SEARCH]
+    assert main([*argv, "--trials", "4"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--trials", "8", "--max-seconds", "0.001", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert "unchanged" not in summary and "--max-seconds" in summary["stopped"]
+    assert len(_records(work)) == 4
+
+
+def test_a_continued_run_that_chose_nothing_leaves_no_earlier_result(tmp_path):
+    """A checked run wrote result/; continued with --no-check it chooses no program, and the earlier choice,
+    no longer the run's, is not left in result/ for a build to take."""
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--work-dir", str(work), *SMALL_SEARCH]
+    assert main([*argv, "--trials", "4"]) == 0
+    assert (work / "result").is_dir()
+    assert main([*argv, "--trials", "8", "--no-check"]) == 0
+    assert len(_records(work)) == 8 and not (work / "result").exists()
+    assert "result" not in json.loads((work / "costlab_tune.json").read_text())
