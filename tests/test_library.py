@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from costlab.cli import main
+from conftest import error_line
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ms_tune_db"  # a tuned 16x16x16 matmul and a small conv2d
 CONV = "C2D:1,12,12,4,8,3,1,1"  # the fixture's conv2d class at another shape
@@ -499,3 +500,67 @@ def test_a_program_added_unchecked_is_marked_checked_when_a_later_add_checks_it(
     assert not any(p["checked"] for e in _library(root)["entries"].values() for p in e["programs"])
     assert main(["library", "add", str(FIXTURE), "--library", str(root), "--platform", _platform()]) == 0
     assert all(e["programs"][0]["checked"] for e in _library(root)["entries"].values())
+
+
+def test_library_export_into_a_librarys_own_folder_is_refused(library, tmp_path, capsys):
+    """A library's folder holds a library.json: an export there took it for an earlier export and replaced
+    it, another platform's library lost. It is refused, the library as it was."""
+    other = tmp_path / "lib"
+    shutil.copytree(library, other)
+    folder = other / _platform()
+    before = (folder / "library.json").read_bytes()
+    assert main(["library", "export", str(folder), "--library", str(library)]) == 2
+    assert "library's folder" in error_line(capsys)
+    assert (folder / "library.json").read_bytes() == before and not (folder / "database_workload.json").exists()
+
+
+def test_a_library_that_cannot_be_written_is_one_line_and_left_as_it_was(library, tmp_path, capsys, monkeypatch):
+    """A full disk while saving (prune, add): one line naming the file, the library unchanged."""
+    import errno
+
+    import costlab.export.library.store as store
+
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    before = (root / _platform() / "library.json").read_bytes()
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store, "write_atomically", full)
+    assert main(["library", "prune", "--library", str(root), "--platform", _platform(), "--per-task", "1"]) == 2
+    line = error_line(capsys)
+    assert "library.json" in line and "No space left" in line
+    assert (root / _platform() / "library.json").read_bytes() == before
+
+
+def test_library_add_checks_every_path_before_adding_any(tmp_path, capsys):
+    """A path that does not exist among good ones: nothing is added (it said only the error, while the paths
+    before it had been added)."""
+    root = tmp_path / "lib"
+    assert main(["library", "add", str(FIXTURE), str(tmp_path / "missing"), "--library", str(root),
+                 "--platform", _platform(), "--no-check"]) == 2
+    assert "missing" in error_line(capsys) and not (root / _platform() / "library.json").exists()
+
+
+def test_a_librarys_programs_of_another_target_kind_start_no_task(library, tmp_path):
+    """A library given a GPU run's programs (library add --platform takes any work dir): a CPU run's start
+    reads only its own kind's programs, as --from sources and starters."""
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.library.start import library_sources
+    from costlab.export.library.store import read_library
+    from costlab.export.tasks import Task
+
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    path = root / _platform() / "library.json"
+    data = json.loads(path.read_text())
+    for entry in data["entries"].values():
+        for p in entry["programs"]:
+            p["target"] = {"kind": "cuda", "arch": "sm_90"}
+    path.write_text(json.dumps(data))
+    lib = read_library(root, _platform())
+    task = Task("conv", workload_json_mod(te_workload_task(CONV)[1]))
+    assert library_sources([lib], [task])[0]  # every kind: the entry matches
+    assert library_sources([lib], [task], kind="llvm")[0] == []
+    assert library_sources([lib], [task], kind="cuda")[0]

@@ -75,7 +75,10 @@ def _transfer(args) -> int:
     for row in summary["tasks"].values():
         counts = row.get("counts", {})
         failed = sum(v for k, v in counts.items() if k.startswith("failed"))
+        known = counts.get("already measured", 0) + counts.get("duplicate", 0)
         best = f"best {row['best_us']} us" if row.get("best_us") is not None else "nothing measured"
+        # tried = replayed + did not apply + already measured or duplicates (row["replayed"]: the new programs)
         print(f"  {row['name']}: {counts.get('source_tasks', 0)} matching source tasks, {counts.get('tried', 0)} "
-              f"replayed ({failed} did not apply), {len(row.get('measured', []))} measured, {best}")
+              f"tried, {row.get('replayed', 0)} replayed ({failed} did not apply, {known} already measured or "
+              f"duplicates), {len(row.get('measured', []))} measured, {best}")
     return 0

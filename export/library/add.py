@@ -104,19 +104,19 @@ def _records_platform(work: Path) -> str | None:
 
 
 def add_work_dirs(paths, root: Path, per_task: int = 4, check: bool = True, progress: bool = True,
-                  platform: str | None = None) -> list[dict]:
+                  platform: str | None = None):
     """Each of ``paths`` (work dirs, exported libraries) into the libraries under ``root`` (``platform``: all into
-    that platform's)."""
-    out = []
-    for given in paths:
-        path = Path(given)
+    that platform's), yielding what each added as it is added (a later one that fails leaves the earlier ones
+    added, and said). A path that does not exist is refused before anything is added."""
+    paths = [Path(given) for given in paths]
+    for path in paths:
         if not path.exists():
-            raise InputError(path, "no such work dir or library")
+            raise InputError(path, "no such work dir or library (nothing was added)")
+    for path in paths:
         if (path / FILE).exists() or path.name.endswith((".json", ".json.gz")):
-            out.append(_add_library(path, root, per_task, platform))
+            yield _add_library(path, root, per_task, platform)
         else:
-            out.append(add_work_dir(path, root, per_task, check, progress, platform))
-    return out
+            yield add_work_dir(path, root, per_task, check, progress, platform)
 
 
 def add_finished_run(work, library=None, progress: bool = True) -> dict:

@@ -29,12 +29,13 @@ class LibrarySource:
     """A library entry as a transfer source (what ``transfer/run.candidates_for`` reads): the entry's programs,
     its stored structure, and its module, decoded when first asked for."""
 
-    def __init__(self, library: Library, shash: str, entry: dict):
+    def __init__(self, library: Library, shash: str, entry: dict, kind: str | None = None):
         st = entry["structure"]
         self.structure = Structure(tuple(st["names"]), tuple(st["signatures"]), int(st["anchor"]),
                                    tuple(st["extents"]))
         self.task = SourceTask(f"library {library.path}", entry["name"], shash, entry["workload"],
-                               [(p["trace"], p["us"] * 1e-6) for p in entry["programs"]])
+                               [(p["trace"], p["us"] * 1e-6) for p in entry["programs"]
+                                if kind is None or str((p.get("target") or {}).get("kind")) == kind])
         self._mod = None
 
     @property
@@ -56,8 +57,11 @@ def run_libraries(root, platform: str, kind: str | None = None) -> list[Library]
     return [read_library(root or default_root(), platform), *starters]
 
 
-def library_sources(libraries: list[Library], tasks) -> tuple[list[LibrarySource], ImportReport]:
-    """The entries of ``libraries`` whose anchor block computes what an anchor of ``tasks`` computes."""
+def library_sources(libraries: list[Library], tasks,
+                    kind: str | None = None) -> tuple[list[LibrarySource], ImportReport]:
+    """The entries of ``libraries`` whose anchor block computes what an anchor of ``tasks`` computes, with their
+    programs of target ``kind`` only (None: every kind): a library given other programs (``library add
+    --platform``) starts no task with programs of another kind, as ``--from`` sources do not."""
     wanted = {structure(t.mod).anchor_signature for t in tasks} - {None}
     report = ImportReport()
     out = []
@@ -66,11 +70,11 @@ def library_sources(libraries: list[Library], tasks) -> tuple[list[LibrarySource
         for shash, entry in lib.entries.items():
             report.lines += 1
             try:
-                src = LibrarySource(lib, shash, entry)
+                src = LibrarySource(lib, shash, entry, kind)
             except (KeyError, TypeError, ValueError) as exc:
                 report.problem(f"{lib.path}: entry {shash} is damaged ({type(exc).__name__}: {exc})")
                 continue
-            if src.structure.anchor_signature in wanted:
+            if src.structure.anchor_signature in wanted and src.task.programs:
                 out.append(src)
     return out, report
 
@@ -79,7 +83,7 @@ def start_from_library(work, tasks, target, database, builder, runner, *, librar
                        seed: int, number: int, repeat: int, progress: bool, should_stop=None) -> dict:
     """Measure, per task, the ``top`` best (by ``model``) of the library's matching programs replayed on it, into
     the run's database. Returns the summary written to ``library_start.json``."""
-    sources, report = library_sources(libraries, tasks)
+    sources, report = library_sources(libraries, tasks, kind=target.kind.name if target is not None else None)
     summary = dict(libraries=[str(lib.path) for lib in libraries], matching_entries=len(sources))
     if not sources:
         return summary

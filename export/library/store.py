@@ -37,7 +37,7 @@ from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
 from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.locks import take_lock
-from costlab.metaschedule.databases import write_database
+from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, write_database
 from costlab.metaschedule.traces import trace_text
 
 FORMAT = 1
@@ -230,15 +230,32 @@ class Library:
         """The library as a MetaSchedule JSON database (``database_workload.json`` and
         ``database_tuning_record.json``; ``tune_tir``, ``--transfer-from`` and ``dataset import-ms`` read it),
         with ``library.json`` beside it (``costlab library add`` merges it into another library)."""
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise InputError(out, "exists and is not a directory")
+        if (out / LOCK).exists() or (out / FILE).resolve() == self.path.resolve():
+            # a library's own folder: its library.json would be replaced by this one (another platform's library
+            # lost, or this one read as a database)
+            raise InputError(out, "is a schedule library's folder, not an export: export into another folder")
         workloads, records = [], []
         for i, (shash, e) in enumerate(self.entries.items()):
             workloads.append((shash, e["workload"]))
             records.extend((i, p["trace"], p["run_secs"], p["target"], p["args_info"]) for p in e["programs"])
-        # a previous export (its library.json beside the database) is replaced; any other database (a tuning work
-        # dir's) is refused, never overwritten
-        out = write_database(out_dir, workloads, records, replace=(Path(out_dir) / FILE).is_file())
-        self.save(out / FILE)
-        return out
+        # a previous export (its library.json, with or without the database beside it) is replaced; any other
+        # database (a tuning work dir's) is refused, never overwritten
+        replace = (out / FILE).is_file()
+        held = [n + gz for n in (WORKLOAD_FILE, RECORD_FILE) for gz in ("", ".gz") if (out / (n + gz)).exists()]
+        if held and not replace:
+            raise InputError(out, f"already holds a MetaSchedule database ({', '.join(held)}); choose an empty "
+                                  "directory (costlab never overwrites one)")
+        # library.json first: a write that fails half-way (a full disk) leaves an export a re-run replaces, never a
+        # database without its library.json, which a re-run would refuse as a tuning run's
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.save(out / FILE)
+        except OSError as exc:
+            raise InputError(out / FILE, f"cannot be written ({exc.strerror or exc})") from None
+        return write_database(out, workloads, records, replace=True)
 
 
 @contextlib.contextmanager
@@ -256,7 +273,11 @@ def open_library(root, platform: str):
     try:
         lib = Library.load(folder, platform, say=False)  # its bad entries are said when save moves them aside
         yield lib
-        lib.save()
+        try:
+            lib.save()
+        except OSError as exc:  # a full disk, a read-only folder: the library stays as it was (written atomically)
+            raise InputError(lib.path, f"cannot be written ({exc.strerror or exc}); the library is as it "
+                                       "was") from None
     finally:
         fh.close()
 
