@@ -283,8 +283,11 @@ def heldout(args) -> dict:
     written to ``--json`` after every fold."""
     if args.folds < 1:
         raise SystemExit("gpu.py: --folds must be 1 or more")
+    from costlab.common.host import host_info  # lazy: the other steps need no costlab import at start
+
     platform = args.platform or "cuda-sm_90"
-    out: dict = {"folds": [], "data": str(args.data), "platform": platform}
+    # the machine that trained (the records' own GPU and host are in the dataset)
+    out: dict = {"folds": [], "data": str(args.data), "platform": platform, "host": host_info()}
     metrics = ("top1", "top5", "pairwise", "ndcg")
     for seed in range(args.folds):
         split = f"heldout{seed}"
