@@ -56,6 +56,15 @@ def main(argv=None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # after BrokenPipeError, an OSError too
+        from costlab.datasets.store import hdf5_read_failure  # lazy: h5py and the store only when a read failed
+
+        if not hdf5_read_failure(exc):
+            raise
+        # read outside a dataset's own context (training's data module): HDF5 names no file
+        print(f"costlab: error: a dataset is damaged: HDF5 could not read its data ({str(exc).strip()}); restore it "
+              "from a copy, or `costlab dataset unpack` its pack", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         print("costlab: interrupted; data written before is kept", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130

@@ -484,8 +484,13 @@ def check_finite(tensors: dict, path, what: str) -> dict:
 
 def load_state(net: torch.nn.Module, tensors: dict, path) -> torch.nn.Module:
     """``net`` with the artifact's weights; a net config that does not fit the weights is a clear error."""
-    compare_shapes({k: tuple(t.shape) for k, t in net.state_dict().items()},
+    expected = net.state_dict()
+    compare_shapes({k: tuple(t.shape) for k, t in expected.items()},
                    {k: tuple(t.shape) for k, t in tensors.items()}, path)
+    for name, t in expected.items():  # load_state_dict casts silently: integer weights would score as garbage
+        if t.dtype.is_floating_point != tensors[name].dtype.is_floating_point:
+            raise InputError(path, f"the net config does not fit the weights ({name}: the net holds {t.dtype}, the "
+                                   f"weights are {tensors[name].dtype})")
     net.load_state_dict(tensors)
     return net.eval()
 

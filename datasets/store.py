@@ -347,8 +347,12 @@ class Dataset:
     def __enter__(self) -> "Dataset":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
+        if exc_type is not None and issubclass(exc_type, OSError) and hdf5_read_failure(exc):
+            # a chunk that does not decompress (a bit flip, a bad copy): one line naming the file, not h5py's traceback
+            raise DatasetFormatError(self.path, f"is damaged: HDF5 could not read its data ({str(exc).strip()}); "
+                                                "restore it from a copy, or `costlab dataset unpack` its pack") from None
 
     def close(self) -> None:
         self._f.close()
@@ -398,6 +402,13 @@ class Dataset:
             known = ", ".join(self.split_names()) or "none"
             raise InputError(self.path, f"no split named {name!r} (splits: {known})")
         return Split.read(self._f["splits"][name], name)
+
+
+def hdf5_read_failure(exc: OSError) -> bool:
+    """Whether ``exc`` is HDF5's failure to read stored data (h5py raises it as a bare OSError, no file named)."""
+    text = str(exc)
+    return exc.errno is None and ("synchronously read" in text or "filter returned failure" in text
+                                  or "Can't read data" in text)
 
 
 def open_dataset(path) -> Dataset:

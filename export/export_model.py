@@ -61,6 +61,9 @@ def _check_output(out: str, archive: bool, force: bool) -> Path:
     if not str(out).strip():
         raise UsageError("-o must name the model directory (or, with --archive, the archive file) to write")
     path = Path(out)
+    if path.suffix == ".ckpt":  # every loader reads a .ckpt path as a training checkpoint: no command would load it
+        raise UsageError(f"-o {out}: a .ckpt name is a training checkpoint's; name the model otherwise (a directory, "
+                         "or with --archive a .tar or .costlab file)")
     # missing folders on the way are made when the model is written: the nearest one that exists must take them
     parent = path.parent if str(path.parent) else Path(".")
     while not parent.exists() and parent != parent.parent:

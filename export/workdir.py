@@ -181,7 +181,9 @@ class WorkDir:
         """A work dir's records are one machine's timings: a UsageError, in one line, when its run record names
         another host than this one, or a remote device (``rpc_key``) other than the command's (a command here would
         mix two machines' records in one database and compare them). A work dir without a recorded host (made
-        before hosts were recorded) passes."""
+        before hosts were recorded) passes; a damaged run record is an InputError naming it (read as none, it let a
+        remote device's or another host's run be measured here)."""
+        self.run_record()
         remote = self.recorded("rpc_key")
         if (remote or None) != (rpc_key or None):
             there = f"a remote device (--rpc-key {remote})" if remote else "this machine"

@@ -543,3 +543,18 @@ def test_export_force_never_reads_a_fifo_it_is_asked_to_replace(tmp_path):
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.tar"), str(tmp_path / "model")],
                          capture_output=True, text=True, timeout=60)
     assert res.stdout.strip() == "[False, False]", res.stdout + res.stderr[-1500:]
+
+
+def test_weights_of_integers_are_refused_not_cast(tlp):
+    """Tensors of the right names and shapes but integer dtype (a hand-made or foreign file): load_state_dict casts
+    them silently and the net scores garbage; they are refused, naming the tensor."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(tlp / "model.safetensors")
+    save_file({k: t.to(torch.int64) if t.dtype.is_floating_point else t for k, t in tensors.items()},
+              tlp / "model.safetensors")
+    c = _config(tlp)
+    c["weights_sha256"] = hashlib.sha256((tlp / "model.safetensors").read_bytes()).hexdigest()
+    _write_config(tlp, c, seal=True)
+    with pytest.raises(InputError, match="the weights are torch.int64"):
+        load(str(tlp))

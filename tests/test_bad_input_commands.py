@@ -177,6 +177,18 @@ def _evaluate(c, model, *extra):
     return ["evaluate", "--model", model, "--data", c["data"], *extra]
 
 
+def _damaged_chunk(c):
+    """The dataset with bytes in the middle of its raw costs' compressed chunk overwritten (a bit flip, a bad
+    copy): the file opens, the chunk does not decompress."""
+    name = f"records/{PLATFORM}/costs/values"
+    with h5py.File(c["data"], "r") as f:
+        info = f[name].id.get_chunk_info(0)
+    with open(c["data"], "r+b") as f:
+        f.seek(info.byte_offset + info.size // 2)
+        f.write(b"\xff" * min(32, info.size // 2))
+    return c["data"]
+
+
 # name: (argv of the case, given the context; words the one error line must hold)
 CASES = {
     # models: checkpoints and artifacts that cannot be scored with
@@ -342,6 +354,22 @@ CASES = {
         c, lambda f: _target_attr(f, "{not json"))], "target is not valid JSON"),
     "evaluate on a damaged dataset": (lambda c: (_set_attr(c, lambda f: f.attrs.__setitem__(schema.FORMAT_ATTR, "x")),
                                                  _evaluate(c, c["run"]))[1], "damaged dataset"),
+    "dataset info of a damaged chunk": (lambda c: ["dataset", "info", _damaged_chunk(c)],
+                                        "d.h5: is damaged: HDF5 could not read its data"),
+    "export to a checkpoint's name": (lambda c: ["export", c["run"], "-o", c["tmp"] / "m.ckpt"],
+                                      "a .ckpt name is a training checkpoint's"),
+    "featurize with a config file that is not text": (
+        lambda c: ["featurize", c["data"], "--featurizer", "tlp", "--config",
+                   f"@{_file(c, 'bin.json', bytes([0x89, 0x50, 0xff, 0x00]))}"],
+        "bin.json: featurizer config is not UTF-8 text"),
+    "set-machine with a GPU spec for a CPU platform": (
+        lambda c: ["dataset", "set-machine", c["data"], "--platform", PLATFORM, "--spec",
+                   _file(c, "gpu.json", b'{"kind": "gpu"}')], "is a gpu spec", "give a cpu spec"),
+    "import-ms with a remote run's run record as the host": (
+        lambda c: ["dataset", "import-ms", FIXTURES / "ms_tune_db", "-o", c["tmp"] / "new.h5", "--host",
+                   _file(c, "costlab_run.json", json.dumps(dict(rpc_key="board", host=dict(
+                       cpu_model="AMD EPYC", caches={"L1d": 49152}))).encode())],
+        "costlab_run.json: is the run record of a run measured on a remote device (--rpc-key board)"),
     # import-ms with nothing usable (the output must not be created)
     "import-ms of empty files": (lambda c: ["dataset", "import-ms", _empty_ms_db(c), "-o", c["tmp"] / "new.h5"],
                                  "db: empty MetaSchedule database"),

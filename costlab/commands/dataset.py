@@ -20,7 +20,7 @@ from costlab.datasets.pack import pack, unpack
 from costlab.datasets.splits import SPLIT_KINDS
 from costlab.datasets.summary import format_summary
 from costlab.featurizers.psa.hardware import spec_for, spec_for_platform
-from costlab.metaschedule.targets import checked_target
+from costlab.metaschedule.targets import NVIDIA_KINDS, checked_target
 
 
 TARGET_HELP = ("TVM target: 'host' (default) is this machine's CPU by its concrete LLVM name and its cores, e.g. "
@@ -222,6 +222,10 @@ def _host_record(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(path, f"is not a readable JSON host record ({type(exc).__name__})") from None
     if isinstance(value, dict) and isinstance(value.get("host"), dict):
+        if value.get("rpc_key"):  # a run record of a remote run: its host drove the run, a device measured it
+            raise InputError(path, f"is the run record of a run measured on a remote device (--rpc-key "
+                                   f"{value['rpc_key']}); its host is the machine that drove the run, not the device: "
+                                   "give the device's host record")
         value = value["host"]
     if not (isinstance(value, dict) and value.get("cpu_model") and isinstance(value.get("caches"), dict)):
         raise InputError(path, "is not a host record (a JSON object with cpu_model and caches, as costlab records "
@@ -328,6 +332,11 @@ def _set_machine(args) -> int:
             spec = spec_for(plat, override=dict({"name": f"{args.spec.name} (given)"}, **given)).to_json()
         except ValueError as exc:
             raise InputError(args.spec, str(exc).split(": ", 1)[-1]) from None
+        kind = str((plat.target or {}).get("kind", "llvm")) if isinstance(plat.target, dict) else None
+        wanted = "gpu" if kind in NVIDIA_KINDS else "cpu" if kind in ("llvm", "c") else None
+        if wanted is not None and spec.get("kind") != wanted:  # PSA/PaCM would run the other kind's formula
+            raise InputError(args.spec, f"is a {spec.get('kind')} spec, and platform {args.platform!r} is a {kind} "
+                                        f"target: give a {wanted} spec")
     dropped = host is not None and plat.spec is not None  # a stored spec would win over the host record
     with DatasetWriter(args.data) as w:
         w.set_machine(args.platform, spec=spec, host=host)

@@ -62,6 +62,8 @@ def _config(text: str | None, data: Path) -> dict:
             text = path.read_text()
         except OSError as exc:
             raise InputError(path, f"cannot read the featurizer config ({exc.strerror})") from None
+        except UnicodeDecodeError:  # a ValueError: below it read as an unknown featurizer, the file unnamed
+            raise InputError(path, "featurizer config is not UTF-8 text (a JSON file is)") from None
         where = path
     else:
         where = Path("--config")

@@ -46,6 +46,7 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     """One work dir's checked best programs per task into the library of its platform (or ``platform``'s); what
     was added."""
     here = host_info()
+    WorkDir(work).run_record()  # a damaged run record is one error naming it, never read as "no host, no device"
     remote = WorkDir(work).recorded("rpc_key")
     if remote:  # its timings are a remote device's, which no host record names (the one recorded ran the search)
         raise UsageError(f"the run in {work} measured its programs on a remote device (--rpc-key {remote}): a "
