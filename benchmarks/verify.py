@@ -57,6 +57,7 @@ def time_workload(predictor, task, target, size: int, seed: int) -> dict:
     """Seconds per program of the featurizer on one thread and on the run's cores, and of the net."""
     import tvm_ffi
 
+    from costlab.featurizers.ms_records import named_apart
     from costlab.featurizers.pacm import candidate_arrays, live_threads
     from costlab.featurizers.psa import target_dict
     from costlab.metaschedule.targets import is_gpu
@@ -67,8 +68,9 @@ def time_workload(predictor, task, target, size: int, seed: int) -> dict:
     warm, rest = schedules[:8], schedules[8:]
     spec, gpu, key = f.spec_for(target=tdict), is_gpu(tdict), ("bench-1", int(tvm_ffi.structural_hash(task.mod)))
 
-    def one_thread(batch):  # what featurize_candidates did before: the config's one extraction thread
-        return candidate_arrays(f._features(key, task.mod, tdict, batch, spec, gpu, 1))
+    def one_thread(batch):  # what featurize_candidates did before: the config's one extraction thread, on the
+        mod, batch = named_apart(task.mod, batch)  # workload with its buffers named apart, as featurize_candidates
+        return candidate_arrays(f._features(key, mod, tdict, batch, spec, gpu, 1))
 
     one_thread(warm)
     f.featurize_candidates(task.mod, target, warm)
