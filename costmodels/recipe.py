@@ -185,6 +185,10 @@ def fit_lists(net: torch.nn.Module, kind: str, lists: list, spec="safe", head: i
     if not train_lists or r.steps == 0:
         info["kept_pretrained"] = True
         return info
+    if r.val_fraction > 0 and not val_lists:  # a guarded recipe whose cut held out nothing it could rank
+        info.update(kept_pretrained=True, note="no validation part to guard an update with (too few programs to "
+                                               "hold any out): the pretrained weights are kept")
+        return info
     device = next(net.parameters()).device
     start = {n: t.detach().clone() for n, t in net.state_dict().items()} if r.interpolate != 1.0 else None
     anchor = {n: p.detach().clone() for n, p in net.named_parameters()} if r.l2sp > 0 else None

@@ -138,7 +138,8 @@ class CostlabCostModel(PyCostModel):
             self._checked.add(key)
         if isinstance(self.predictor, NetPredictor):
             self.predictor.use_target(target)  # a hardware input reads the machine tuning now
-        if self.memo:
+        per_call = getattr(kinds.find(getattr(self.predictor, "kind", None)), "scores_per_call", False)
+        if self.memo and not per_call:  # a kind that scales by each call's batch (the MLP) is scored whole per call
             memo = self._memo.setdefault(_task_key(context), {})
             if len(memo) > self.MEMO_SIZE:
                 memo.clear()

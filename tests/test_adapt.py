@@ -237,3 +237,34 @@ def test_the_adapt_benchmark_continues_only_its_own_cells(zen5, tmp_path):
         with pytest.raises(SystemExit, match=message):
             adapt.main(argv)
         assert json.loads((out / "results.json").read_text())["cells"] == cell  # left as it was
+
+
+def test_a_guarded_recipe_with_nothing_to_hold_out_keeps_the_pretrained_weights(tmp_path):
+    """Four programs of one task: the safe recipe's cut holds nothing out, and it trained its 300 steps unguarded,
+    the over-fit the recipe exists to prevent. It keeps the pretrained weights and says why."""
+    import json
+    import shutil
+
+    from conftest import FIXTURES
+    from costlab.datasets import DatasetWriter, RecordBatch
+
+    data = tmp_path / "tiny.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    with open_dataset(data) as ds:
+        (platform,) = ds.record_platforms()
+        t = ds.records(platform)
+        task, pid, err, sched = t.task, t.program_id, t.error, t.schedules()
+        values, offsets = t.costs()
+        target = dict(ds.platforms[platform].target)
+    batch = RecordBatch()
+    for i in np.flatnonzero(task == 0)[:4]:
+        batch.append(int(task[i]), sched[i], values[offsets[i]:offsets[i + 1]].tolist(), int(err[i]), 0.0,
+                     int(pid[i]))
+    with DatasetWriter(data) as w:
+        w.add_platform("tiny", target)
+        w.add_records("tiny", batch)
+    assert main(["finetune", "--from", "x86-cpu", "--data", str(data), "--platform", "tiny", "--out",
+                 str(tmp_path / "ft"), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
+    assert summary["val_records"] == 0 and summary["steps"] == 0 and summary["kept_pretrained"], summary
+    assert "no validation part" in summary["note"]

@@ -388,3 +388,61 @@ def test_export_over_a_model_with_force(run, tmp_path):
     assert read_artifact(tmp_path / "m.tar").config["kind"] == "tlp"
     (tmp_path / "m" / ".config.json.tmp-x1y2").write_text("{")  # what a killed write leaves: still the model's
     assert main(["export", str(run / "model"), "-o", str(tmp_path / "m"), "--force"]) == 0
+
+
+def _two_platforms(dst):
+    """The measured fixture with a second platform holding the same programs at other costs (another machine)."""
+    from costlab.datasets import DatasetWriter, RecordBatch, open_dataset
+
+    shutil.copy(SMALL, dst)
+    with open_dataset(dst) as ds:
+        (platform,) = ds.record_platforms()
+        t = ds.records(platform)
+        task, pid, err, sched = t.task, t.program_id, t.error, t.schedules()
+        values, offsets = t.costs()
+    rng = np.random.default_rng(0)
+    batch = RecordBatch()
+    for i in range(len(task)):
+        costs = (values[offsets[i]:offsets[i + 1]] * rng.uniform(0.5, 2.0)).tolist()
+        batch.append(int(task[i]), sched[i], costs, int(err[i]), 0.0, int(pid[i]))
+    with DatasetWriter(dst) as w:
+        w.add_platform("other", {"kind": "llvm", "mcpu": "znver4", "num-cores": 1})
+        w.add_records("other", batch)
+    return platform
+
+
+def test_a_tuning_runs_head_ranks_its_transfer_library_start_and_exploitation_too(tmp_path):
+    """tune --head P scored the search with P's head but the programs measured before and after it (transfer,
+    library start, exploitation) with the first platform's."""
+    from costlab.export.exploit import ExploitOptions, screening_model
+    from costlab.export.transfer.run import TransferOptions, ranking_model
+
+    data = tmp_path / "two.h5"
+    first = _two_platforms(data)
+    run_dir = tmp_path / "mtl"
+    assert main(["train", "--model", "mtl", "--data", str(data), "--platform", first, "--platform", "other", "--out",
+                 str(run_dir), "--epochs", "1", "--no-progress", *TINY]) == 0
+    model = str(run_dir / "model")
+    assert screening_model(ExploitOptions(str(tmp_path / "w"), model=model, head="other"))[1] == 1
+    assert ranking_model(TransferOptions(str(tmp_path / "w"), sources=["x"], model=model, head="other"))[1] == 1
+    assert ranking_model(TransferOptions(str(tmp_path / "w"), sources=["x"], model=model))[1] == 0
+
+
+def test_a_model_scaled_per_call_scores_each_population_whole(tmp_path):
+    """The MLP baseline scales features by each call's batch: remembered scores of earlier calls (other batches)
+    mixed with new ones ranked the population out of order. Such a kind is scored whole in every call."""
+    from costlab.export import CostlabCostModel
+
+    data = tmp_path / "d.h5"
+    shutil.copy(SMALL, data)
+    assert main(["train", "--model", "mlp", "--data", str(data), "--out", str(tmp_path / "mlp"), "--no-progress",
+                 "--set", "data_options.val_fraction=0"]) == 0
+    ctx, cands = _context("C2D:1,8,8,8,16,3,1,1")
+    for _ in range(3):
+        cands += list(ctx.generate_measure_candidates() or [])
+    model = CostlabCostModel(str(tmp_path / "mlp" / "model"))
+    for part in np.array_split(np.arange(len(cands)), 4):  # generations, each scoring new candidates
+        model.raw_scores(ctx, [cands[i] for i in part])
+    mixed = model.raw_scores(ctx, cands)
+    whole = CostlabCostModel(str(tmp_path / "mlp" / "model"), memo=False).raw_scores(ctx, cands)
+    assert np.allclose(mixed, whole)

@@ -137,6 +137,10 @@ def test_mtl_heads_learn_only_from_their_platform(ansor_data, tmp_path):
     last = module.net.decoder[-1]
     assert last.weight.grad[1].abs().sum() == 0 and last.bias.grad[1] == 0
     assert last.weight.grad[0].abs().sum() > 0
+    batch["score"][:] = float("nan")  # no head has two labelled records (scarce labels, small lists): a zero loss
+    loss = module._loss(module(batch), batch)  # that still backpropagates, not a constant that stops the run
+    loss.backward()
+    assert float(loss) == 0
     cfg = load_config(None, SMALL_NET + ["trainer.max_epochs=2", "data_options.val_fraction=0"], model="mtl",
                       data=str(dst), platforms=[PLATFORM, "other"], out=str(tmp_path / "mtl"))
     assert train(cfg, progress=False)["platforms"] == [PLATFORM, "other"]

@@ -80,14 +80,15 @@ def library_sources(libraries: list[Library], tasks,
 
 
 def start_from_library(work, tasks, target, database, builder, runner, *, libraries, model, top: int,
-                       seed: int, number: int, repeat: int, progress: bool, should_stop=None) -> dict:
+                       seed: int, head: str | None = None, number: int, repeat: int, progress: bool,
+                       should_stop=None) -> dict:
     """Measure, per task, the ``top`` best (by ``model``) of the library's matching programs replayed on it, into
     the run's database. Returns the summary written to ``library_start.json``."""
     sources, report = library_sources(libraries, tasks, kind=target.kind.name if target is not None else None)
     summary = dict(libraries=[str(lib.path) for lib in libraries], matching_entries=len(sources))
     if not sources:
         return summary
-    topts = TransferOptions(str(work), sources=[str(lib.path) for lib in libraries], model=model, top=top,
+    topts = TransferOptions(str(work), sources=[str(lib.path) for lib in libraries], model=model, head=head, top=top,
                             max_candidates=MAX_CANDIDATES, seed=seed, number=number, repeat=repeat, progress=progress)
     state = transfer_tasks(tasks, target, database, builder, runner, topts, WorkDir(work).library_state, should_stop,
                            sources=(sources, report))

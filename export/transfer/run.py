@@ -63,6 +63,7 @@ class TransferOptions:
     seq_len: int = 32
     target: str | dict | None = None  # None: the work dir's run's (or its records'), else this machine's
     model: str | None = None  # None: PSA
+    head: str | None = None  # the platform head of a multi-platform model (a tuning run's --head)
     top: int = 4  # programs measured per task
     per_source: int = 4  # fastest programs taken from each source task
     max_candidates: int = 128  # programs replayed per task at most
@@ -293,7 +294,7 @@ def ranking_model(opts: TransferOptions) -> tuple:
     from costlab.export.cost_model import tuning_predictor  # lazy: pulls torch and tvm; the parser must not
 
     predictor = tuning_predictor(opts.model or kinds.draft())
-    return predictor, head_of(predictor, None)
+    return predictor, head_of(predictor, opts.head)
 
 
 def task_key(mod) -> str:
