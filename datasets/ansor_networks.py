@@ -141,9 +141,14 @@ def _load_task_pickles(files: list[Path]) -> NetworkInfo:
     for _, net, _ in named:
         counts[net] = counts.get(net, 0) + 1
     out: NetworkInfo = {}
+    source: dict[str, Path] = {}
     for f, net, target in named:
         name = f"{net}@{target}" if counts[net] > 1 and target else net
-        out[name] = _read_task_pickle(f)
+        tasks = _read_task_pickle(f)
+        if name in out and sorted(out[name]) != sorted(tasks):  # one name, two task lists: neither is dropped silently
+            raise InputError(f, f"network {name!r} is also given by {source[name]} with other tasks or weights; "
+                                "import the folders apart, or keep one of them")
+        out[name], source[name] = tasks, f
     return out
 
 

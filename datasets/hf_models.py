@@ -124,9 +124,16 @@ def _config(name: str, overrides: dict, small: bool = True):
         value = given.pop(short, None)
         if value is None and not small:
             continue
-        for attr in SIZE_KEYS[short]:
-            if hasattr(cfg, attr):
-                _set_size(cfg, attr, default if value is None else value)
+        attrs = [attr for attr in SIZE_KEYS[short] if hasattr(cfg, attr)]
+        if value is not None and not attrs:
+            if short == "image":  # a vision model sized by its input alone (ResNet): the image it is fed
+                cfg.image_size = value
+                continue
+            # said, not dropped: the network would be named after a size it does not have
+            raise _Unsupported(f"{name}: {short}= sets none of {type(cfg).__name__}'s sizes (it has none of "
+                               f"{', '.join(SIZE_KEYS[short])})")
+        for attr in attrs:
+            _set_size(cfg, attr, default if value is None else value)
     for key, value in given.items():
         if not hasattr(cfg, key):
             raise ValueError(f"{name}: the config has no attribute {key!r} (short names: "

@@ -74,10 +74,12 @@ def tuned_functions(mod, database) -> tuple[int, int]:
     as ``MetaScheduleApplyDatabase`` matches them (the function as ``main``, structurally)."""
     import tvm
 
+    def applies(func) -> bool:  # a workload whose records all failed has none to apply (get_top_k leaves them out)
+        task = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+        return bool(database.has_workload(task) and database.get_top_k(database.commit_workload(task), 1))
+
     funcs = [f for f in mod.functions.values() if type(f).__name__ == "PrimFunc"]
-    hit = sum(bool(database.has_workload(tvm.IRModule({"main": f.with_attr("global_symbol", "main")})))
-              for f in funcs)
-    return hit, len(funcs)
+    return sum(applies(f) for f in funcs), len(funcs)
 
 
 def build(mod, target, database=None):

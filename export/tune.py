@@ -152,6 +152,10 @@ class TuneOptions:
             raise UsageError(f"--final-measure is one of {', '.join(FINAL_MEASURES)}, not {self.final_measure!r}")
         if self.keep_untuned not in KEEP_UNTUNED:
             raise UsageError(f"--keep-untuned is one of {', '.join(KEEP_UNTUNED)}, not {self.keep_untuned!r}")
+        if self.keep_untuned == "on" and (not self.network or self.task_filter or self.final_top < 2 or self.rpc_key):
+            # the untuned programs are measured in the finals' rounds: without them the option did nothing
+            raise UsageError("--keep-untuned on compares each task's untuned program in the second measurement of a "
+                             "whole --network's finals: it needs --final-top 2 or more, no --task and no --rpc-key")
         if not 1 <= self.transfer_top <= 1024:
             raise UsageError(f"--transfer-top must be 1-1024, not {self.transfer_top}")
         if self.exploit and self.rpc_key:
@@ -437,8 +441,8 @@ def tune(opts: TuneOptions) -> dict:
             finally:
                 progress.close()
             if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
-                exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, seed=opts.seed,
-                                                   target=plain_json(target.export()), cumulative=True,
+                exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, head=opts.head,
+                                                   seed=opts.seed, target=plain_json(target.export()), cumulative=True,
                                                    builder_timeout=opts.builder_timeout, progress=opts.progress),
                                     database=database, locked=True, should_stop=clock.expired)
             # the summary of a finished run re-run (None: none, or the database has grown since); a re-run whose run
@@ -606,7 +610,7 @@ def _transfer(opts: TuneOptions, tasks: list[Task], target, database, builder, r
     Each task's transfer measures its ``--transfer-top`` within its share of ``--trials`` (``_start_share``;
     all of a workload's with ``--trials 1``: transfer alone). It stops between tasks once the run is stopped or
     its ``--max-seconds`` are spent (``clock``); a re-run goes on with the tasks left."""
-    topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model,
+    topts = TransferOptions(opts.work_dir, sources=list(opts.transfer_from), model=opts.model, head=opts.head,
                             top=min(opts.transfer_top, _start_share(opts, n_tasks)),
                             seed=opts.seed, number=opts.number, repeat=opts.repeat, progress=opts.progress)
     return transfer_tasks(tasks, target, database, builder, runner, topts, WorkDir(opts.work_dir).transfer_state,
@@ -634,8 +638,9 @@ def _library_start(opts: TuneOptions, tasks: list[Task], target, database, build
             summary["stopped"] = "the run's time was spent"
             break
         part = start_from_library(WorkDir(opts.work_dir), group, target, database, builder, runner,
-                                  libraries=libraries, model=opts.model, top=top, seed=opts.seed, number=opts.number,
-                                  repeat=opts.repeat, progress=opts.progress, should_stop=clock.expired)
+                                  libraries=libraries, model=opts.model, head=opts.head, top=top, seed=opts.seed,
+                                  number=opts.number, repeat=opts.repeat, progress=opts.progress,
+                                  should_stop=clock.expired)
         summary["matching_entries"] += part["matching_entries"]
         summary.setdefault("tasks", {}).update(part.get("tasks", {}))
     return summary
@@ -751,7 +756,8 @@ def _finished_summary(work: Path, tasks: list, done: list, opts: TuneOptions) ->
         done_after = ((not opts.check_output or before.get("check_output", True))
                       and (not opts.use_library or (before.get("use_library", True)
                                                     and before.get("library") == opts.library))
-                      and (opts.network is None or all(before.get(k) == getattr(opts, k) for k in FINAL_KEYS))
+                      and (opts.network is None or opts.task_filter  # a part of a network has no finals
+                           or all(before.get(k) == getattr(opts, k) for k in FINAL_KEYS))
                       # a network's finals a deadline left unmeasured are still to do
                       and (not _finals_due(opts) or "finals" in old))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -760,8 +766,10 @@ def _finished_summary(work: Path, tasks: list, done: list, opts: TuneOptions) ->
 
 
 def _finals_due(opts: TuneOptions) -> bool:
-    """Whether a run of ``opts`` measures a network's finals after its search (``finals.remeasure``)."""
-    return opts.network is not None and opts.final_top > 1 and not opts.rpc_key
+    """Whether a run of ``opts`` measures a network's finals after its search (``finals.remeasure``): a whole
+    network's (a part picked by --task is built as no network: it has none, and a re-run would never find its
+    finished summary)."""
+    return opts.network is not None and not opts.task_filter and opts.final_top > 1 and not opts.rpc_key
 
 
 MEASURE_KEYS = ("number", "repeat", "screen", "sized_repeats")  # how a program is timed: one way per database

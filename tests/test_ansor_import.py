@@ -16,6 +16,7 @@ from costlab.cli import main
 from costlab.datasets import open_dataset, program_id
 from costlab.datasets import ansor_log
 from costlab.datasets.ansor_log import import_ansor
+from costlab.common.errors import InputError
 from costlab.datasets.ansor_networks import inert_load, load_network_info, network_name
 
 ANSOR = FIXTURES / "ansor"
@@ -290,3 +291,25 @@ def test_repeated_lines_in_one_import_are_duplicates(tmp_path, monkeypatch):
     report = import_ansor(log, tmp_path / "d.h5", progress=True)
     assert report.lines == 33 * 128 and report.bad == 0
     assert report.added == {"platinum-8358": 128} and report.duplicates == {"platinum-8358": 32 * 128}
+
+
+def test_two_network_info_pickles_of_one_name_and_other_tasks_are_refused(tmp_path, monkeypatch):
+    """Two machines' network_info folders side by side hold files of the same name: read recursively, the second
+    replaced the first's tasks and weights without a word. Other tasks under one name are refused naming both
+    files; identical copies are one network."""
+    SearchTask, ComputeDAG = _fake_tvm_modules(monkeypatch)
+    keys = sorted({r["i"][0][0] for r in _lines(BERT)})
+
+    def tasks(i):
+        return [SearchTask({"compute_dag": ComputeDAG({"handle": '{"root": 1}'}), "workload_key": keys[i],
+                            "target": "cuda", "hardware_params": None, "desc": f"dense_{i}"})]
+
+    name = "((bert_base,[(1,128)]),cuda).task.pkl"
+    for sub, i, weight in (("a", 0, 3), ("b", 1, 5)):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / name).write_bytes(pickle.dumps((tasks(i), [weight]), protocol=4))
+    with pytest.raises(InputError, match="also given by"):
+        load_network_info(tmp_path)
+    (tmp_path / "b" / name).write_bytes((tmp_path / "a" / name).read_bytes())
+    (network,) = load_network_info(tmp_path).values()
+    assert [w for _, w, _ in network] == [3.0]

@@ -138,3 +138,14 @@ def test_committed_fixture_matches_its_script(tmp_path):
         assert np.bincount(table.task).tolist() == [20, 20, 20, 20]
         ids = [program_id("ms", fx.tasks[t].workload_hash, s) for t, s in zip(table.task, table.schedules())]
         assert table.program_id.tolist() == ids
+
+
+def test_a_size_short_name_the_model_type_lacks_is_said_not_dropped():
+    """ResNet has no image_size in its config: ``image=128`` was dropped, the network built at 64 x 64 and named
+    ``resnet-image128``. The image is the input's size; a short name that sets nothing is refused."""
+    from costlab.datasets import hf_models
+
+    _model, inputs, _is_text = hf_models.build("resnet:image=96", 1, 16)
+    assert tuple(inputs[0].shape) == (1, 3, 96, 96)
+    with pytest.raises(ValueError, match="heads= sets none of ResNetConfig's sizes"):
+        hf_models.build("resnet:heads=4", 1, 16)

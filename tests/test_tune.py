@@ -17,6 +17,7 @@ from costlab.cli import main
 from costlab.datasets import open_dataset
 from costlab.export.tune import TuneOptions, _measure_stack
 
+from conftest import FIXTURES
 from test_export import run  # noqa: F401  (the trained and exported tiny TLP model)
 
 pytestmark = pytest.mark.slow
@@ -234,6 +235,10 @@ def test_interrupted_tune_continues(run, tmp_path):  # noqa: F811
      "no RPC tracker answers at 127.0.0.1:1"),
     (["--workload", "GMM:1,8,8,8", "--rpc-key", "k"], "'host' and -mcpu=native are this machine, not the device"),
     (["--network", "costlab_no_such_module:f"], "cannot import 'costlab_no_such_module'"),
+    # the untuned programs are measured in a whole network's finals: anywhere else the option did nothing
+    (["--workload", "GMM:1,8,8,8", "--keep-untuned", "on"], "--keep-untuned on compares"),
+    (["--network", "costlab_no_such_module:f", "--keep-untuned", "on", "--final-top", "1"],
+     "--keep-untuned on compares"),
 ])
 def test_bad_tune_options(tmp_path, capsys, argv, message):
     assert main(["tune", *argv, "--work-dir", str(tmp_path / "w"), "--no-progress"]) == 2
@@ -754,3 +759,47 @@ def test_a_continued_run_that_chose_nothing_leaves_no_earlier_result(tmp_path):
     assert main([*argv, "--trials", "8", "--no-check"]) == 0
     assert len(_records(work)) == 8 and not (work / "result").exists()
     assert "result" not in json.loads((work / "costlab_tune.json").read_text())
+
+
+def test_a_function_whose_records_all_failed_is_not_counted_as_tuned(tmp_path):
+    """MetaScheduleApplyDatabase applies a workload's best record that ran; one whose records all failed is built
+    untuned, and the network's summary counted it as tuned."""
+    import shutil
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.export.network import tuned_functions
+
+    fixture = FIXTURES / "ms_tune_db"
+    shutil.copytree(fixture, tmp_path / "db")
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
+    mods = [r.workload.mod for r in db.get_all_tuning_records()]
+    mod = mods[0]
+    assert tuned_functions(mod, db) == (1, 1)
+    lines = []
+    for line in (tmp_path / "db" / "database_tuning_record.json").read_text().splitlines():
+        rec = json.loads(line)
+        rec[1][1] = [1e10]  # MetaSchedule's failure value: none of the records ran
+        lines.append(json.dumps(rec))
+    (tmp_path / "db" / "database_tuning_record.json").write_text("\n".join(lines) + "\n")
+    assert tuned_functions(mod, ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))) == (0, 1)
+
+
+@pytest.mark.slow
+def test_a_finished_run_of_part_of_a_network_is_finished_when_run_again(tmp_path, capsys, monkeypatch):
+    """--task picks part of a network, built as no network: it has no finals, and a re-run waited for them, so every
+    re-run of a finished --task run checked its programs again and rewrote its summary."""
+    spec = _torch_net(tmp_path, monkeypatch, "twolayers",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)),"
+                      " (torch.randn(2, 16),)\n")
+    argv = ["tune", "--network", spec, "--task", "*matmul*", "--trials", "2", "--per-iter", "2", "--work-dir",
+            str(tmp_path / "w"), "--no-progress", "--json"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["tasks"] and "finals" not in first
+    written = (tmp_path / "w" / "costlab_tune.json").read_text()
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out).get("unchanged") is True
+    assert (tmp_path / "w" / "costlab_tune.json").read_text() == written
