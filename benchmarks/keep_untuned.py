@@ -39,6 +39,11 @@ def main(argv=None) -> int:
         raise SystemExit("--rounds must be at least 1")
     if not (work / "database_tuning_record.json").is_file():
         raise SystemExit(f"{work} holds no tuning database (database_tuning_record.json)")
+    summary = work / "costlab_tune.json"
+    ran = (json.loads(summary.read_text()).get("options") or {}).get("network") if summary.is_file() else None
+    if ran != networks.NETWORKS[args.network]:  # another network's programs: none of these tasks' contenders
+        raise SystemExit(f"{work} is a tuning run of {ran or 'no network its costlab_tune.json names'}, not "
+                         f"--network {args.network} ({networks.NETWORKS[args.network]}): give its network")
     from costlab.export.finals import remeasure
     from costlab.export.tasks import measuring_target
     from costlab.export.workdir import MeasuringStack

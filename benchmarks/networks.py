@@ -244,9 +244,11 @@ def run(args) -> int:
         why = other_benchmark(json.loads((out / "benchmark.json").read_text()), meta)
         if why:
             raise SystemExit(f"{out} holds a benchmark of another {why}: use another --out")
-    write_atomically(out / "benchmark.json", json.dumps(meta, indent=1).encode())
     if "k" in args.arms and not (args.library and Path(args.library).is_dir()):
         raise SystemExit("arm k needs --library DIR: the library it starts from (none of the networks' tasks in it)")
+    if (out / "benchmark.json").exists() and not meta["library"]:  # a call without k keeps the k runs' library
+        meta["library"] = json.loads((out / "benchmark.json").read_text()).get("library")
+    write_atomically(out / "benchmark.json", json.dumps(meta, indent=1).encode())
     has_library = _library_flags()
     if "k" in args.arms:  # refused before any run starts, not hours into one; each k run checks its copy again
         import tvm
@@ -322,6 +324,8 @@ def other_benchmark(old: dict, meta: dict) -> str | None:
     for key, name in (("trials", "budget"), ("target", "target")):
         if old.get(key) != meta[key]:
             return f"{name} ({old.get(key)} vs {meta[key]})"
+    if old.get("library") and meta.get("library") and old["library"] != meta["library"]:  # k runs start from it
+        return f"library ({old['library']} vs {meta['library']})"
     return None
 
 

@@ -304,12 +304,13 @@ def remeasure(args) -> int:
     """Re-measure the best programs of every finished run (all by the same procedure, one run at a time
     under the lock), then print the table."""
     out = Path(args.out)
+    target = _target_of(args, _check_host(out))  # the benchmark's host and target only
     # every finished run: a costlab arm's work dir (its summary), an a0 run's database (ms/ beside a0.json)
     found = [p.parent for p in out.glob(f"runs/*/*/s*/{WorkDir.SUMMARY}")]
     found += [p.parent / "ms" for p in out.glob("runs/a0/*/s*/a0.json")]
     for work in sorted(found):
         with cpu_lock():
-            _remeasure(work, args.target)
+            _remeasure(work, target)
         final = work / "remeasured.json"
         best = json.loads(final.read_text()).get("best_us") if final.exists() else None
         print(f"{work}: " + (f"{best:.2f} µs" if best is not None else "no program measured again"), flush=True)
@@ -335,6 +336,7 @@ def retime(args) -> int:
         raise SystemExit(f"error: {out} holds no benchmark runs (no {out / 'runs'}): give the --out of `run`")
     if args.rounds < 1:
         raise SystemExit(f"error: --rounds must be at least 1, not {args.rounds}")
+    target = _target_of(args, _check_host(out))  # the benchmark's host and target only
     by_workload: dict = {}
     for summary in sorted(out.glob(f"runs/*/*/s*/{WorkDir.SUMMARY}")):
         by_workload.setdefault(summary.parent.parent.name, []).append(summary.parent)
@@ -343,7 +345,7 @@ def retime(args) -> int:
             continue
         print(f"[{time.strftime('%H:%M:%S')}] {wl}: {len(works)} runs, {args.rounds} rounds", flush=True)
         with cpu_lock():
-            _retime(works, args.target, args.rounds)
+            _retime(works, target, args.rounds)
     return table(args)
 
 
@@ -453,6 +455,36 @@ def _geo(values) -> float | None:
 
 def _fmt(v, spec=".1f") -> str:
     return "-" if v is None else format(v, spec)
+
+
+def _same_machine(a: dict | None, b: dict | None) -> bool:
+    from costlab.common.host import same_host
+
+    return bool(a) and bool(b) and same_host(a, b)
+
+
+def _check_host(out: Path) -> dict:
+    """The benchmark's record (benchmark.json, {} for none); SystemExit when this machine (with the GPU its target
+    runs on) is not the host its runs were measured on: a measurement made here (a final re-measured or retimed,
+    OpenBLAS) would be compared with another machine's."""
+    from costlab.common.host import describe_host, host_difference
+    from costlab.metaschedule.targets import measuring_host
+
+    meta = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
+    if meta.get("host"):
+        here = measuring_host(meta.get("target") or {})
+        if not _same_machine(meta["host"], here):
+            raise SystemExit(f"error: {out}'s runs were measured on {describe_host(meta['host'])}; this host is "
+                             f"{describe_host(here)} ({host_difference(meta['host'], here)}): measuring here would "
+                             "compare two machines")
+    return meta
+
+
+def _target_of(args, meta: dict) -> str:
+    """--target as given, else the benchmark's own (a GPU benchmark's programs do not build for the host CPU)."""
+    if args.target:
+        return args.target
+    return json.dumps(meta["target"]) if meta.get("target") else "host"
 
 
 def collect(out: Path) -> dict:
@@ -590,8 +622,14 @@ def table(args) -> int:
             lines.append(f"{wl}: a0 (tune_tir as users call it) {_fmt(_geo([r['wall_s'] for r in arms['a0']]), '.0f')} s "
                          f"vs a {_fmt(_geo([r['wall_s'] for r in arms['a'] if r['seed'] == 0]), '.0f')} s for the same budget")
     blas = out / "openblas.json"
-    if blas.exists() and "gmm" in data:
-        b = json.loads(blas.read_text())
+    b = json.loads(blas.read_text()) if blas.exists() else {}
+    if b.get("host") and meta and not _same_machine(b["host"], meta["host"]):  # another machine's: no ratio
+        from costlab.common.host import describe_host
+
+        lines.append(f"openblas.json was measured on {describe_host(b['host'])}, not on this benchmark's host: "
+                     "no OpenBLAS ratio")
+        b = {}
+    if b and "gmm" in data:
         best = min((r["final_us"] for arm in data["gmm"].values() for r in arm if r.get("final_us")), default=None)
         if best:
             gf = GMM_FLOPS / best / 1e3
@@ -682,6 +720,8 @@ def archive(args) -> int:
 def openblas(args) -> int:
     """The 128^3 matmul through numpy, OpenBLAS on its own best kernel for this CPU (the machine's
     OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE force an older one: unset for this measurement alone)."""
+    out = Path(args.out)
+    _check_host(out)  # compared with the benchmark's tuned matmul: on its host only, checked before measuring
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     from costlab.common.host import usable_cores
 
@@ -708,9 +748,10 @@ print(json.dumps(dict(kernel=kernel, us=us, gflops=2 * 128 ** 3 / us / 1e3, thre
 """
     with cpu_lock():
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "openblas.json").write_text(res.stdout)
+    from costlab.common.host import host_info
+
+    write_atomically(out / "openblas.json", json.dumps(dict(json.loads(res.stdout), host=host_info())).encode())
     print(res.stdout.strip())
     return 0
 
@@ -742,12 +783,12 @@ def main(argv=None) -> int:
     t.set_defaults(func=table)
     m = sub.add_parser("remeasure", help="re-measure every finished run's best programs, then the table")
     m.add_argument("--out", required=True)
-    m.add_argument("--target", default="host")
+    m.add_argument("--target", help="default: the target benchmark.json records")
     m.set_defaults(func=remeasure)
     q = sub.add_parser("retime", help="per workload, every finished run's best programs measured together in "
                                       "turn, several rounds; then the table with those finals")
     q.add_argument("--out", required=True)
-    q.add_argument("--target", default="host")
+    q.add_argument("--target", help="default: the target benchmark.json records")
     q.add_argument("--rounds", type=int, default=5)
     q.add_argument("--workloads", nargs="*", default=[], help="only these workloads (default: all)")
     q.set_defaults(func=retime)

@@ -313,6 +313,7 @@ def test_keep_untuned_on_a_run_whose_tasks_have_one_contender_gives_no_ratio(tmp
     task = SimpleNamespace(name="gmm", weight=2, mod=workload_json_mod(te_workload_task("GMM:1,8,8,8")[1]))
     work = tmp_path / "w"
     work.mkdir()
+    (work / "costlab_tune.json").write_text(json.dumps(dict(options=dict(network=networks.NETWORKS["bert"]))))
     db = json_database(work_dir=str(work))
     sch = Schedule(task.mod)
     sch.split(sch.get_loops(sch.get_sblock("Z"))[1], [None, 4])
@@ -326,6 +327,33 @@ def test_keep_untuned_on_a_run_whose_tasks_have_one_contender_gives_no_ratio(tmp
     assert got["ratio"] is None and got["contenders"] == {"without": 0, "with": 1}
     (row,) = got["tasks"]
     assert isinstance(row["tuned_us"], float) and isinstance(row["untuned_us"], float)
+
+
+def test_keep_untuned_refuses_a_run_of_another_network(tmp_path, monkeypatch):
+    """A work dir tuned for another network (or for workloads) holds none of --network's contenders: refused,
+    naming both, before its database is opened or the network extracted."""
+    import keep_untuned
+    import networks
+
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "costlab_tune.json").write_text(json.dumps(dict(options=dict(network=networks.NETWORKS["llama"]))))
+    (work / "database_tuning_record.json").write_text("")
+    monkeypatch.setattr(networks, "_network", lambda *a: pytest.fail("the network was extracted"))
+    with pytest.raises(SystemExit, match="tuning run of nets:llama_layer, not --network bert"):
+        keep_untuned.main(["--work", str(work), "--rounds", "1"])
+
+
+def test_a_benchmark_of_another_library_is_not_continued():
+    """The k arm's runs start from --library: a call with another one is refused, so that one table never holds
+    k runs of two libraries (benchmark.json names one)."""
+    import networks
+
+    from costlab.common.host import host_info
+
+    meta = dict(host=host_info(), trials=200, target="host", library="/a")
+    assert networks.other_benchmark(meta, dict(meta, library=None)) is None  # a call without k
+    assert networks.other_benchmark(meta, dict(meta, library="/b")) == "library (/a vs /b)"
 
 
 def test_a_benchmark_is_continued_on_the_same_host_at_another_clock_and_refused_elsewhere():

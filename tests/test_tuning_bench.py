@@ -261,3 +261,32 @@ def test_a_seed_that_never_reaches_counts_at_no_less_than_the_baselines_seconds(
     assert "18 runs of b, a seed that never reached it counted at the longer of its and a's wall time (6 such): " \
            "0.65 of a's seconds" in text
     assert "(2 such): 0.43 of a's seconds" in text  # c's figure: its misses ran longer than a
+
+
+def test_retime_remeasure_and_openblas_measure_only_on_the_benchmarks_host(tmp_path, monkeypatch):
+    """A final measured again here, or OpenBLAS timed here, is compared with the runs' tuning measurements and
+    with each other: on another machine than benchmark.json's host they are refused, naming both; an
+    openblas.json of another host gives no ratio in the table."""
+    from costlab.common.host import host_info
+    from costlab.metaschedule.targets import runnable_target
+
+    out = tmp_path / "bench"
+    (out / "runs" / "a" / "gmm" / "s0").mkdir(parents=True)
+    (out / "runs" / "a" / "gmm" / "s0" / "costlab_tune.json").write_text("{}")
+    here = {k: v for k, v in host_info().items() if k != "mhz"}
+    other = dict(here, family="other", threads=here["threads"] + 1)
+    (out / "benchmark.json").write_text(json.dumps(dict(host=other, target=runnable_target("host"), trials=200)))
+    monkeypatch.setattr(tuning, "_remeasure", lambda *a: pytest.fail("measured on another host"))
+    monkeypatch.setattr(tuning, "_retime", lambda *a: pytest.fail("measured on another host"))
+    monkeypatch.setattr(tuning.subprocess, "run", lambda *a, **k: pytest.fail("measured on another host"))
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+    for fn, args in ((tuning.remeasure, dict(target=None)), (tuning.retime, dict(target=None, rounds=1, workloads=[]))):
+        with pytest.raises(SystemExit, match="runs were measured on .* this host is"):
+            fn(tuning.argparse.Namespace(out=str(out), **args))
+    (out / "openblas.json").write_text(json.dumps(dict(kernel="k", us=10.0, gflops=400.0, threads=2, host=here)))
+    run = out / "runs" / "a" / "gmm" / "s0"
+    (run / "costlab_tune.json").write_text(json.dumps(dict(tasks=[dict(trials=200)], wall_s=1.0)))
+    (run / "remeasured.json").write_text(json.dumps(dict(best_us=10.0)))
+    tuning.table(tuning.argparse.Namespace(out=str(out)))
+    text = (out / "table.md").read_text()
+    assert "not on this benchmark's host: no OpenBLAS ratio" in text and "GFLOP/s" not in text
