@@ -160,14 +160,29 @@ def _select_tasks(ds, spec: str | None, path) -> list:
     for t in ds.tasks:
         by_name.setdefault(t.name, []).append(t)
     chosen = []
-    for item in (s.strip() for s in spec.split(",") if s.strip()):
+    # a name may hold commas itself (a benchmark workload's task is named by its spec, GMM:1,128,128,128): the
+    # longest run of comma-separated pieces that is a task's name is taken as one
+    parts = [s.strip() for s in spec.split(",")]
+    i = 0
+    while i < len(parts):
+        item = parts[i]
+        for j in range(len(parts), i + 1, -1):
+            joined = ",".join(parts[i:j])
+            if joined in by_name:
+                item, i = joined, j - 1
+                break
+        i += 1
+        if not item:
+            continue
         if item.isdigit() and int(item) < len(ds.tasks):
             named = [ds.tasks[int(item)]]
         elif item in by_name:
             named = by_name[item]
         else:
-            raise InputError(path, f"no task {item!r} (give task indices 0..{len(ds.tasks) - 1} or names; "
-                                   "`costlab dataset info` lists them)")
+            shown = ", ".join(f"{k} {t.name}" for k, t in enumerate(ds.tasks[:8]))
+            more = f", ... ({len(ds.tasks)} in all)" if len(ds.tasks) > 8 else ""
+            raise InputError(path, f"no task {item!r} (give task indices 0..{len(ds.tasks) - 1} or names: "
+                                   f"{shown}{more})")
         if any(t.dialect != "ms" for t in named):
             raise InputError(path, f"task {item!r} is an Ansor task; only MetaSchedule tasks can be measured")
         chosen += [t for t in named if t not in chosen]

@@ -524,3 +524,21 @@ def test_a_pooled_build_for_a_remote_device_keeps_the_objects_for_it_to_link():
             assert res.error_msg is None and str(res.artifact_path).endswith(ends), res.error_msg
         elif platform.machine() in ("x86_64", "AMD64"):  # this machine's linker, another architecture's objects
             assert res.error_msg is not None and res.artifact_path is None
+
+
+def test_a_workload_task_whose_name_holds_commas_is_selected_by_name():
+    """A --workload task is named by its spec (GMM:1,32,32,32): split at every comma, it was no task of the dataset,
+    and the error pointed to a command that lists no task names. A name's commas are its own; the error lists them."""
+    from types import SimpleNamespace
+
+    from costlab.datasets.measure import _select_tasks
+
+    names = ["GMM:1,32,32,32", "C1D:1,32,8,8,3", "GMM:1,32,32,32,relu"]
+    tasks = [SimpleNamespace(index=i, name=n, dialect="ms") for i, n in enumerate(names)]
+    ds = SimpleNamespace(tasks=tasks)
+    assert [t.index for t in _select_tasks(ds, "GMM:1,32,32,32", "d.h5")] == [0]
+    assert [t.index for t in _select_tasks(ds, "GMM:1,32,32,32,relu", "d.h5")] == [2]
+    assert [t.index for t in _select_tasks(ds, "1,GMM:1,32,32,32", "d.h5")] == [1, 0]
+    assert [t.index for t in _select_tasks(ds, "GMM:1,32,32,32,C1D:1,32,8,8,3", "d.h5")] == [0, 1]
+    with pytest.raises(InputError, match=r"no task 'nope' \(give task indices 0\.\.2 or names: 0 GMM:1,32,32,32, 1 C1D"):
+        _select_tasks(ds, "nope", "d.h5")

@@ -432,3 +432,24 @@ def test_the_progress_history_starts_from_what_the_transfer_measured(tmp_path, c
     rows = [json.loads(line) for line in (work / "progress.jsonl").read_text().splitlines()]
     assert row["measured"] == 2 and rows
     assert all(r["best_us"] <= row["best_us"] for r in rows), (row, rows)
+
+
+@pytest.mark.slow
+def test_a_transfer_run_again_says_it_measured_nothing_and_says_only_its_own_tasks(tmp_path, capsys):
+    """A finished task's row was printed again as measured now, and every task earlier transfers had put in the
+    work dir was printed as this command's."""
+    work = tmp_path / "w"
+
+    def transfer(workload) -> str:
+        assert main(["transfer", "--from", str(FIXTURE), "--workload", workload, "--top", "1", "--work-dir", str(work),
+                     "--no-progress", "--no-library"]) == 0
+        return capsys.readouterr().out
+
+    first = transfer(CONV)
+    assert CONV in first and "earlier transfer" not in first
+    n = _records(work)
+    again = transfer(CONV)
+    assert "done by an earlier transfer: nothing measured now" in again and _records(work) == n
+    other = "C2D:1,12,12,4,8,3,1,1"
+    third = transfer(other)
+    assert other in third and CONV not in third

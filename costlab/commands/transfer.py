@@ -72,7 +72,10 @@ def _transfer(args) -> int:
         print(f"  skipped {problem}", file=sys.stderr)
     for note in summary.get("source_notes") or []:
         print(f"  note: {note}", file=sys.stderr)
-    for row in summary["tasks"].values():
+    this_run = summary.get("this_run") or {}
+    for key, row in summary["tasks"].items():
+        if this_run and key not in this_run:  # an earlier command's task, not asked for now
+            continue
         counts = row.get("counts", {})
         failed = sum(v for k, v in counts.items() if k.startswith("failed"))
         known = counts.get("already measured", 0) + counts.get("duplicate", 0)
@@ -80,5 +83,6 @@ def _transfer(args) -> int:
         # tried = replayed + did not apply + already measured or duplicates (row["replayed"]: the new programs)
         print(f"  {row['name']}: {counts.get('source_tasks', 0)} matching source tasks, {counts.get('tried', 0)} "
               f"tried, {row.get('replayed', 0)} replayed ({failed} did not apply, {known} already measured or "
-              f"duplicates), {len(row.get('measured', []))} measured, {best}")
+              f"duplicates), {len(row.get('measured', []))} measured, {best}"
+              + (" (done by an earlier transfer: nothing measured now)" if this_run.get(key) else ""))
     return 0

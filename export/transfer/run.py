@@ -327,7 +327,8 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
         refuse_other_machine(target, run, work, "leave out --target to transfer on the run's target, or transfer "
                                                 "into another --work-dir")
     state_path = work.transfer_state
-    _check_same_transfer(read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks"), state_path, opts)
+    before = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
+    _check_same_transfer(before, state_path, opts)
     sources = usable_sources(opts.sources, opts.per_source, exclude=[work.path],  # before anything is written
                              kind=target.kind.name)
     work.path.mkdir(parents=True, exist_ok=True)
@@ -340,6 +341,9 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
         state = transfer_tasks(tasks, target, database, builder, runner, opts, work.transfer_state, should_stop,
                                sources=sources)
         state["wall_s"] = round(time.time() - t0, 2)
+        # this command's tasks, and which of them an earlier command finished (nothing measured for them now)
+        asked = {task_key(t.mod) for t in tasks}
+        state["this_run"] = {key: bool((before["tasks"].get(key) or {}).get("done")) for key in asked}
         if repaired:
             state["skipped_lines"] = repaired  # moved to database_tuning_record.bad-lines.jsonl
         return state
