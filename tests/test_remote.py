@@ -32,8 +32,21 @@ def _local_rpc():
 
 
 def _stop(rpc) -> None:
+    """The server and tracker gone: stopped, and no longer answering (on a loaded machine a stopped tracker's
+    process answered for a moment after terminate returned, and a command meant to find it gone measured through
+    it)."""
+    from costlab.metaschedule.rpc import tracker_problem
+
+    host, port, key = rpc.tracker_host, rpc.tracker_port, rpc.tracker_key
     rpc.server.terminate()
     rpc.tracker.terminate()
+    def gone() -> bool:
+        return (tracker_problem(host, port, key, timeout=1.0) or "").startswith("no RPC tracker answers")
+
+    deadline = time.time() + 60
+    while not gone() and time.time() < deadline:
+        time.sleep(0.2)
+    assert gone(), "the local RPC tracker still answers after it was stopped"
 
 
 def _rpc(rpc, wait: float = 0.0) -> dict:
