@@ -75,6 +75,27 @@ def own_library(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("COSTLAB_STARTER_LIBRARY", "none")
 
 
+def copy_platform(path, source: str, platform: str, target: dict, costs=None, rows=None) -> int:
+    """Add ``platform`` (``target``) to the dataset at ``path``, holding the programs of ``source``'s records
+    ``rows`` (default all), each with its raw costs through ``costs(record index, costs)`` (default as they are):
+    another machine that measured the same programs. Returns the records added."""
+    from costlab.datasets import DatasetWriter, RecordBatch, open_dataset
+
+    with open_dataset(path) as ds:
+        t = ds.records(source)
+        task, pid, err, sched = t.task, t.program_id, t.error, t.schedules()
+        values, offsets = t.costs()
+    batch = RecordBatch()
+    for i in (range(len(task)) if rows is None else rows):
+        raw = values[offsets[i]:offsets[i + 1]]
+        batch.append(int(task[i]), sched[i], list(map(float, raw if costs is None else costs(i, raw))), int(err[i]),
+                     0.0, int(pid[i]))
+    with DatasetWriter(path) as w:
+        w.add_platform(platform, target)
+        w.add_records(platform, batch)
+    return len(batch)
+
+
 def slow_to_stop(folder: Path, code: int) -> str:
     """A stand-in tuning run (Python source): it writes FOLDER/started, and on SIGTERM takes a second (the round
     in flight), writes FOLDER/ended and exits with ``code``."""

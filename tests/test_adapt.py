@@ -245,24 +245,15 @@ def test_a_guarded_recipe_with_nothing_to_hold_out_keeps_the_pretrained_weights(
     import json
     import shutil
 
-    from conftest import FIXTURES
-    from costlab.datasets import DatasetWriter, RecordBatch
+    from conftest import FIXTURES, copy_platform
 
     data = tmp_path / "tiny.h5"
     shutil.copy(FIXTURES / "ms_small.h5", data)
     with open_dataset(data) as ds:
         (platform,) = ds.record_platforms()
-        t = ds.records(platform)
-        task, pid, err, sched = t.task, t.program_id, t.error, t.schedules()
-        values, offsets = t.costs()
+        task = ds.records(platform).task
         target = dict(ds.platforms[platform].target)
-    batch = RecordBatch()
-    for i in np.flatnonzero(task == 0)[:4]:
-        batch.append(int(task[i]), sched[i], values[offsets[i]:offsets[i + 1]].tolist(), int(err[i]), 0.0,
-                     int(pid[i]))
-    with DatasetWriter(data) as w:
-        w.add_platform("tiny", target)
-        w.add_records("tiny", batch)
+    copy_platform(data, platform, "tiny", target, rows=np.flatnonzero(task == 0)[:4])
     assert main(["finetune", "--from", "x86-cpu", "--data", str(data), "--platform", "tiny", "--out",
                  str(tmp_path / "ft"), "--no-progress"]) == 0
     summary = json.loads((tmp_path / "ft" / "summary.json").read_text())

@@ -392,22 +392,15 @@ def test_export_over_a_model_with_force(run, tmp_path):
 
 def _two_platforms(dst):
     """The measured fixture with a second platform holding the same programs at other costs (another machine)."""
-    from costlab.datasets import DatasetWriter, RecordBatch, open_dataset
+    from conftest import copy_platform
+    from costlab.datasets import open_dataset
 
     shutil.copy(SMALL, dst)
     with open_dataset(dst) as ds:
         (platform,) = ds.record_platforms()
-        t = ds.records(platform)
-        task, pid, err, sched = t.task, t.program_id, t.error, t.schedules()
-        values, offsets = t.costs()
     rng = np.random.default_rng(0)
-    batch = RecordBatch()
-    for i in range(len(task)):
-        costs = (values[offsets[i]:offsets[i + 1]] * rng.uniform(0.5, 2.0)).tolist()
-        batch.append(int(task[i]), sched[i], costs, int(err[i]), 0.0, int(pid[i]))
-    with DatasetWriter(dst) as w:
-        w.add_platform("other", {"kind": "llvm", "mcpu": "znver4", "num-cores": 1})
-        w.add_records("other", batch)
+    copy_platform(dst, platform, "other", {"kind": "llvm", "mcpu": "znver4", "num-cores": 1},
+                  costs=lambda i, raw: raw * rng.uniform(0.5, 2.0))
     return platform
 
 

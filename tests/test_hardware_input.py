@@ -14,11 +14,11 @@ import numpy as np
 import torch
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, copy_platform
 
 from costlab.cli import main
 from costlab.common.host import FAKE_HOST_ENV
-from costlab.datasets import DatasetWriter, RecordBatch, open_dataset
+from costlab.datasets import open_dataset
 from costlab.featurizers import hardware_vector as hw
 from costlab.featurizers.psa.hardware import spec_for_platform
 
@@ -36,19 +36,9 @@ def two_cpus(tmp_path_factory) -> Path:
     programs on an Emerald Rapids platform, their costs changed per program so that its ranking differs."""
     data = tmp_path_factory.mktemp("hw") / "two.h5"
     assert main(["dataset", "import-ms", str(FIXTURES / "zen5_small"), "-o", str(data)]) == 0
-    with open_dataset(data) as ds:
-        t = ds.records(ZEN5)
-        task, pid, err, sched = t.task, t.program_id, t.error, t.schedules()
-        values, offsets = t.costs()
     rng = np.random.default_rng(0)
-    b = RecordBatch()
-    for i in range(len(task)):
-        factor = float(rng.uniform(0.7, 1.4))
-        b.append(int(task[i]), sched[i], (values[offsets[i]:offsets[i + 1]] * factor).tolist(), int(err[i]), 0.0,
-                 int(pid[i]))
-    with DatasetWriter(data) as w:
-        w.add_platform(EMR, {"kind": "llvm", "mcpu": "emeraldrapids", "num-cores": 2})
-        w.add_records(EMR, b)
+    copy_platform(data, ZEN5, EMR, {"kind": "llvm", "mcpu": "emeraldrapids", "num-cores": 2},
+                  costs=lambda i, raw: raw * float(rng.uniform(0.7, 1.4)))
     return data
 
 

@@ -80,21 +80,14 @@ def _second_platform(path, dst, fraction):
     """A copy of the dataset with a second platform holding the same programs (costs scaled per task)."""
     import shutil
 
+    from conftest import copy_platform
+
     shutil.copy(path, dst)
     with open_dataset(dst) as ds:
-        t = ds.records(PLATFORM)
-        task, pid, err, sched = t.task, t.program_id, t.error, t.schedules()
-        values, offsets = t.costs()
-    rng = np.random.default_rng(0)
-    keep = rng.random(len(task)) < fraction
-    b = RecordBatch()
-    for i in np.flatnonzero(keep):
-        costs = (values[offsets[i]:offsets[i + 1]] * (1.5 + task[i])).tolist()
-        b.append(int(task[i]), sched[i], costs, int(err[i]), 0.0, int(pid[i]))
-    with DatasetWriter(dst) as w:
-        w.add_platform("other", {"kind": "llvm", "num-cores": 1})
-        w.add_records("other", b)
-    return int(keep.sum())
+        task = ds.records(PLATFORM).task
+    keep = np.random.default_rng(0).random(len(task)) < fraction
+    return copy_platform(dst, PLATFORM, "other", {"kind": "llvm", "num-cores": 1},
+                         costs=lambda i, raw: raw * (1.5 + task[i]), rows=np.flatnonzero(keep))
 
 
 def test_validation_tasks_have_something_to_rank(ansor_data, tmp_path):
