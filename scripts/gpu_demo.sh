@@ -95,7 +95,9 @@ for s in $STEPS; do
       step export $COSTLAB export "$OUT/run" -o "$OUT/model" --force
       ;;
     tune)
-      SEARCH=(--target "$TARGET" --trials "$TRIALS" --workload "$TUNE_WORKLOAD" --no-progress --json)
+      # the arms side by side alone: none starts from the schedule library (it would start the model's and PSA's
+      # runs from the default arm's best programs) or adds to this machine's
+      SEARCH=(--target "$TARGET" --trials "$TRIALS" --workload "$TUNE_WORKLOAD" --no-progress --json --no-library)
       [ -z "${MAX_SECONDS:-}" ] || SEARCH+=(--max-seconds "$MAX_SECONDS")   # each run's wall-time budget
       RUNS=()
       for arm in $TUNE_ARMS; do

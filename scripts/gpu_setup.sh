@@ -240,12 +240,19 @@ write_env() {  # write_env SITE: SITE/env.sh, sourced here too
   done
   local nvcc_dir=""
   command -v nvcc >/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && nvcc_dir=/usr/local/cuda/bin; }
+  # the paths quoted (a --site or library folder may hold a space)
+  local q_site q_path q_libs
+  printf -v q_site %q "$site"
+  printf -v q_path %q "$site/bin${nvcc_dir:+:$nvcc_dir}"
   cat > "$site/env.sh" <<EOF
 # costlab on this GPU machine: source this file
-export PYTHONPATH=$site\${PYTHONPATH:+:\$PYTHONPATH}
-export PATH=$site/bin${nvcc_dir:+:$nvcc_dir}:\$PATH
+export PYTHONPATH=$q_site\${PYTHONPATH:+:"\$PYTHONPATH"}
+export PATH=$q_path:"\$PATH"
 EOF
-  [ -z "$libdirs" ] || echo "export LD_LIBRARY_PATH=${libdirs#:}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" >> "$site/env.sh"
+  if [ -n "$libdirs" ]; then
+    printf -v q_libs %q "${libdirs#:}"
+    echo "export LD_LIBRARY_PATH=$q_libs\${LD_LIBRARY_PATH:+:\"\$LD_LIBRARY_PATH\"}" >> "$site/env.sh"
+  fi
   # shellcheck disable=SC1091
   . "$site/env.sh"
 }
@@ -301,8 +308,11 @@ except ValueError as exc:
 import torch
 
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees {torch.cuda.device_count()} GPU(s)")
-nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True)
-print("nvcc:", (nvcc.stdout.strip().splitlines() or ["not found"])[-1])
+try:
+    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+except OSError:  # not on PATH (a CUDA runtime image without the toolkit)
+    nvcc = ""
+print("nvcc:", (nvcc.strip().splitlines() or ["not found"])[-1])
 PYEOF
 }
 

@@ -17,6 +17,7 @@ OUT="${1:-corpus.h5}"
 STEP="${2:-all}"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
 PER_TASK="${PER_TASK:-64}"
+LOCK="${COSTLAB_CPU_LOCK:-/tmp/costlab-cpu.lock}"  # the machine lock, as costlab.common.cpu_lock takes it
 
 TEXT_S32=(bert gpt2 llama t5 distilbert opt bloom phi gemma mobilebert squeezebert albert falcon bart)
 TEXT_S64=(bert:hidden=128,heads=4,intermediate=512 gpt2:hidden=128,heads=4,intermediate=512
@@ -63,7 +64,7 @@ measure() {
   "$py" "$ROOT/scripts/corpus_tasks.py" "$OUT" --limit "${TASKS:-200}" --chunk 8 --skip "$exhausted" |
   while read -r chunk; do
     # `measure` prints its summary (and the notes read below) on stderr: capture both streams
-    if ! report="$(flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" \
+    if ! report="$(flock "$LOCK" "$COSTLAB" dataset measure "$OUT" --per-task "$PER_TASK" --tasks "$chunk" \
                    --no-progress 2>&1)"; then
       echo "$report" >&2
       exit 1
@@ -75,7 +76,7 @@ measure() {
 
 pack() (
   # under the lock, both steps: no chunk is measured (written) between the pack and its counts
-  exec 9>/tmp/costlab-cpu.lock
+  exec 9>"$LOCK"
   flock 9
   "$COSTLAB" dataset pack "$OUT" -o "$ROOT/corpus"
   "$COSTLAB" dataset info "$OUT" --json | "${COSTLAB%/costlab}/python" -c '

@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-ranking.h5}"
 COSTLAB="${COSTLAB:-.venv/bin/costlab}"
+LOCK="${COSTLAB_CPU_LOCK:-/tmp/costlab-cpu.lock}"  # the machine lock, as costlab.common.cpu_lock takes it
 WORKLOADS=(
   C1D:1,128,16,32,3,1,1 C1D:1,32,64,64,3,2,1 C1D:1,64,32,32,3,1,1 C2D:1,14,14,32,32,3,1,1
   C2D:1,16,16,16,32,1,1,0 C2D:1,28,28,16,16,3,2,1 C2D:1,7,7,64,64,3,1,1 C2D:1,8,8,64,32,1,1,0
@@ -19,9 +20,9 @@ args=()
 for w in "${WORKLOADS[@]}"; do args+=(--workload "$w"); done
 "$COSTLAB" dataset extract "$OUT" --target "llvm -num-cores=2" --hf bert --hf gpt2 --seq-len 32 "${args[@]}"
 # candidates are sampled from the 2-core design spaces and run on 2 threads, then the same programs on 1
-flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --target "llvm -num-cores=2" \
+flock "$LOCK" "$COSTLAB" dataset measure "$OUT" --target "llvm -num-cores=2" \
     --platform llvm-x86_64-2c --per-task 100
-flock /tmp/costlab-cpu.lock "$COSTLAB" dataset measure "$OUT" --target "llvm -num-cores=1" \
+flock "$LOCK" "$COSTLAB" dataset measure "$OUT" --target "llvm -num-cores=1" \
     --platform llvm-x86_64-1c --same-programs-as llvm-x86_64-2c
 for seed in 0 1 2 9; do
   "$COSTLAB" dataset split "$OUT" --by task --seed "$seed" --test-fraction 0.3 --name "task30-s$seed"

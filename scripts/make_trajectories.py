@@ -194,12 +194,13 @@ def work_dir(out: Path, position: int) -> Path:
 def finished(work: Path, trials: int) -> bool:
     """Whether a work dir holds a finished run: ``costlab tune`` ended well (``DONE``, written after it; a design
     space smaller than the trials ends sooner) or its summary counts at least ``trials`` trials."""
-    if (work / DONE).exists():
-        return True
     try:
         summary = json.loads((work / WorkDir.SUMMARY).read_text())
     except (OSError, ValueError):
         return False
+    if (work / DONE).exists():  # ended well at the trials it was given: finished for those and fewer, not more
+        given = (summary.get("options") or {}).get("trials")
+        return given is None or given >= trials
     tasks = summary.get("tasks") or []
     return bool(tasks) and all((t.get("trials") or 0) >= trials for t in tasks)
 
@@ -336,6 +337,11 @@ def pack(args) -> int:
     model = pinned_name(args.model)  # an alias as the version it stands for now
     if before and tuned_with != model:  # refused before anything is written
         raise SystemExit(f"{dest} was tuned with --model {tuned_with}, not {model}: pack into another --to")
+    for w in works:  # what each work dir was tuned with (its run record), not what this command is told
+        run_opts = json.loads((w / "costlab_run.json").read_text())
+        if arm_of(int(w.name[:3])) == "model" and run_opts.get("model") != model:
+            raise SystemExit(f"{w} was tuned with --model {run_opts.get('model')}, not {model}: pack it with that "
+                             "--model into another --to")
     data = folder / "trajectories.h5"
     with cpu_lock():  # no task writes its database while it is read
         data.unlink(missing_ok=True)

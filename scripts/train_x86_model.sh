@@ -19,6 +19,11 @@ STEP="${2:-all}"
 VERSION="${VERSION:?set VERSION (v1, v2, ...): the model goes to costmodels/models/x86-cpu-VERSION}"
 DEST="$ROOT/costmodels/models/x86-cpu-$VERSION"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
+if [ "${DATA:-}" = both ] && [ -n "${HELD_OUT:-}" ]; then  # refused before hours of training, not at the annotation
+  echo "train_x86_model: HELD_OUT is for the corpus model; DATA=both takes its held-out figures from the curve" \
+    "(CURVE_RESULTS)" >&2
+  exit 2
+fi
 if [ "$STEP" = all ] && [ "${DATA:-}" = both ]; then
   "${COSTLAB%/costlab}/python" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds "${KIND:-both}" --sizes 0 \
     --epochs "${EPOCHS:-60}"

@@ -43,7 +43,9 @@ def test_an_exhausted_task_is_noted_and_not_offered_again(tmp_path):
     costlab.write_text(f"#!/bin/sh\necho \"$*\" >> {calls}\necho 'c.h5: measured 5 candidates' >&2\n"
                        f"echo '{NOTE}' >&2\n")
     costlab.chmod(0o755)
-    env = dict(os.environ, COSTLAB=str(costlab), PER_TASK="8", TASKS="10")
+    # the suite may run under the machine's lock: the script takes a lock of its own
+    env = dict(os.environ, COSTLAB=str(costlab), PER_TASK="8", TASKS="10",
+               COSTLAB_CPU_LOCK=str(tmp_path / "cpu.lock"))
     for _ in range(2):
         run = subprocess.run(["bash", str(ROOT / "scripts" / "make_corpus.sh"), str(data), "measure"], env=env,
                              capture_output=True, text=True, timeout=300)
