@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from costlab import __version__
@@ -60,6 +61,12 @@ def main(argv=None) -> int:
         from costlab.datasets.store import hdf5_read_failure  # lazy: h5py and the store only when a read failed
 
         if not hdf5_read_failure(exc):
+            if exc.filename is not None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS,
+                                                          errno.EIO):
+                # a write that failed (a full disk, a quota): the file it was for, left as it was (atomic_file)
+                print(f"costlab: error: cannot write {exc.filename}: {exc.strerror}; it is as it was",
+                      file=sys.stderr)
+                return 2
             raise
         # read outside a dataset's own context (training's data module): HDF5 names no file
         print(f"costlab: error: a dataset is damaged: HDF5 could not read its data ({str(exc).strip()}); restore it "

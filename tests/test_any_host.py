@@ -279,3 +279,34 @@ def test_a_spec_stored_before_the_check_is_refused_in_one_line_and_can_be_replac
     capsys.readouterr()
     with open_dataset(data) as ds:
         assert spec_for_platform(ds.platforms[PLATFORM]).freq_ghz == 3.0
+
+
+def test_a_kernels_own_cpuinfo_flags_do_not_make_the_same_machine_another(monkeypatch):
+    """Flags Linux adds or drops with a kernel, a boot option or microcode (user_shstk, md_clear, ...) say no
+    instruction: the same machine after an update is the same host. An ISA flag gone is another machine."""
+    from costlab.common.host import host_difference, same_host
+
+    monkeypatch.setenv(FAKE_HOST_ENV, str(Path(__file__).parent / "fixtures" / "hosts" / "zen4"))
+    here = host_info()
+    updated = dict(here, flags=sorted(set(here["flags"]) | {"user_shstk", "md_clear"} - {"ibpb"}))
+    assert same_host(here, updated)
+    fewer = dict(here, flags=[f for f in here["flags"] if f != "avx2"])
+    assert not same_host(here, fewer) and "avx2" in host_difference(here, fewer)
+
+
+def test_two_arm_cores_of_the_same_features_are_two_machines(tmp_path, monkeypatch):
+    """An Arm cpuinfo has no model name, family or model: its implementer, architecture, part, variant and revision
+    name the core. A Cortex-A53 and a Cortex-A72 of the same Features were one host."""
+    from costlab.common.host import host_difference, same_host
+
+    hosts = {}
+    for name, part in (("a53", "0xd03"), ("a72", "0xd08")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "cpuinfo").write_text("".join(
+            f"processor\t: {i}\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\nCPU implementer\t: 0x41\n"
+            f"CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: {part}\nCPU revision\t: 3\n\n" for i in range(2)))
+        monkeypatch.setenv(FAKE_HOST_ENV, str(folder))
+        hosts[name] = host_info()
+    assert hosts["a53"]["model"] == "0xd03" and hosts["a53"]["vendor"] == "0x41"
+    assert not same_host(hosts["a53"], hosts["a72"]) and "0xd03" in host_difference(hosts["a53"], hosts["a72"])

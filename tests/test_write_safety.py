@@ -248,3 +248,63 @@ def test_a_child_run_to_its_end_through_sigterm(tmp_path):
     (tmp_path / "ended").unlink()
     proc = sigterm_once_started(driver, tmp_path / "started", signal.SIGINT)
     assert proc.wait(timeout=60) != 0 and (tmp_path / "ended").exists()
+
+
+def test_a_full_disk_is_one_line_naming_the_file_it_could_not_write(tmp_path, capsys, monkeypatch):
+    """A write or sync that fails for space (ENOSPC, a quota, a file size limit) names no file: the command ended
+    in a traceback. One line names the file, which is as it was (no temporary left)."""
+    import errno
+    import shutil
+
+    import costlab.common.files as files
+    from conftest import FIXTURES, error_line
+    from costlab.cli import main
+
+    shutil.copy(FIXTURES / "ms_small.h5", tmp_path / "d.h5")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    assert main(["dataset", "pack", str(tmp_path / "d.h5"), "-o", str(tmp_path / "pack")]) == 2
+    line = error_line(capsys)
+    assert f"cannot write {tmp_path / 'pack'}" in line and "No space left on device" in line, line
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+
+
+def test_a_second_ctrl_c_while_the_child_stops_leaves_no_child_running(tmp_path):
+    """Ctrl-C to the caller of ``run_to_end`` alone (kill -INT, a job manager): the child is told to stop and waited
+    out; a second Ctrl-C during that wait ended the caller with the child still measuring. It is told again and
+    waited out."""
+    import signal
+    import subprocess
+    import time
+
+    child = ("import signal, sys, time, pathlib\n"
+             "n = [0]\n"
+             "def h(s, f):\n"
+             "    n[0] += 1\n"
+             "    if n[0] >= 2: sys.exit(7)\n"  # the first signal finishes its round, the second ends it
+             "signal.signal(signal.SIGTERM, h)\n"
+             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+             f"pathlib.Path({str(tmp_path / 'pid')!r}).write_text(str(__import__('os').getpid()))\n"
+             "t = time.time()\n"
+             "while time.time() - t < 20: time.sleep(0.05)\n")
+    driver = ("import signal, sys\nfrom costlab.common.children import run_to_end\n"
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              f"run_to_end([sys.executable, '-c', {child!r}], start_new_session=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", driver], stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (tmp_path / "pid").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    pid = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) != 0
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "the child outlived the caller"

@@ -38,9 +38,12 @@ def run_to_end(cmd: list[str], **popen) -> int:
             procs[0].send_signal(signal.SIGTERM)
         code = procs[0].wait()
     except BaseException:
-        if procs and procs[0].poll() is None:
+        while procs and procs[0].poll() is None:  # a Ctrl-C again while it stops: one more SIGTERM (at once)
             procs[0].send_signal(signal.SIGTERM)
-            procs[0].wait()
+            try:
+                procs[0].wait()
+            except KeyboardInterrupt:
+                continue
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)

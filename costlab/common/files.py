@@ -71,9 +71,11 @@ def _synced_temporary(path) -> Iterator[tuple]:
             fh.flush()
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:  # a full disk at a write or a sync names no file
+            exc.filename = str(path)
         raise
 
 
@@ -138,13 +140,8 @@ def write_together(files: dict) -> None:
     with signals_deferred():
         try:
             for path, data in files.items():
-                try:
-                    with _synced_temporary(path) as (fh, tmp, final):
-                        fh.write(data)
-                except OSError as exc:  # a full disk at a write or a sync names no file: this one
-                    if exc.filename is None:
-                        exc.filename = str(path)
-                    raise
+                with _synced_temporary(path) as (fh, tmp, final):  # an OSError names the file
+                    fh.write(data)
                 ready.append((tmp, final))
             for tmp, final in reversed(ready):
                 os.replace(tmp, final)

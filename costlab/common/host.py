@@ -19,6 +19,22 @@ from pathlib import Path
 from typing import NamedTuple
 
 IDENTITY = ("cpu_model", "vendor", "family", "model", "stepping", "flags", "caches", "threads", "gpu")
+# Flags of /proc/cpuinfo that say no instruction the code may use: Linux's own (its cpufeatures.h "Linux defined"
+# words), the mitigations and what microcode and the hypervisor's version add. They come and go with a kernel
+# update, a boot option or a microcode update, so the same machine after a reboot would read as another.
+NON_ISA_FLAGS = frozenset((
+    "constant_tsc", "up", "art", "arch_perfmon", "pebs", "bts", "rep_good", "acc_power", "nopl", "xtopology",
+    "tsc_reliable", "nonstop_tsc", "cpuid", "extd_apicid", "amd_dcm", "aperfmperf", "rapl", "nonstop_tsc_s3",
+    "tsc_known_freq", "ring3mwait", "cpuid_fault", "cpb", "epb", "invpcid_single", "hw_pstate", "proc_feedback",
+    "sme", "sev", "sev_es", "pti", "kernel_ibrs", "ibrs", "ibpb", "stibp", "ibrs_enhanced", "ssbd", "virt_ssbd",
+    "zen", "l1tf_pteinv", "retpoline", "retpoline_amd", "user_shstk", "flush_l1d", "md_clear", "arch_capabilities",
+    "amd_ibpb_ret", "ibpb_exit_to_user", "ibpb_brtype", "srso_no", "tsa_sq_no", "tsa_l1_no", "tpr_shadow",
+    "flexpriority", "ept", "vpid", "vnmi", "ept_ad", "vmmcall", "hypervisor", "xenpv", "amd_ssbd", "amd_stibp",
+    "amd_ppin", "ppin", "split_lock_detect", "bus_lock_detect", "tme", "intel_ppin", "pconfig", "lbrv",
+    "amd_lbr_v2", "amd_lbr_pmc_freeze", "perfmon_v2", "cqm_llc", "cqm_occup_llc", "cqm_mbm_total",
+    "cqm_mbm_local", "cat_l3", "cat_l2", "cdp_l3", "cdp_l2", "mba", "rdt_a", "intel_pt", "dtherm", "ida",
+    "arat", "pln", "pts", "hwp", "hwp_notify", "hwp_act_window", "hwp_epp", "hwp_pkg_req", "hfi",
+))
 CPUINFO = "/proc/cpuinfo"
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
 CPUFREQ = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
@@ -122,10 +138,16 @@ def host_info(gpu: dict | None = None) -> dict:
     ``gpu`` (``metaschedule.targets.local_gpu``: name, arch, SMs, limits) when the kernels measured run on one."""
     kv = read_cpuinfo()
     threads = usable_cores()
+    # an Arm CPU says no model name, vendor, family or model: its implementer, architecture, part, variant and
+    # revision say which core it is (a Cortex-A53 and a Cortex-A72 have the same Features)
+    arm_stepping = (f"r{kv['cpu variant']}p{kv['cpu revision']}" if "cpu variant" in kv and "cpu revision" in kv
+                    else "")
     return dict(
         cpu_model=kv.get("model name") or _platform.processor() or "unknown",
-        vendor=kv.get("vendor_id", ""), family=kv.get("cpu family", ""), model=kv.get("model", ""),
-        stepping=kv.get("stepping", ""), flags=sorted(set((kv.get("flags") or kv.get("features") or "").split())),
+        vendor=kv.get("vendor_id") or kv.get("cpu implementer", ""),
+        family=kv.get("cpu family") or kv.get("cpu architecture", ""),
+        model=kv.get("model") or kv.get("cpu part", ""),
+        stepping=kv.get("stepping") or arm_stepping, flags=sorted(set((kv.get("flags") or kv.get("features") or "").split())),
         caches={c.name: c.size for c in read_caches() if c.level and c.size}, threads=threads,
         **({"mhz": round(mhz)} if (mhz := cpu_mhz(kv)) else {}), machine=_platform.machine(), **({"gpu": dict(gpu)} if gpu else {}),
     )
@@ -133,7 +155,15 @@ def host_info(gpu: dict | None = None) -> dict:
 
 def same_host(a: dict, b: dict) -> bool:
     """Whether two host records describe the same machine (CPU, ISA flags, caches and threads; not its name)."""
-    return all(a.get(k) == b.get(k) for k in IDENTITY)
+    return all(_identity(a, k) == _identity(b, k) for k in IDENTITY)
+
+
+def _identity(h: dict, key: str):
+    """``h[key]`` as the machine's identity compares it: its flags without those of ``NON_ISA_FLAGS``."""
+    value = h.get(key)
+    if key == "flags" and value is not None:
+        return sorted(set(value) - NON_ISA_FLAGS)
+    return value
 
 
 def describe_host(h: dict) -> str:
@@ -150,9 +180,9 @@ def host_difference(a: dict, b: dict) -> str:
     """What differs between two hosts, for error messages."""
     diffs = []
     for k in IDENTITY:
-        if a.get(k) != b.get(k):
+        if _identity(a, k) != _identity(b, k):
             if k == "flags":
-                fa, fb = set(a.get(k) or []), set(b.get(k) or [])
+                fa, fb = set(_identity(a, k) or []), set(_identity(b, k) or [])
                 diffs.append(f"ISA flags (+{' +'.join(sorted(fb - fa)[:5]) or ''} -{' -'.join(sorted(fa - fb)[:5]) or ''})")
             else:
                 diffs.append(f"{k} {a.get(k)!r} vs {b.get(k)!r}")
