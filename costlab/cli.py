@@ -18,7 +18,10 @@ from costlab.commands import transfer as transfer_cmd
 from costlab.commands import tune as tune_cmd
 from costlab.commands.signals import Terminated
 from costlab.common.errors import CostlabError
-from costlab.datasets.store import abandoned_files
+from costlab.datasets.store import abandoned_files, hdf5_read_failure
+
+# an OSError of these, naming its file, is a write the machine refused (space, a quota, a size limit, read-only)
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
 
 # in the order `costlab --help` lists them
 COMMANDS = [dataset_cmd, featurize_cmd, train_cmd, tune_cmd, export_cmd, models_cmd, transfer_cmd, exploit_cmd,
@@ -58,20 +61,15 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # after BrokenPipeError, an OSError too
-        from costlab.datasets.store import hdf5_read_failure  # lazy: h5py and the store only when a read failed
-
-        if not hdf5_read_failure(exc):
-            if exc.filename is not None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS,
-                                                          errno.EIO):
-                # a write that failed (a full disk, a quota): the file it was for, left as it was (atomic_file)
-                print(f"costlab: error: cannot write {exc.filename}: {exc.strerror}; it is as it was",
-                      file=sys.stderr)
-                return 2
-            raise
-        # read outside a dataset's own context (training's data module): HDF5 names no file
-        print(f"costlab: error: a dataset is damaged: HDF5 could not read its data ({str(exc).strip()}); restore it "
-              "from a copy, or `costlab dataset unpack` its pack", file=sys.stderr)
-        return 2
+        if hdf5_read_failure(exc):  # read outside a dataset's own context (training's data module): no file named
+            print(f"costlab: error: a dataset is damaged: HDF5 could not read its data ({str(exc).strip()}); restore "
+                  "it from a copy, or `costlab dataset unpack` its pack", file=sys.stderr)
+            return 2
+        if exc.filename is not None and exc.errno in WRITE_FAILURES:
+            # a write that failed (a full disk, a quota): the file it was for, left as it was (atomic_file)
+            print(f"costlab: error: cannot write {exc.filename}: {exc.strerror}; it is as it was", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt as exc:
         print("costlab: interrupted; data written before is kept", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130

@@ -183,8 +183,7 @@ class WorkDir:
         mix two machines' records in one database and compare them). A work dir without a recorded host (made
         before hosts were recorded) passes; a damaged run record is an InputError naming it (read as none, it let a
         remote device's or another host's run be measured here)."""
-        self.run_record()
-        remote = self.recorded("rpc_key")
+        remote = (self.run_record() or {}).get("rpc_key")
         if (remote or None) != (rpc_key or None):
             there = f"a remote device (--rpc-key {remote})" if remote else "this machine"
             raise UsageError(f"{self.path} holds a run measured on {there}, not on "

@@ -46,8 +46,8 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     """One work dir's checked best programs per task into the library of its platform (or ``platform``'s); what
     was added."""
     here = host_info()
-    WorkDir(work).run_record()  # a damaged run record is one error naming it, never read as "no host, no device"
-    remote = WorkDir(work).recorded("rpc_key")
+    # a damaged run record is one error naming it, never read as "no host, no device"
+    remote = (WorkDir(work).run_record() or {}).get("rpc_key")
     if remote:  # its timings are a remote device's, which no host record names (the one recorded ran the search)
         raise UsageError(f"the run in {work} measured its programs on a remote device (--rpc-key {remote}): a "
                          "library holds the programs of the machine that measured them, and no record names it")
