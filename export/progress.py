@@ -17,11 +17,13 @@ from costlab.datasets.records import record_latency
 
 class TuneProgress:
     def __init__(self, names: list[str], done: list[int], budget: int, enabled: bool = True,
-                 history: str | Path | None = None, clock=None, started: float | None = None):
+                 history: str | Path | None = None, clock=None, started: float | None = None, known_best=None):
+        """``known_best``: per task, the best latency its database holds already (None: none), what a start
+        (transfer, library) or an exploitation measured outside the search: the best so far starts from it."""
         from tqdm import tqdm
 
         self.names = names
-        self.best = [math.inf] * len(names)
+        self.best = [math.inf if b is None else b for b in (known_best or [None] * len(names))]
         self.trials = list(done)
         self.group = list(range(len(names)))
         self.history = Path(history) if history else None

@@ -392,12 +392,10 @@ def tune(opts: TuneOptions) -> dict:
             groups = [[i] for i in range(len(tasks))] if opts.workloads else [list(range(len(tasks)))]
             budget = opts.trials * len(groups)
             log = RoundLog(work.rounds_file)
+            # progress.jsonl's best_us is the database's best so far: what the start and exploitation measured too
             progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
-                                    history=work.progress_file, clock=clock, started=command_start)
-            for i, t in enumerate(tasks):  # what the start (transfer, library) and exploitation measured counts too:
-                best = _best_latency(database, t.mod)  # progress.jsonl's best_us is the database's best so far
-                if best is not None:
-                    progress.best[i] = min(progress.best[i], best)
+                                    history=work.progress_file, clock=clock, started=command_start,
+                                    known_best=[_best_latency(database, t.mod) for t in tasks])
             try:
                 for group in groups:
                     remaining = opts.trials - sum(done[i] for i in group)

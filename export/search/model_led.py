@@ -12,8 +12,8 @@ Each round:
 
 Rounds are sized to what is known: ``first_rounds`` (8, 16, 32 by default) before the run's
 ``num_trials_per_iter``, so that the first measurements, and online adaptation, come early; a task whose
-database holds programs already (a resumed run) passes over the first rounds those programs would have filled. The search of
-a round is sized with it: the population is ``16 * round size`` (at least 64, at most ``population_size``),
+database holds programs already (a resumed run) passes over the first rounds those programs would have filled.
+The search of a round is sized with it: the population is ``16 * round size`` (at least 64, at most ``population_size``),
 since the learned model's featurizer, 1-4 ms a program here on the run's two cores, is most of a round's search
 time.
 
@@ -101,7 +101,7 @@ class ModelLedSearch(PySearchStrategy):
         if database is None or cost_model is None:
             raise ValueError("the model-led search needs the tuning run's database and cost model (the model)")
         self.verify, self.database = cost_model, database
-        self.max_trials, self.per_iter, self.trials, self.round = int(max_trials), int(num_trials_per_iter), 0, 0
+        self.max_trials, self.per_iter, self.trials = int(max_trials), int(num_trials_per_iter), 0
         self.design_spaces = list(design_spaces)
         self.measured = measured_hashes(self.context, database)
         self.round = start_round(len(self.measured), self.options["first_rounds"])
