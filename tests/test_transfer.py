@@ -431,7 +431,8 @@ def test_the_progress_history_starts_from_what_the_transfer_measured(tmp_path, c
     (row,) = summary["transfer"].values()
     rows = [json.loads(line) for line in (work / "progress.jsonl").read_text().splitlines()]
     assert row["measured"] == 2 and rows
-    assert all(r["best_us"] <= row["best_us"] for r in rows), (row, rows)
+    # the transfer's best_us is rounded to 3 decimals, progress.jsonl's to 4: equal bests differ by that rounding
+    assert all(r["best_us"] <= row["best_us"] + 5e-4 for r in rows), (row, rows)
 
 
 @pytest.mark.slow
