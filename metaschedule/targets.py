@@ -11,6 +11,7 @@ import functools
 import json
 import re
 import shlex
+import warnings
 
 from costlab.common.errors import last_line
 from costlab.common.host import faked_llvm_cpu, host_info, usable_cores
@@ -183,6 +184,13 @@ def runnable_target(target, local: bool = True) -> dict:
             where = f"for {triple['mtriple']}" if triple else f"(this machine is {host_cpu_name()})"
             raise ValueError(f"LLVM does not know -mcpu={mcpu} {where}; "
                              f"LLVM knows e.g. {', '.join(sorted(known)[:6])}, ...")
+        if local and not triple:
+            missing = instructions_missing_here(str(mcpu))
+            if missing:
+                warnings.warn(f"-mcpu={mcpu} lets LLVM use instructions this machine's CPU ({host_cpu_name()}) "
+                              f"lacks ({', '.join(missing)}): a program that uses one fails to run here "
+                              f"(illegal instruction); measure on such a CPU, or give -mcpu={host_cpu_name()}",
+                              stacklevel=2)
     if not value.get("num-cores"):
         if not local:
             raise ValueError("a target run on another machine needs its num-cores (e.g. -num-cores=4)")
@@ -246,6 +254,31 @@ def host_cpu_name() -> str:
     from tvm.target import codegen
 
     return str(codegen.llvm_get_system_cpu())
+
+
+# LLVM CPU features that are instruction sets (a program compiled with one may execute its instructions), by
+# prefix; LLVM's other features of a CPU model are tuning hints (``fast-gather``, ``prefer-256-bit``) that
+# change which code is emitted, never whether a CPU can run it.
+ISA_FEATURE_PREFIXES = ("avx", "amx", "sse", "fma", "f16c", "bmi", "gfni", "vaes", "vpclmulqdq", "sha", "aes",
+                        "xop", "tbm", "lzcnt", "popcnt", "movbe", "adx", "clzero", "cx16", "pclmul")
+
+
+def instructions_missing_here(mcpu: str) -> tuple:
+    """The instruction-set features LLVM's model of ``mcpu`` has and its model of this machine's CPU lacks
+    (x86 names, e.g. ``('amx-tile', 'avx512fp16')`` for ``sapphirerapids`` on a Zen 5); empty for this CPU."""
+    here = host_cpu_name()
+    if mcpu in (here, "native"):  # native: this CPU (LLVM warns that it is no name of a model)
+        return ()
+    return tuple(sorted(f for f in cpu_features(mcpu) - cpu_features(here) if f.startswith(ISA_FEATURE_PREFIXES)))
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_features(mcpu: str) -> frozenset:
+    """LLVM's features of an x86 CPU model (``avx512f``, ``amx-tile``, ``fast-gather``, ...)."""
+    import tvm
+    from tvm.target import codegen
+
+    return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})))
 
 
 def host_target(num_cores: int | None = None) -> dict:

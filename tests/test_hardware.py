@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -284,3 +285,24 @@ def test_a_cpu_name_outside_the_table_is_read_for_one_triple_on_every_machine(mo
     monkeypatch.setattr(codegen, "llvm_get_cpu_features", spy)
     assert mcpu_simd_bits("arrowlake") == 256 and asked == ["x86_64-unknown-linux-gnu"]
     assert mcpu_simd_bits("arrowlake", "aarch64-linux-gnu") == 128 and asked[-1] == "aarch64-linux-gnu"
+
+
+@pytest.mark.parametrize("host, mcpu, lacks", [("zen4", "sapphirerapids", "amx-tile"),
+                                                ("emeraldrapids", "znver4", "sse4a")])
+def test_a_local_target_for_a_cpu_with_instructions_this_one_lacks_is_warned_of(monkeypatch, host, mcpu, lacks):
+    """Kernels compiled for a newer CPU than this one may fail to run here (illegal instruction): the target is
+    taken (a float32 program seldom uses AMX), with a warning naming the instructions this CPU lacks; this CPU's
+    own name, an older CPU's, or a remote target's is taken silently."""
+    import warnings
+
+    from costlab.common.host import FAKE_HOST_ENV
+    from costlab.metaschedule.targets import runnable_target
+
+    monkeypatch.setenv(FAKE_HOST_ENV, str(Path(__file__).parent / "fixtures" / "hosts" / host))
+    with pytest.warns(UserWarning, match=f"-mcpu={mcpu} lets LLVM use instructions .*{lacks}.*illegal instruction"):
+        assert runnable_target(f"llvm -mcpu={mcpu} -num-cores=2")["mcpu"] == mcpu
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runnable_target(f"llvm -mcpu={'znver4' if host == 'zen4' else 'emeraldrapids'} -num-cores=2")
+        runnable_target("llvm -mcpu=haswell -num-cores=2")
+        runnable_target(f"llvm -mcpu={mcpu} -num-cores=2", local=False)
