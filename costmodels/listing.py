@@ -13,6 +13,7 @@ from __future__ import annotations
 from costlab.costmodels import kinds
 from costlab.costmodels.artifact import read_config
 from costlab.costmodels.shipped import aliases, shipped_names, shipped_path
+from costlab.featurizers import from_json
 
 
 def columns() -> tuple[str, ...]:
@@ -31,7 +32,7 @@ def shipped_models() -> list[dict]:
         c = read_config(path)
         rows.append(dict(name=name, alias_of=alias.get(name), path=str(path), kind=c["kind"], platforms=c["platforms"],
                          targets=c.get("targets"), corpus=c.get("corpus"), data=c.get("data"),
-                         held_out=c.get("held_out")))
+                         held_out=c.get("held_out"), featurizer=c.get("featurizer")))
     return rows
 
 
@@ -70,6 +71,20 @@ def held_out_top1(row: dict, model: str) -> str:
     return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
+def older_features(featurizer) -> str | None:
+    """What a model's features lack of this costlab's (it learned them before a fix that changed some programs'
+    features: a featurizer's revision), or None when it learned this costlab's own."""
+    if not isinstance(featurizer, dict):
+        return None
+    made = from_json(featurizer)
+    learned, now = made.trained_revision, made.revision
+    if learned == now:
+        return None
+    was = "of a revision it does not record" if learned is None else f"of revision {learned}"
+    return (f"learned {made.name} features {was}; this costlab computes revision {now} (fixes that change some "
+            f"programs' features, listed beside {type(made).__module__}.{type(made).__name__}.revision)")
+
+
 def models_table(rows: list[dict]) -> str:
     """The rows as an aligned table, with a line saying what the held-out figures are."""
     if not rows:
@@ -92,5 +107,6 @@ def models_table(rows: list[dict]) -> str:
             over = f"the mean over {len(splits) or 'its'} splits{how}" if len(splits) != 1 else \
                 (held.get("held_out") or f"on split {splits[0]}")
             lines.append(f"{r['name']}: held-out top-1 is {over}")
+        lines += [f"{r['name']}: {older}" for older in [older_features(r.get("featurizer"))] if older]
     lines.append("use a model by name (--model NAME); costlab models --json prints every figure")
     return "\n".join(lines)

@@ -65,7 +65,20 @@ def from_json(obj: dict) -> "Featurizer":
         )
     if not isinstance(config, dict):
         raise ValueError(f"featurizer {cls.name} config is not a JSON object: {str(config)[:80]}")
-    return cls(config)
+    revision = obj.get("revision")
+    if revision is not None and (type(revision) is not int or revision < 0):
+        raise ValueError(f"featurizer {cls.name} revision {revision!r} is not a whole number")
+    featurizer = cls(config)
+    # a fix since (a newer revision) changes some records' features, not what they are: the model loads, and
+    # says which it learned (None: a model from before revisions were recorded)
+    featurizer.trained_revision = revision
+    return featurizer
+
+
+def same_features(featurizer):
+    """A featurizer's JSON as what a model learns compares it: its revision left out (a fix since changes some
+    records' features, not what they are; a model or checkpoint from before revisions were recorded has none)."""
+    return {k: v for k, v in featurizer.items() if k != "revision"} if isinstance(featurizer, dict) else featurizer
 
 
 class ConfigError(ValueError):
@@ -170,6 +183,9 @@ class Featurizer(ABC):
     #: a fix that changes some records' features without changing what the features are: caches made before it
     #: are rebuilt (it is part of the cache fingerprint), models trained before it still load (the version holds)
     revision: ClassVar[int] = 0
+    #: the revision a model's features were computed at when it was trained (``from_json``); None for a featurizer
+    #: made here, or a model that does not record it
+    trained_revision: int | None = None
 
     @property
     def key(self) -> str:
@@ -190,7 +206,9 @@ class Featurizer(ABC):
         return self.fingerprint
 
     def to_json(self) -> dict:
-        return {"name": self.name, "version": self.version, "config": self.config}
+        """Name, version, config, and the revision the features are computed at (what a model trained on them
+        records; ``from_json`` keeps a model's as ``trained_revision``)."""
+        return {"name": self.name, "version": self.version, "revision": self.revision, "config": self.config}
 
     @property
     def is_fitted(self) -> bool:

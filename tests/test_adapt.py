@@ -12,6 +12,8 @@ import pytest
 
 from costlab.cli import main
 from costlab.datasets import open_dataset
+from costlab.featurizers.base import same_features
+from costlab.featurizers.pacm import PaCM
 
 FIXTURE = Path(__file__).parent / "fixtures" / "zen5_small"
 PLATFORM = "llvm-znver5-2c"
@@ -108,8 +110,13 @@ def test_finetune_writes_a_model_of_the_target_platform(zen5, tmp_path):
     assert main(["finetune", "--from", "x86-cpu", "--data", str(zen5), "--platform", PLATFORM, "--split", SPLIT,
                  "--out", str(tmp_path / "ft")]) == 0
     shipped, tuned = read_artifact(shipped_path("x86-cpu")), read_artifact(tmp_path / "ft" / "model")
-    assert tuned.config["platforms"] == [PLATFORM] and tuned.config["featurizer"] == shipped.config["featurizer"]
+    assert tuned.config["platforms"] == [PLATFORM]
+    # the shipped model's features, at the revision computed now (the one the fine-tuning learned)
+    assert same_features(tuned.config["featurizer"]) == same_features(shipped.config["featurizer"])
     summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
+    # weights that learned this costlab's features say so; kept pretrained ones learned the shipped model's
+    assert tuned.config["featurizer"]["revision"] == (shipped.config["featurizer"]["revision"]
+                                                      if summary["kept_pretrained"] else PaCM.revision)
     assert summary["recipe"]["name"] == "safe" and summary["tasks"] == 2 and summary["finetuned_from"] == aliases()["x86-cpu"]
 
 

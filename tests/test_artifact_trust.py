@@ -444,6 +444,30 @@ def test_models_prints_a_table(capsys):
     assert rows["x86-cpu-v1"]["held_out"] == c["held_out"] and rows["x86-cpu-v1"]["kind"] == "pacm"
 
 
+def test_a_model_says_which_revision_of_its_features_it_learned(capsys):
+    """A featurizer's revision (a fix that changes some programs' features, not what they are) is recorded in
+    every model trained since, kept on load (``trained_revision``), and `costlab models` says of a shipped model
+    that learned an older one which it learned; a model from before revisions were recorded still loads, and a
+    revision that is no whole number is refused."""
+    from costlab.featurizers import base
+    from costlab.featurizers.pacm import PaCM
+
+    made = base.create("pacm")
+    assert made.to_json()["revision"] == PaCM.revision and made.trained_revision is None
+    assert base.from_json(made.to_json()).trained_revision == PaCM.revision
+    assert base.from_json({"name": "pacm", "version": PaCM.version, "config": {}}).trained_revision is None
+    for bad in ("4", -1, 2.0, True):
+        with pytest.raises(ValueError, match=f"featurizer pacm revision {bad!r} is not a whole number"):
+            base.from_json({"name": "pacm", "version": PaCM.version, "revision": bad, "config": {}})
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for name in versioned_names():
+        learned = _config(shipped_path(name))["featurizer"]["revision"]
+        says = [ln for ln in out if ln.startswith(f"{name}: learned pacm features of revision {learned}; "
+                                                  f"this costlab computes revision {PaCM.revision}")]
+        assert len(says) == (learned != PaCM.revision)
+
+
 def test_models_table_without_figures():
     from costlab.costmodels.listing import models_table
 

@@ -14,7 +14,9 @@ from conftest import FIXTURES, TINY
 
 from costlab.cli import main
 from costlab.datasets import DatasetWriter, RecordBatch, open_dataset
+from costlab.featurizers.base import same_features
 from costlab.featurizers.cache import build_cache
+from costlab.featurizers.pacm import PaCM
 from costlab.train.config import load_config
 from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.fit import train
@@ -317,7 +319,8 @@ def test_finetune_from_a_shipped_model_by_name(tmp_path):
                  "--no-progress"]) == 0
     shipped, tuned = read_artifact(shipped_path("x86-cpu")), read_artifact(tmp_path / "ft" / "model")
     assert tuned.kind == shipped.kind == "pacm" and tuned.config["net"] == shipped.config["net"]
-    assert tuned.config["featurizer"] == shipped.config["featurizer"]
+    assert same_features(tuned.config["featurizer"]) == same_features(shipped.config["featurizer"])
+    assert tuned.config["featurizer"]["revision"] == PaCM.revision  # trained (Lightning) on this costlab's features
     assert tuned.config["platforms"] == ["llvm-x86_64-2c"]
     assert set(tuned.tensors) == set(shipped.tensors)
     assert any(not torch.equal(tuned.tensors[k], shipped.tensors[k]) for k in shipped.tensors)  # it trained

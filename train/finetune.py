@@ -79,6 +79,8 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     lineage = checkpoint_lineage(source_path) if source_path.suffix == ".ckpt" else lineage_of(config)
     config.update(training=summary, split=split, split_digest=digest, dataset=str(data), dialects=dialects,
                   targets=targets)
+    if not info.get("kept_pretrained"):  # weights that learned this costlab's features (their revision)
+        config["featurizer"] = pred.featurizer.to_json()
     if lineage:
         config["lineage"] = lineage
     if len(pred.platforms) <= 1:

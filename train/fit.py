@@ -27,6 +27,7 @@ from costlab.common.checks import check_fields
 from costlab.common.errors import UsageError
 from costlab.common.files import write_atomically
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
+from costlab.featurizers.base import same_features
 from costlab.train.baselines import train_baseline
 from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.evaluate import checkpoint_lineage, lineage_of
@@ -205,7 +206,7 @@ def _check_resumable(ckpt: dict, kind: str, net_config: dict, featurizer: dict, 
     if net_config is not None and ckpt["kind"] == kind:
         what += [f"net.{d}" for d in _differences(_with_defaults(kind, ckpt["net_config"]),
                                                   _with_defaults(kind, net_config))]
-    if featurizer is not None and ckpt["featurizer"] != featurizer:
+    if featurizer is not None and same_features(ckpt["featurizer"]) != same_features(featurizer):
         config = lambda f: f.get("config", {}) if isinstance(f, dict) else {}  # noqa: E731
         keys = [d.split(" ", 1)[0] for d in _differences(config(ckpt["featurizer"]), config(featurizer))]
         what.append("the features of the dataset (featurizer " + (", ".join(keys) or "config") + ")")
