@@ -208,6 +208,8 @@ class CostlabCostModel(PyCostModel):
             raise UsageError(f"only learned nets are saved by the cost model; {self.predictor.kind} has no weights")
         config = dict(self.predictor.config, adapted=dict(self.adapter.stats) if self.adapter else None)
         config.pop("weights_sha256", None)
+        if self.adapter and self.adapter.stats.get("trained"):  # weights that learned this costlab's features
+            config["featurizer"] = self.predictor.featurizer.to_json()
         save_artifact(Path(path), self.predictor.net.state_dict(), config)
 
     def load(self, path: str) -> None:

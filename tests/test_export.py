@@ -298,6 +298,30 @@ def test_online_adaptation_trains_and_keeps_the_featurizer(run):
     assert json.dumps(model.predictor.featurizer.config, sort_keys=True) == before_feat
 
 
+def test_a_saved_adapted_model_records_the_features_it_learned(run, tmp_path):
+    """A cost model saved before its adapter trained records the revision of features its model learned (an
+    older one here); once the adapter has trained it on this costlab's features, it records this costlab's."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from costlab.costmodels.artifact import seal_config
+    from costlab.export import CostlabCostModel
+    from costlab.featurizers.tlp import TLPFeaturizer
+
+    old = tmp_path / "old"
+    shutil.copytree(run / "model", old)
+    config = json.loads((old / "config.json").read_text())
+    config["featurizer"]["revision"] = 0
+    (old / "config.json").write_text(json.dumps(seal_config(config)))
+    model = CostlabCostModel(str(old), adapt="momentum", adapt_options=dict(steps=2, every=1, val_fraction=0.0))
+    model.save(str(tmp_path / "before"))
+    assert read_artifact(tmp_path / "before").config["featurizer"]["revision"] == 0
+    ctx, cands = _context()
+    model.update(ctx, cands, [RunnerResult([float(x)], None) for x in np.linspace(1e-5, 1e-4, len(cands))])
+    assert model.adapter.stats["trained"] == 1
+    model.save(str(tmp_path / "after"))
+    assert read_artifact(tmp_path / "after").config["featurizer"]["revision"] == TLPFeaturizer.revision == 1
+
+
 def test_saved_cost_model_loads_back(run, tmp_path):
     from costlab.export import CostlabCostModel
 
