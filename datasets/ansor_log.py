@@ -358,19 +358,35 @@ def import_ansor(paths, out, platform: str | None = None, network_info=None, net
 
 def _add_networks(w: DatasetWriter, networks: dict) -> None:
     """Record networks as {name: [(workload key, weight, description or None)]}; tasks are added if new."""
+    # a key written with other spacing than the log's (a hand-made or re-serialised network info) is the same
+    # workload: matched by its parsed value, not added as a task of no records beside the logged one
+    by_value = {_canonical_key(t.workload_hash): t.index for t in w.tasks if t.dialect == DIALECT}
+    by_value.pop(None, None)
     for name, entries in networks.items():
         weights = []
         for key, weight, desc in entries:
+            canonical = _canonical_key(key)
             idx = w.find_task(DIALECT, key)
+            if idx is None and canonical is not None:
+                idx = by_value.get(canonical)
             if idx is None:
                 compute_hash = parse_workload_key(key)[0]
                 idx = w.add_task(key, DIALECT, key, kernel_class=kernel_class_for(compute_hash))
+                by_value[canonical] = idx
             task = w.tasks[idx]
             if desc and not task.name:
                 task.name = desc
                 task.kernel_class = kernel_class_from_desc(desc)
             weights.append((idx, weight))
         w.set_network(name, weights)
+
+
+def _canonical_key(key: str) -> bytes | None:
+    """A workload key's value written one way (None for a key that is no workload key)."""
+    try:
+        return orjson.dumps(parse_workload_key(key))
+    except BadLine:
+        return None
 
 
 def kernel_class_from_desc(desc: str) -> str:

@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import h5py
 import numpy as np
 
 from costlab.common.errors import InputError, UsageError
@@ -79,10 +80,16 @@ class Split:
         on their own training tasks): without ``replace`` it is refused with a ``UsageError``."""
         check_name(self.name, "split name", "task-s0")
         if self.name in splits_group:
-            old = Split.read(splits_group[self.name], self.name)
-            if old.same_as(self):
+            try:
+                old = Split.read(splits_group[self.name], self.name)
+            except ValueError as exc:  # a damaged stored split: never the same, replaced only with --replace
+                if not replace:
+                    raise UsageError(f"the split named {self.name!r} stored already is damaged ({exc}): pass "
+                                     "--replace to store this one in its place") from None
+                old = None
+            if old is not None and old.same_as(self):
                 return False
-            if not replace:
+            if old is not None and not replace:
                 raise UsageError(
                     f"a different split named {self.name!r} is stored already ({old.describe()}; this one: "
                     f"{self.describe()}): give this one another --name, or pass --replace (models trained on "
@@ -97,7 +104,16 @@ class Split:
 
     @classmethod
     def read(cls, g, name: str) -> "Split":
-        meta = json.loads(g.attrs["meta"])
+        """The split stored in group ``g``; ValueError saying what is missing or malformed (a damaged file)."""
+        try:
+            meta = json.loads(g.attrs.get("meta", ""))
+        except (json.JSONDecodeError, TypeError):
+            raise ValueError("has no valid JSON meta attribute") from None
+        if not isinstance(meta, dict) or meta.get("by") not in SPLIT_KINDS:
+            raise ValueError(f"meta is not a split's (by one of {', '.join(SPLIT_KINDS)})")
+        for column in ("test_tasks",) + (("test_programs",) if meta["by"] == "within-task" else ()):
+            if not isinstance(g.get(column), h5py.Dataset):
+                raise ValueError(f"has no column {column!r}")
         progs = g["test_programs"][...] if "test_programs" in g else None
         seed, fraction = meta.get("seed"), meta.get("test_fraction")  # None: networks named by --held-out
         return cls(name, meta["by"], None if seed is None else int(seed), None if fraction is None else float(fraction),

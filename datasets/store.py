@@ -118,8 +118,15 @@ def _json_attr(path, g, name: str, what: str):
         raise DatasetFormatError(path, f"damaged dataset: {what} {name} is not valid JSON ({_shown(raw)})") from None
 
 
-def _str_list(ds) -> list[str]:
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in ds[...]]
+def _str_list(ds, path=None) -> list[str]:
+    """A string column; text that is not UTF-8 (a damaged file) is a DatasetFormatError naming the file and
+    the column, not a UnicodeDecodeError's traceback."""
+    try:
+        return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in ds[...]]
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(path if path is not None else ds.file.filename,
+                                 f"damaged dataset: column {ds.name} holds text that is not UTF-8 ({exc.reason} "
+                                 f"at byte {exc.start})") from None
 
 
 def _read_tasks(f: h5py.File, path) -> list[Task]:
@@ -130,7 +137,7 @@ def _read_tasks(f: h5py.File, path) -> list[Task]:
     missing = [c for c in (*schema.TASK_STR_COLUMNS, "flops") if c not in g]
     if missing:
         raise DatasetFormatError(path, f"damaged dataset: the task table has no column {', '.join(missing)}")
-    cols = {c: _str_list(g[c]) for c in schema.TASK_STR_COLUMNS}
+    cols = {c: _str_list(g[c], path) for c in schema.TASK_STR_COLUMNS}
     flops = g["flops"][...]
     if any(len(v) != len(flops) for v in cols.values()):
         raise DatasetFormatError(path, "damaged dataset: the task table's columns differ in length")
@@ -186,10 +193,14 @@ def check_records(f: h5py.File, path) -> None:
         return
     if not isinstance(recs, h5py.Group):
         raise DatasetFormatError(path, "damaged dataset: 'records' is not a group")
+    platforms = f.get("platforms", {})
     for pid, g in recs.items():
         what = f"damaged dataset: the records of platform {pid!r}"
         if not isinstance(g, h5py.Group):
             raise DatasetFormatError(path, f"{what} are not a group")
+        if pid not in platforms:  # every command that reads them looks the platform's target and host up
+            raise DatasetFormatError(path, f"{what} are not in the platform table (platforms: "
+                                           f"{', '.join(sorted(platforms)) or 'none'})")
         for name, kinds in RECORD_COLUMNS.items():
             why = _column_problem(g, name, kinds)
             if why:
@@ -222,7 +233,7 @@ def _read_networks(f: h5py.File, path) -> dict[str, list[tuple[int, float]]]:
     missing = [c for c in NETWORK_COLUMNS if not isinstance(g.get(c), h5py.Dataset)]
     if missing:
         raise DatasetFormatError(path, f"damaged dataset: the network table has no column {', '.join(missing)}")
-    names = _str_list(g["names"])
+    names = _str_list(g["names"], path)
     net, task, weight = g["network"][...], g["task"][...], g["weight"][...]
     if not (net.ndim == task.ndim == weight.ndim == 1 and len(net) == len(task) == len(weight)):
         raise DatasetFormatError(path, "damaged dataset: the network table's columns differ in length")
@@ -401,7 +412,10 @@ class Dataset:
         if name not in self._f.get("splits", {}):
             known = ", ".join(self.split_names()) or "none"
             raise InputError(self.path, f"no split named {name!r} (splits: {known})")
-        return Split.read(self._f["splits"][name], name)
+        try:
+            return Split.read(self._f["splits"][name], name)
+        except ValueError as exc:  # a damaged split: one line naming the file and the split
+            raise DatasetFormatError(self.path, f"damaged dataset: split {name!r} {exc}") from None
 
 
 def hdf5_read_failure(exc: OSError) -> bool:
@@ -597,6 +611,11 @@ class DatasetWriter:
         try:
             if exc_type is not None and issubclass(exc_type, OSError) and _no_space(exc):
                 raise exc  # reported below as one line
+            if exc_type is not None and issubclass(exc_type, OSError) and hdf5_read_failure(exc):
+                # the dataset's stored records do not decompress: one line naming it (it is left as it was)
+                raise DatasetFormatError(self.path, f"is damaged: HDF5 could not read its data ({str(exc).strip()}); "
+                                                    "restore it from a copy, or `costlab dataset unpack` its pack; "
+                                                    "it is unchanged") from None
             if exc_type is None:
                 # Ctrl-C or SIGTERM during the commit would land inside h5py's close callbacks, where it is
                 # swallowed; held back until the commit is done or undone, it is raised right after

@@ -180,6 +180,20 @@ def test_network_info_json(tmp_path, capsys):
         assert ds.networks == {"bert": [(0, 12.0), (2, 1.0)]}
 
 
+def test_a_network_info_key_spelled_otherwise_names_the_logged_task(tmp_path, capsys):
+    """A network-info key of a logged workload written without the log's spaces (hand-made, or re-serialised by
+    another tool) is that workload: its weight goes to the logged task, not to a second task of no records."""
+    out = tmp_path / "d.h5"
+    compact = orjson.dumps(orjson.loads(BERT_KEY0)).decode()
+    assert compact != BERT_KEY0
+    info = tmp_path / "networks.json"
+    info.write_text(orjson.dumps({"bert": {compact: 12}}).decode())
+    assert _run(capsys, "import-ansor", BERT, "-o", out, "--network-info", info)[0] == 0
+    with open_dataset(out) as ds:
+        assert len(ds.tasks) == 2 and ds.tasks[0].workload_hash == BERT_KEY0
+        assert ds.networks == {"bert": [(0, 12.0)]}
+
+
 # -- TenSet network_info pickles -----------------------------------------------------------------------
 
 def _fake_tvm_modules(monkeypatch):

@@ -177,10 +177,10 @@ def _evaluate(c, model, *extra):
     return ["evaluate", "--model", model, "--data", c["data"], *extra]
 
 
-def _damaged_chunk(c):
-    """The dataset with bytes in the middle of its raw costs' compressed chunk overwritten (a bit flip, a bad
-    copy): the file opens, the chunk does not decompress."""
-    name = f"records/{PLATFORM}/costs/values"
+def _damaged_chunk(c, column="costs/values"):
+    """The dataset with bytes in the middle of a records column's compressed chunk (its raw costs') overwritten (a
+    bit flip, a bad copy): the file opens, the chunk does not decompress."""
+    name = f"records/{PLATFORM}/{column}"
     with h5py.File(c["data"], "r") as f:
         info = f[name].id.get_chunk_info(0)
     with open(c["data"], "r+b") as f:
@@ -356,6 +356,8 @@ CASES = {
                                                  _evaluate(c, c["run"]))[1], "damaged dataset"),
     "dataset info of a damaged chunk": (lambda c: ["dataset", "info", _damaged_chunk(c)],
                                         "d.h5: is damaged: HDF5 could not read its data"),
+    "import into a damaged chunk": (lambda c: ["dataset", "import-ms", MS_DB, "-o", _damaged_chunk(c, "program_id"),
+                                               "--platform", PLATFORM], "d.h5: is damaged: HDF5 could not read its data"),
     "export to a checkpoint's name": (lambda c: ["export", c["run"], "-o", c["tmp"] / "m.ckpt"],
                                       "a .ckpt name is a training checkpoint's"),
     "featurize with a config file that is not text": (

@@ -72,6 +72,35 @@ def test_a_different_split_is_never_silently_replaced(data, capsys):  # noqa: F8
         assert ds.split("mine").test_fraction == 0.5 and ds.split("mine").digest != first.digest
 
 
+SPLIT_DAMAGE = {  # a stored split damaged, and what the one error line about it says
+    "meta not JSON": (lambda g: g.attrs.__setitem__("meta", '{"by": "task", "seed'), "has no valid JSON meta"),
+    "meta of no kind": (lambda g: g.attrs.__setitem__("meta", '{"by": "rows"}'), "meta is not a split's"),
+    "no test tasks": (lambda g: g.__delitem__("test_tasks"), "has no column 'test_tasks'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPLIT_DAMAGE))
+def test_a_damaged_split_is_one_error_and_replaced_only_when_asked(data, capsys, case):  # noqa: F811
+    """A stored split whose meta or columns are damaged is one error naming the file and the split wherever it is
+    read (``dataset split`` storing it again, training on it), never a traceback; ``--replace`` stores a good one
+    in its place."""
+    import h5py
+
+    assert main(["dataset", "split", str(data), "--name", "mine"]) == 0
+    damage, says = SPLIT_DAMAGE[case]
+    with h5py.File(data, "a") as f:
+        damage(f["splits/mine"])
+    capsys.readouterr()
+    before = _digest(data)
+    assert main(["dataset", "split", str(data), "--name", "mine"]) == 2
+    assert "the split named 'mine' stored already is damaged" in _error(capsys) and _digest(data) == before
+    with open_dataset(data) as ds, pytest.raises(Exception, match=f"damaged dataset: split 'mine' {says}"):
+        ds.split("mine")
+    assert main(["dataset", "split", str(data), "--name", "mine", "--replace"]) == 0
+    with open_dataset(data) as ds:
+        assert ds.split("mine").by == "task"
+
+
 @pytest.mark.parametrize("fraction", ["0", "1", "-0.1", "nan", "1.5"])
 def test_test_fraction_out_of_range(data, capsys, fraction):  # noqa: F811
     before = _digest(data)

@@ -167,6 +167,10 @@ DAMAGE = {  # a damaged dataset, and what the one error about it says is missing
     "text ids": (lambda f: (f["records/cpu-a"].__delitem__("program_id"),
                             f["records/cpu-a"].create_dataset("program_id", data=["x"] * 30)),
                  "column 'program_id' is not a column of numbers of the right kind"),
+    "text not UTF-8": (lambda f: f["tasks/name"].__setitem__(0, b"ab\xffcd"),
+                       "column /tasks/name holds text that is not UTF-8"),
+    "records of no platform": (_drop("platforms/cpu-a"), "the records of platform 'cpu-a' are not in the platform "
+                                                          "table"),
 }
 
 
