@@ -121,14 +121,17 @@ def _spans(out: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _too_long(out: Path, deadline: float | None) -> tuple[float, float] | None:
-    """(the longest run of this benchmark so far, the seconds left) when a run may not end before ``deadline``:
-    a run stopped before its end loses the round it was searching; None when it may start."""
+def _too_long(out: Path, deadline: float | None, to_come: float = 1.0) -> tuple[float, float] | None:
+    """(the seconds the run may need, the seconds left) when a run may not end before ``deadline``: a run stopped
+    before its end loses the round it was searching; None when it may start. A run needs the longest run of this
+    benchmark so far, a continued one the part of it its trials still to come are (``to_come``, at least a
+    quarter: it starts again, and checks its programs at its end)."""
     spans = _spans(out).values()
     if deadline is None or not spans:
         return None
     left = deadline - time.time()
-    return (max(spans), left) if max(spans) > left else None
+    need = max(spans) * max(0.25, min(1.0, to_come))
+    return (need, left) if need > left else None
 
 
 def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
@@ -140,10 +143,11 @@ def _run_one(arm: str, workload: str, seed: int, args, out: Path) -> None:
             with cpu_lock():
                 _remeasure(db_dir, args.target)
         return
-    too_long = _too_long(out, getattr(args, "deadline", None))
+    measured = len(_curve(work)) if arm != "a0" else 0  # a continued run's trials already measured
+    too_long = _too_long(out, getattr(args, "deadline", None), 1 - measured / max(_trials(arm, args), 1))
     if too_long:
-        print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}: not started (this benchmark's runs "
-              f"took up to {too_long[0]:.0f} s, {max(0.0, too_long[1]):.0f} s left)", flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {arm} {workload} seed {seed}: not started (it may take "
+              f"{too_long[0]:.0f} s by this benchmark's runs so far, {max(0.0, too_long[1]):.0f} s left)", flush=True)
         return
     if arm == "a0":
         cmd = [sys.executable, __file__, "_a0", "--work", str(work), "--trials", str(args.trials), "--seed", str(seed),
@@ -350,7 +354,7 @@ def retime(args) -> int:
 
 
 def run(args) -> int:
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the runs start in their work dirs: a relative --out nested them in themselves
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "benchmark.json"
     from costlab.common.host import same_host
@@ -358,6 +362,9 @@ def run(args) -> int:
     from costlab.costmodels.shipped import aliases
     from costlab.metaschedule.targets import measuring_host, runnable_target
 
+    for key in ("model", "model2"):  # a model directory given relative to here, as the runs (in their work dirs) find it
+        if getattr(args, key) and Path(getattr(args, key)).exists():
+            setattr(args, key, str(Path(getattr(args, key)).resolve()))
     model, model2 = pinned_name(args.model), pinned_name(args.model2)  # versioned: an alias may move on
     target = runnable_target(args.target)
     info = dict(host=measuring_host(target), target=target, trials=args.trials, model=model,

@@ -219,11 +219,50 @@ def test_a_run_that_would_not_end_in_the_time_left_is_not_started(tmp_path, monk
     args.deadline = tuning.time.time() + 60
     tuning._run_one("c", "GMM:1,8,8,8", 0, args, tmp_path)
     assert started == ["s0", "s1"] and not (tmp_path / "runs" / "c").exists()
-    assert "c GMM:1,8,8,8 seed 0: not started (this benchmark's runs took up to 90 s, 60 s left)" in \
+    assert "c GMM:1,8,8,8 seed 0: not started (it may take 90 s by this benchmark's runs so far, 60 s left)" in \
         capsys.readouterr().out
     args.deadline = tuning.time.time() + 120  # time enough: it runs
     tuning._run_one("c", "GMM:1,8,8,8", 0, args, tmp_path)
     assert started == ["s0", "s1", "s0"]
+
+
+def test_a_continued_run_needs_the_part_of_the_longest_run_its_trials_to_come_are(tmp_path, monkeypatch, capsys):
+    """A run stopped part-way (its database holds 6 of its 8 trials) is continued with a quarter of the longest
+    run left (at least a quarter: it starts again), not the whole of it (a second call of a lease, shorter than
+    the longest run, continued nothing)."""
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+    started = []
+    monkeypatch.setattr(tuning, "run_or_stop", lambda cmd, **kw: started.append(kw["cwd"].name) or 0)
+    monkeypatch.setattr(tuning, "_curve", lambda work: [5.0] * 6)
+    (tmp_path / "spans.json").write_text(json.dumps({"a/GMM_1_8_8_8/s0": 90.0}))
+    work = tmp_path / "runs" / "c" / "GMM_1_8_8_8" / "s0"
+    work.mkdir(parents=True)
+    (work / "database_tuning_record.json").write_text("")
+    args = tuning.argparse.Namespace(trials=8, target="host", model="x86-cpu", model2=None, remeasure=False,
+                                     deadline=tuning.time.time() + 60)
+    tuning._run_one("c", "GMM:1,8,8,8", 0, args, tmp_path)
+    assert started == ["s0"]
+    args.deadline = tuning.time.time() + 10
+    tuning._run_one("c", "GMM:1,8,8,8", 0, args, tmp_path)
+    assert started == ["s0"]
+    assert "c GMM:1,8,8,8 seed 0: not started (it may take 22 s" in capsys.readouterr().out
+
+
+def test_a_relative_out_and_model_are_the_runs_own(tmp_path, monkeypatch):
+    """run --out and --model given relative to the caller: the runs start in their work dirs, and were given
+    paths relative to the caller (the runs nested in themselves; the model was not found)."""
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "costmodels" / "models" / "x86-cpu-v2", tmp_path / "mymodel")
+    cmds = []
+    monkeypatch.setattr(tuning, "run_or_stop", lambda cmd, **kw: cmds.append((cmd, kw["cwd"])) or 0)
+    monkeypatch.setattr(tuning, "table", lambda args: 0)
+    tuning.main(["run", "--out", "bench", "--model", "mymodel", "--arms", "c", "--workloads", "GMM:1,8,8,8",
+                 "--seeds", "0", "--trials", "4", "--no-remeasure"])
+    (cmd, cwd), = cmds
+    assert cwd.is_absolute()
+    assert Path(cmd[cmd.index("--work-dir") + 1]) == tmp_path / "bench" / "runs" / "c" / "GMM_1_8_8_8" / "s0"
+    assert cmd[cmd.index("--model") + 1] == str(tmp_path / "mymodel")
 
 
 def test_the_table_lists_an_arm_of_another_name_after_the_benchmarks_own(tmp_path):
