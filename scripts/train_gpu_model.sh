@@ -14,6 +14,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${1:-$ROOT/build/cuda-sm90}"
 STEP="${2:-all}"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
+# the Python of the environment costlab is installed in (COSTLAB may be a bare name found on PATH)
+PY="${PYTHON:-$(dirname "$(command -v "$COSTLAB")")/python}"
 DATA="$WORK/h100.h5"
 mkdir -p "$WORK"
 if [ ! -f "$DATA" ]; then
@@ -36,7 +38,7 @@ rm -rf "$DEST"
 "$COSTLAB" export "$WORK/run" -o "$DEST" --force
 # what `costlab models` prints: the records it trained on and the held-out figures of benchmarks/gpu.py heldout
 # (HELDOUT: its --json) on the same dataset
-"${COSTLAB%/costlab}/python" - "$DEST" "$DATA" "${HELDOUT:-$ROOT/benchmarks/results/gpu-h100-tc/heldout.json}" <<'PY'
+"$PY" - "$DEST" "$DATA" "${HELDOUT:-$ROOT/benchmarks/results/gpu-h100-tc/heldout.json}" <<'PY'
 import json, sys
 from pathlib import Path
 from costlab.costmodels.artifact import ship_config

@@ -19,13 +19,15 @@ STEP="${2:-all}"
 VERSION="${VERSION:?set VERSION (v1, v2, ...): the model goes to costmodels/models/x86-cpu-VERSION}"
 DEST="$ROOT/costmodels/models/x86-cpu-$VERSION"
 COSTLAB="${COSTLAB:-$ROOT/.venv/bin/costlab}"
+# the Python of the environment costlab is installed in (COSTLAB may be a bare name found on PATH)
+PY="${PYTHON:-$(dirname "$(command -v "$COSTLAB")")/python}"
 if [ "${DATA:-}" = both ] && [ -n "${HELD_OUT:-}" ]; then  # refused before hours of training, not at the annotation
   echo "train_x86_model: HELD_OUT is for the corpus model; DATA=both takes its held-out figures from the curve" \
     "(CURVE_RESULTS)" >&2
   exit 2
 fi
 if [ "$STEP" = all ] && [ "${DATA:-}" = both ]; then
-  "${COSTLAB%/costlab}/python" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds "${KIND:-both}" --sizes 0 \
+  "$PY" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds "${KIND:-both}" --sizes 0 \
     --epochs "${EPOCHS:-60}"
   rm -rf "$DEST"
   # the run at all tasks: the largest n of the curve's runs (a WORK reused from a whole curve holds smaller ones)
@@ -44,7 +46,7 @@ fi
 # what `costlab models` prints: the corpus it trained on (tasks, records, the measuring host) and, when
 # HELD_OUT names the JSON of benchmarks/ranking.py --section models on the corpus's splits (its --json), those
 # figures: each model's mean over the splits and its top-1 per split
-"${COSTLAB%/costlab}/python" - "$ROOT" "${HELD_OUT:-}" "$DEST" "${DATA:-}" "$WORK" "${KIND:-both}" \
+"$PY" - "$ROOT" "${HELD_OUT:-}" "$DEST" "${DATA:-}" "$WORK" "${KIND:-both}" \
   "${CURVE_RESULTS:-$WORK/results.json}" <<'PY'
 import json, sys
 from pathlib import Path
