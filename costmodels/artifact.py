@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import lzma
 import math
 import os
 import stat
@@ -154,10 +155,17 @@ def replaceable(path) -> bool:
         return False
     try:
         with tarfile.open(path) as tar:
-            names = set(tar.getnames())
-    except (OSError, tarfile.TarError):
+            names = {_member_name(n) for n in tar.getnames()} - {""}  # ``tar -C DIR -cf m.tar .``: ./, ./config.json
+    except (OSError, EOFError, tarfile.TarError, zlib.error, lzma.LZMAError):
         return False
     return bool(names) and names <= {CONFIG, WEIGHTS}
+
+
+def _member_name(name: str) -> str:
+    """An archive entry's name as the loader matches it: ``./`` prefixes removed (``.`` itself is ``""``)."""
+    while name.startswith("./"):
+        name = name[2:]
+    return "" if name == "." else name
 
 
 def pack_archive(directory, archive) -> Path:
@@ -172,7 +180,14 @@ def pack_archive(directory, archive) -> Path:
 
 def is_artifact(path) -> bool:
     path = Path(path)
-    return (path.is_dir() and (path / CONFIG).exists()) or (path.is_file() and tarfile.is_tarfile(path))
+    if path.is_dir():
+        return (path / CONFIG).exists()
+    try:
+        return path.is_file() and tarfile.is_tarfile(path)
+    except (EOFError, zlib.error, lzma.LZMAError):  # a compressed stream cut short or damaged: reading it says so
+        return True
+    except OSError:
+        return False
 
 
 def trusting_unhashed(trust_unhashed: bool = False) -> bool:
@@ -268,13 +283,19 @@ def _read_exact(f, size: int, where, what: str) -> bytes:
     return data
 
 
-def _read_archive(path: Path, weights: bool, trust: bool) -> tuple[dict, bytes]:
-    import lzma
+# how the compressed files tarfile opens begin: gzip, bzip2, xz
+COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
 
+
+def _read_archive(path: Path, weights: bool, trust: bool) -> tuple[dict, bytes]:
     with _open_regular(path, WEIGHTS_MAX + CONFIG_MAX + 2 ** 20, "model archive") as (raw, _):
         try:
             tar = tarfile.open(fileobj=raw, mode="r:*")
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError):
+            raw.seek(0)
+            if raw.read(6).startswith(COMPRESSED_MAGIC):  # a compressed file that does not decompress to a tar
+                raise InputError(path, "model archive is damaged or cut short (its compressed data does not read as a "
+                                       "tar to its end)") from None
             raise InputError(path, "not a costlab model (neither a model directory nor a model archive)") from None
         try:
             with tar:
@@ -303,9 +324,7 @@ def _archive_members(tar: tarfile.TarFile, path: Path) -> dict:
     for i, m in enumerate(tar):  # each entry is checked before the next header is sought past its data
         if i >= ARCHIVE_MAX_ENTRIES:
             raise InputError(path, f"more than {ARCHIVE_MAX_ENTRIES} entries: not a model archive")
-        name = m.name
-        while name.startswith("./"):
-            name = name[2:]
+        name = _member_name(m.name)
         total += max(m.size, 0)
         if name in limits:
             if not m.isreg():
@@ -326,7 +345,7 @@ def _archive_members(tar: tarfile.TarFile, path: Path) -> dict:
 def _parse_config(raw: bytes, where, trust: bool = False) -> dict:
     try:
         config = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         reason = "empty" if not raw.strip() else f"not valid JSON ({getattr(exc, 'msg', exc)})"
         raise InputError(where, f"model config is {reason}") from None
     if not isinstance(config, dict):
@@ -343,6 +362,15 @@ def _parse_config(raw: bytes, where, trust: bool = False) -> dict:
     for key, kind in (("kind", str), ("featurizer", dict), ("platforms", list), ("net", dict)):
         if not isinstance(config.get(key), kind):
             raise InputError(where, f"model config has no valid {key!r} (a JSON {kind.__name__} is required)")
+    # what scoring and tuning read of the metadata: of its JSON type here, not an AttributeError there
+    if not all(isinstance(p, str) and p for p in config["platforms"]):
+        raise InputError(where, "model config's 'platforms' must be a list of platform names (strings)")
+    for key, kind in (("targets", dict), ("hardware", dict), ("dialects", list)):
+        if config.get(key) is not None and not isinstance(config[key], kind):
+            raise InputError(where, f"model config's {key!r} must be a JSON {'object' if kind is dict else 'list'}, "
+                                    f"not {type(config[key]).__name__}")
+    if not all(isinstance(d, str) for d in config.get("dialects") or []):
+        raise InputError(where, "model config's 'dialects' must be a list of strings (ms, ansor)")
     return config
 
 
@@ -386,7 +414,7 @@ def _header_shapes(raw: bytes, data_bytes: int, where) -> dict:
 
     try:
         header = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise bad("its header is not JSON") from None
     if not isinstance(header, dict):
         raise bad("its header is not a JSON object")

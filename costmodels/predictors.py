@@ -53,7 +53,8 @@ def _count(features: dict) -> int:
 def head_of(predictor, platform: str | None) -> int:
     """The head that scores ``platform``: its own when the model has one, else the first. A one-head model
     trained with several platforms (labelled by the first) has one head for all of them."""
-    heads = ((getattr(predictor, "config", None) or {}).get("net") or {}).get("heads") or 1
+    built = getattr(getattr(getattr(predictor, "net", None), "config", None), "heads", None)  # the net's, checked
+    heads = built or ((getattr(predictor, "config", None) or {}).get("net") or {}).get("heads") or 1
     index = predictor.platforms.index(platform) if platform in predictor.platforms else 0
     return index if index < heads else 0
 

@@ -152,7 +152,9 @@ class CostlabCostModel(PyCostModel):
         if todo:
             feats = self.predictor.featurizer.featurize_candidates(context.mod, target, [candidates[i].sch for i in todo])
             t1 = time.perf_counter()
-            new = self.predictor.predict(feats)[:, self.head].astype(np.float64)
+            scores = (self.predictor.predict(feats, batch_size=self.batch_size) if isinstance(self.predictor, NetPredictor)
+                      else self.predictor.predict(feats))
+            new = scores[:, self.head].astype(np.float64)
             valid = np.asarray(feats.get("valid", np.ones(len(new), bool)), bool)
             new[~valid] = -np.inf
             for i, v in zip(todo, new):

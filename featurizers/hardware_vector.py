@@ -57,8 +57,11 @@ def check_version(hardware: dict | None) -> str | None:
     """What makes a model's recorded hardware vector (``{"version", "fields"}``) unfit for this costlab's, or
     None when it is this one."""
     hardware = hardware or {}
-    if hardware.get("version") != VERSION or list(hardware.get("fields") or []) != list(FIELDS):
-        fields = ", ".join(hardware.get("fields") or [])
+    if not isinstance(hardware, dict):
+        return f"its hardware record is not a JSON object ({str(hardware)[:60]!r})"
+    recorded = hardware.get("fields") or []
+    if hardware.get("version") != VERSION or not isinstance(recorded, list) or recorded != list(FIELDS):
+        fields = ", ".join(map(str, recorded)) if isinstance(recorded, list) else repr(recorded)[:60]
         return (f"it reads hardware vector version {hardware.get('version')!r} ({fields}); this costlab makes "
                 f"version {VERSION} ({', '.join(FIELDS)})")
     return None

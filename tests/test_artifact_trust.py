@@ -134,6 +134,19 @@ CONFIG_ROWS = {
     "attention heads split no width, sealed": (lambda m: _edit(m, seal=True, net=dict(_config(m)["net"],
                                                                                         attention_heads=3)),
                                                "net config is not valid for a pacm net"),
+    # -- 3. what scoring and tuning read of the metadata is of its JSON type: not an AttributeError while tuning
+    "targets a list, sealed": (lambda m: _edit(m, seal=True, targets=[{"kind": "llvm"}]),
+                               "model config's 'targets' must be a JSON object, not list"),
+    "dialects a number, sealed": (lambda m: _edit(m, seal=True, dialects=5),
+                                  "model config's 'dialects' must be a JSON list, not int"),
+    "dialects of numbers, sealed": (lambda m: _edit(m, seal=True, dialects=[1]),
+                                    "model config's 'dialects' must be a list of strings"),
+    "platforms of numbers, sealed": (lambda m: _edit(m, seal=True, platforms=[1]),
+                                     "model config's 'platforms' must be a list of platform names"),
+    "hardware a string, sealed": (lambda m: _edit(m, seal=True, hardware="v1"),
+                                  "model config's 'hardware' must be a JSON object, not str"),
+    "config nested too deep": (lambda m: (m / "config.json").write_text('{"a": ' + "[" * 200000 + "]" * 200000 + "}"),
+                               "model config is not valid JSON"),
 }
 
 
@@ -244,6 +257,30 @@ def test_archive_written_by_tar_of_a_directory_loads(pacm, tmp_path):
         assert read_config(tmp_path / name)["kind"] == "pacm"
 
 
+def test_an_archive_written_by_tar_of_a_directory_is_replaced_by_export_force(pacm, tmp_path):
+    """``tar -C DIR -cf m.tar .`` (entries ``./``, ``./config.json``) loads, so ``export --archive --force``
+    replaces it as a model archive; it was refused as 'not a costlab model archive'."""
+    _tar(tmp_path / "m.tar", [(_dir_info("."), None)] + _model_entries(pacm, "./"))
+    assert load(str(tmp_path / "m.tar")).kind == "pacm"
+    assert main(["export", str(pacm), "-o", str(tmp_path / "m.tar"), "--archive", "--force"]) == 0
+    assert sorted(tarfile.open(tmp_path / "m.tar").getnames()) == ["config.json", "model.safetensors"]
+
+
+def _dir_info(name):
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info
+
+
+def test_a_head_count_written_as_text_scores_with_the_nets_own(pacm):
+    """``net.heads`` written as ``"1"`` (the net's config reads it as 1): the head of a platform is the net's,
+    not a comparison of a number with text."""
+    from costlab.costmodels.predictors import head_of
+
+    _edit(pacm, seal=True, net=dict(_config(pacm)["net"], heads="1"))
+    assert head_of(load(str(pacm)), "llvm-other-2c") == 0
+
+
 def _huge_entry(path, name, size, mode="w:gz"):
     """A small archive whose entry ``name`` declares ``size`` bytes (only its first MiB is there, all zeros):
     what a reader does with the header decides whether it reads gigabytes."""
@@ -276,6 +313,8 @@ ARCHIVE_ROWS = {
                            "two config.json entries ('config.json' and './config.json')"),
     "too many entries": (lambda m, t: _tar(t / "a.tar", [(f"f{i}", b"x") for i in range(100)] + _model_entries(m)),
                          "more than 64 entries: not a model archive"),
+    "tar.gz cut in its first block": (lambda m, t: _truncated(m, t / "a.tar.gz", 20, "w:gz"),
+                                      "model archive is damaged or cut short"),
     "weights of zeros": (lambda m, t: _tar(t / "a.tar.gz", _model_entries(m)[:1]
                                            + [("model.safetensors", b"\0" * 8 * 2 ** 20)], "w:gz"),
                          "model.safetensors is damaged (its header is not JSON)"),

@@ -322,6 +322,20 @@ def test_a_saved_adapted_model_records_the_features_it_learned(run, tmp_path):
     assert read_artifact(tmp_path / "after").config["featurizer"]["revision"] == TLPFeaturizer.revision == 1
 
 
+def test_the_cost_models_batch_size_bounds_each_forward_pass(run):
+    """``batch_size`` bounds the programs the net scores at once (memory per pass); the scores are the same."""
+    from costlab.export import CostlabCostModel
+
+    ctx, cands = _context()
+    whole = CostlabCostModel(str(run / "model")).raw_scores(ctx, cands)
+    model = CostlabCostModel(str(run / "model"), batch_size=4)
+    sizes, forward = [], model.predictor.net.forward
+    model.predictor.net.forward = lambda *a, **k: sizes.append(len(a[0] if not isinstance(a[0], dict) else
+                                                                   next(iter(a[0].values())))) or forward(*a, **k)
+    assert np.allclose(model.raw_scores(ctx, cands), whole)
+    assert len(cands) > 4 and sizes and max(sizes) <= 4 and sum(sizes) == len(cands)
+
+
 def test_saved_cost_model_loads_back(run, tmp_path):
     from costlab.export import CostlabCostModel
 
