@@ -49,6 +49,44 @@ def test_a_cosine_run_resumed_for_more_epochs_is_refused(trained, tmp_path, caps
     assert "lr_schedule cosine decays over the run's max_epochs" in _error(capsys)
 
 
+def test_an_option_given_on_one_side_only_is_a_change_a_resume_refuses(trained, tmp_path, capsys):
+    """An option the defaults do not list (a Lightning trainer option, ``data_options.hardware_jitter``) is in a
+    run's config.yaml only where given: dropped or added on --resume it was not compared, and config.yaml was
+    rewritten without it. It is compared at its default now; the run's own options resume."""
+    out = tmp_path / "run"
+    assert _train(trained, out, "--epochs", "1", "--set", "trainer.accumulate_grad_batches=2") == 0
+    config = (out / "config.yaml").read_bytes()
+    capsys.readouterr()
+    assert _train(trained, out, "--epochs", "2", "--resume") == 2
+    assert "trainer.accumulate_grad_batches 2 (now None)" in _error(capsys)
+    assert (out / "config.yaml").read_bytes() == config
+    assert _train(trained, out, "--epochs", "2", "--set", "trainer.accumulate_grad_batches=2", "--resume") == 0
+
+
+def test_a_baseline_never_trains_beside_an_earlier_runs_checkpoints(trained, tmp_path, capsys):
+    """A baseline (one step, no checkpoints) into a run dir holding an earlier net run's checkpoints left them
+    beside its model, and a later --resume continued that run over the baseline's model: refused now, and
+    --overwrite removes them."""
+    out = tmp_path / "run"
+    shutil.copytree(trained / "run" / "checkpoints", out / "checkpoints")
+    shutil.copy(trained / "run" / "config.yaml", out / "config.yaml")
+    base = ["train", "--data", str(trained / "d.h5"), "--out", str(out), "--model", "xgb", "--no-progress"]
+    assert main(base) == 2
+    assert "holds the checkpoints of an earlier run" in _error(capsys)
+    assert main([*base, "--overwrite"]) == 0
+    assert not list((out / "checkpoints").glob("*.ckpt"))
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"] == "xgb"
+    capsys.readouterr()
+    assert _train(trained, out, "--epochs", "2", "--resume") == 2
+    _error(capsys)
+    # a recipe's fine-tuning (one step, no checkpoints either) is refused there the same way
+    tuned = tmp_path / "ft"
+    shutil.copytree(trained / "run" / "checkpoints", tuned / "checkpoints")
+    assert main(["finetune", "--from", str(trained / "run"), "--data", str(trained / "d.h5"), "--platform",
+                 "llvm-x86_64-2c", "--out", str(tuned)]) == 2
+    assert "holds the checkpoints of an earlier run" in _error(capsys)
+
+
 def test_a_split_replaced_under_its_name_is_not_resumed_on(trained, tmp_path, capsys):
     """--resume compared the split's name: a split made again under it (other tasks held out) trained the rest
     of the run on tasks the first part held out, and evaluate then called them held out."""

@@ -29,11 +29,12 @@ from costlab.common.files import write_atomically
 from costlab.costmodels.artifact import load_state, read_artifact, read_config, save_artifact
 from costlab.featurizers.base import same_features
 from costlab.train.baselines import train_baseline
+from costlab.train.config import DEFAULTS
 from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.evaluate import checkpoint_lineage, lineage_of
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
-from costlab.train.run_dir import run_dir
+from costlab.train.run_dir import check_fresh_start, old_checkpoints, run_dir
 from costlab.costmodels import kinds
 from costlab.costmodels.nets import check_featurizer_fits, net_config_for
 from costlab.costmodels.predictors import resolve
@@ -141,28 +142,6 @@ class _NoteInterrupt(L.Callback):
             self.interrupt = exception
 
 
-def _old_checkpoints(out: Path) -> list:
-    """The Lightning checkpoints a run directory holds from an earlier run."""
-    folder = out / "checkpoints"
-    return sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
-
-
-def _check_fresh_start(out: Path, overwrite: bool, resumable: bool, resume: bool) -> None:
-    """A run that starts afresh into a directory holding an earlier run's checkpoints would leave them beside its
-    own (a later --resume could read theirs): refused unless ``overwrite``, which deletes them when the run starts
-    (``resumable``: the command has --resume, named in the message; ``resume``: it was given, and found no
-    checkpoints/last.ckpt)."""
-    old = _old_checkpoints(out)
-    if old and not overwrite:
-        if resume:
-            raise UsageError(f"--resume: {out / 'checkpoints' / 'last.ckpt'} does not exist, though {out} holds "
-                             f"checkpoints of an earlier run ({old[0]}); give another --out, or --overwrite "
-                             "without --resume to train afresh into it (deleting them)")
-        other = "--resume to continue that run, " if resumable else ""
-        raise UsageError(f"--out {out}: holds the checkpoints of an earlier run ({old[0]}); give another --out, "
-                         f"{other}or --overwrite to train afresh into it (deleting them)")
-
-
 def _differences(old: dict, new: dict) -> list:
     """``key old (now new)`` for every key whose value differs between two mappings."""
     return [f"{k} {old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new), key=str)
@@ -252,11 +231,18 @@ def _check_resumed_options(out: Path, cfg: dict) -> None:
         return
     if not isinstance(old, dict):
         return
-    was, now = _flat(old), _flat(cfg)
-    compared = [k for k in set(was) & set(now) if k not in RESUME_MAY_CHANGE]  # (an older costlab's run lacks
-    if "init_from" in compared and _same_path(was["init_from"], now["init_from"]):  # newer options)
+    # an option either config leaves out is at its default (an older costlab's run lacks newer options; data
+    # options such as row_platforms and hardware_jitter, and trainer options Lightning takes, are in a config only
+    # where given): one given on one side alone is a change, never left out of the comparison
+    defaults = {**_flat(DEFAULTS), **{f"data_options.{f.name}": f.default if f.default is not dataclasses.MISSING
+                                      else f.default_factory() for f in dataclasses.fields(DataConfig)
+                                      if f.default is not dataclasses.MISSING
+                                      or f.default_factory is not dataclasses.MISSING}}
+    was, now = {**defaults, **_flat(old)}, {**defaults, **_flat(cfg)}
+    compared = [k for k in set(was) | set(now) if k not in RESUME_MAY_CHANGE]
+    if "init_from" in compared and _same_path(was.get("init_from"), now.get("init_from")):
         compared.remove("init_from")  # the same source, spelled another way
-    what = _differences({k: was[k] for k in compared}, {k: now[k] for k in compared})
+    what = _differences({k: was.get(k) for k in compared}, {k: now.get(k) for k in compared})
     if now.get("lr_schedule") == "cosine" and was.get("trainer.max_epochs") != now.get("trainer.max_epochs"):
         # the scheduler resumes with the T_max of the first run (its state is in the checkpoint): past it the
         # learning rate would rise again, unlike a run of the new length trained at once
@@ -328,7 +314,14 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
         if resume:  # it would replace the model of the run it was to continue
             raise UsageError(f"--resume: a {kind} model trains in one step and has no checkpoints to continue; give "
                              "another --out, or --overwrite without --resume to train it afresh into this one")
-        return train_baseline(cfg)
+        out = run_dir(cfg["out"])
+        # an earlier net run's checkpoints (and config.yaml) beside the baseline's model would be resumed over it
+        check_fresh_start(out, overwrite, resumable=False, resume=False)
+        summary = train_baseline(cfg)
+        for old in old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
+            old.unlink(missing_ok=True)
+        write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
+        return summary
     out = run_dir(cfg["out"])
     last = out / "checkpoints" / "last.ckpt"
     resumed = read_checkpoint(last) if resume and last.exists() else None
@@ -346,7 +339,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
                   "more)", file=sys.stderr)
             return finished
     else:
-        _check_fresh_start(out, overwrite, resumable=not cfg.get("init_from"), resume=resume)
+        check_fresh_start(out, overwrite, resumable=not cfg.get("init_from"), resume=resume)
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
     try:
         dopts = check_fields(DataConfig, dict(cfg["data_options"]), "data_options",
@@ -455,7 +448,7 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
     if trainer.is_global_zero:  # every check passed: the run's options (a refused run leaves the old ones)
         write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
     if resumed is None and trainer.is_global_zero:
-        for old in _old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
+        for old in old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
             old.unlink(missing_ok=True)
     t0 = time.perf_counter()
     _fit(trainer, interrupted, module, dm, str(last) if resumed is not None else None)

@@ -13,6 +13,7 @@ from costlab.costmodels.recipes import DEFAULT, FIT_LISTS, RECIPES, TRAINER, rec
 from costlab.datasets import open_dataset
 from costlab.train.config import load_config
 from costlab.train.report import write_report
+from costlab.train.run_dir import check_fresh_start, old_checkpoints
 
 
 def _common(q) -> None:
@@ -139,7 +140,11 @@ def _finetune(args) -> int:
             raise UsageError(f"--momentum, --epochs and --set belong to --recipe {TRAINER}")
         from costlab.train.finetune import finetune  # lazy: pulls torch; the parser must not
 
+        # an earlier Lightning run's checkpoints beside the adapted model: a later --resume would replace it
+        check_fresh_start(Path(args.out), args.overwrite, resumable=False, resume=False)
         summary = finetune(args.source, args.data, args.platform, args.out, r.name, split=args.split, seed=args.seed)
+        for old in old_checkpoints(Path(args.out)):  # --overwrite (checked above)
+            old.unlink(missing_ok=True)
         print(jsontext.dumps(summary, indent=2), file=sys.stderr)
         return 0
 
