@@ -227,15 +227,19 @@ def check_host(folder: Path, host: dict, pack: Path | None = None) -> None:
     from costlab.common.host import describe_host, host_difference, same_host
 
     path = folder / "host.json"
-    known = json.loads(path.read_text()) if path.exists() else (packed_host(pack) if pack else None)
-    if known is not None:
-        if not same_host(known, host):
-            raise SystemExit(f"{path if path.exists() else pack} holds trajectories measured on "
-                             f"{describe_host(known)}; this host is "
-                             f"{describe_host(host)} ({host_difference(known, host)}): a platform is one machine, "
+    # both: the work dirs' host (host.json) and the committed pack's, which a folder made with another --to (or
+    # before the pack existed) was never compared with; its tasks could then never be packed into this --to
+    known = [(path, json.loads(path.read_text()))] if path.exists() else []
+    if pack and packed_host(pack) is not None:
+        known.append((pack, packed_host(pack)))
+    for where, theirs in known:
+        if not same_host(theirs, host):
+            raise SystemExit(f"{where} holds trajectories measured on "
+                             f"{describe_host(theirs)}; this host is "
+                             f"{describe_host(host)} ({host_difference(theirs, host)}): a platform is one machine, "
                              f"so this host's trajectories go to a folder of their own (--out and --to another base)")
-        if path.exists():
-            return
+    if path.exists():
+        return
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(host, indent=1, sort_keys=True))
@@ -298,10 +302,15 @@ def run(args) -> int:
             continue
         work.mkdir(parents=True, exist_ok=True)
         started = time.time()
-        with cpu_lock():
-            with open(work / "run.log", "a") as log:
-                code = run_to_end(tune_command(position, work, args.trials, args.model, target),
-                                  stdout=log, stderr=subprocess.STDOUT, env=tune_env())
+        try:
+            with cpu_lock():
+                with open(work / "run.log", "a") as log:
+                    code = run_to_end(tune_command(position, work, args.trials, args.model, target),
+                                      stdout=log, stderr=subprocess.STDOUT, env=tune_env())
+        except KeyboardInterrupt:  # run_to_end stopped the tuning run; its records are kept, the task continues
+            print(f"[{time.strftime('%H:%M:%S')}] {position:3d} {TASKS[position]}: interrupted; the same command "
+                  "continues it", flush=True)
+            return 130
         if code == 0 and (work / WorkDir.SUMMARY).exists():
             (work / DONE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
         state = "done" if finished(work, args.trials) else f"exit {code}"
@@ -325,10 +334,10 @@ def pack(args) -> int:
     from costlab.costmodels.predictors import pinned_name
 
     folder, _, _ = platform_dir(Path(args.out))
-    host = json.loads((folder / "host.json").read_text())
     works = [work_dir(folder, p) for p in range(len(TASKS)) if finished(work_dir(folder, p), args.trials)]
-    if not works:
+    if not works or not (folder / "host.json").exists():
         raise SystemExit(f"{folder}: no finished task to pack")
+    host = json.loads((folder / "host.json").read_text())
     dest = Path(args.to) / folder.name
     works = packed_first(works, dest)
     packed = packed_tasks(dest)

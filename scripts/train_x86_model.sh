@@ -4,7 +4,7 @@
 # docs/training.md reports, and exports the model into costmodels/models/x86-cpu-$VERSION (a new version never
 # replaces an older one's folder; costmodels/models/aliases.json says which version the plain name x86-cpu is).
 #
-# Usage: VERSION=v2 scripts/train_x86_model.sh [WORK_DIR] [all|annotate]   (default build/x86-cpu, all; EPOCHS=60)
+# Usage: VERSION=v3 scripts/train_x86_model.sh [WORK_DIR] [all|annotate]   (default build/x86-cpu, all; EPOCHS=60)
 #   annotate: only (re)write what config.json says of the corpus and of HELD_OUT, the weights untouched
 #   DATA=both: the two-CPU model (x86-cpu-v2): Emerald Rapids' random samples (corpus/) and Zen 5's tuning
 #     trajectories (corpus/trajectories/llvm-znver5-2c) as rows of one PaCM with the hardware input, exactly the
@@ -26,6 +26,11 @@ if [ "${DATA:-}" = both ] && [ -n "${HELD_OUT:-}" ]; then  # refused before hour
     "(CURVE_RESULTS)" >&2
   exit 2
 fi
+if [ "$STEP" = all ] && [ -e "$DEST" ] && [ "${FORCE:-}" != 1 ]; then  # refused before hours of training
+  echo "train_x86_model: $DEST exists (a shipped model; costmodels/models/aliases.json may name it): a new model" \
+    "goes to a new VERSION; FORCE=1 replaces this one" >&2
+  exit 2
+fi
 if [ "$STEP" = all ] && [ "${DATA:-}" = both ]; then
   "$PY" "$ROOT/benchmarks/learning_curve.py" --out "$WORK" --kinds "${KIND:-both}" --sizes 0 \
     --epochs "${EPOCHS:-60}"
@@ -38,6 +43,15 @@ elif [ "$STEP" = all ]; then
   if [ ! -f "$WORK/corpus.h5" ]; then
     "$COSTLAB" dataset unpack "$ROOT/corpus" -o "$WORK/corpus.h5"
   fi
+  # config.json says it trained on corpus/info.json's counts: a corpus.h5 kept from an earlier corpus is refused
+  "$COSTLAB" dataset info "$WORK/corpus.h5" --json | "$PY" -c '
+import json, sys
+have, info = json.load(sys.stdin), json.load(open(sys.argv[1]))
+got, want = (have.get("records"), have.get("tasks")), (info["records"], info["tasks"])
+if got != want:
+    sys.exit(f"train_x86_model: {sys.argv[2]} holds {got[0]} records of {got[1]} tasks, {sys.argv[1]} lists "
+             f"{want[0]} of {want[1]}: remove it (it is unpacked again from corpus/)")
+' "$ROOT/corpus/info.json" "$WORK/corpus.h5"
   "$COSTLAB" train --model pacm --data "$WORK/corpus.h5" --out "$WORK/run" --epochs "${EPOCHS:-60}" \
     --set net.d_model=128 --set data_options.lists_per_batch=4 --set data_options.val_fraction=0.1 --no-progress --overwrite
   rm -rf "$DEST"

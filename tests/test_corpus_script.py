@@ -52,3 +52,16 @@ def test_an_exhausted_task_is_noted_and_not_offered_again(tmp_path):
         assert run.returncode == 0, run.stderr[-2000:]
     assert (tmp_path / "c.exhausted").read_text().split() == ["0"]
     assert len(calls.read_text().splitlines()) == 1  # the second run offered the exhausted task no more
+
+
+def test_training_the_x86_model_into_an_existing_version_is_refused_before_it_trains(tmp_path):
+    """`VERSION=v2 scripts/train_x86_model.sh` (the docs' example, before) deleted the shipped x86-cpu-v2 (what the
+    plain name x86-cpu is) and wrote a corpus-only model in its place: an existing version is refused at once,
+    replaced only with FORCE=1."""
+    shipped = ROOT / "costmodels" / "models" / "x86-cpu-v2"
+    before = {p: p.read_bytes() for p in shipped.iterdir()}
+    env = dict(os.environ, VERSION="v2", COSTLAB=str(Path(sys.executable).parent / "costlab"))
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "train_x86_model.sh"), str(tmp_path / "work")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "x86-cpu-v2 exists" in run.stderr and "FORCE=1 replaces this one" in run.stderr
+    assert {p: p.read_bytes() for p in shipped.iterdir()} == before and not (tmp_path / "work").exists()

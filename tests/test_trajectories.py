@@ -190,3 +190,31 @@ def test_a_pack_is_continued_with_its_packed_tasks_first(tmp_path):
     (dest / "info.json").write_text(json.dumps({"trajectories": {"tasks": [mt.TASKS[7], mt.TASKS[3]]}}))
     assert mt.packed_first(work, dest) == [work[2], work[0], work[1], work[3]]
     assert mt.packed_first(work, tmp_path / "new") == work  # nothing packed yet: position order
+
+
+def test_a_folder_of_this_host_is_still_checked_against_the_packs_host(tmp_path, monkeypatch, another_host):
+    """A work folder already holding this host's host.json (made with another --to, or before the pack existed)
+    was never compared with the committed pack's host: hours of tuning went to a pack that refuses them."""
+    monkeypatch.setenv(FAKE_HOST_ENV, str(another_host))  # neither fake is the committed pack's Zen 5
+    folder, host, _ = mt.platform_dir(tmp_path)
+    mt.check_host(folder, host)  # the folder's host.json is this (faked) machine's
+    pack = REPO / "corpus" / "trajectories" / "llvm-znver5-2c"
+    with pytest.raises(SystemExit, match="llvm-znver5-2c holds trajectories measured on"):
+        mt.check_host(folder, host, pack)
+
+
+def test_an_interrupted_run_says_so_and_a_pack_of_nothing_is_one_line(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a task's tuning is one line saying the same command continues it (exit 130), not
+    KeyboardInterrupt's traceback; `pack` with no work dir at all says there is nothing to pack."""
+    monkeypatch.setattr(mt, "TASKS", ["GMM:1,8,8,8"])
+    monkeypatch.setenv("COSTLAB_CPU_LOCK", str(tmp_path / "cpu.lock"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mt, "run_to_end", interrupted)
+    common = ["--out", str(tmp_path / "traj"), "--to", str(tmp_path / "pack"), "--trials", "2"]
+    assert mt.main(["run", *common]) == 130
+    assert "GMM:1,8,8,8: interrupted; the same command continues it" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no finished task to pack"):
+        mt.main(["pack", "--out", str(tmp_path / "none"), "--to", str(tmp_path / "pack"), "--trials", "2"])
