@@ -138,11 +138,15 @@ class OnlineAdapter:
                 # update ranks the validation part no worse by every guarded metric
                 net = self.predictor.net
                 previous = copy.deepcopy(net.state_dict())
+                # the momentum copy as it was: an update undone here is not kept in it either (its EMA step took a
+                # part of it, and the next update would restart from that)
+                momentum = copy.deepcopy(self.wrapper.momentum_net.state_dict())
                 before = list_metrics(net.eval(), self.predictor.kind, val_lists, self.head) if val_lists else None
                 trained = self.wrapper.update(adapt)
                 if trained and (info.get("kept_pretrained") or before is not None and lowers_a_guarded_metric(
                         list_metrics(net.eval(), self.predictor.kind, val_lists, self.head), before)):
                     net.load_state_dict(previous)
+                    self.wrapper.momentum_net.load_state_dict(momentum)
                     info["kept_pretrained"], trained = True, False
             self.predictor.net.eval()
             self.stats["trained"] += int(trained)

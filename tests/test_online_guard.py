@@ -98,3 +98,21 @@ def test_a_recipe_refuses_counts_that_would_fail_mid_run(option):
         Recipe.from_dict(dict(base.to_dict(), **option))
     with pytest.raises(ValueError):
         OnlineAdapter(_predictor(), "finetune", **option)
+
+
+def test_an_update_undone_by_the_guard_leaves_the_momentum_copy_as_it_was(monkeypatch):
+    """The momentum copy takes its EMA step from the trained online net; when the adapter's guard then undoes the
+    update, the copy is put back too: it kept a tenth of the rejected update, and the next update restarted from it."""
+    import costlab.costmodels.adapt as adapt_module
+
+    pred = _predictor()
+    adapter = OnlineAdapter(pred, "momentum", momentum=0.9, every=1, seed=0)
+    monkeypatch.setattr(adapt_module, "lowers_a_guarded_metric", lambda after, before: True)  # every update undone
+    for feats, lat in _batches(pred.net.config.num_slots, 24, 3):
+        adapter.add("t", feats, lat)
+        momentum = {k: v.clone() for k, v in adapter.wrapper.momentum_net.state_dict().items()}
+        scoring = {k: v.clone() for k, v in pred.net.state_dict().items()}
+        assert adapter.update((feats, lat)) is False
+        assert all(torch.equal(v, momentum[k]) for k, v in adapter.wrapper.momentum_net.state_dict().items())
+        assert all(torch.equal(v, scoring[k]) for k, v in pred.net.state_dict().items())
+    assert adapter.stats["kept_pretrained"] >= 1
