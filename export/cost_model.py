@@ -30,7 +30,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from costlab.common.errors import InputError, UsageError
 from costlab.costmodels import kinds, predictors
 from costlab.costmodels.adapt import OnlineAdapter
-from costlab.costmodels.artifact import save_artifact
+from costlab.costmodels.artifact import replaceable, save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
 from costlab.costmodels.recipes import adapts
 from costlab.datasets.records import record_latency
@@ -208,6 +208,9 @@ class CostlabCostModel(PyCostModel):
         """Write the model, with its weights as adapted so far, as an artifact directory."""
         if not isinstance(self.predictor, NetPredictor):
             raise UsageError(f"only learned nets are saved by the cost model; {self.predictor.kind} has no weights")
+        if Path(path).exists() and not replaceable(path):  # another tool's files (a config.json) are never replaced
+            raise UsageError(f"{path}: exists and is not a costlab model directory; save the model to a new "
+                             "directory, or to a model directory it may replace")
         config = dict(self.predictor.config, adapted=dict(self.adapter.stats) if self.adapter else None)
         config.pop("weights_sha256", None)
         if self.adapter and self.adapter.stats.get("trained"):  # weights that learned this costlab's features

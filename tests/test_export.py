@@ -336,6 +336,24 @@ def test_the_cost_models_batch_size_bounds_each_forward_pass(run):
     assert len(cands) > 4 and sizes and max(sizes) <= 4 and sum(sizes) == len(cands)
 
 
+def test_the_cost_model_saves_over_a_model_never_over_other_files(run, tmp_path):
+    """``save`` replaces a costlab model directory, never a folder of another tool's files (a config.json); the
+    refusal reaches the caller through MetaSchedule's object (as its error)."""
+    from costlab.export import CostlabCostModel
+
+    model = CostlabCostModel(str(run / "model"))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="exists and is not a costlab model directory"):
+        model.save(str(other))
+    assert (other / "config.json").read_text() == "{}"
+    model.save(str(tmp_path / "saved"))
+    model.save(str(tmp_path / "saved"))  # a model directory: replaced
+    assert read_artifact(tmp_path / "saved").config["kind"] == "tlp"
+
+
 def test_saved_cost_model_loads_back(run, tmp_path):
     from costlab.export import CostlabCostModel
 
