@@ -53,6 +53,10 @@ def tuning_predictor(model, seed: int = 0):
     return predictors.load(str(model), seed, device="cpu")
 
 
+# what a model's config says was measured of its weights (evaluate's figures, the held-out splits' figures)
+FIGURES = ("evaluation", "held_out")
+
+
 def check_model_for_target(predictor, target, strict: bool = False, where="model") -> None:
     """A model scores MetaSchedule candidates for a target: refuses an Ansor-dialect model, warns (refuses
     with ``strict``) when the target's kind is not one the model was trained for."""
@@ -215,6 +219,10 @@ class CostlabCostModel(PyCostModel):
         config.pop("weights_sha256", None)
         if self.adapter and self.adapter.stats.get("trained"):  # weights that learned this costlab's features
             config["featurizer"] = self.predictor.featurizer.to_json()
+            # the figures measured of the weights before the adaptation are theirs, not these weights': kept as such
+            before = {k: config.pop(k) for k in FIGURES if config.get(k) is not None}
+            if before:
+                config["adapted"] = dict(config["adapted"], figures_before=before)
         save_artifact(Path(path), self.predictor.net.state_dict(), config)
 
     def load(self, path: str) -> None:

@@ -300,7 +300,8 @@ def test_online_adaptation_trains_and_keeps_the_featurizer(run):
 
 def test_a_saved_adapted_model_records_the_features_it_learned(run, tmp_path):
     """A cost model saved before its adapter trained records the revision of features its model learned (an
-    older one here); once the adapter has trained it on this costlab's features, it records this costlab's."""
+    older one here) and the figures measured of its weights; once the adapter has trained it on this costlab's
+    features, it records this costlab's, and those figures as the weights' before the adaptation."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from costlab.costmodels.artifact import seal_config
@@ -311,15 +312,20 @@ def test_a_saved_adapted_model_records_the_features_it_learned(run, tmp_path):
     shutil.copytree(run / "model", old)
     config = json.loads((old / "config.json").read_text())
     config["featurizer"]["revision"] = 0
+    config["held_out"] = {"mean": {"tlp": {"top1": 0.5}}}  # figures measured of these weights
     (old / "config.json").write_text(json.dumps(seal_config(config)))
     model = CostlabCostModel(str(old), adapt="momentum", adapt_options=dict(steps=2, every=1, val_fraction=0.0))
     model.save(str(tmp_path / "before"))
     assert read_artifact(tmp_path / "before").config["featurizer"]["revision"] == 0
+    assert read_artifact(tmp_path / "before").config["held_out"] == config["held_out"]
     ctx, cands = _context()
     model.update(ctx, cands, [RunnerResult([float(x)], None) for x in np.linspace(1e-5, 1e-4, len(cands))])
     assert model.adapter.stats["trained"] == 1
     model.save(str(tmp_path / "after"))
-    assert read_artifact(tmp_path / "after").config["featurizer"]["revision"] == TLPFeaturizer.revision == 1
+    after = read_artifact(tmp_path / "after").config
+    assert after["featurizer"]["revision"] == TLPFeaturizer.revision == 1
+    # the figures were the weights' before the adaptation: kept as such, not as the adapted weights'
+    assert "held_out" not in after and after["adapted"]["figures_before"]["held_out"] == config["held_out"]
 
 
 def test_the_cost_models_batch_size_bounds_each_forward_pass(run):
