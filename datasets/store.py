@@ -222,9 +222,9 @@ def check_records(f: h5py.File, path) -> None:
                                            f"({', '.join(f'{k} {v}' for k, v in lengths.items())})")
 
 
-def _read_networks(f: h5py.File, path) -> dict[str, list[tuple[int, float]]]:
-    """The networks of a dataset; ``path`` is the file to name in errors (a writer reads a temporary copy). The
-    table is small and read whole, so its network indices are checked too."""
+def _read_networks(f: h5py.File, path, tasks: int) -> dict[str, list[tuple[int, float]]]:
+    """The networks of a dataset of ``tasks`` tasks; ``path`` is the file to name in errors (a writer reads a
+    temporary copy). The table is small and read whole, so its network and task indices are checked too."""
     if "networks" not in f:
         return {}
     g = f["networks"]
@@ -245,6 +245,10 @@ def _read_networks(f: h5py.File, path) -> dict[str, list[tuple[int, float]]]:
         raise DatasetFormatError(path, f"damaged dataset: the network table has weights of network "
                                        f"{int(net.max() if net.min() >= 0 else net.min())}, and names "
                                        f"{len(names)} networks")
+    if len(task) and (task.min() < 0 or task.max() >= tasks):
+        bad = int(task.max() if task.min() >= 0 else task.min())
+        raise DatasetFormatError(path, f"damaged dataset: the network {names[int(net[list(task).index(bad)])]!r} "
+                                       f"weighs task {bad}, and the dataset has {tasks} tasks")
     out: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
     for n, t, w in zip(net.tolist(), task.tolist(), weight.tolist()):
         out[names[n]].append((t, w))
@@ -349,7 +353,8 @@ class Dataset:
             self.format_version = format_number(self._f.attrs[schema.FORMAT_ATTR])
             self.platforms: dict[str, Platform] = _read_platforms(self._f, self.path)
             self.tasks: list[Task] = _read_tasks(self._f, self.path)
-            self.networks: dict[str, list[tuple[int, float]]] = _read_networks(self._f, self.path)
+            self.networks: dict[str, list[tuple[int, float]]] = _read_networks(self._f, self.path,
+                                                                               len(self.tasks))
             check_records(self._f, self.path)
         except BaseException:
             self._f.close()
@@ -598,7 +603,7 @@ class DatasetWriter:
         self.platforms = _read_platforms(self._f, self.path)
         self.tasks = _read_tasks(self._f, self.path)
         self._task_key = {(t.dialect, t.workload_hash): t.index for t in self.tasks}
-        self.networks = _read_networks(self._f, self.path)
+        self.networks = _read_networks(self._f, self.path, len(self.tasks))
         self._networks_read = {n: sorted(v) for n, v in self.networks.items()}
         self._tables_read = self._table_state() if "tasks" in self._f else None
         self._known_ids: dict[str, np.ndarray] = {}
@@ -767,6 +772,8 @@ class DatasetWriter:
         (``replaced_networks`` says which the transaction changed)."""
         merged: dict[int, float] = {}
         for t, w in weights:
+            if not 0 <= int(t) < len(self.tasks):  # the file would be refused as damaged when opened next
+                raise ValueError(f"network {name!r}: task {int(t)} is not one of the dataset's {len(self.tasks)} tasks")
             merged[int(t)] = merged.get(int(t), 0.0) + float(w)
         self.networks[name] = sorted(merged.items())
 

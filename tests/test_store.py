@@ -30,7 +30,7 @@ def _write(path, n_tasks=3, n=10):
             idx = w.add_task(f"wk{t}", "ansor", f'["wk{t}", [1, 2]]', name=f"t{t}", kernel_class="dense",
                              flops=1e6 * (t + 1))
             w.add_records("cpu-a", _batch(idx, n, fail_every=5))
-        w.set_network("net", [(0, 2), (1, 1)])
+        w.set_network("net", [(0, 2), (1, 1)][:n_tasks])
 
 
 def test_roundtrip_and_labels(tmp_path):
@@ -157,6 +157,8 @@ DAMAGE = {  # a damaged dataset, and what the one error about it says is missing
     "network names": (_drop("networks/names"), "the network table has no column names"),
     "network of no name": (lambda f: f["networks/network"].__setitem__(0, 5),
                            "the network table has weights of network 5, and names 1 networks"),
+    "network of a task not there": (lambda f: f["networks/task"].__setitem__(0, 7),
+                                    "weighs task 7, and the dataset has 3 tasks"),
     "record errors": (_drop("records/cpu-a/error"), "the records of platform 'cpu-a' have no column 'error'"),
     "record schedules": (_drop("records/cpu-a/schedule"), "the records of platform 'cpu-a' have no column 'schedule'"),
     "cost offsets": (_drop("records/cpu-a/costs/offsets"), "have in 'costs' no column 'offsets'"),
