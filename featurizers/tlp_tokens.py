@@ -204,6 +204,18 @@ def _num(x) -> float:
     return 0  # null extents / lengths of symbolic shapes
 
 
+def _product(values, what: str):
+    """The product of some split lengths; ValueError (the record unreadable) when no float holds it (lengths of a
+    damaged record: the arrays are float32, and numpy refuses to convert such an integer)."""
+    p = math.prod(values)
+    try:
+        if math.isfinite(p):
+            return p
+    except OverflowError:  # an integer beyond any float
+        pass
+    raise ValueError(f"{what}: the product of its followed split lengths is no finite number")
+
+
 def _split_lengths(steps: list, src: int) -> list:
     if 0 <= src < len(steps):
         s = steps[src]
@@ -240,16 +252,17 @@ def ansor_tokens(steps) -> list[Token]:
             src, n_split = (int(_num(f[2])), int(_num(f[3]))) if n > 3 else (-1, 0)
             lengths = _nums(_split_lengths(steps, src))
             head = lengths[: max(n_split - 1, 0)]
-            last = math.prod(lengths[len(head):]) if lengths else 0
+            last = _product(lengths[len(head):], f"step {i} (FSP)") if lengths else 0
             nums = [_num(f[0]), _num(f[1]), src, n_split, *head, last]
         elif kind == "FFSP":
             # FollowFusedSplitStep: the product of the level-th length of every followed SP
             srcs = f[2] if n > 2 and f[2].__class__ is list else []
             level = int(_num(f[3])) if n > 3 else 0
-            factor = 1
+            picked = []
             for s in srcs:
                 lengths = _split_lengths(steps, int(_num(s)))
-                factor *= _num(lengths[level]) if 0 <= level < len(lengths) else 0
+                picked.append(_num(lengths[level]) if 0 <= level < len(lengths) else 0)
+            factor = _product(picked, f"step {i} (FFSP)")
             nums = [_num(f[0]), _num(f[1]), len(srcs), level, _num(f[4]) if n > 4 else 0, factor]
         elif kind in ("RE", "FU"):
             order = _nums(f[1]) if n > 1 else []

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import FIXTURES
 from costlab.cli import main
 from costlab.common.errors import InputError
 from costlab.common.host import host_info
@@ -320,6 +321,27 @@ def test_rename_platform_moves_records_and_caches(measured, tmp_path, capsys):
     assert main(["dataset", "rename-platform", str(path), "cpu", "x"]) == 2
     assert "no platform 'cpu'" in capsys.readouterr().err
     assert main(["dataset", "rename-platform", str(path), "cpu-1c", "cpu-1c"]) == 2
+
+
+def test_rename_platform_with_its_own_target_written_otherwise_keeps_the_caches(tmp_path):
+    """An imported platform's target holds TVM's keys and tag; the same target as a user types it (the string
+    form) is no new target: the caches stay (they were all dropped and rebuilt), and the target as recorded."""
+    from costlab.featurizers.cache import build_cache
+
+    path = tmp_path / "z.h5"
+    assert main(["dataset", "import-ms", str(FIXTURES / "zen5_small"), "-o", str(path)]) == 0
+    with open_dataset(path) as ds:
+        (pid,) = ds.record_platforms()
+        target = ds.platforms[pid].target
+    assert target.get("keys") and target["mcpu"] == "znver5"
+    build_cache(path, "tlp", pid, progress=False)
+    typed = f"llvm -mcpu=znver5 -num-cores={target['num-cores']}"
+    assert main(["dataset", "rename-platform", str(path), pid, "z5", "--target", typed]) == 0
+    with open_dataset(path) as ds:
+        assert "z5" in ds.h5["features/tlp@1"] and ds.platforms["z5"].target == target
+    assert main(["dataset", "rename-platform", str(path), "z5", "z4", "--target", typed.replace("znver5", "znver4")]) == 0
+    with open_dataset(path) as ds:
+        assert "z4" not in ds.h5["features/tlp@1"] and ds.platforms["z4"].target["mcpu"] == "znver4"
 
 
 def test_measure_refuses_a_platform_of_another_or_an_unknown_machine(tmp_path, capsys):

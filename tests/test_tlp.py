@@ -298,3 +298,17 @@ def test_an_ansor_pragma_value_that_is_no_finite_number_gives_finite_features():
     for value in ("inf", "nan", "1e400", "-inf", "16"):
         (token,) = ansor_tokens([["PR", 2, 0, f"auto_unroll_max_step${value}"]])
         assert all(math.isfinite(x) for x in token[1]), (value, token)
+
+
+def test_an_ansor_record_whose_followed_splits_overflow_a_float_is_unreadable_not_a_crash(ansor_ds):
+    """A damaged record's split lengths (twenty of 9e18) followed by FSP / FFSP multiply to more than a float holds:
+    the batch raised OverflowError, naming no record; the record is now unreadable and the others are featurized."""
+    huge = [9_000_000_000_000_000_000] * 20
+    fsp = json.dumps([["SP", 2, 0, 256, huge, 1], ["FSP", 3, 0, 0, 1]])
+    ffsp = json.dumps([["SP", 2, i, 256, huge, 1] for i in range(20)] + [["FFSP", 3, 0, list(range(20)), 1, 1]])
+    with open_dataset(ansor_ds) as ds:
+        f = create("tlp").fit(ds, ["platinum-8358"])
+    good = json.dumps([["SP", 2, 0, 256, [16, 4], 1], ["FSP", 3, 0, 0, 1]])
+    res = f.featurize_schedules([fsp, ffsp, good], ["ansor"] * 3)
+    assert res["valid"].tolist() == [False, False, True]
+    assert np.isfinite(res["numeric"]).all()

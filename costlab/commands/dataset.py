@@ -300,9 +300,26 @@ def _rename_platform(args) -> int:
     except ValueError as exc:
         raise UsageError(f"--target {args.target!r}: {exc}") from None
     with DatasetWriter(args.data) as w:
+        was = w.platforms.get(args.old)
+        if target is not None and was is not None and _same_target(target, was.target):
+            # the platform's own target, written otherwise (the string form lacks the keys and tag an imported
+            # record's JSON holds): its feature caches stay, and so does the target as recorded
+            target = None
         w.rename_platform(args.old, args.new, target)
     print(f"{args.data}: platform {args.old!r} is now {args.new!r}", file=sys.stderr)
     return 0
+
+
+def _same_target(a: dict, b: dict) -> bool:
+    """Whether two targets are one to TVM (its canonical form: defaults such as keys and an empty tag filled in)."""
+    if a == b:
+        return True
+    import tvm  # lazy: TVM canonicalizes the two targets; the command line must not import it
+
+    try:
+        return str(tvm.target.Target(dict(a)).export()) == str(tvm.target.Target(dict(b)).export())
+    except Exception:  # noqa: BLE001  a stored target TVM does not take: not the same
+        return False
 
 
 def _set_machine(args) -> int:
