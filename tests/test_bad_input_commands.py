@@ -318,6 +318,9 @@ CASES = {
     # rename-platform
     "rename-platform bad new id": (lambda c: ["dataset", "rename-platform", c["data"], PLATFORM, "a/b"],
                                    "bad platform id 'a/b'"),
+    "rename-platform to -mcpu=native": (lambda c: ["dataset", "rename-platform", c["data"], PLATFORM, "new",
+                                                   "--target", "llvm -mcpu=native -num-cores=2"],
+                                        "-mcpu=native names this machine's CPU, not the platform's"),
     "rename-platform unknown old id": (lambda c: ["dataset", "rename-platform", c["data"], "nope", "new"],
                                        "no platform 'nope'"),
     "rename-platform target of unknown kind": (lambda c: ["dataset", "rename-platform", c["data"], PLATFORM, "new",

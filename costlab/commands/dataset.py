@@ -20,7 +20,7 @@ from costlab.datasets.pack import pack, unpack
 from costlab.datasets.splits import SPLIT_KINDS
 from costlab.datasets.summary import format_summary
 from costlab.featurizers.psa.hardware import spec_for, spec_for_platform
-from costlab.metaschedule.targets import NVIDIA_KINDS, checked_target
+from costlab.metaschedule.targets import NVIDIA_KINDS, checked_target, target_from_string
 
 
 TARGET_HELP = ("TVM target: 'host' (default) is this machine's CPU by its concrete LLVM name and its cores, e.g. "
@@ -296,6 +296,10 @@ def _split(args) -> int:
 def _rename_platform(args) -> int:
     check_platform_id(args.new)  # checked before the target (which needs TVM) and before any write
     try:
+        if args.target and target_from_string(args.target).get("mcpu") == "native":
+            # native is resolved to the CPU of the machine running the command, which need not be the platform's
+            raise ValueError("-mcpu=native names this machine's CPU, not the platform's: give the CPU the records "
+                             "were measured on by its name (e.g. -mcpu=znver4)")
         target = checked_target(args.target) if args.target else None
     except ValueError as exc:
         raise UsageError(f"--target {args.target!r}: {exc}") from None
