@@ -246,6 +246,28 @@ def test_ansor_model_refuses_metaschedule_candidates(run, tmp_path):
         check_model_for_target(pred, tvm.target.Target({"kind": "llvm"}))
 
 
+def test_exploit_and_transfer_check_their_model_as_tune_does(run, tmp_path):
+    """`costlab exploit --model` and `costlab transfer --model` ranked MetaSchedule candidates with an Ansor-dialect
+    model that `tune` refuses, and with another target kind's model without a word."""
+    import tvm
+
+    from costlab.export.exploit import ExploitOptions, screening_model
+    from costlab.export.transfer.run import TransferOptions, ranking_model
+
+    m = _copy_model(run, tmp_path)
+    _edit_config(m, dialects=["ansor"])
+    llvm = tvm.target.Target({"kind": "llvm"})
+    with pytest.raises(InputError, match="cannot score MetaSchedule candidates"):
+        screening_model(ExploitOptions(work_dir=str(tmp_path), model=str(m)), llvm)
+    with pytest.raises(InputError, match="cannot score MetaSchedule candidates"):
+        ranking_model(TransferOptions(work_dir=str(tmp_path), model=str(m)), llvm)
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+    for rank in (lambda: screening_model(ExploitOptions(work_dir=str(tmp_path), model=str(run / "model")), cuda),
+                 lambda: ranking_model(TransferOptions(work_dir=str(tmp_path), model=str(run / "model")), cuda)):
+        with pytest.warns(UserWarning, match="trained for llvm targets, not cuda"):
+            rank()
+
+
 def test_target_kind_not_trained_for_warns_or_is_refused(run):
     import tvm
 

@@ -197,7 +197,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
                                                 kind=target.kind.name if target is not None else None)
     state["source_tasks"], state["source_problems"] = len(sources), report.problems
     state["source_notes"] = report.notes
-    predictor, head = ranking_model(opts)
+    predictor, head = ranking_model(opts, target)
     bar = None
     if opts.progress:
         from tqdm import tqdm
@@ -287,13 +287,16 @@ def _check_same_transfer(state: dict, state_path: Path, opts: TransferOptions) -
                          "in the database and is never measured twice)")
 
 
-def ranking_model(opts: TransferOptions) -> tuple:
+def ranking_model(opts: TransferOptions, target=None) -> tuple:
     """``(predictor, head)`` that rank the replayed programs: ``--model`` loaded as every tuning command loads
-    one (``cost_model.tuning_predictor``), the draft kind (PSA) without one."""
+    one (``cost_model.tuning_predictor``), checked against ``target`` as ``costlab tune`` checks it (an
+    Ansor-dialect model refused, another target kind warned about); the draft kind (PSA) without one."""
     from costlab.costmodels.predictors import head_of  # lazy: pulls torch; the parser imports this module
-    from costlab.export.cost_model import tuning_predictor  # lazy: pulls torch and tvm; the parser must not
+    from costlab.export.cost_model import check_model_for_target, tuning_predictor  # lazy: pulls torch and tvm
 
     predictor = tuning_predictor(opts.model or kinds.draft())
+    if opts.model and target is not None:
+        check_model_for_target(predictor, target, where=opts.model)
     return predictor, head_of(predictor, opts.head)
 
 
