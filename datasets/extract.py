@@ -137,6 +137,9 @@ def reference_output(model, inputs) -> np.ndarray:
     what a tuned build of the network is checked against."""
     import torch
 
+    # on copies: a model that changes its input in place (x.mul_(2)) would leave the inputs the tuned build runs on
+    # changed, and a right network differed from PyTorch's output
+    inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
     with torch.no_grad():
         out = _FirstOutput(model.eval())(*inputs)
     return out.detach().cpu().numpy()

@@ -14,6 +14,12 @@ from costlab.metaschedule.targets import MEASURABLE_KINDS, runnable_target
 from costlab.metaschedule.workloads import workload_json_mod
 
 
+def function_network(spec: str) -> bool:
+    """Whether a ``--network`` names a Python function returning a model and its example inputs
+    (``MODULE:FUNCTION``), not a transformers model with options (``bert:layers=2``, sized by --batch/--seq-len)."""
+    return ":" in spec and "=" not in spec.split(":", 1)[1]
+
+
 def measuring_target(spec, local: bool = True):
     """The checked ``Target`` that ``costlab tune`` / ``transfer`` build and measure for: ``spec`` as the
     command line gives it (``host``, ``cuda``, a JSON dict, the ``llvm -mcpu=...`` form): a CPU (llvm) target
@@ -80,7 +86,7 @@ def workload_tasks(opts, target) -> tuple[list[Task], object]:
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
 
     try:
-        if ":" in opts.network and "=" not in opts.network.split(":", 1)[1]:
+        if function_network(opts.network):
             model, inputs = torch_fn_model(opts.network)
         else:
             model, inputs, _ = hf_models.build(opts.network, opts.batch, opts.seq_len)

@@ -49,7 +49,7 @@ from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
 from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES, draft_cost_model, make_strategy
 from costlab.export.search.common import RoundLog
-from costlab.export.tasks import Task, canonical_workloads, measuring_target, workload_tasks
+from costlab.export.tasks import Task, canonical_workloads, function_network, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, started_tasks, task_key, transfer_tasks
 from costlab.export.machines import refuse_other_machine, run_target
 from costlab.export.workdir import MeasuringStack, WorkDir
@@ -129,6 +129,9 @@ class TuneOptions:
             raise UsageError("tune either --workload(s) or one --network, not both")
         if self.task_filter and not self.network:
             raise UsageError("--task picks tasks of a --network")
+        if self.network and function_network(self.network) and (self.batch, self.seq_len) != (1, 32):
+            raise UsageError("--batch and --seq-len size a transformers model's inputs; a MODULE:FUNCTION network is "
+                             "tuned at the example inputs its function returns (resize them there)")
         if self.trials < 1 or self.per_iter < 1 or (self.population is not None and self.population < 2):
             raise UsageError("--trials, --per-iter must be at least 1 and --population at least 2")
         if self.trials > MAX_TRIALS or self.per_iter > MAX_TRIALS:

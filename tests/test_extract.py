@@ -149,3 +149,32 @@ def test_a_size_short_name_the_model_type_lacks_is_said_not_dropped():
     assert tuple(inputs[0].shape) == (1, 3, 96, 96)
     with pytest.raises(ValueError, match="heads= sets none of ResNetConfig's sizes"):
         hf_models.build("resnet:heads=4", 1, 16)
+
+
+def test_the_reference_output_leaves_the_inputs_as_they_were():
+    """A model that changes its input in place (``x.mul_(2)``): its reference output was computed on the very
+    tensors the tuned build then ran on, and a right network differed from PyTorch's output."""
+    import torch
+
+    from costlab.datasets.extract import reference_output
+
+    class InPlace(torch.nn.Module):
+        def forward(self, x):
+            x.mul_(2)
+            return x + 1
+
+    x = torch.ones(2, 3)
+    out = reference_output(InPlace(), (x,))
+    assert torch.equal(x, torch.ones(2, 3)) and (out == 3).all()
+
+
+def test_batch_and_seq_len_are_refused_for_a_function_network(tmp_path):
+    """--batch and --seq-len size a transformers model; a MODULE:FUNCTION network is tuned at its function's
+    example inputs, so they were ignored (and recorded as if they had sized it)."""
+    from costlab.common.errors import UsageError
+    from costlab.export.tune import TuneOptions
+
+    with pytest.raises(UsageError, match="MODULE:FUNCTION network is tuned at the example inputs"):
+        TuneOptions(str(tmp_path / "w"), network="mymodels:make", batch=8).check()
+    TuneOptions(str(tmp_path / "w"), network="mymodels:make").check()
+    TuneOptions(str(tmp_path / "w"), network="bert:layers=2", batch=8).check()

@@ -502,3 +502,28 @@ def test_model_led_passes_over_the_first_rounds_its_database_has_filled():
 
     assert [start_round(n) for n in (0, 7, 8, 23, 24, 55, 56, 500)] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert start_round(5, (4,)) == 1 and start_round(5, ()) == 0
+
+
+def test_no_search_runs_when_no_program_fits_before_the_deadline():
+    """When the last batch's seconds per program say none fits before --max-seconds (or no trial is left), a
+    round's search would be thrown away (its batch cut to nothing): a network's every live task ran one before
+    the run ended. It is not started."""
+    import time
+
+    from costlab.export.search.timed import RoundClock, TimedSearch
+
+    class Inner:
+        calls = 0
+
+        def generate_measure_candidates(self):
+            Inner.calls += 1
+            return []
+
+    clock = RoundClock(deadline=time.time() + 30)
+    clock.per_program_s = 100.0
+    assert TimedSearch(Inner(), clock).generate_measure_candidates() is None
+    assert Inner.calls == 0 and clock.stopped_by_deadline
+    clock.per_program_s, clock.stopped_by_deadline = 1.0, False
+    assert not clock.nothing_fits()
+    clock.trials_left = 0
+    assert clock.nothing_fits()

@@ -294,3 +294,20 @@ def test_a_continued_network_run_starts_each_tasks_gain_from_its_best_in_the_dat
     assert all(row["rounds"] == 0 for row in start)
     # the summary's microseconds are rounded to 3 places
     assert sorted(row["best_us"] for row in start) == pytest.approx(bests, abs=6e-4)
+
+
+def test_a_continued_runs_never_measured_tasks_get_their_first_round_first():
+    """A continued run's scheduler sees every task without a round; the tasks the earlier run measured (a finite
+    start_best) went first in task order and could spend what was left, so an unmeasured task got no trial."""
+    states = [TaskState(start_best=1e-3), TaskState(start_best=2e-3), TaskState()]
+    assert choose(states, FakeGains({0: 0.1, 1: 0.1, 2: 0.1})) == 2
+    states[2].bests.append(5e-3)
+    assert choose(states, FakeGains({0: 0.1, 1: 0.1, 2: 0.1})) == 0  # then the measured ones, in task order
+
+
+def test_a_task_that_stopped_improving_fades_towards_no_gain():
+    """The prior's weight was decay ** n with n counted in the 5-round window: a task that never improved kept a
+    gain of about 0.008 however many rounds it had, and a heavy one took every round from improving tasks."""
+    p = ProgressGainPredictor()
+    gains = [p.gain(0, TaskState(bests=[50e-6] * n)) for n in (5, 10, 40)]
+    assert gains[0] > gains[1] > gains[2] and gains[2] < 1e-4

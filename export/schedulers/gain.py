@@ -1,7 +1,9 @@
 """A MetaSchedule task scheduler by predicted gain (HARL's idea): trials go where they are expected to save
 the most end-to-end time per second of tuning.
 
-Every task first gets one round, in task order. After that each round goes to the live task with the largest
+Every task first gets one round, in task order, those with no valid program in the database first (a continued
+run's unmeasured tasks are not left the trials its measured ones leave: often none). After that each round goes to
+the live task with the largest
 
     priority = weight x best latency x predicted relative improvement of its next round / seconds per round
 
@@ -138,7 +140,7 @@ class ProgressGainPredictor:
                 r = max(0.0, (before - after) / before)
             w = self.decay ** age
             num, den = num + w * r, den + w
-        n = max(len(bests) - 1, 0)
+        n = max(history.rounds - 1, 0)  # all its rounds of evidence, not the window's: a stalled task fades to 0
         w0 = self.decay ** n
         return (num + w0 * self.prior) / (den + w0)
 
@@ -157,14 +159,15 @@ def priority(state: TaskState, gain: float) -> float:
 
 def choose(states: Sequence[TaskState], predictor: GainPredictor) -> int:
     """The task of the next round, or -1 when every task is finished: the first (lowest id) live task without a
-    round; else the live task of largest ``priority`` (ties: the lowest id); tasks with no valid program yet
-    only when no live task has one (the one with the fewest rounds)."""
+    round (one whose ``start_best`` is inf first: no earlier run measured it); else the live task of largest
+    ``priority`` (ties: the lowest id); tasks with no valid program yet only when no live task has one (the one with
+    the fewest rounds)."""
     alive = [i for i, s in enumerate(states) if not s.finished]
     if not alive:
         return -1
     fresh = [i for i in alive if states[i].rounds == 0]
-    if fresh:
-        return fresh[0]
+    if fresh:  # a continued run's never-measured tasks first: its measured ones' first rounds could spend the budget
+        return min(fresh, key=lambda i: (math.isfinite(states[i].start_best), i))
     valid = [i for i in alive if math.isfinite(states[i].best)]
     if not valid:
         return min(alive, key=lambda i: (states[i].rounds, i))

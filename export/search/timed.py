@@ -61,6 +61,17 @@ class RoundClock:
             return True
         return False
 
+    def nothing_fits(self) -> bool:
+        """No candidate could be measured now: the trials are spent, or the last batch's seconds per program say
+        none fits before the deadline. A search then would be thrown away (``affordable`` cuts its batch to
+        nothing), and a network's every live task would run one before the run ends."""
+        if self.trials_left is not None and self.trials_left <= 0:
+            return True
+        if self.deadline is not None and self.per_program_s and self.deadline - time.time() < self.per_program_s:
+            self.stopped_by_deadline = True
+            return True
+        return False
+
     def affordable(self, n: int, first: bool = False) -> int:
         """How many of a batch of ``n`` candidates may be measured: no more than the trials left, and no more than
         fit before the deadline at the last batch's seconds per program; counted against the trials left.
@@ -133,7 +144,7 @@ class TimedSearch(PySearchStrategy):
         self.inner.post_tuning()
 
     def generate_measure_candidates(self):
-        if self.clock.expired():
+        if self.clock.expired() or self.clock.nothing_fits():
             return None
         t0 = time.perf_counter()
         out = self.inner.generate_measure_candidates()
