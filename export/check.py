@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from costlab.common.errors import last_line
 from costlab.common.host import usable_cores
 from costlab.datasets.records import record_latency
 from costlab.metaschedule.targets import device_of, is_gpu
@@ -183,7 +184,9 @@ def check_tasks(database, items: list, target, top: int = 3, seed: int = 0, time
     ``progress(i)`` is called as task i's programs are checked (a task with nothing measured: at once)."""
     contenders = [_contenders(database, mod, top, records, skip) for mod, records, skip in items]
     todo = [i for i, recs in enumerate(contenders) if recs]
-    jobs = [(items[i][0], [replay(items[i][0], rec.trace, seed + 1).mod for rec in contenders[i]]) for i in todo]
+    # a record whose trace does not replay on the task (a database edited, another TVM) is failed, not checked
+    replayed = [[_replayed(items[i][0], rec, seed + 1) for rec in contenders[i]] for i in todo]
+    jobs = [(items[i][0], [m for m in progs if not isinstance(m, str)]) for i, progs in zip(todo, replayed)]
     tjson = plain_json(target.export())
     if progress is not None:
         for i, recs in enumerate(contenders):
@@ -194,13 +197,22 @@ def check_tasks(database, items: list, target, top: int = 3, seed: int = 0, time
     verdicts = _verdicts_of(jobs, tjson, seed, timeout, workers,
                             None if progress is None else (lambda j: progress(todo[j])))
     answers = [dict(status="none", best_us=None, checked=[], record=None, tried=[]) for _ in items]
-    for i, (mod, scheduled), got in zip(todo, jobs, verdicts):
+    for i, (mod, scheduled), got, progs in zip(todo, jobs, verdicts, replayed):
         if len(scheduled) > 1 and all(v.startswith(WORKER_ENDED) and "TimeoutError" not in v for v in got):
             # one program that crashes the process (an out-of-bounds read) ended the check of all: each on its
             # own (not after a timeout: each would take the whole timeout again)
             got = [_verdicts(mod, [s], tjson, seed, timeout)[0] for s in scheduled]
-        answers[i] = _answer(contenders[i], got)
+        checked = iter(got)
+        answers[i] = _answer(contenders[i], [m if isinstance(m, str) else next(checked) for m in progs])
     return answers
+
+
+def _replayed(mod, record, seed: int):
+    """The record's program (its trace replayed on ``mod``), or the verdict of a trace that does not replay."""
+    try:
+        return replay(mod, record.trace, seed).mod
+    except Exception as exc:  # noqa: BLE001  TVM's error of a trace that does not apply to this workload
+        return f"failed: its trace does not replay on the task ({last_line(exc)[:160]})"
 
 
 def check_task(database, mod, target, top: int = 3, seed: int = 0, timeout: float = 300.0,

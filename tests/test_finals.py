@@ -289,3 +289,24 @@ def test_a_gathers_indices_stay_inside_the_table_it_reads():
     out = te.compute((64, 16), lambda i, j: table[ids[i], j], name="out")
     mod = tvm.IRModule({"main": te.create_prim_func([table, ids, out])})
     assert _compare_worker(mod, [mod, mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok", "ok"]
+
+
+def test_a_record_whose_trace_does_not_replay_is_failed_not_a_traceback(tmp_path):
+    """A contender whose trace does not apply to the task (a database edited by hand, another TVM) ended the
+    check, and the run after its search, in a traceback; it is failed with what TVM said, and the check goes on."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.check import check_task
+
+    db, mod, target, _ = _lucky_database(tmp_path / "w")
+    small = workload_json_mod(te_workload_task("GMM:1,16,16,16")[1])
+    sch = Schedule(small)
+    sch.split(sch.get_loops(sch.get_sblock("Z"))[1], [4, 4])
+    conv = workload_json_mod(te_workload_task("C2D:1,8,8,4,4,3,1,1")[1])  # has no block "Z"
+    rec = ms.database.TuningRecord(sch.trace, db.commit_workload(conv), [3e-7], target,
+                                   ms.arg_info.ArgInfo.from_prim_func(conv["main"]))
+    out = check_task(db, conv, target, records=[rec])
+    assert out["status"] == "wrong" and out["record"] is None
+    assert out["checked"][0]["result"].startswith("failed: its trace does not replay on the task")
