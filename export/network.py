@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from costlab.export.check import HALF_RTOL
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json
 
@@ -112,11 +113,23 @@ def build(mod, target, database=None):
         return relax.build(mod, target=target, relax_pipeline=pipeline), tuple(matched)
 
 
+def output_tolerances(reference, rtol: float = 1e-3) -> tuple[float, float]:
+    """``(rtol, atol)`` a network's output is checked with: ``rtol``, and an absolute 1e-4 of the output's largest
+    finite magnitude (at least 1) for elements near zero; a float16 output the float16 tolerances of a task's
+    check (``check.HALF_RTOL``, of that magnitude too): its sums round at every add, in another order than
+    PyTorch's, and a network of programs each task's check accepted would differ."""
+    ref = np.asarray(reference)
+    values = np.abs(ref[np.isfinite(ref)].astype(np.float64))
+    scale = max(1.0, float(values.max(initial=0.0)))
+    if ref.dtype == np.float16:
+        return max(rtol, HALF_RTOL), HALF_RTOL * scale
+    return rtol, 1e-4 * scale
+
+
 def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> dict:
     """The compiled network's output on ``inputs`` against PyTorch's (``reference``): ``status`` ok when every
-    element is within ``rtol`` of it (plus an absolute 1e-4 of the output's largest finite magnitude, for elements
-    near zero) and every element PyTorch computes as inf or NaN is the same, else differs, with the largest
-    difference of the finite elements."""
+    element is within the tolerances of it (``output_tolerances``) and every element PyTorch computes as inf or
+    NaN is the same, else differs, with the largest difference of the finite elements."""
     import tvm
     from tvm import relax
 
@@ -136,7 +149,7 @@ def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> d
         why = ([f"{unfinite} of {got.size} output elements are not finite where PyTorch's are"] if unfinite else []) + (
             [f"{special} of {got.size} differ from PyTorch's inf or NaN there"] if special else [])
         return dict(status="differs", reason="; ".join(why))
-    atol = 1e-4 * max(1.0, float(np.abs(ref[finite]).max(initial=0.0)))
+    rtol, atol = output_tolerances(reference, rtol)
     diff = np.abs(got[finite] - ref[finite])
     ok = bool(np.all(diff <= atol + rtol * np.abs(ref[finite])))
     return dict(status="ok" if ok else "differs", max_abs_diff=float(diff.max(initial=0.0)), rtol=rtol, atol=atol)

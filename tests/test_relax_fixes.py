@@ -73,6 +73,19 @@ def test_the_network_compiles_and_computes_what_pytorch_does():
 
 
 
+def test_a_float16_network_output_is_checked_with_a_tasks_float16_tolerances():
+    """A float16 network's sums round at every add, in another order than PyTorch's: its output was held to
+    float32's 1e-3, so programs each task's check accepted (within 2 % of the output's magnitude) made the network
+    differ. A float32 output keeps its tolerances."""
+    from costlab.export.check import HALF_RTOL
+    from costlab.export.network import output_tolerances
+
+    ref = np.array([[0.5, -8.0], [2.0, np.inf]])
+    assert output_tolerances(ref.astype(np.float32)) == (1e-3, 8e-4)
+    assert output_tolerances(ref.astype(np.float16)) == (HALF_RTOL, HALF_RTOL * 8.0)
+    assert output_tolerances(np.zeros(3, np.float16)) == (HALF_RTOL, HALF_RTOL)
+
+
 class _LogRelu(torch.nn.Module):
     """log(relu(x)): -inf wherever x <= 0, as log-probabilities and masked scores have."""
 
