@@ -114,6 +114,9 @@ def torch_fn_model(spec: str):
     try:
         module = importlib.import_module(mod_name)
     except ImportError as exc:
+        if hf_models.is_model_type(mod_name):  # bert:foo: a transformers model whose options are no KEY=VALUE
+            raise ValueError(f"{mod_name} is a transformers model: its options are KEY=VALUE "
+                             f"({mod_name}:layers=2,hidden=128), not {fn_name!r}") from None
         raise ValueError(f"cannot import {mod_name!r}: {exc}") from None
     except SyntaxError as exc:
         raise ValueError(f"{mod_name!r} has a syntax error: {exc.filename}:{exc.lineno}: {exc.msg}") from None

@@ -107,6 +107,17 @@ def _fixed(arch: str, batch: int, seq_len: int):
     return tf.MobileNetV2Model(cfg), (torch.randn(batch, 3, 64, 64),), False
 
 
+def is_model_type(name: str) -> bool:
+    """Whether ``name`` is a model type a network spec names (``bert``, ``llama``, ...): one of ``FIXED``, or one
+    ``transformers`` knows."""
+    name = name.strip().lower().replace("-", "_")
+    if name in FIXED:
+        return True
+    import transformers as tf  # lazy: transformers takes seconds to import; only a spec that is no module needs it
+
+    return name in tf.CONFIG_MAPPING
+
+
 def _config(name: str, overrides: dict, small: bool = True):
     """The model type's default config with the small sizes (unless ``small`` is False) and the spec's
     overrides applied."""

@@ -178,3 +178,13 @@ def test_batch_and_seq_len_are_refused_for_a_function_network(tmp_path):
         TuneOptions(str(tmp_path / "w"), network="mymodels:make", batch=8).check()
     TuneOptions(str(tmp_path / "w"), network="mymodels:make").check()
     TuneOptions(str(tmp_path / "w"), network="bert:layers=2", batch=8).check()
+
+
+def test_a_transformers_model_with_an_option_that_is_no_key_value_says_so():
+    """``--network bert:foo`` read as MODULE:FUNCTION said it could not import a module 'bert'."""
+    from costlab.datasets.extract import torch_fn_model
+
+    with pytest.raises(ValueError, match="bert is a transformers model: its options are KEY=VALUE"):
+        torch_fn_model("bert:foo")
+    with pytest.raises(ValueError, match="cannot import 'no_such_module_here'"):
+        torch_fn_model("no_such_module_here:f")
