@@ -32,7 +32,7 @@ import numpy as np
 
 from costlab.common.errors import UsageError
 from costlab.common.files import write_atomically
-from costlab.common.host import describe_host, host_info
+from costlab.common.host import describe_host, host_info, same_host
 from costlab.costmodels import kinds
 from costlab.costmodels.predictors import weights_sha256
 from costlab.costmodels import metrics
@@ -152,8 +152,16 @@ def main(argv=None) -> int:
     results = a.out / "results.json"
     state = json.loads(results.read_text()) if results.exists() else {}
     host = host_info()
-    state.setdefault("host", describe_host(host))
     state.setdefault("cells", {})
+    # a cell's seconds are this machine's: cells of another host are not continued (a file written before the
+    # host record was kept whole holds its description only)
+    old_host = state.get("host_info") or state.get("host")
+    if state["cells"] and old_host is not None and not (
+            same_host(old_host, host) if isinstance(old_host, dict) else old_host == describe_host(host)):
+        raise SystemExit(f"{results} holds cells of another host ({state['host']}, this one is "
+                         f"{describe_host(host)}): use another --out")
+    state.setdefault("host", describe_host(host))
+    state.setdefault("host_info", host)
     mine = dict(model_sha256=weights_sha256(a.model), held_out=a.held_out,
                 recipes={r: RECIPES[r].to_dict() for r in recipes})
     # cells of another model, held-out count or recipe settings are not cells of this table: a resumed run
@@ -194,11 +202,17 @@ def main(argv=None) -> int:
         held, pool = perm[: a.held_out], perm[a.held_out:]
         for k in ks:
             key = f"s{s}/k{k}"
-            if k > len(pool) or key in state["cells"]:
+            done = state["cells"].get(key)
+            todo = [r for r in recipes if r not in done] if done else recipes  # a recipe added since: its cells
+            if k > len(pool) or (done and not todo):
                 continue
             t0 = time.perf_counter()
-            state["cells"][key] = run_cell(pred0, feats, psa_scores, task, latency, held, pool[:k], recipes, s)
-            state["cells"][key]["seconds"] = round(time.perf_counter() - t0, 1)
+            cell = run_cell(pred0, feats, psa_scores, task, latency, held, pool[:k], todo, s)
+            if done:  # the cell's other arms as they were computed, the added recipes beside them
+                cell = {**done, **{r: cell[r] for r in todo}}
+            else:
+                cell["seconds"] = round(time.perf_counter() - t0, 1)
+            state["cells"][key] = cell
             write_atomically(results, json.dumps(state, indent=1).encode())
             print(f"  {key}: " + "  ".join(f"{arm} {v['top1']:.3f}" for arm, v in state["cells"][key].items()
                                             if isinstance(v, dict)), file=sys.stderr, flush=True)

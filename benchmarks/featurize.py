@@ -97,6 +97,9 @@ def main(argv=None) -> int:
         n = ds.num_records(platform)
         rows = np.arange(min(n, args.limit) if args.limit else n)
         tasks = len(np.unique(ds.records(platform).column("task", rows)))
+        from costlab.common.host import describe_host, host_info
+
+        print(f"host: {describe_host(host_info())}")  # the records/s below are this machine's
         print(f"{args.data}: platform {platform}, {rows.size} records of {tasks} tasks")
         per_store_baseline(ds, platform, rows[:1])  # warm-up
         base_total, base_extract, base_n = per_store_baseline(ds, platform, rows)

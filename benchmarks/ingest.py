@@ -261,7 +261,10 @@ def main() -> None:
             for f in src_files:  # free the disk as we go
                 f.unlink()
 
+    from costlab.common.host import describe_host, host_info
+
     print()
+    print(f"host: {describe_host(host_info())}")  # the seconds and records/s below are this machine's
     print(f"{'importer':8} {'records':>9} {'added':>9} {'seconds':>8} {'records/s':>10} {'vs 50k/s':>8} "
           f"{'RSS before':>10} {'RSS peak':>9} {'in B/rec':>8} {'out B/rec':>9}")
     for kind, n, r in rows:

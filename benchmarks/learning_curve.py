@@ -124,7 +124,7 @@ def train(data: Path, run: Path, tasks: list[int], all_tasks: int, keep: float, 
         trained = json.loads(config.read_text()).get("training", {}).get("epochs")
         if trained is None or trained == args.epochs:  # the summary's epochs: the count Lightning completed
             return run
-        shutil.rmtree(run)  # trained for another number of epochs than asked now: trained again
+        shutil.rmtree(run)  # trained for another number of epochs than asked now: trained again (its seconds too)
     name = f"curve-{run.name}"
     _store(data, name, set(range(all_tasks)) - set(tasks))
     sets = ["net.d_model=128", "data_options.lists_per_batch=4", "data_options.val_fraction=0.1",
@@ -188,9 +188,15 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="", help="models scored beside the curve on the same held-out sets (names "
                    "or paths, e.g. x86-cpu-v1)")
     args = p.parse_args(argv)
-    from costlab.common.host import describe_host, host_info
+    from costlab.common.host import describe_host, host_difference, host_info, same_host
 
     args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "results.json"
+    old = json.loads(results_path.read_text()) if results_path.exists() else None
+    if old is not None and not same_host(old.get("host") or {}, host_info()):  # before hours of unpacking, training
+        # a CPU model's name ("AMD EPYC") is no host: rows of two machines would be one table under one host
+        raise SystemExit(f"{results_path} holds rows of another host ({describe_host(old.get('host') or {})}; "
+                         f"{host_difference(old.get('host') or {}, host_info())}): use another --out")
     kinds = args.kinds.split(",")
     data = {source: unpack(args.out, source) for source in PACKS}
     if any(KINDS[k].source == "cpus" for k in kinds):
@@ -200,15 +206,12 @@ def main(argv=None) -> int:
     orders = {"trajectory": traj_order} | {source: training_tasks(data[source], banned, args.seed)[0]
                                            for source in data if source != "trajectory"}
     held = {arm: heldout_trajectories.build(args.out, arm) for arm in ("a", "a1000")}
-    results_path = args.out / "results.json"
     sets = {"a": (held["a"], None), "a1000": (held["a1000"], None),
             "traj-heldout": (data["trajectory"], HELD_OUT_SPLIT)}
     results = dict(host=host_info(), at=time.strftime("%Y-%m-%d %H:%M:%S"), settings=vars(args) | {"out": str(args.out)},
                    heldout_tasks=len(traj_heldout), scores=[])
-    if results_path.exists():  # an earlier invocation's rows (other kinds, sizes or models) are kept
-        old = json.loads(results_path.read_text())
-        if old.get("host", {}).get("cpu_model") == results["host"].get("cpu_model"):
-            results["scores"] = old["scores"]
+    if old is not None:  # an earlier invocation's rows (other kinds, sizes or models), of this host, are kept
+        results["host"], results["scores"] = old["host"], old["scores"]
 
     def add(row: dict) -> None:
         row = row | {"seed": args.seed, "epochs": args.epochs}  # a row of other settings is another row
@@ -232,7 +235,18 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             run = train(data[source], args.out / f"{kind}-n{len(tasks)}-s{args.seed}", tasks, n_tasks, keep,
                         platform, args, extra)
-            row = dict(kind=kind, tasks=len(tasks), seconds=round(time.perf_counter() - t0, 1))
+            spent = run / "train_seconds.json"  # a model trained before is reused: its own training's seconds
+            if spent.exists():
+                seconds = json.loads(spent.read_text())["seconds"]
+            else:
+                seconds = round(time.perf_counter() - t0, 1)
+                earlier = [r.get("seconds") for r in results["scores"] if r.get("kind") == kind
+                           and r.get("tasks") == len(tasks) and r.get("seed", args.seed) == args.seed
+                           and r.get("epochs", args.epochs) == args.epochs and r.get("seconds")]
+                if seconds < 1 and earlier:  # reused, trained before this file was written: the row's figure
+                    seconds = earlier[0]
+                write_atomically(spent, json.dumps(dict(seconds=seconds)).encode())
+            row = dict(kind=kind, tasks=len(tasks), seconds=seconds)
             for on, (path, split) in sets.items():
                 add(row | {"on": on} | score(run / "model", path, split))
     # the table and the plot: this invocation's seed and epochs (results.json keeps the rows of others)

@@ -110,6 +110,9 @@ def main(argv=None) -> int:
 
     with open_dataset(args.data) as ds:
         platform = args.platform or max(ds.record_platforms(), key=ds.num_records)
+        from costlab.common.host import describe_host, host_info
+
+        print(f"host: {describe_host(host_info())}")  # the ms/record below are this machine's
         print(f"{args.data}: platform {platform}, keep {args.keep:.0%} of each task's candidates")
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
             rows, per_rec, stats = evaluate(ds, platform, mode, args.keep, args.min_records)

@@ -239,11 +239,40 @@ def test_the_adapt_benchmark_continues_only_its_own_cells(zen5, tmp_path):
     for stored, message in ((dict(model_sha256="0" * 64), "another model_sha256"),
                             (dict(model_sha256=weights_sha256("x86-cpu"), held_out=7), "another held_out"),
                             (dict(model_sha256=weights_sha256("x86-cpu"), held_out=2, data_records_sha256="0"),
-                             "holds cells of other records")):
+                             "holds cells of other records"),
+                            (dict(host="Intel Xeon Platinum 8358 (family 6 model 106), 2 threads"),
+                             "holds cells of another host")):
         (out / "results.json").write_text(json.dumps(dict(stored, cells=cell)))
         with pytest.raises(SystemExit, match=message):
             adapt.main(argv)
         assert json.loads((out / "results.json").read_text())["cells"] == cell  # left as it was
+
+
+def test_a_recipe_added_when_the_adapt_benchmark_continues_is_computed_for_the_cells_done(zen5, tmp_path,
+                                                                                            monkeypatch):
+    """A cell counted as done once it existed, whatever recipes it held: a recipe added on a continued run was
+    recorded in the settings and never computed. The cells done get just the added recipe, the rest kept."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import adapt
+
+    asked = []
+
+    def cell(pred0, feats, psa_scores, task, latency, held, train_tasks, recipes, seed):
+        asked.append(list(recipes))
+        figures = dict(top1=0.5, top5=0.9, pairwise=0.7)
+        return {"zero-shot": figures, **{r: figures for r in recipes}}
+
+    monkeypatch.setattr(adapt, "run_cell", cell)
+    out = tmp_path / "adapt"
+    argv = ["--data", str(zen5), "--out", str(out), "--k", "1", "--splits", "1", "--held-out", "2"]
+    adapt.main([*argv, "--recipes", "safe"])
+    adapt.main([*argv, "--recipes", "safe,last"])
+    assert asked == [["safe"], ["last"]]
+    (got,) = json.loads((out / "results.json").read_text())["cells"].values()
+    assert set(got) >= {"zero-shot", "safe", "last", "seconds"}
 
 
 def test_a_guarded_recipe_with_nothing_to_hold_out_keeps_the_pretrained_weights(tmp_path):

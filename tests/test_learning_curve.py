@@ -41,3 +41,19 @@ def test_held_out_tasks_are_never_trained_on(tmp_path, monkeypatch):
         ban = {ds.tasks[order[0]].workload_hash}
     other, none, _ = lc.training_tasks(data, ban, seed=0)
     assert none == [] and order[0] not in other and min(measured) in other
+
+
+def test_rows_of_another_host_are_refused_before_anything_is_unpacked(tmp_path):
+    """The rows of an earlier invocation were kept when only the CPU model's name matched ("AMD EPYC": a Zen 4's
+    rows labelled as this Zen 5's); another host is refused, at once, naming the difference."""
+    import json
+
+    import pytest
+
+    from costlab.common.host import host_info
+
+    other = dict(host_info(), family="25", model="17")
+    (tmp_path / "results.json").write_text(json.dumps(dict(host=other, scores=[{"kind": "x"}])))
+    with pytest.raises(SystemExit, match="holds rows of another host"):
+        lc.main(["--out", str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
