@@ -64,7 +64,8 @@ def _value(text: str):
 
 
 def network_name(spec: str, batch: int, seq_len: int, is_text: bool) -> str:
-    """The network's name in the dataset: ``bert-b1-s32``, ``llama-layers4-hidden256-b1-s64``, ``vit-b1``."""
+    """The network's name in the dataset: ``bert-b1-s32``, ``llama-hidden256-layers4-b1-s64`` (sizes in key order),
+    ``vit-b1``."""
     name, overrides = parse_spec(spec)
     parts = [name] + [f"{k}{v}" for k, v in sorted(overrides.items())]
     return "-".join(parts) + f"-b{batch}" + (f"-s{seq_len}" if is_text else "")

@@ -64,6 +64,9 @@ def _check_output(out: str, archive: bool, force: bool) -> Path:
     if path.suffix == ".ckpt":  # every loader reads a .ckpt path as a training checkpoint: no command would load it
         raise UsageError(f"-o {out}: a .ckpt name is a training checkpoint's; name the model otherwise (a directory, "
                          "or with --archive a .tar or .costlab file)")
+    if archive and path.suffix.lower() in (".gz", ".tgz", ".bz2", ".xz", ".zst"):  # written as a plain tar
+        raise UsageError(f"-o {out}: --archive writes an uncompressed tar (safetensors do not compress); name it "
+                         f".tar or .costlab, not {path.suffix}")
     # missing folders on the way are made when the model is written: the nearest one that exists must take them
     parent = path.parent if str(path.parent) else Path(".")
     while not parent.exists() and parent != parent.parent:

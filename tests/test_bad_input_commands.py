@@ -361,6 +361,8 @@ CASES = {
                                         "d.h5: is damaged: HDF5 could not read its data"),
     "import into a damaged chunk": (lambda c: ["dataset", "import-ms", MS_DB, "-o", _damaged_chunk(c, "program_id"),
                                                "--platform", PLATFORM], "d.h5: is damaged: HDF5 could not read its data"),
+    "export --archive to a compressed name": (lambda c: ["export", c["run"], "-o", c["tmp"] / "m.tar.gz", "--archive"],
+                                              "--archive writes an uncompressed tar"),
     "export to a checkpoint's name": (lambda c: ["export", c["run"], "-o", c["tmp"] / "m.ckpt"],
                                       "a .ckpt name is a training checkpoint's"),
     "featurize with a config file that is not text": (

@@ -96,16 +96,20 @@ def register(sub) -> None:
                       "where it stopped.")
     q.add_argument("data", type=Path, metavar="DATA.h5")
     q.add_argument("--target", default="host", help=TARGET_HELP)
-    q.add_argument("--per-task", type=positive_int("--per-task"), default=32, metavar="N", help="candidates per task")
+    q.add_argument("--per-task", type=positive_int("--per-task"), default=32, metavar="N",
+                   help="candidates per task (default 32)")
     q.add_argument("--platform", help="platform id (default: derived from the target)")
     q.add_argument("--tasks", help="comma-separated task indices or names (default: all MetaSchedule tasks)")
     q.add_argument("--same-programs-as", metavar="PLATFORM",
                    help="measure exactly the programs already measured on PLATFORM (for multi-platform data)")
-    q.add_argument("--batch-size", type=positive_int("--batch-size"), default=16, help="candidates built and run (and saved) at once")
+    q.add_argument("--batch-size", type=positive_int("--batch-size"), default=16,
+                   help="candidates built and run (and saved) at once (default 16)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
-    q.add_argument("--number", type=positive_int("--number"), default=3, help="runs per measurement (averaged by the runner)")
-    q.add_argument("--repeat", type=positive_int("--repeat"), default=1, help="measurements per candidate (raw costs kept)")
+    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build (default 30)")
+    q.add_argument("--number", type=positive_int("--number"), default=3,
+                   help="runs per measurement (averaged by the runner; default 3)")
+    q.add_argument("--repeat", type=positive_int("--repeat"), default=1,
+                   help="measurements per candidate (raw costs kept; default 1)")
     q.add_argument("--rpc-key", help="measure on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)

@@ -16,9 +16,9 @@ from costlab.train.report import write_report
 from costlab.train.run_dir import check_fresh_start, old_checkpoints
 
 
-def _common(q) -> None:
-    q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any config option, e.g. trainer.max_epochs=5 or net.d_model=128 (repeatable)")
+def _common(q, set_help: str = "override any config option, e.g. trainer.max_epochs=5 or net.d_model=128 "
+                                "(repeatable)") -> None:
+    q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=set_help)
     q.add_argument("--epochs", type=positive_int("--epochs"), metavar="N",
                    help="train for N passes over the training records (N >= 1; default 50, or the config's "
                    "trainer.max_epochs); the same as --set trainer.max_epochs=N")
@@ -67,7 +67,8 @@ def register(sub) -> None:
                    help="epochs per momentum round (default 2; with --momentum)")
     q.add_argument("--out", type=directory("--out"), required=True, metavar="RUN_DIR")
     q.add_argument("--overwrite", action="store_true", help="replace the model an existing RUN_DIR holds")
-    _common(q)
+    _common(q, "override a training option of --recipe lightning, e.g. trainer.max_epochs=5 or "
+               "data_options.list_size=16 (repeatable; the net is the pretrained model's: net.* options are refused)")
     q.set_defaults(func=_finetune)
 
     q = sub.add_parser("evaluate", help="evaluate a model or baseline on a dataset split",

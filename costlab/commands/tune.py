@@ -43,7 +43,8 @@ def register(sub) -> None:
     q.add_argument("--batch", type=positive_int("--batch"), default=1, help="batch size of network inputs")
     q.add_argument("--seq-len", type=positive_int("--seq-len"), default=32, help="sequence length of text networks")
     q.add_argument("--target", default="host", help=TARGET_HELP)
-    q.add_argument("--trials", type=int, default=200, help="measured candidates per workload, or for the network")
+    q.add_argument("--trials", type=int, default=200,
+                   help="measured candidates per workload, or for the network (default 200)")
     q.add_argument("--max-seconds", type=float, metavar="S",
                    help="wall-time budget of this run: no round starts after S seconds (the database stays "
                    "complete); the run ends at whichever of --trials and --max-seconds comes first")
@@ -64,14 +65,14 @@ def register(sub) -> None:
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
     q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--per-iter", type=int, default=64, help="candidates measured per round")
+    q.add_argument("--per-iter", type=int, default=64, help="candidates measured per round (default 64)")
     q.add_argument("--first-rounds", default="8,16,32", metavar="N,N,...",
                    help="model-led: candidates measured in the first rounds, before --per-iter (default 8,16,32)")
     q.add_argument("--population", type=int,
                    help="genetic search population (default 512; 256 for model-led, whose model scores every "
                    "generation)")
     q.add_argument("--verify-fraction", type=float, default=0.1,
-                   help="share of the PSA-drafted candidates that the model verifies (draft-verify)")
+                   help="share of the PSA-drafted candidates that the model verifies (draft-verify; default 0.1)")
     q.add_argument("--ms-defaults", action="store_true",
                    help="MetaSchedule's own builder and runner, exactly as tune_tir uses them")
     q.add_argument("--screen", type=float, metavar="RATIO",
@@ -84,7 +85,7 @@ def register(sub) -> None:
     q.add_argument("--final-top", type=int, default=4, metavar="K",
                    help="a network's tasks: measure their K fastest programs (those within 1.15x of the best) again "
                    "together after the search and build the network from the fastest of that measurement (0: the "
-                   "search's fastest as measured)")
+                   "search's fastest as measured; default 4)")
     q.add_argument("--final-measure", choices=FINAL_MEASURES, default="cold",
                    help="how that second measurement times a program on a CPU: cold (default: the caches flushed of "
                    "its weights and output before every run, as the kernel meets them inside the network) or warm "
@@ -93,7 +94,7 @@ def register(sub) -> None:
                    help="that second measurement measures each task's untuned program (DLight's schedule, as a build "
                    "gives a function without a tuned program) too, and a task keeps it where it ran faster: auto "
                    "(default: on a GPU; a CPU's untuned programs are unscheduled loops, slow to measure), on, off")
-    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build")
+    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build (default 30)")
     q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
@@ -105,7 +106,7 @@ def register(sub) -> None:
                    "class from this dataset or work dir (costlab transfer; repeatable); the search starts from them")
     q.add_argument("--transfer-top", type=int, default=4, metavar="K",
                    help="programs transferred per task (from --transfer-from, and from the library), within the "
-                   "task's share of --trials (a network's: --trials over its tasks, at least 1)")
+                   "task's share of --trials (a network's: --trials over its tasks, at least 1; default 4)")
     q.add_argument("--library", metavar="DIR",
                    help="the schedule library's folder (default $COSTLAB_LIBRARY, else ~/.cache/costlab/library): "
                    "each task starts from the --transfer-top best programs of its kernel class tuned before (this "
