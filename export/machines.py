@@ -63,3 +63,15 @@ def refuse_other_machine(target, run, work, advice: str) -> None:
         raise UsageError(f"--target {describe_machine(target)} is not the machine of the run in {work} "
                          f"({describe_machine(run)}): its records were measured there and would be compared with "
                          f"this target's; {advice}")
+    if run is not None and None not in (cores := (_cores(target), _cores(run))) and cores[0] != cores[1]:
+        # the threads a kernel runs on are part of the platform (llvm-znver5-2c): 1 and 2 threads time apart
+        raise UsageError(f"--target runs kernels on {cores[0]} cores, the run in {work} on {cores[1]} "
+                         f"(num-cores): its records were measured so and would be compared with this target's; "
+                         f"{advice}")
+
+
+def _cores(target) -> int | None:
+    """A CPU target's ``num-cores`` (None for a GPU, or when it names none)."""
+    attrs = target.export()
+    cores = attrs.get("num-cores") if str(attrs.get("kind")) == "llvm" else None
+    return int(cores) if cores else None

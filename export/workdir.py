@@ -56,6 +56,7 @@ class WorkDir:
     EXPLOIT_STATE = "exploit_state.json"
     TRANSFER_STATE = "transfer.json"
     LIBRARY_STATE = "library_start.json"
+    HOST = "costlab_host.json"  # the host that measured a work dir no run record names (an exploit of tune_tir's)
     RESULT = "result"  # a MetaSchedule database of the run's result: per task the program it chose
 
     def __init__(self, path):
@@ -120,6 +121,10 @@ class WorkDir:
     def library_state(self) -> Path:
         return self.path / self.LIBRARY_STATE
 
+    @property
+    def host_file(self) -> Path:
+        return self.path / self.HOST
+
     def has_database(self) -> bool:
         return self.records_file.is_file() and self.workloads_file.is_file()
 
@@ -153,7 +158,7 @@ class WorkDir:
         cannot be read (what it holds is then checked by the command that needs it all, ``run_record``)."""
         try:
             return json.loads(self.run_file.read_text()).get(key)
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             return None
 
     def run_record(self) -> dict | None:
@@ -168,11 +173,21 @@ class WorkDir:
         transfer's); None when none is recorded."""
         host = self.recorded("host")
         if host is None and not self.run_file.exists():
-            try:
-                host = json.loads(self.transfer_state.read_text()).get("host")
-            except (OSError, ValueError, AttributeError):
-                host = None
+            for state in (self.host_file, self.transfer_state):  # what measured here when no run record says
+                try:
+                    host = json.loads(state.read_text()).get("host")
+                except (OSError, ValueError, AttributeError):
+                    host = None
+                if isinstance(host, dict):
+                    break
         return host if isinstance(host, dict) else None
+
+    def claim_host(self) -> None:
+        """Record this machine as the work dir's measuring host when nothing names one yet (no run record, no
+        transfer's): a command that measures into a work dir tune_tir made, so that another machine is refused
+        there later (``check_same_host``)."""
+        if self.host() is None and not self.run_file.exists():
+            write_atomically(self.host_file, json.dumps(dict(host=host_info()), indent=1).encode())
 
     def write_run_record(self, record: dict) -> None:
         write_atomically(self.run_file, json.dumps(record, indent=2).encode())
@@ -259,7 +274,7 @@ def _json_object(path: Path, advice: str, key: str | None = None) -> dict:
     naming it: "is damaged (why)" and ``advice``."""
     try:
         state = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise InputError(path, f"is damaged ({type(exc).__name__}){advice}") from None
     if key is None and not isinstance(state, dict):
         raise InputError(path, f"is damaged (not a JSON object){advice}")

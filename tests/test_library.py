@@ -228,6 +228,36 @@ def test_a_damaged_library_is_one_clear_error(tmp_path, capsys):
     assert "library.json" in capsys.readouterr().err
 
 
+def test_a_damaged_compressed_or_deeply_nested_library_is_one_line(tmp_path, capsys):
+    """A .json.gz library damaged inside (zlib.error) and JSON nested too deep (RecursionError) were tracebacks
+    naming no file; a damaged starter library stopped every tune."""
+    import gzip
+
+    bad = tmp_path / "corrupt.json.gz"
+    raw = bytearray(gzip.compress(b'{"costlab_library": 1, "entries": {}}' * 50))
+    raw[20:40] = b"\xff" * 20
+    bad.write_bytes(bytes(raw))
+    root = tmp_path / "lib"
+    (root / _platform()).mkdir(parents=True)
+    (root / _platform() / "library.json").write_text('{"a": ' + "[" * 200000 + "]" * 200000 + "}")
+    for argv, name in ((["library", "add", str(bad), "--library", str(tmp_path / "other")], "corrupt.json.gz"),
+                       (["library", "list", "--library", str(root)], "library.json")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and f"{name}: is not a readable schedule library" in err, err
+
+
+def test_a_library_platform_is_a_platform_id_never_a_path(tmp_path, capsys):
+    """`library add --platform ..` wrote the library outside the libraries' folder, where nothing lists it."""
+    from costlab.common.errors import UsageError
+    from costlab.export.library.store import read_library
+
+    for platform in ("..", "a/b", "llvm znver5 2c"):
+        with pytest.raises(UsageError, match="bad platform id"):
+            read_library(tmp_path / "lib", platform)
+    assert not (tmp_path / "library.json").exists()
+
+
 def test_a_run_adds_the_program_its_check_vouched_for_when_a_second_measurement_reordered_them():
     """A network's check follows the order of its second measurement (finals), not the database's. Finals
     put the database's second fastest (B) first; B computed a wrong result and the fastest (A) the right one:

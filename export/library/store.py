@@ -31,12 +31,14 @@ import logging
 import math
 import os
 import time
+import zlib
 from pathlib import Path
 
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
 from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.locks import take_lock
+from costlab.datasets.names import check_platform_id
 from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, write_database
 from costlab.metaschedule.traces import trace_text
 
@@ -95,7 +97,8 @@ class Library:
         try:
             raw = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
             data = json.loads(raw)
-        except (OSError, ValueError, EOFError) as exc:
+        # zlib.error: a .json.gz damaged inside; RecursionError: JSON nested too deep
+        except (OSError, ValueError, EOFError, zlib.error, RecursionError) as exc:
             raise InputError(file, f"is not a readable schedule library ({type(exc).__name__}: {exc})") from None
         if (not isinstance(data, dict) or data.get("costlab_library") != FORMAT
                 or not isinstance(data.get("entries"), dict)):
@@ -262,7 +265,7 @@ class Library:
 def open_library(root, platform: str):
     """The library of ``platform`` under ``root``, locked for writing while the ``with`` block runs; saved when
     it ends normally."""
-    folder = Path(root) / platform
+    folder = Path(root) / _platform_folder(platform)
     if folder.exists() and not folder.is_dir():
         raise InputError(folder, "exists and is not a directory (a schedule library folder)")
     try:
@@ -285,7 +288,16 @@ def open_library(root, platform: str):
 def read_library(root, platform: str, say: bool = True) -> Library:
     """The library of ``platform`` under ``root`` for reading (empty when there is none); ``say``: as
     ``Library.load`` takes it."""
-    return Library.load(Path(root) / platform, platform, say=say)
+    return Library.load(Path(root) / _platform_folder(platform), platform, say=say)
+
+
+def _platform_folder(platform) -> str:
+    """``platform`` as the name of its folder under the libraries' root: a platform id (``llvm-znver5-2c``), never a
+    path (``..``, ``a/b``: a library written outside the root, which ``costlab library list`` never shows)."""
+    try:
+        return check_platform_id(platform)
+    except UsageError as exc:
+        raise UsageError(f"{exc} (--platform, or a library file's 'platform')") from None
 
 
 def starter_library() -> list[Library]:
