@@ -405,8 +405,9 @@ def test_a_librarys_bad_entries_are_skipped_counted_said_in_one_line_and_kept(li
 
 def test_bad_entries_and_programs_of_every_kind_are_skipped_and_counted():
     """What every reader of a library uses is checked when it is read: a missing field, a value of another type,
-    an anchor that names no block, a latency that is not a number; an entry none of whose programs is good is
-    skipped whole; the good entries and programs are kept in order."""
+    an anchor that names no block, a latency that is not a finite number above 0 (inf and 0 were taken); an entry
+    none of whose programs is good, or of no programs, is skipped whole; the good entries and programs are kept in
+    order."""
     from costlab.export.library.store import bad_parts
 
     program = dict(trace=[[], []], run_secs=[1e-6], us=1.0, target={"kind": "llvm"}, args_info=[], checked=True)
@@ -418,13 +419,18 @@ def test_bad_entries_and_programs_of_every_kind_are_skipped_and_counted():
                "names": dict(entry, structure=dict(entry["structure"], names=[])),  # a block without its name
                "no-good-program": dict(entry, programs=[dict(program, us="fast")]),
                "some-bad": dict(entry, programs=[dict(program, run_secs=None), program, dict(program, us=float("nan")),
-                                                 dict(program, checked="yes"), 7])}
+                                                 dict(program, checked="yes"), 7]),
+               "no-programs": dict(entry, programs=[]),
+               "latencies": dict(entry, programs=[dict(program, us=float("inf")), dict(program, us=0), program])}
     good, bad = bad_parts(entries)
-    assert good == {"good": entry, "some-bad": dict(entry, programs=[program])}
+    assert good == {"good": entry, "some-bad": dict(entry, programs=[program]),
+                    "latencies": dict(entry, programs=[program])}
     assert [(b["entry"], b.get("program")) for b in bad] == [
         ("not-an-object", None), ("no-name", None), ("anchor", None), ("extents", None), ("names", None),
         ("no-good-program", None),
-        ("some-bad", 0), ("some-bad", 2), ("some-bad", 3), ("some-bad", 4)]
+        ("some-bad", 0), ("some-bad", 2), ("some-bad", 3), ("some-bad", 4),
+        ("no-programs", None), ("latencies", 0), ("latencies", 1)]
+    assert bad[-1]["why"] == "entry latencies: program 1 has a 'us' that is not a finite latency above 0"
     assert bad[0]["why"] == "entry not-an-object is list, not an object"
     assert bad[1]["why"] == "entry no-name has no 'name'"
     assert bad[4]["why"] == "entry names: its structure names 0 blocks but has 1 signatures"

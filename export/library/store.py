@@ -322,6 +322,11 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
+def _latency(value) -> bool:
+    """A measured latency: a finite number above 0 (a program ranked by ``inf`` or 0 would sort first or last)."""
+    return _number(value) and math.isfinite(value) and value > 0
+
+
 def _fields(value, types: dict, optional: dict) -> str | None:
     """What is wrong with the JSON object ``value`` (None: nothing): ``types`` maps the fields it must hold,
     ``optional`` those it may hold, to the test their values must pass and what the test asks."""
@@ -359,7 +364,8 @@ STRUCTURE_FIELDS = dict(names=(_list_of(_of(str)), "a list of strings"),
                         signatures=(_list_of(_of(str)), "a list of strings"), anchor=(_is_int, "an integer"),
                         extents=(_list_of(_is_int), "a list of integers"))
 PROGRAM_FIELDS = dict(trace=(_of(list), "a list"), run_secs=(_list_of(_number), "a list of numbers"),
-                      us=(_number, "a number"), target=(_of(dict), "an object"), args_info=(_of(list), "a list"))
+                      us=(_latency, "a finite latency above 0"), target=(_of(dict), "an object"),
+                      args_info=(_of(list), "a list"))
 OPTIONAL_PROGRAM_FIELDS = dict(checked=(_of(bool), "true or false"), source=(_of(str), "a string"),
                                added=(_number, "a number"))
 
@@ -384,6 +390,9 @@ def bad_parts(entries: dict) -> tuple[dict, list[dict]]:
                        f"{len(st['signatures'])} signatures")
         if why is not None:
             bad.append(dict(entry=shash, why=why, value=entry))
+            continue
+        if not entry["programs"]:  # a task with no program: nothing to start from, nothing to export
+            bad.append(dict(entry=shash, why=f"entry {shash} has no programs", value=entry))
             continue
         programs, wrong = [], []
         for i, prog in enumerate(entry["programs"]):
