@@ -365,9 +365,9 @@ def _add_networks(w: DatasetWriter, networks: dict) -> None:
     for name, entries in networks.items():
         weights = []
         for key, weight, desc in entries:
-            canonical = _canonical_key(key)
+            canonical = _canonical_key(key)  # None for no workload key: matches nothing (None was popped)
             idx = w.find_task(DIALECT, key)
-            if idx is None and canonical is not None:
+            if idx is None:
                 idx = by_value.get(canonical)
             if idx is None:
                 compute_hash = parse_workload_key(key)[0]

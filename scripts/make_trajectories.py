@@ -230,8 +230,9 @@ def check_host(folder: Path, host: dict, pack: Path | None = None) -> None:
     # both: the work dirs' host (host.json) and the committed pack's, which a folder made with another --to (or
     # before the pack existed) was never compared with; its tasks could then never be packed into this --to
     known = [(path, json.loads(path.read_text()))] if path.exists() else []
-    if pack and packed_host(pack) is not None:
-        known.append((pack, packed_host(pack)))
+    packed = packed_host(pack) if pack else None  # read once: the pack's meta is a compressed file of every task
+    if packed is not None:
+        known.append((pack, packed))
     for where, theirs in known:
         if not same_host(theirs, host):
             raise SystemExit(f"{where} holds trajectories measured on "
