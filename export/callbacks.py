@@ -4,8 +4,8 @@ measurement (``metaschedule.rpc.is_lost``: the RPC device stopped answering). Su
 recorded, so it counts against no budget and a re-run measures it. Nor is a candidate that failed while the run
 was being stopped: the signal that stops a run (Ctrl-C in a terminal, a job's time limit) reaches its whole
 process group, the builder's and runner's workers too, and the batch in flight then fails for that alone.
-``on_results`` is told first, the moment a batch's results are in: the cost model's update that follows is
-the next round's work, not this batch's."""
+``on_results`` is told first (with the batch's task id), the moment a batch's results are in: the cost model's
+update that follows is the next round's work, not this batch's."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class MeasuredOnly(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         if self.on_results is not None:
-            self.on_results()
+            self.on_results(int(task_id))
         self.cleanup.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
         keep = recorded(runner_results, stop_requested() is not None)
         if not keep:

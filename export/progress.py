@@ -54,7 +54,7 @@ class TuneProgress:
     def _write(self, i: int, n: int, errors: int, batch_best: float) -> None:
         if self.history is None:
             return
-        timing = self.clock.batch_done() if self.clock is not None else {}
+        timing = self.clock.batch_done(i) if self.clock is not None else {}
         at = timing.pop("at", None) or time.time()  # when the batch's results came in
         row = dict(elapsed_s=round(self.offset + at - self.started, 3), task=self.names[i],
                    task_trials=self.trials[i], trials=sum(self.trials), batch=n, errors=errors,
@@ -67,6 +67,11 @@ class TuneProgress:
     def focus(self, group: list[int]) -> None:
         """The tasks tuned now (task ids in MetaSchedule's callback are positions in this group)."""
         self.group = list(group)
+
+    def results_in(self, task_id: int) -> None:
+        """The results of the batch of the group's ``task_id`` have just come in: its clock's run ends now."""
+        if self.clock is not None:
+            self.clock.results_in(self.group[task_id])
 
     def record(self, task_id: int, results) -> None:
         i = self.group[task_id]

@@ -244,12 +244,12 @@ def _cost_model(opts: TuneOptions, target, cores: int):
     return draft_cost_model(opts.strategy, model, opts.verify_fraction)
 
 
-def _strategy(opts: TuneOptions, log, clock, reached: bool = True):
+def _strategy(opts: TuneOptions, log, clock, reached: bool = True, position=None):
     from costlab.export.search.timed import TimedSearch  # lazy: pulls torch and tvm
 
     inner = make_strategy(opts.strategy, population=opts.population, verify_fraction=opts.verify_fraction,
                           first_rounds=opts.first_rounds, log=log)
-    return TimedSearch(inner, clock, reached)
+    return TimedSearch(inner, clock, reached, position)
 
 
 def _measure_stack(opts: TuneOptions, target, cores: int, clock=None, stack=None):
@@ -410,7 +410,7 @@ def tune(opts: TuneOptions) -> dict:
                         # buffers named apart (the same workload to the database: names are not in its hash), so
                         # that the model's features of the live candidates need no replay (ms_records.named_apart)
                         contexts.append(tune_context(unique_buffer_names(tasks[i].mod), target,
-                                                     _strategy(opts, log, clock, done[i] > 0),
+                                                     _strategy(opts, log, clock, done[i] > 0, i),
                                                      task_name=tasks[i].name, rand_state=rand, num_threads=cores,
                                                      logger=logger).clone())
                     if clock.screening is not None:  # each task's best in the work dir's database (a continued run)
@@ -433,7 +433,7 @@ def tune(opts: TuneOptions) -> dict:
                                       work_dir=str(work), max_trials_global=remaining, max_trials_per_task=remaining,
                                       num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
                                       runner=runner, database=database, cost_model=run_model,
-                                      measure_callbacks=run_callbacks(progress.callback(), on_results=clock.results_in),
+                                      measure_callbacks=run_callbacks(progress.callback(), on_results=progress.results_in),
                                       task_scheduler=scheduler)
                     except Exception:
                         if runner_failure(runner) is not None:  # the runner's worker never started: one line

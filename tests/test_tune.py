@@ -487,6 +487,34 @@ def test_a_batch_is_timed_when_its_results_came_in():
     assert "at" in clock.batch_done()  # without results_in: now
 
 
+def test_interleaved_tasks_keep_their_own_seconds():
+    """RoundClock: two tasks searched and built before either is joined (MetaSchedule's gradient scheduler's
+    first round) each get their own search and build seconds and their own run from their own build; the first
+    batch's parts are every search and build before its results and the run after the last build."""
+    from costlab.export.search.timed import RoundClock
+
+    clock = RoundClock()
+    clock.searched(0.3, task=0)
+    assert clock.affordable(2, task=0) == 2
+    t0 = time.perf_counter()
+    time.sleep(0.02)
+    clock.built(t0)  # task 0's batch: its build follows its search
+    clock.searched(0.5, task=1)
+    assert clock.affordable(4, task=1) == 4
+    t1 = time.perf_counter()
+    time.sleep(0.05)
+    clock.built(t1)
+    clock.results_in(0)
+    first = clock.batch_done(0)
+    assert first["search_s"] == 0.3 and 0.02 <= first["build_s"] < 0.05 and first["run_s"] >= 0.05
+    assert clock.first_batch["search_s"] == 0.8 and clock.first_batch["build_s"] >= 0.07
+    assert clock.first_batch["run_s"] < first["run_s"]  # from the last build's end
+    clock.results_in(1)
+    second = clock.batch_done(1)
+    assert second["search_s"] == 0.5 and second["build_s"] >= 0.05 and second["run_s"] is not None
+    assert clock.batch_done(1)["search_s"] == 0.0  # its next batch starts afresh
+
+
 def test_a_finished_run_re_run_keeps_its_summary(tmp_path, capsys):
     """The same command on a finished work dir measures nothing and leaves costlab_tune.json as the run wrote
     it: its first batch's seconds, wall seconds and per-task checks (with --no-check added too)."""

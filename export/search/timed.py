@@ -1,6 +1,6 @@
 """Seconds of every round, for every strategy (MetaSchedule's own included), and a wall-time budget.
 
-``RoundClock`` collects, per measured batch, the seconds the strategy searched (``TimedSearch``), the
+``RoundClock`` collects, per measured batch and kept apart per task, the seconds the strategy searched (``TimedSearch``), the
 builder built (``TimedBuilder``), the runner ran (until the batch's results are in: ``results_in``, called by
 the first measure callback) and the measure callbacks took (``update_s``: the database, the cost model's
 update); ``TuneProgress`` writes them into each batch's line of ``progress.jsonl``, timed when the results were
@@ -32,22 +32,40 @@ from costlab.export.stop import stop_requested
 from costlab.metaschedule.screening import task_key
 
 
+class _Batch:
+    """One task's batch on its way: the seconds its search and build took, when its build ended, when its results
+    came in, and how many candidates it measures."""
+
+    def __init__(self):
+        self.search_s = self.build_s = 0.0
+        self.built_at: float | None = None  # time.perf_counter() its build ended
+        self.results_at: tuple[float, float] | None = None  # (perf_counter, time.time) its results came in
+        self.n = 0
+
+
 class RoundClock:
+    """The seconds of each task's batches, kept apart per task (``task``: the task's position in the run, None for
+    one alone): MetaSchedule's gradient and round-robin schedulers search and build every task's first round before
+    they join any, so one task's results come in after other tasks' searches and builds."""
+
     def __init__(self, deadline: float | None = None):
         self.deadline = deadline  # time.time() after which no new round starts
-        self.search_s = self.build_s = 0.0
-        self._built_at: float | None = None
-        self._results_at: tuple[float, float] | None = None  # (perf_counter, time.time) the batch's results came in
+        self._batches: dict = {}  # task -> _Batch
+        self.current = None  # the task whose search returned candidates last: the builder builds them next
+        self._first = dict(search_s=0.0, build_s=0.0)  # all tasks' seconds until the first results came in
+        self._last_built: float | None = None  # perf_counter() the last build ended
         self.first_batch_at: float | None = None  # time.time() the first batch's results came in
-        self.first_batch: dict | None = None  # that batch's seconds of search, build and run
+        self.first_batch: dict | None = None  # the seconds until then: every search and build, the run after them
         self.stopped_by_deadline = False
         self.lost: str | None = None  # why the remote device was given up (``metaschedule.rpc``)
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
         self.unreached = 0  # tasks sharing trials_left that have not had a batch yet (their first batches share it)
         self.per_program_s: float | None = None  # the last batch's build and run seconds per program
-        self._batch_n = 0
         self.tags = None  # a metaschedule.screening.TaskTags when the runner screens: candidates tagged with their task
         self.screening = None  # that ScreeningRunner: each batch's row says how many it screened out
+
+    def _batch(self, task) -> _Batch:
+        return self._batches.setdefault(task, _Batch())
 
     def lose(self, reason: str) -> None:
         """The runner's device stopped answering: no new round starts."""
@@ -72,9 +90,9 @@ class RoundClock:
             return True
         return False
 
-    def affordable(self, n: int, first: bool = False) -> int:
-        """How many of a batch of ``n`` candidates may be measured: no more than the trials left, and no more than
-        fit before the deadline at the last batch's seconds per program; counted against the trials left.
+    def affordable(self, n: int, first: bool = False, task=None) -> int:
+        """How many of a batch of ``n`` candidates of ``task`` may be measured: no more than the trials left, and no
+        more than fit before the deadline at the last batch's seconds per program; counted against the trials left.
         ``first``: the task's first batch, one of ``unreached``: no more than its share of the trials left, at
         least one."""
         if self.trials_left is not None:
@@ -91,45 +109,63 @@ class RoundClock:
                     self.stopped_by_deadline = True
         if self.trials_left is not None:
             self.trials_left -= n
-        self._batch_n = n
+        self._batch(task).n = n
         return n
 
+    def searched(self, seconds: float, task=None) -> None:
+        """``task``'s search took ``seconds``; what it returned is built next."""
+        self._batch(task).search_s += seconds
+        self.current = task
+        if self.first_batch_at is None:
+            self._first["search_s"] += seconds
+
     def built(self, t0: float) -> None:
-        """A build that began at ``t0`` (``time.perf_counter``) has just ended; the run starts now."""
-        self._built_at = time.perf_counter()
-        self.build_s += self._built_at - t0
+        """A build that began at ``t0`` (``time.perf_counter``) has just ended: that of the candidates the last
+        search returned (MetaSchedule builds a task's batch as soon as its search returns it); its run starts now."""
+        batch = self._batch(self.current)
+        self._last_built = batch.built_at = time.perf_counter()
+        batch.build_s += batch.built_at - t0
+        if self.first_batch_at is None:
+            self._first["build_s"] += batch.built_at - t0
 
-    def results_in(self) -> None:
-        """The batch's results have just come in (before the measure callbacks: the database, the model's update)."""
-        self._results_at = (time.perf_counter(), time.time())
+    def results_in(self, task=None) -> None:
+        """``task``'s batch's results have just come in (before the measure callbacks: the database, the model's
+        update)."""
+        self._batch(task).results_at = (time.perf_counter(), time.time())
 
-    def batch_done(self) -> dict:
-        """The seconds of the batch whose results came in (and a fresh start for the next): searching, building,
-        running and, with ``results_in`` called, the callbacks since (``update_s``); ``at``: the wall time
-        (``time.time()``) the results came in, now without ``results_in``."""
+    def batch_done(self, task=None) -> dict:
+        """The seconds of ``task``'s batch whose results came in (and a fresh start for its next): searching,
+        building, running and, with ``results_in`` called, the callbacks since (``update_s``); ``at``: the wall
+        time (``time.time()``) the results came in, now without ``results_in``."""
         now, wall = time.perf_counter(), time.time()
-        results_at, at = self._results_at if self._results_at is not None else (now, wall)
-        run_s = results_at - self._built_at if self._built_at is not None else None
-        row = dict(search_s=round(self.search_s, 4), build_s=round(self.build_s, 4),
+        batch = self._batches.pop(task, None) or _Batch()
+        results_at, at = batch.results_at if batch.results_at is not None else (now, wall)
+        run_s = results_at - batch.built_at if batch.built_at is not None else None
+        row = dict(search_s=round(batch.search_s, 4), build_s=round(batch.build_s, 4),
                    run_s=round(run_s, 4) if run_s is not None else None, update_s=round(now - results_at, 4))
         if self.screening is not None:
             row["screened_out"] = self.screening.last_screened
-        if run_s is not None and self._batch_n:  # what a batch costs until the next can start
-            self.per_program_s = (self.build_s + run_s + row["update_s"]) / self._batch_n
+        if run_s is not None and batch.n:  # what a batch costs until the next can start
+            self.per_program_s = (batch.build_s + run_s + row["update_s"]) / batch.n
         if self.first_batch_at is None:
-            self.first_batch_at, self.first_batch = at, {k: row[k] for k in ("search_s", "build_s", "run_s")}
-        self.search_s = self.build_s = 0.0
-        self._built_at = self._results_at = None
+            # where the seconds to the first results went: every search and build until then, and the run after
+            # the last build (the other tasks' first batches, searched and built before these results came in,
+            # are not start-up)
+            last = self._last_built if self._last_built is not None else batch.built_at
+            first_run = results_at - last if last is not None else None
+            self.first_batch_at = at
+            self.first_batch = dict(self._first, run_s=first_run)
         return dict(row, at=at)
 
 
 @derived_object
 class TimedSearch(PySearchStrategy):
     """A search strategy (MetaSchedule's or costlab's) timed by a ``RoundClock`` and stopped by its deadline.
-    ``reached``: the task already has measured programs (a continued run), so its next batch is not a first one."""
+    ``reached``: the task already has measured programs (a continued run), so its next batch is not a first one;
+    ``position``: the task's position in the run, which its batches' seconds are kept under."""
 
-    def __init__(self, inner, clock: RoundClock, reached: bool = True):
-        self.inner, self.clock, self.reached = inner, clock, reached
+    def __init__(self, inner, clock: RoundClock, reached: bool = True, position=None):
+        self.inner, self.clock, self.reached, self.position = inner, clock, reached, position
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -148,10 +184,10 @@ class TimedSearch(PySearchStrategy):
             return None
         t0 = time.perf_counter()
         out = self.inner.generate_measure_candidates()
-        self.clock.search_s += time.perf_counter() - t0
+        self.clock.searched(time.perf_counter() - t0, self.position)
         if out is None:
             return None
-        n = self.clock.affordable(len(out), first=not self.reached)
+        n = self.clock.affordable(len(out), first=not self.reached, task=self.position)
         self.reached = True
         out = list(out)
         # what was cut is not measured: a strategy that keeps its own set of picked programs (model-led) is told,
@@ -168,7 +204,7 @@ class TimedSearch(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self):
-        return TimedSearch(self.inner.clone(), self.clock, self.reached)
+        return TimedSearch(self.inner.clone(), self.clock, self.reached, self.position)
 
 
 @derived_object
