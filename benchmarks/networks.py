@@ -415,10 +415,19 @@ def finals(args) -> int:
 
     if set(args.again) - {"cold", "warm"}:
         raise SystemExit(f"--again takes cold and/or warm, not {','.join(args.again)}")
+    from costlab.common.host import describe_host
+    from costlab.metaschedule.targets import measuring_host, runnable_target
+
     tgt = measuring_target(args.target)
     device = device_of(tgt)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     out = Path(args.out).resolve()
+    here = measuring_host(runnable_target(args.target))
+    meta = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
+    if meta.get("host") and not same_host(meta["host"], here):  # timings compared with the runs' own
+        raise SystemExit(f"error: {out}'s runs were measured on {describe_host(meta['host'])}; this host is "
+                         f"{describe_host(here)} ({host_difference(meta['host'], here)}): finals timed here would "
+                         "compare two machines")
     for net in args.networks:
         for seed in args.seeds:
             runs = out / "runs" / net / f"s{seed}"
@@ -442,7 +451,7 @@ def finals(args) -> int:
                 times = _time_together(builds, inputs, args.rounds, device)
             res = {k: dict(median_ms=statistics.median(v), fastest_ms=min(v), rounds_ms=v, output_check=checks[k])
                    for k, v in times.items()}
-            finals = dict(rounds=args.rounds, builds=res, at=time.strftime("%Y-%m-%d %H:%M:%S"))
+            finals = dict(rounds=args.rounds, builds=res, at=time.strftime("%Y-%m-%d %H:%M:%S"), host=here)
             write_atomically(runs / "finals.json", json.dumps(finals, indent=1).encode())
             for arm in arms:
                 a, b = res[f"{arm}:fastest-record"], res[f"{arm}:result"]

@@ -370,3 +370,18 @@ def test_a_benchmark_is_continued_on_the_same_host_at_another_clock_and_refused_
     assert why.startswith("host (") and "threads" in why
     assert networks.other_benchmark(dict(meta, trials=64), meta) == "budget (64 vs 200)"
     assert networks.other_benchmark(dict(meta, target="host"), meta) == "target (host vs cuda)"
+
+
+def test_finals_are_refused_on_another_host(tmp_path):
+    """`networks.py finals` times the runs' programs beside their own timings: on another host it is refused
+    before anything is built (the finals would compare two machines)."""
+    import networks
+
+    from costlab.common.host import host_info
+
+    other = dict(host_info(), cpu="Intel(R) Xeon(R) Platinum 8592+", model=207, family=6)
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / "benchmark.json").write_text(json.dumps(dict(host=other, trials=1000)))
+    with pytest.raises(SystemExit, match="finals timed here would compare two machines"):
+        networks.main(["finals", "--out", str(out), "--networks", "llama", "--seeds", "0", "--target", "host"])
