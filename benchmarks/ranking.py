@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     p.add_argument("--eval-data", action="append", default=[], metavar="DATA.h5",
                    help="a measured dataset to score zero-shot (pretrained; repeatable)")
     p.add_argument("--work", type=Path, help="keep runs here (default: a temporary folder)")
-    p.add_argument("--json", type=Path, help="also write all rows here")
+    p.add_argument("--json", type=Path, help="also write all rows here, with the host and the command line")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="training config override for every model trained, e.g. net.d_model=128")
     args = p.parse_args(argv)
@@ -284,7 +284,10 @@ def main(argv=None) -> int:
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    if args.json:
+    if args.json:  # the rows, with the host that trained and timed them (records/s is this machine's)
+        from costlab.common.host import host_info
+
+        out = dict(host=host_info(), argv=list(argv if argv is not None else sys.argv[1:]), sections=out)
         args.json.write_text(json.dumps(out, indent=2, default=str))
     return 0
 

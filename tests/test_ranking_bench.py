@@ -33,3 +33,23 @@ def test_rows_and_table_carry_every_tail_metric(capsys):
     assert row[[h.strip() for h in head].index("best of 1 pick")].strip() == "1.0000"
     mean = ranking._mean_rows([[good], [bad]])[0]
     assert mean["pick1"] == (1.0 + 0.25) / 2 and mean["splits"] == 2
+
+
+def test_the_json_rows_carry_the_host_and_the_command(tmp_path):
+    """`ranking.py --json`: the rows of every section with the host that trained and timed them (records/s is
+    that machine's) and the command line, so a committed table names where it was measured."""
+    import json
+    import shutil
+
+    from costlab.cli import main
+    from costlab.common.host import host_info
+
+    data = tmp_path / "d.h5"
+    shutil.copy(Path(__file__).parent / "fixtures" / "ms_small.h5", data)
+    assert main(["dataset", "split", str(data), "--by", "task", "--test-fraction", "0.3", "--seed", "0"]) == 0
+    argv = ["--section", "models", "--models", "xgb", "--data", str(data), "--split", "task30-s0",
+            "--json", str(tmp_path / "rows.json")]
+    assert ranking.main(argv) == 0
+    out = json.loads((tmp_path / "rows.json").read_text())
+    assert out["host"]["cpu_model"] == host_info()["cpu_model"] and out["argv"] == argv
+    assert [r["model"] for r in out["sections"]["models"]["task30-s0"]][:1] == ["xgb"]
