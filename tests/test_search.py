@@ -467,6 +467,53 @@ def test_a_round_is_logged_when_its_results_are_in_not_at_its_tasks_next_round(s
     assert len(log.rounds) == 1  # not logged twice
 
 
+@pytest.mark.parametrize("strategy", ["model-led", "draft-verify"])
+def test_a_continued_runs_rounds_count_the_trials_before_it_and_a_cut_pick_is_forgotten(strategy):
+    """search_rounds.jsonl's ``trials_before`` of a continued run counts the task's programs its database held
+    (it restarted at 0); a pick cut from its batch (the budget, the deadline) is forgotten, so a later round may
+    pick it (draft-verify kept it picked for good)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.export.search.common import RoundLog, schedule_hash
+    from costlab.metaschedule.tune_context import tune_context
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    mod = workload_json_mod(te_workload_task("GMM:1,8,8,8")[1])
+    db = ms.database.MemoryDatabase()
+
+    def search_on(database):
+        log = RoundLog()
+        search = make_strategy(strategy, population=32, first_rounds=(4,), log=log)
+        ctx = tune_context(mod, target, search, rand_state=1)
+        search.pre_tuning(16, 4, ctx.space_generator.generate_design_space(ctx.mod), database,
+                          CostlabCostModel("psa"))
+        return search, log
+
+    search, log = search_on(db)
+    cands = search.generate_measure_candidates()
+    workload = db.commit_workload(mod)
+    for c in cands:
+        db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [1e-6], target,
+                                                         ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+    search.notify_runner_results(cands, [ms.runner.RunnerResult([1e-6], None) for _ in cands])
+    assert log.rounds[0]["trials_before"] == 0
+    search.post_tuning()
+
+    again, log = search_on(db)  # the run continued: its database holds the first round's programs
+    cands = again.generate_measure_candidates()
+    picked = again.measured if strategy == "model-led" else again._picked
+    cut = [c.sch for c in cands[2:]]
+    assert cut and all(schedule_hash(s) in picked for s in cut)
+    again.forget(cut)
+    assert not any(schedule_hash(s) in picked for s in cut)
+    again.notify_runner_results(cands[:2], [ms.runner.RunnerResult([1e-6], None) for _ in cands[:2]])
+    assert log.rounds[0]["trials_before"] == 4
+    again.post_tuning()
+
+
 def test_model_led_passes_over_the_first_rounds_its_database_has_filled():
     """A resumed run: a task with programs measured already starts at the round they would have reached, not at
     the small first rounds again (those are there to bring the first measurements early)."""

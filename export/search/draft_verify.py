@@ -7,8 +7,8 @@ Each round the evolutionary search runs with PSA as its cost model (MetaSchedule
 MetaSchedule's epsilon-greedy share of random unmeasured programs kept. ``EvolveWithCostModel`` marks every
 program it returns as measured, so the evolution state is made afresh every round (as ``model-led`` does):
 a drafted program the verifier passed over may be drafted and picked in a later round; what it picked (or the
-database held when the run started) is kept here (``_picked``) and never picked again, also a pick the budget
-cut from its batch (draft-verify has no ``forget``). Within a round the learned model's recall is capped by
+database held when the run started) is kept here (``_picked``) and never picked again; a pick the budget cut
+from its batch is forgotten (``forget``), so a later round may pick it. Within a round the learned model's recall is capped by
 PSA's, and the measured programs among the evolution's seeds may take some of the verifier's places.
 ``model-led`` (``model_led.py``) is the search the model leads.
 """
@@ -53,6 +53,7 @@ class DraftVerifySearch(PySearchStrategy):
     def _reset(self) -> None:
         self.context = self.verify = self.database = None
         self.trials = self.max_trials = self.per_iter = 0
+        self.earlier = 0  # the task's programs the database held when the search began (a continued run's)
         self._round_start = None
         self._pending: dict | None = None
         self._picked: set = set()  # programs this run measured (hashes), never picked again
@@ -80,6 +81,7 @@ class DraftVerifySearch(PySearchStrategy):
         self.max_trials, self.per_iter, self.trials = int(max_trials), int(num_trials_per_iter), 0
         self.design_spaces = list(design_spaces)
         self._picked = measured_hashes(self.context, database)  # a resumed run never measures a program again
+        self.earlier = len(self._picked)
         self._inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, self.draft)
 
     def post_tuning(self) -> None:
@@ -113,7 +115,7 @@ class DraftVerifySearch(PySearchStrategy):
         t_verify = time.perf_counter()
         draft_stats = getattr(self.draft, "stats", {})
         self._pending = dict(
-            task=str(self.context.task_name), trials_before=self.trials, picked=len(picks),
+            task=str(self.context.task_name), trials_before=self.earlier + self.trials, picked=len(picks),
             draft_scored=draft_stats.get("candidates", 0) - draft_before.get("candidates", 0),
             draft_model_s=round(_seconds(draft_stats) - _seconds(draft_before), 4),
             verify_scored=n_verified, sample_s=round(t_sample - t_start, 4), draft_s=round(t_draft - t_sample, 4),
@@ -127,6 +129,11 @@ class DraftVerifySearch(PySearchStrategy):
         self.trials += len(results)
         self._close_round()  # the round ends when its results are in, not when this task's next round starts
         self._inner.notify_runner_results(measure_candidates, results)
+
+    def forget(self, schedules: list) -> None:
+        """Picked programs that will not be measured (a batch cut to the run's budget or deadline): a later
+        round may pick them again."""
+        self._picked -= {schedule_hash(s) for s in schedules}
 
     def clone(self):
         return DraftVerifySearch(draft=self.draft, log=self.log, **self.options)

@@ -76,6 +76,7 @@ class ModelLedSearch(PySearchStrategy):
     def _reset(self) -> None:
         self.verify = self.database = None
         self.trials = self.max_trials = self.per_iter = self.round = 0
+        self.earlier = 0  # the task's programs the database held when the search began (a continued run's)
         self.design_spaces: list = []
         self.measured: set = set()
         self._pending: dict | None = None
@@ -104,6 +105,7 @@ class ModelLedSearch(PySearchStrategy):
         self.max_trials, self.per_iter, self.trials = int(max_trials), int(num_trials_per_iter), 0
         self.design_spaces = list(design_spaces)
         self.measured = measured_hashes(self.context, database)
+        self.earlier = len(self.measured)
         self.round = start_round(len(self.measured), self.options["first_rounds"])
         self._inner.pre_tuning(max_trials, num_trials_per_iter, self.design_spaces, database, cost_model)
 
@@ -135,7 +137,7 @@ class ModelLedSearch(PySearchStrategy):
         t_verify = time.perf_counter()
         picks = self._pick(evolved, drafted, num)
         self._pending = dict(
-            task=str(self.context.task_name), strategy="model-led", round=self.round, trials_before=self.trials,
+            task=str(self.context.task_name), strategy="model-led", round=self.round, trials_before=self.earlier + self.trials,
             picked=len(picks), population=pop, sampled=len(sampled), drafted=len(drafted), seeds=len(seeds),
             sample_s=round(t_sample - t0, 4), draft_s=round(t_draft - t_sample, 4),
             verify_s=round(t_verify - t_draft, 4), search_s=round(time.perf_counter() - t0, 4))

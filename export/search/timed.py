@@ -190,8 +190,9 @@ class TimedSearch(PySearchStrategy):
         n = self.clock.affordable(len(out), first=not self.reached, task=self.position)
         self.reached = True
         out = list(out)
-        # what was cut is not measured: a strategy that keeps its own set of picked programs (model-led) is told,
-        # so a later round may pick them; MetaSchedule's evolutionary state (C++) keeps them marked
+        # what was cut is not measured: a strategy that keeps its own set of picked programs (model-led,
+        # draft-verify) is told, so a later round may pick them; MetaSchedule's evolutionary state (C++) keeps
+        # them marked
         forget = getattr(self.inner, "forget", None)
         if forget is not None and n < len(out):
             forget([c.sch for c in out[max(n, 0):]])
