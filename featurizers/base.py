@@ -192,10 +192,17 @@ class Featurizer(ABC):
         """Name of this featurizer's cache group: ``<name>@<version>``."""
         return f"{self.name}@{self.version}"
 
+    def canonical(self, config: dict) -> dict:
+        """``config`` as its fingerprint reads it: a whole number written with a fraction of zero (``16.0``) for an
+        integer option is that integer, so ``16`` and ``16.0`` (equal values, which JSON does not tell apart) make
+        the same cache."""
+        ints = {k for k, v in self.default_config.items() if isinstance(v, int) and not isinstance(v, bool)}
+        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in config.items()}
+
     @property
     def fingerprint(self) -> str:
         """Hash of the config (and the revision, once there is one); a cache made under another is rebuilt."""
-        text = json.dumps(self.config, sort_keys=True, default=str)
+        text = json.dumps(self.canonical(self.config), sort_keys=True, default=str)
         if self.revision:
             text += f"@r{self.revision}"
         return hashlib.sha256(text.encode()).hexdigest()[:16]

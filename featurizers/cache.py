@@ -97,7 +97,7 @@ def features_of(ds, featurizer, platform: str, rows: np.ndarray, chunk: int = 20
 
 def _settings(featurizer: Featurizer, config: dict) -> str:
     """The config without its learned keys, as canonical JSON."""
-    plain = {k: v for k, v in config.items() if k not in featurizer.learned_keys}
+    plain = {k: v for k, v in featurizer.canonical(config).items() if k not in featurizer.learned_keys}
     return json.dumps(plain, sort_keys=True, default=str)
 
 

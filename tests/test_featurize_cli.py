@@ -346,6 +346,22 @@ def test_valid_configs_load_unchanged():
         from_json({"name": "tlp", "version": 1, "config": {"vocabulary": ["<pad>", "<unk>"], "seq_len": -3}})
 
 
+def test_a_whole_number_written_as_a_float_makes_the_same_cache(tmp_path):
+    """`num_slots: 8` and `num_slots: 8.0` are the same config (equal values, which JSON does not tell apart): one
+    fingerprint, and a cache made under one is used under the other, not rebuilt; the config still serialises as
+    given."""
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    as_int, as_float = create("tlp", {"num_slots": 8}), create("tlp", {"num_slots": 8.0})
+    assert isinstance(as_float.config["num_slots"], float) and as_float.to_json()["config"]["num_slots"] == 8.0
+    assert as_int.fingerprint == as_float.fingerprint != create("tlp", {"num_slots": 9}).fingerprint
+    with open_dataset(data) as ds:
+        as_int.fit(ds, [CPU])
+        as_float.fit(ds, [CPU])
+    assert build_cache(data, as_int, CPU, progress=False)["computed"] > 0
+    assert build_cache(data, as_float, CPU, progress=False)["computed"] == 0
+
+
 def test_unreadable_schedule_counted_not_fatal(tmp_path, capsys):
     from costlab.datasets import DatasetWriter, RecordBatch
 
