@@ -76,15 +76,18 @@ def main(argv=None) -> int:
     except Exception:
         if not _TERMINATED:
             raise
-        # SIGTERM raised inside a Python function TVM called (a runner's wait for its workers) comes back as
-        # TVM's error: it is the interruption still
+        # Ctrl-C or SIGTERM raised inside a Python function TVM called (a builder's or runner's wait for its
+        # workers) comes back as TVM's error: it is the interruption still
         print("costlab: interrupted; data written before is kept", file=sys.stderr)
-        return 143
+        import signal
+
+        return 143 if _TERMINATED[-1] == signal.SIGTERM else 130
     finally:
         if previous is not None:
             import signal
 
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _exit_now_if_hdf5_failed(code: int) -> None:
@@ -107,13 +110,16 @@ def _terminate_as_interrupt():
 
     def handler(signum, frame):
         _TERMINATED.append(signum)
-        raise Terminated()
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     _TERMINATED.clear()
-    return signal.signal(signal.SIGTERM, handler)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, handler)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not a background job's ignored SIGINT
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, handler)
+    return previous
 
 
-_TERMINATED: list = []  # SIGTERM arrived during the command (main's handler)
+_TERMINATED: list = []  # the Ctrl-C or SIGTERM that arrived during the command (main's handler)
 
 
 if __name__ == "__main__":

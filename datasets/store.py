@@ -474,13 +474,25 @@ def check_same_target(path, pid: str, platform, target: dict) -> None:
                                f"are of {target_identity(target)}: give them another --platform")
 
 
-def _no_space(err: BaseException) -> bool:
+def _too_large(err: BaseException) -> bool:
     import errno
 
-    return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(err) or "errno = 28" in str(err)
+    return getattr(err, "errno", None) == errno.EFBIG or "File too large" in str(err) or "errno = 27" in str(err)
+
+
+def _no_space(err: BaseException) -> bool:
+    """A write refused for room: a full disk, a quota, or a file size limit (``ulimit -f``; HDF5 reports each as an
+    OSError or a failed filter whose text holds the errno)."""
+    import errno
+
+    return (getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(err)
+            or "errno = 28" in str(err) or "errno = 122" in str(err) or _too_large(err))
 
 
 def _write_error(path: Path, err: BaseException) -> InputError:
+    if _too_large(err):
+        return InputError(path, "the file grew past this process's file size limit while writing (File too large); "
+                                "the dataset is unchanged")
     if _no_space(err):
         return InputError(path, "no space left on the device while writing; the dataset is unchanged")
     reason = getattr(err, "strerror", None) or str(err).split("(")[0].strip() or type(err).__name__
@@ -614,6 +626,10 @@ class DatasetWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
+            if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt) and self._swallowed:
+                # HDF5 failed to write this transaction's copy (a full disk, a file size limit): whatever the
+                # block raised after that (a failed filter, read as a damaged dataset) is that write's failure
+                raise self._swallowed[0]
             if exc_type is not None and issubclass(exc_type, OSError) and _no_space(exc):
                 raise exc  # reported below as one line
             if exc_type is not None and issubclass(exc_type, OSError) and hdf5_read_failure(exc):

@@ -273,6 +273,31 @@ def test_output_of_newer_schema(tmp_path, capsys):
     assert out.read_bytes() == before
 
 
+def test_ctrl_c_that_tvm_passes_on_as_its_own_error_is_an_interruption(tmp_path, capsys, monkeypatch):
+    """Ctrl-C that lands inside a Python function TVM called (a builder's wait for its workers) comes back out of
+    TVM as TVM's error, not KeyboardInterrupt: the command still ends as interrupted (one line, exit 130), as it
+    does for SIGTERM, and the dataset is as it was."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "d.h5"
+    import_ansor(BERT, out, progress=False)
+    before = out.read_bytes()
+
+    def add_records(self, pid, batch):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:  # what TVM's FFI makes of an exception raised in a callback
+            raise RuntimeError("Traceback (most recent call last): ... KeyboardInterrupt") from None
+
+    monkeypatch.setattr(DatasetWriter, "add_records", add_records)
+    code, err = _run(capsys, MLP, "-o", out)
+    assert code == 130 and err.strip() == "costlab: interrupted; data written before is kept"
+    assert out.read_bytes() == before
+
+
 def _data_files(folder) -> list[str]:
     """Files in a folder other than the writer's lock file (``.<name>.lock``, kept between transactions)."""
     return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))

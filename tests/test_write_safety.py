@@ -308,3 +308,26 @@ def test_a_second_ctrl_c_while_the_child_stops_leaves_no_child_running(tmp_path)
     except ProcessLookupError:
         alive = False
     assert not alive, "the child outlived the caller"
+
+
+def test_a_file_size_limit_while_featurizing_is_a_write_failure_not_a_damaged_dataset(tmp_path):
+    """HDF5 meeting the process's file size limit (``ulimit -f``) while writing a feature cache: the error names
+    the limit, not a damaged dataset (HDF5's failed filter after the failed write read as one, and told the user to
+    restore a healthy file from a copy); the dataset is unchanged."""
+    import resource
+
+    data = tmp_path / "d.h5"
+    assert main(["dataset", "import-ansor", str(MLP), "-o", str(data)]) == 0
+    before = _digest(data)
+    limit = data.stat().st_size + 8192  # room for the transaction's copy, not for its features
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    res = subprocess.run([sys.executable, "-m", "costlab", "featurize", str(data), "--featurizer", "tlp",
+                          "--no-progress"], capture_output=True, text=True, preexec_fn=limited)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"costlab: error: {data}: the file grew past this process's file size limit while writing (File too large); "
+        "the dataset is unchanged"), res.stderr[-2000:]
+    assert _digest(data) == before and _debris(data) == []
