@@ -12,12 +12,14 @@ from pathlib import Path
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from costlab.common.errors import InputError
 from costlab.datasets.records import record_latency
 
 
 class TuneProgress:
     def __init__(self, names: list[str], done: list[int], budget: int, enabled: bool = True,
-                 history: str | Path | None = None, clock=None, started: float | None = None, known_best=None):
+                 history: str | Path | None = None, clock=None, started: float | None = None, known_best=None,
+                 check_written=None):
         """``known_best``: per task, the best latency its database holds already (None: none), what a start
         (transfer, library) or an exploitation measured outside the search: the best so far starts from it."""
         from tqdm import tqdm
@@ -28,6 +30,8 @@ class TuneProgress:
         self.group = list(range(len(names)))
         self.history = Path(history) if history else None
         self.clock = clock  # a search.timed.RoundClock: the batch's seconds of search, build and run
+        self.check_written = check_written  # raises an InputError naming a database file cut short (a full disk)
+        self.write_failure: Exception | None = None  # a file of the run could not be written: the run stops
         self.offset = self._resume()  # seconds the run took before this process continued it
         self.started = started or time.time()  # elapsed_s counts from the command's start
         self.bar = tqdm(total=budget, initial=min(sum(done), budget), unit="trial", desc="tune", disable=not enabled)
@@ -61,8 +65,23 @@ class TuneProgress:
                    batch_best_us=round(batch_best * 1e6, 4) if math.isfinite(batch_best) else None,
                    best_us=round(self.best[i] * 1e6, 4) if math.isfinite(self.best[i]) else None)
         row.update(timing)
-        with open(self.history, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        try:
+            with open(self.history, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError as exc:  # raised here it would cross TVM's callback as its error: the clock stops the run
+            self._failed(InputError(self.history, f"could not be written ({exc.strerror or exc}); the run stopped: "
+                                                  "make room and run the same command again to continue"))
+        if self.check_written is not None:
+            try:
+                self.check_written()
+            except InputError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """A file of the run could not be written: kept to be raised once the run has stopped, which it does now."""
+        self.write_failure = self.write_failure or exc
+        if self.clock is not None:
+            self.clock.fail(str(exc))
 
     def focus(self, group: list[int]) -> None:
         """The tasks tuned now (task ids in MetaSchedule's callback are positions in this group)."""

@@ -275,6 +275,20 @@ def _measure_stack(opts: TuneOptions, target, cores: int, clock=None, stack=None
 _LOG_FORMAT = logging.Formatter("%(asctime)s [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
 
 
+class _LogFile(logging.FileHandler):
+    """A run's log file. A line it cannot write (a full disk) is dropped without the traceback ``logging`` prints
+    for each: the run's own files say what failed (``TuneProgress.write_failure``, ``WorkDir.check_written``)."""
+
+    def handleError(self, record) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # its last lines could not be flushed: a full disk, said by the run's own files
+            pass
+
+
 def _file_logger(name: str, path: Path) -> logging.Logger:
     """A logger that writes to PATH alone (its handlers of an earlier run in this process replaced)."""
     logger = logging.getLogger(name)
@@ -282,7 +296,7 @@ def _file_logger(name: str, path: Path) -> logging.Logger:
         if getattr(h, "costlab", False):
             logger.removeHandler(h)
             h.close()
-    handler = logging.FileHandler(path, mode="a")
+    handler = _LogFile(path, mode="a")
     handler.setFormatter(_LOG_FORMAT)
     handler.costlab = True
     logger.addHandler(handler)
@@ -398,7 +412,8 @@ def tune(opts: TuneOptions) -> dict:
             # progress.jsonl's best_us is the database's best so far: what the start and exploitation measured too
             progress = TuneProgress([t.name for t in tasks], done, budget, enabled=opts.progress,
                                     history=work.progress_file, clock=clock, started=command_start,
-                                    known_best=[_best_latency(database, t.mod) for t in tasks])
+                                    known_best=[_best_latency(database, t.mod) for t in tasks],
+                                    check_written=work.check_written)
             try:
                 for group in groups:
                     remaining = opts.trials - sum(done[i] for i in group)
@@ -441,6 +456,9 @@ def tune(opts: TuneOptions) -> dict:
                         raise
             finally:
                 progress.close()
+            if progress.write_failure is not None:  # the run stopped at it: the disk is full, or the file too large
+                raise progress.write_failure
+            work.check_written()
             if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
                 exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, head=opts.head,
                                                    seed=opts.seed, target=plain_json(target.export()), cumulative=True,
@@ -534,6 +552,7 @@ def tune(opts: TuneOptions) -> dict:
     summary["tasks"].extend(rows)
     if any(r is not None for r in chosen) or any(r.get("kept") for r in rows):  # (every task kept: an empty result)
         summary["result"] = _write_result(work, tasks, chosen, finals)
+        work.check_written(work.result_dir)
     elif work.result_dir.exists():  # an earlier invocation's choice (an unchecked run chooses none) is not this one's
         shutil.rmtree(work.result_dir, ignore_errors=True)
     if log.rounds:

@@ -152,6 +152,25 @@ class WorkDir:
         repaired = repair_work_dir(self.path)
         return json_database(work_dir=str(self.path)), repaired
 
+    def check_written(self, folder: Path | None = None) -> None:
+        """An InputError naming a database file of ``folder`` (the work dir's own by default) whose last line is
+        cut short: MetaSchedule writes each record as a line and never checks the write, so a full disk or a file
+        size limit leaves a run that reported success with a file the next run cannot read."""
+        for path in ((folder or self.path) / WORKLOAD_FILE, (folder or self.path) / RECORD_FILE):
+            try:
+                size = path.stat().st_size
+                if size == 0:
+                    continue
+                with open(path, "rb") as f:
+                    f.seek(size - 1)
+                    whole = f.read(1) == b"\n"
+            except FileNotFoundError:
+                continue
+            if not whole:
+                raise InputError(path, f"its last line was cut short while the run wrote it ({size} bytes: a full disk "
+                                       "or a file size limit?); the records the run measured are not all on disk: make "
+                                       "room and run the same command again (the cut line is moved aside)")
+
     # -- the run it holds ----------------------------------------------------------------------------------
     def recorded(self, key: str):
         """What the run record (``costlab_run.json``) holds under ``key``; None when there is no record, or it

@@ -331,3 +331,37 @@ def test_a_file_size_limit_while_featurizing_is_a_write_failure_not_a_damaged_da
         f"costlab: error: {data}: the file grew past this process's file size limit while writing (File too large); "
         "the dataset is unchanged"), res.stderr[-2000:]
     assert _digest(data) == before and _debris(data) == []
+
+
+def _tune(work, preexec_fn=None):
+    return subprocess.run([sys.executable, "-m", "costlab", "tune", "--workload", "GMM:1,8,8,8", "--trials", "8",
+                           "--per-iter", "2", "--population", "32", "--no-library", "--no-progress", "--work-dir",
+                           str(work)], capture_output=True, text=True, preexec_fn=preexec_fn, timeout=900)
+
+
+def test_a_tuning_database_cut_short_by_a_file_size_limit_stops_the_run_in_one_line(tmp_path):
+    """MetaSchedule never checks its database writes: under a file size limit the workload's line was cut short,
+    the run said it succeeded (exit 0), and the next run moved every record aside. The cut is seen after the
+    batch that made it: the run stops there, one line names the file, exit 2."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20480, 20480))  # less than the workload's line
+
+    work = tmp_path / "w"
+    res = _tune(work, limited)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        f"costlab: error: {work / 'database_workload.json'}: its last line was cut short while the run wrote it")
+    assert len((work / "progress.jsonl").read_text().splitlines()) == 1  # stopped after the batch that cut it
+
+
+def test_a_full_disk_while_tuning_is_one_line(small_disk):
+    """A full disk under a tuning run: one line naming the file that could not be written, exit 2 (it was 550
+    lines of logging errors and chained tracebacks, exit 1)."""
+    _fill(small_disk, leave=20_000)
+    work = small_disk / "w"
+    res = _tune(work)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("costlab: error: ") and "No space left on device" in lines[0], lines

@@ -58,6 +58,7 @@ class RoundClock:
         self.first_batch: dict | None = None  # the seconds until then: every search and build, the run after them
         self.stopped_by_deadline = False
         self.lost: str | None = None  # why the remote device was given up (``metaschedule.rpc``)
+        self.failed: str | None = None  # a file of the run that could not be written (a full disk): no new round
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
         self.unreached = 0  # tasks sharing trials_left that have not had a batch yet (their first batches share it)
         self.per_program_s: float | None = None  # the last batch's build and run seconds per program
@@ -71,8 +72,12 @@ class RoundClock:
         """The runner's device stopped answering: no new round starts."""
         self.lost = reason
 
+    def fail(self, reason: str) -> None:
+        """A file of the run could not be written: no new round starts."""
+        self.failed = self.failed or reason
+
     def expired(self) -> bool:
-        if stop_requested() is not None or self.lost is not None:
+        if stop_requested() is not None or self.lost is not None or self.failed is not None:
             return True
         if self.deadline is not None and time.time() >= self.deadline:
             self.stopped_by_deadline = True
