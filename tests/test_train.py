@@ -436,8 +436,13 @@ def test_last_checkpoint_is_the_latest_epoch_and_a_fresh_run_deletes_the_old_one
     assert main([*args, "--epochs", "1", "--overwrite"]) == 0
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best-epoch=0.ckpt", "last.ckpt"]
     assert _last_epoch(out) == 0
+    one = json.loads((out / "summary.json").read_text())
     assert main([*args, "--epochs", "2", "--resume"]) == 0
-    assert _last_epoch(out) == 1 and json.loads((out / "summary.json").read_text())["epochs"] == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert _last_epoch(out) == 1 and summary["epochs"] == 2
+    # the resumed run counts the epoch before it too: two epochs' records, and more seconds than the first
+    assert summary["records_seen"] == 2 * one["records_seen"] > 0
+    assert summary["wall_seconds"] > one["wall_seconds"]
 
 
 def test_interrupted_training_ends_as_costlab_commands_do(trained, tmp_path):

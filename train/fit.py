@@ -59,10 +59,27 @@ def _quiet_lightning() -> None:
 
 
 class _Throughput(L.Callback):
-    """Counts training records and time, for records/s."""
+    """Counts training records and time, for records/s, and the fit's wall seconds. Kept in every checkpoint, so
+    a resumed run counts the epochs before its interruption too (up to the checkpoint it continues from)."""
 
     def __init__(self):
         self.records, self.seconds = 0, 0.0
+        self.wall_before = 0.0  # the fit's wall seconds up to the checkpoint a resumed run continues from
+        self._fit_start = time.perf_counter()
+
+    def start(self) -> None:
+        """The fit starts now (Lightning's set-up and sanity checks count, as in a run never interrupted)."""
+        self._fit_start = time.perf_counter()
+
+    def wall(self) -> float:
+        return self.wall_before + time.perf_counter() - self._fit_start
+
+    def state_dict(self) -> dict:
+        return dict(records=self.records, seconds=self.seconds, wall=self.wall())
+
+    def load_state_dict(self, state: dict) -> None:
+        self.records, self.seconds = int(state.get("records", 0)), float(state.get("seconds", 0.0))
+        self.wall_before = float(state.get("wall", 0.0))
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._t = time.perf_counter()
@@ -450,9 +467,9 @@ def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: boo
     if resumed is None and trainer.is_global_zero:
         for old in old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
             old.unlink(missing_ok=True)
-    t0 = time.perf_counter()
+    speed.start()
     _fit(trainer, interrupted, module, dm, str(last) if resumed is not None else None)
-    wall = time.perf_counter() - t0
+    wall = speed.wall()  # with a resumed run's seconds before its checkpoint
     if resumed is None and speed.records == 0:  # trainer options that train no step would save an untrained net
         raise UsageError(f"no training step ran (trainer options {dict(cfg['trainer'])}); no model written")
 
