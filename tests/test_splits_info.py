@@ -76,8 +76,9 @@ def test_split_reproducible_and_stored(data, tmp_path, by):
         if by == "network":
             held = {t for n in a.held_out_networks for t, _ in ds.networks[n]}
             assert set(a.test_tasks) == held
-        # a different seed gives a different split (these seeds are checked to differ)
-        assert not np.array_equal(ma, c.is_test(table.task, table.program_id)) or by == "network"
+        # a different seed gives a different split (these seeds are checked to differ: by network, seed 3 holds
+        # out vit, seed 4 bert and resnet)
+        assert not np.array_equal(ma, c.is_test(table.task, table.program_id))
 
 
 def test_split_named_networks(data):

@@ -202,24 +202,30 @@ def test_the_task_scheduler_is_an_option_a_work_dir_keeps(tmp_path):
     with pytest.raises(UsageError, match="task_scheduler: 'gradient' -> 'gain'"):
         _check_same_run(tmp_path, opts(), target)
 
+def _tune_tiny_net(tmp_path, capsys, monkeypatch, name: str, scheduler: str, work) -> dict:
+    """`costlab tune --network` of a tiny PyTorch network of several tasks, 8 trials of 2 a batch, with
+    ``scheduler``: the run's summary."""
+    from costlab.cli import main
+
+    from test_tune import _torch_net
+
+    spec = _torch_net(tmp_path, monkeypatch, name,
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8),"
+                      " torch.nn.Tanh()), (torch.randn(2, 16),)\n")
+    assert main(["tune", "--network", spec, "--trials", "8", "--per-iter", "2", "--no-check", "--task-scheduler",
+                 scheduler, "--work-dir", str(work), "--no-progress", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 @pytest.mark.slow
 def test_a_network_tuned_with_the_gain_scheduler(tmp_path, capsys, monkeypatch):
     """For real, no mocks: a tiny PyTorch network of several tasks tuned by `costlab tune --network
     --task-scheduler gain`: every task gets its first round, the budget holds exactly, and the scheduler's
     decisions are in the run's task_scheduler.log."""
-    from costlab.cli import main
-
-    from test_tune import _torch_net
-
-    spec = _torch_net(tmp_path, monkeypatch, "gainnet",
-                      "import torch\n"
-                      "def f():\n"
-                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8),"
-                      " torch.nn.Tanh()), (torch.randn(2, 16),)\n")
     work = tmp_path / "w"
-    assert main(["tune", "--network", spec, "--trials", "8", "--per-iter", "2", "--no-check", "--task-scheduler",
-                 "gain", "--work-dir", str(work), "--no-progress", "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = _tune_tiny_net(tmp_path, capsys, monkeypatch, "gainnet", "gain", work)
     trials = [t["trials"] for t in summary["tasks"]]
     assert 2 <= len(trials) <= 3, summary["tasks"]  # 8 trials: first rounds of 2, then gain's choices
     assert all(n >= 1 for n in trials) and sum(trials) == 8
@@ -318,19 +324,8 @@ def test_the_gradient_scheduler_keeps_each_tasks_seconds_on_its_own_line(tmp_pat
     """MetaSchedule's gradient scheduler searches and builds every task's first round before it joins any: each
     line of progress.jsonl carries its own task's search and build seconds (every batch was searched and built),
     and the first batch's parts add up to no more than the seconds to it."""
-    from costlab.cli import main
-
-    from test_tune import _torch_net
-
-    spec = _torch_net(tmp_path, monkeypatch, "rrnet",
-                      "import torch\n"
-                      "def f():\n"
-                      "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8),"
-                      " torch.nn.Tanh()), (torch.randn(2, 16),)\n")
     work = tmp_path / "w"
-    assert main(["tune", "--network", spec, "--trials", "8", "--per-iter", "2", "--no-check", "--task-scheduler",
-                 "gradient", "--work-dir", str(work), "--no-progress", "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = _tune_tiny_net(tmp_path, capsys, monkeypatch, "rrnet", "gradient", work)
     rows = [json.loads(line) for line in (work / "progress.jsonl").read_text().splitlines()]
     assert len(rows) >= 2 and sum(r["batch"] for r in rows) == 8
     assert all(r["search_s"] > 0 and r["build_s"] > 0 and r["run_s"] > 0 for r in rows), rows
