@@ -79,6 +79,8 @@ class NetPredictor:
 
     def use_platform(self, platform) -> None:
         """Score records of a dataset platform: its vector from the dataset, never from this machine."""
+        if not hasattr(platform, "target"):  # an id, None: never this machine's vector in its place
+            raise ValueError(f"use_platform takes a dataset's Platform (ds.platforms[id]), not {platform!r}")
         if self.hardware_dim:
             self.hardware = platform_vector(platform)
 

@@ -27,7 +27,7 @@ from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.locks import take_lock
 from costlab.datasets import schema
 from costlab.datasets.names import check_name, check_platform_id
-from costlab.datasets.records import RecordBatch, mean_latency, scores
+from costlab.datasets.records import ERROR_MAX, ERROR_MIN, RecordBatch, mean_latency, scores
 from costlab.datasets.splits import Split
 from costlab.metaschedule.targets import target_identity
 
@@ -871,6 +871,18 @@ class DatasetWriter:
             raise ValueError(f"platform {pid!r} must be added before its records")
         if not len(batch):
             return 0, 0
+        columns = {k: len(getattr(batch, k)) for k in ("task", "schedule", "costs", "error", "timestamp", "program_id")}
+        if len(set(columns.values())) > 1:
+            raise ValueError(f"platform {pid!r}: the record batch's columns differ in length ({columns})")
+        task = np.asarray(batch.task)
+        if task.size and (task.min() < 0 or task.max() >= len(self.tasks)):  # the file would be refused as damaged
+            bad = int(task[(task < 0) | (task >= len(self.tasks))][0])
+            raise ValueError(f"platform {pid!r}: record of task {bad}, not one of the dataset's {len(self.tasks)} tasks "
+                             "(add_task gives a task's index)")
+        error = np.asarray(batch.error)
+        if error.size and (error.min() < ERROR_MIN or error.max() > ERROR_MAX):
+            raise ValueError(f"platform {pid!r}: error code {int(error[(error < ERROR_MIN) | (error > ERROR_MAX)][0])} "
+                             f"is outside the stored range {ERROR_MIN}..{ERROR_MAX}")
         ids = np.asarray(batch.program_id, dtype=np.uint64)
         _, first = np.unique(ids, return_index=True)
         keep = np.zeros(len(ids), bool)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.cost_model import CostModel, PyCostModel
 
 from costlab.common.errors import InputError, UsageError
 from costlab.costmodels import kinds, predictors
@@ -101,6 +101,8 @@ class CostlabCostModel(PyCostModel):
     def __init__(self, model=None, head: str | None = None, adapt: str = "none", strict: bool = False,
                  batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None, memo: bool = True):
         super().__init__()
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise UsageError(f"batch_size must be a positive integer, not {batch_size!r}")
         self.strict, self.batch_size, self.memo = strict, batch_size, memo
         self._options = dict(head=head, adapt=adapt, seed=seed, adapt_options=adapt_options)
         self._use(kinds.draft() if model is None else model)
@@ -110,6 +112,10 @@ class CostlabCostModel(PyCostModel):
         """Score with ``model`` (a name, path or predictor) from now on: its head, a fresh online adapter of it,
         and nothing remembered of the model before (scores, scales, targets checked)."""
         head, adapt, seed = self._options["head"], self._options["adapt"], self._options["seed"]
+        if isinstance(model, CostModel):  # a MetaSchedule cost model (this one too) has a predict, of other arguments
+            raise UsageError(f"model: {type(model).__name__} is a MetaSchedule cost model already: pass it to "
+                             "MetaSchedule as it is, or give a costlab model's name or path, or a predictor "
+                             "(costlab.costmodels.predictors.load)")
         predictor = model if hasattr(model, "predict") else tuning_predictor(model, seed)
         source = str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model")
         platforms = predictor.platforms
@@ -215,7 +221,13 @@ class CostlabCostModel(PyCostModel):
         if Path(path).exists() and not replaceable(path):  # another tool's files (a config.json) are never replaced
             raise UsageError(f"{path}: exists and is not a costlab model directory; save the model to a new "
                              "directory, or to a model directory it may replace")
-        config = dict(self.predictor.config, adapted=dict(self.adapter.stats) if self.adapter else None)
+        # a model adapted before it was loaded keeps that record (and the figures of the weights before it): without
+        # an adapter as it was, beside this adapter's own stats as ``earlier``
+        earlier = self.predictor.config.get("adapted")
+        adapted = dict(self.adapter.stats) if self.adapter else earlier
+        if self.adapter and earlier:
+            adapted["earlier"] = earlier
+        config = dict(self.predictor.config, adapted=adapted)
         config.pop("weights_sha256", None)
         if self.adapter and self.adapter.stats.get("trained"):  # weights that learned this costlab's features
             config["featurizer"] = self.predictor.featurizer.to_json()

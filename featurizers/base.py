@@ -40,9 +40,12 @@ def available() -> list[str]:
 def create(name_or_obj, config: dict | None = None) -> "Featurizer":
     """A featurizer from its name (with an optional config), or the object itself."""
     if isinstance(name_or_obj, Featurizer):
+        if config is not None:  # never dropped silently: the object's own config is what it featurizes with
+            raise ValueError(f"featurizer {name_or_obj.name}: a config is given with a featurizer object; give the "
+                             "featurizer's name with the config, or the object alone")
         return name_or_obj
     _load_builtins()
-    if name_or_obj not in _REGISTRY:
+    if not isinstance(name_or_obj, str) or name_or_obj not in _REGISTRY:
         raise ValueError(f"unknown featurizer {name_or_obj!r} (known: {', '.join(available())})")
     return _REGISTRY[name_or_obj](config)
 
@@ -130,6 +133,8 @@ class Featurizer(ABC):
     default_config: ClassVar[dict] = {}
 
     def __init__(self, config: dict | None = None):
+        if config is not None and not isinstance(config, dict):
+            raise ValueError(f"featurizer {self.name}: its config is a JSON object of options, not {shown(config)}")
         unknown = set(config or {}) - set(self.default_config) - set(self.learned_keys)
         if unknown:
             raise ValueError(f"featurizer {self.name}: unknown config keys {sorted(unknown)}")

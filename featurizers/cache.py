@@ -43,8 +43,9 @@ class FeatureCache:
         """The features of ``rows`` (all by default), in their order; a row asked for twice (a tail list beside
         the task's own lists in one batch) is read once. ``names``: only those outputs (all by default)."""
         rows = np.arange(self.n_done) if rows is None else np.asarray(rows, np.int64)
-        if rows.size and rows.max() >= self.n_done:
-            raise IndexError(f"feature cache has {self.n_done} rows, asked for row {int(rows.max())}")
+        if rows.size and (rows.max() >= self.n_done or rows.min() < 0):
+            bad = int(rows.max()) if rows.max() >= self.n_done else int(rows.min())
+            raise IndexError(f"feature cache has {self.n_done} rows, asked for row {bad}")
         uniq, inverse = np.unique(rows, return_inverse=True)
         if uniq.size < rows.size:  # h5py refuses an index twice
             once = self.get(uniq, names)

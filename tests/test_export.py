@@ -348,6 +348,28 @@ def test_a_saved_adapted_model_records_the_features_it_learned(run, tmp_path):
     assert after["featurizer"]["revision"] == TLPFeaturizer.revision == 1
     # the figures were the weights' before the adaptation: kept as such, not as the adapted weights'
     assert "held_out" not in after and after["adapted"]["figures_before"]["held_out"] == config["held_out"]
+    # saved again from a load of its own: the record of its adaptation stays (it was dropped), and under a new
+    # adapter it is the earlier one
+    CostlabCostModel(str(tmp_path / "after")).save(str(tmp_path / "again"))
+    assert read_artifact(tmp_path / "again").config["adapted"] == after["adapted"]
+    CostlabCostModel(str(tmp_path / "after"), adapt="momentum").save(str(tmp_path / "readapted"))
+    assert read_artifact(tmp_path / "readapted").config["adapted"]["earlier"] == after["adapted"]
+
+
+def test_the_cost_model_refuses_a_metaschedule_cost_model_and_a_bad_batch_size(run):
+    """A MetaSchedule cost model given as the model (it has a ``predict`` of other arguments) and a batch size
+    that is not a positive integer are one clear error when the model is made, not a traceback at its first
+    prediction (inside a tuning run, from TVM's callback)."""
+    from tvm.s_tir.meta_schedule.cost_model import RandomModel
+
+    from costlab.common.errors import UsageError
+    from costlab.export import CostlabCostModel
+
+    with pytest.raises(UsageError, match="RandomModel is a MetaSchedule cost model already"):
+        CostlabCostModel(RandomModel())
+    for bad in (0, -1, "x", 2.5, True):
+        with pytest.raises(UsageError, match=f"batch_size must be a positive integer, not {bad!r}"):
+            CostlabCostModel(str(run / "model"), batch_size=bad)
 
 
 def test_the_cost_models_batch_size_bounds_each_forward_pass(run):

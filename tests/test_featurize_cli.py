@@ -436,3 +436,32 @@ def test_a_platform_featurized_with_the_generic_cpu_says_so(tmp_path, capsys):
     capsys.readouterr()
     code, err = _run(capsys, zen5, "--featurizer", "psa", "--no-progress")
     assert code == 0 and "generic CPU" not in err
+
+
+def test_a_cache_refuses_a_row_it_does_not_have(tmp_path):
+    """A negative row gave no features at all (``get([-1, 0])`` gave none where two were asked for), so features
+    came back misaligned with their records: a row outside the cache is an IndexError naming it."""
+    data = tmp_path / "d.h5"
+    import_ansor(MLP, data, progress=False)
+    build_cache(data, "tlp", CPU, progress=False)
+    with open_dataset(data) as ds:
+        feats = create("tlp")
+        feats.fit(ds, [CPU])
+        cache = open_cache(ds, feats, CPU)
+        for rows, bad in (([-1, 0], -1), ([cache.n_done], cache.n_done)):
+            with pytest.raises(IndexError, match=rf"feature cache has {cache.n_done} rows, asked for row {bad}$"):
+                cache.get(np.array(rows))
+
+
+def test_create_never_drops_a_config_and_names_a_bad_one():
+    """``create(obj, config)`` returned the object and dropped the config silently (the user featurized with
+    other settings than they gave); a config that is not a JSON object, or a name that is not a string, is one
+    clear error."""
+    tlp = create("tlp")
+    with pytest.raises(ValueError, match="a config is given with a featurizer object"):
+        create(tlp, {"num_slots": 4})
+    assert create(tlp) is tlp
+    with pytest.raises(ValueError, match="its config is a JSON object of options, not 'x'"):
+        create("tlp", "x")
+    with pytest.raises(ValueError, match=r"unknown featurizer \['tlp'\]"):
+        create(["tlp"])

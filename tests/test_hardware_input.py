@@ -131,6 +131,10 @@ def test_a_model_with_a_hardware_input_scores_a_host_not_in_training(model, held
     with open_dataset(two_cpus) as ds:
         pred.use_platform(ds.platforms[EMR])
     assert zen4.shape == (32, 1) and not np.allclose(pred.predict(feats), zen4)
+    # a platform id, or None, is refused: None scored with this machine's vector in the platform's place
+    for bad in (None, "llvm-zen4-2c"):
+        with pytest.raises(ValueError, match=r"use_platform takes a dataset's Platform \(ds.platforms\[id\]\)"):
+            pred.use_platform(bad)
 
 
 def test_a_tuning_target_is_fed_the_vector_of_the_machine_tuning(model, monkeypatch):

@@ -282,3 +282,26 @@ def test_record_latency_agrees_with_mean_latency():
     values = np.array([x for c in costs for x in c])
     lat = mean_latency(values, offsets, np.full(len(costs), ERROR_NONE))
     assert list(lat) == [record_latency(c) for c in costs]
+
+
+@pytest.mark.parametrize("task, error, message", [
+    (3, 0, "record of task 3, not one of the dataset's 3 tasks"),
+    (-1, 0, "record of task -1, not one of the dataset's 3 tasks"),
+    (0, 1 << 15, "error code 32768 is outside the stored range"),
+])
+def test_records_of_no_task_or_an_unstorable_error_are_refused_before_anything_is_written(tmp_path, task, error,
+                                                                                          message):
+    """A record of a task index the dataset does not have made the whole file unreadable once committed (every
+    read refused it as damaged), and an error code past int16 was numpy's OverflowError: each is refused at
+    ``add_records``, naming the platform, and the dataset is left as it was."""
+    path = tmp_path / "d.h5"
+    _write(path)
+    before = path.read_bytes()
+    b = RecordBatch()
+    b.append(task, '[["x"]]', [1e-5], error, 0.0, program_id("ansor", "wk0", '[["x"]]'))
+    with pytest.raises(ValueError, match=re.escape(f"platform 'cpu-a': {message}")):
+        with DatasetWriter(path) as w:
+            w.add_records("cpu-a", b)
+    assert path.read_bytes() == before
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu-a")) == 30
