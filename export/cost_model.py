@@ -243,6 +243,22 @@ class CostlabCostModel(PyCostModel):
         self._use(path)
 
 
+def _direct(name: str):
+    """``CostlabCostModel``'s own ``name`` for a Python caller, without TVM's FFI in between: its errors keep their
+    type (through the FFI a UsageError came back as TVM's RuntimeError, under FFI frames). MetaSchedule's C++ side
+    calls the method as before."""
+
+    def method(self, *args, **kwargs):
+        return getattr(self._inst, name)(*args, **kwargs)
+
+    method.__name__, method.__doc__ = name, getattr(CostlabCostModel._cls, name).__doc__
+    return method
+
+
+for _name in ("save", "load"):  # what users call themselves; predict and update are MetaSchedule's to call
+    setattr(CostlabCostModel, _name, _direct(_name))
+
+
 def _task_key(context) -> int:
     import tvm_ffi
 

@@ -388,7 +388,9 @@ def test_the_cost_models_batch_size_bounds_each_forward_pass(run):
 
 def test_the_cost_model_saves_over_a_model_never_over_other_files(run, tmp_path):
     """``save`` replaces a costlab model directory, never a folder of another tool's files (a config.json); the
-    refusal reaches the caller through MetaSchedule's object (as its error)."""
+    refusal reaches a Python caller as costlab's own error (through TVM's FFI it was a RuntimeError), and so does
+    saving a kind without weights."""
+    from costlab.common.errors import UsageError
     from costlab.export import CostlabCostModel
 
     model = CostlabCostModel(str(run / "model"))
@@ -396,8 +398,10 @@ def test_the_cost_model_saves_over_a_model_never_over_other_files(run, tmp_path)
     other.mkdir()
     (other / "config.json").write_text("{}")
     (other / "notes.txt").write_text("mine")
-    with pytest.raises(Exception, match="exists and is not a costlab model directory"):
+    with pytest.raises(UsageError, match="exists and is not a costlab model directory"):
         model.save(str(other))
+    with pytest.raises(UsageError, match="only learned nets are saved by the cost model; psa has no weights"):
+        CostlabCostModel("psa").save(str(tmp_path / "psa"))
     assert (other / "config.json").read_text() == "{}"
     model.save(str(tmp_path / "saved"))
     model.save(str(tmp_path / "saved"))  # a model directory: replaced
