@@ -2,6 +2,8 @@
 
 - ``load(MODEL)``: a MetaSchedule cost model (``PyCostModel``) of a costlab model — an artifact directory
   or archive, a training run, a shipped model's name, ``psa`` or ``random`` (``cost_model.py``);
+- ``measuring(TARGET)``: costlab's builder and runner for MetaSchedule's own tuning functions, in a ``with``
+  block (``measuring.py``);
 - ``search/``: the search strategies of ``costlab tune`` (``make_strategy(name)``; PSA drafts, the model
   leads or verifies);
 - ``export_model``: a training run's model as a self-describing artifact (``export_model.py``);
@@ -11,10 +13,14 @@ Nothing here imports Lightning: a tuning run loads a model without the training 
 on first use of what needs it (the command line reads ``search.STRATEGIES`` without it).
 """
 
-__all__ = ["CostlabCostModel", "load"]
+__all__ = ["CostlabCostModel", "load", "measuring"]
 
 
 def __getattr__(name):
+    if name == "measuring":
+        from costlab.export.measuring import measuring  # lazy: pulls tvm
+
+        return measuring
     if name in __all__:
         from costlab.export import cost_model  # lazy: pulls torch and tvm; the parser imports this package
 

@@ -549,3 +549,26 @@ def test_a_model_scaled_per_call_scores_each_population_whole(tmp_path):
     mixed = model.raw_scores(ctx, cands)
     whole = CostlabCostModel(str(tmp_path / "mlp" / "model"), memo=False).raw_scores(ctx, cands)
     assert np.allclose(mixed, whole)
+
+
+def test_measuring_gives_metaschedules_tune_tir_costlabs_builder_and_runner(tmp_path):
+    """``costlab.export.measuring(target)``: for MetaSchedule's own ``tune_tir``, a builder that keeps its workers
+    without the tensor-intrinsic import and a runner whose kernels run on the target's ``num-cores`` threads
+    (MetaSchedule's default runs them on half the logical cores); the programs measure, and the worker pools are
+    shut down when the block ends."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    import costlab.export
+    from costlab.datasets.extract import te_workload_task, workload_json_mod
+    from costlab.metaschedule.runners import runner_threads
+
+    mod = workload_json_mod(te_workload_task("GMM:1,8,8,8")[1])
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    with costlab.export.measuring(target) as (builder, runner):
+        assert runner.pool.submit(runner_threads).result() == 1
+        db = ms.tune_tir(mod, target, str(tmp_path / "work"), max_trials_global=2, num_trials_per_iter=2,
+                         cost_model=costlab.export.load("psa"), builder=builder, runner=runner)
+        records = db.get_all_tuning_records()
+        assert len(records) == 2 and all(r.run_secs and float(r.run_secs[0]) > 0 for r in records)
+    assert runner.pool._shutdown and not builder._pool
