@@ -133,6 +133,12 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
     """Compute a split of an open ``Dataset`` (does not write it; see ``Split.write``)."""
     if by not in SPLIT_KINDS:
         raise ValueError(f"split kind must be one of {', '.join(SPLIT_KINDS)}, not {by!r}")
+    if isinstance(held_out, str):  # one network by its name, not its letters
+        held_out = [held_out]
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise UsageError(f"split seed must be an integer, not {seed!r}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float, np.floating)):
+        raise UsageError(f"test fraction must be a number between 0 and 1, not {test_fraction!r}")
     if held_out and by != "network":  # named networks are held out whole: that is a split by network, nothing else
         raise UsageError(f"--held-out holds out whole networks, a split by network: it cannot be one by {by} (leave "
                          "out --by, or give --by network)")

@@ -5,6 +5,7 @@ leaves a complete database, one run per work dir, and tuned programs checked aga
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -574,3 +575,14 @@ def test_no_search_runs_when_no_program_fits_before_the_deadline():
     assert not clock.nothing_fits()
     clock.trials_left = 0
     assert clock.nothing_fits()
+
+
+def test_make_strategy_refuses_a_population_that_is_not_a_positive_integer():
+    """``population=0`` became the strategy's own population silently; it, and a name that is not a string, are
+    one clear error."""
+    for bad in (0, -4, 2.5, "32"):
+        with pytest.raises(ValueError, match=f"population must be a positive integer, not {re.escape(repr(bad))}"):
+            make_strategy("model-led", population=bad)
+    with pytest.raises(ValueError, match=r"unknown search strategy \['model-led'\]"):
+        make_strategy(["model-led"])
+    assert make_strategy("model-led", population=16).options["population_size"] == 16

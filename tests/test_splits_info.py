@@ -274,3 +274,17 @@ def test_a_network_none_of_whose_programs_ran_is_never_the_held_out_part(tmp_pat
     with open_dataset(path) as ds:
         held = {n for seed in range(20) for n in make_split(ds, "network", seed, 0.3).held_out_networks}
     assert "failed" not in held and held
+
+
+def test_make_split_takes_one_network_by_name_and_names_a_bad_seed_or_fraction(data):
+    """``make_split(held_out="bert")`` held out the networks b, e, r, t (none of them: an error naming the
+    letters); a seed or test fraction of another type was a TypeError from deep inside numpy."""
+    from costlab.common.errors import UsageError
+    from costlab.datasets.splits import make_split
+
+    with open_dataset(data) as ds:
+        assert make_split(ds, "network", held_out="bert").held_out_networks == ["bert"]
+        with pytest.raises(UsageError, match="split seed must be an integer, not 'x'"):
+            make_split(ds, "task", seed="x")
+        with pytest.raises(UsageError, match="test fraction must be a number between 0 and 1, not '0.2'"):
+            make_split(ds, "task", test_fraction="0.2")

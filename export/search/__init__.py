@@ -89,10 +89,13 @@ def make_strategy(name: str, *, population: int | None = None, verify_fraction: 
     """A fresh search strategy by name (``STRATEGIES``). ``draft-filter`` is MetaSchedule's evolutionary
     search: its drafting is in the cost model (``draft_cost_model``). ``population``: the genetic search's
     population, by default the strategy's own (``Strategy.population``)."""
-    spec = STRATEGIES.get(name)
+    spec = STRATEGIES.get(name) if isinstance(name, str) else None
     if spec is None:
         raise ValueError(f"unknown search strategy {name!r} (one of {', '.join(STRATEGIES)})")
-    return spec.factory(population=population or spec.population, verify_fraction=verify_fraction,
+    if population is not None and (isinstance(population, bool) or not isinstance(population, int) or population < 1):
+        raise ValueError(f"population must be a positive integer, not {population!r}")  # 0 became the default
+    return spec.factory(population=population if population is not None else spec.population,
+                        verify_fraction=verify_fraction,
                         first_rounds=first_rounds, log=log)
 
 
