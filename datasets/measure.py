@@ -328,6 +328,11 @@ def measure(data, opts: MeasureOptions) -> str:
                         errors[reason] = errors.get(reason, 0) + 1
                 # one transaction per batch: Ctrl-C loses only this batch
                 with stopwatch(clock, "save"), DatasetWriter(data) as w:
+                    if host is not None:
+                        # checked again under the writer's lock: another command (an import of another machine's
+                        # records into this platform) may have written it since this one began
+                        with open_dataset(data) as now:
+                            check_host(now, pid, host)
                     w.add_platform(pid, target_json, host=host)
                     w.add_records(pid, records)
                 for _, _, prog in batch:

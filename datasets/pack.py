@@ -22,6 +22,7 @@ import gzip
 import hashlib
 import io
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ import orjson
 
 from costlab.common.errors import InputError, UsageError
 from costlab.common.files import write_atomically
+from costlab.common.locks import take_lock
 from costlab.datasets.names import check_name
 from costlab.datasets.records import ERROR_MAX, ERROR_MIN, RecordBatch
 from costlab.datasets.splits import SPLIT_KINDS, Split
@@ -77,10 +79,23 @@ def pack(data, out) -> str:
     A folder holds the pack of one dataset. Its meta file records, per platform, how many records are
     packed and a digest of them (``_RowDigest``); packing into a folder that holds another dataset's pack
     (other tasks, other platforms, or other records in the rows already packed) is refused before anything
-    is written."""
+    is written. One pack at a time per folder: a second waits on ``.<folder>.lock`` beside it (two packs of the
+    dataset read at different moments would both write rows 0-n shards, and neither a pack nor an unpack of the
+    folder would read it again)."""
     data, out = Path(data), Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(out, "exists and is not a directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lock = take_lock(out.parent / f".{out.name}.lock", on_wait=lambda: print(
+            f"costlab: waiting for another command packing into {out} ...", file=sys.stderr))
+    except OSError as exc:
+        raise InputError(out, f"cannot be written ({exc.strerror or exc})") from None
+    with lock:
+        return _pack(data, out)
+
+
+def _pack(data: Path, out: Path) -> str:
     lines = []
     with open_dataset(data) as ds:
         meta = dict(
@@ -363,6 +378,8 @@ def unpack(folder, out) -> str:
     ntasks = len(meta["tasks"])
     counts = {}
     with DatasetWriter(out) as w:
+        if out.exists():  # made since the check above by another command, whose lock this writer waited for
+            raise InputError(out, "exists already (another command wrote it meanwhile): unpack builds a new dataset")
         for t in meta["tasks"]:
             w.add_task(t["workload_hash"], t["dialect"], t["workload"], name=t["name"], kernel_class=t["kernel_class"],
                        flops=t["flops"], extra=t["extra"])

@@ -347,6 +347,15 @@ def process_start() -> float:
 def tune(opts: TuneOptions) -> dict:
     """Tune; returns a summary (per task: trials, best latency; wall seconds; seconds to the first measured
     batch; a network's end-to-end)."""
+    held: list = []  # the work dir's lock, held until the summary is written: the checks (which run the
+    try:  # programs), a network's end-to-end timing, the result, the library and the summary are the run's too
+        return _tune(opts, held)
+    finally:
+        for fh in held:
+            fh.close()
+
+
+def _tune(opts: TuneOptions, held: list) -> dict:
     started = time.time()
     command_start = opts.started_at or started
     opts.check()
@@ -369,12 +378,12 @@ def tune(opts: TuneOptions) -> dict:
         check_config(opts.model)
     try:
         work.path.mkdir(parents=True, exist_ok=True)
-        lock = work.lock()
+        held.append(work.lock())
     except OSError as exc:
         raise InputError(work.path, f"cannot be used as the work dir: {exc.strerror or exc}") from None
     exploited, transferred, started_from, finals, finals_stats, earlier = None, None, None, None, None, None
-    # from here on the lock, the builder's workers and MetaSchedule's loggers are released however it ends
-    with lock, work.measuring() as stack:
+    # from here on the builder's workers and MetaSchedule's loggers are released however it ends (the lock by tune)
+    with work.measuring() as stack:
         try:
             for path in (work.progress_file, work.rounds_file, work.summary_file, work.records_file,
                          work.workloads_file):

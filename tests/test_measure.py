@@ -564,3 +564,32 @@ def test_a_workload_task_whose_name_holds_commas_is_selected_by_name():
     assert [t.index for t in _select_tasks(ds, "GMM:1,32,32,32,C1D:1,32,8,8,3", "d.h5")] == [0, 1]
     with pytest.raises(InputError, match=r"no task 'nope' \(give task indices 0\.\.2 or names: 0 GMM:1,32,32,32, 1 C1D"):
         _select_tasks(ds, "nope", "d.h5")
+
+
+def test_records_of_an_unknown_machine_imported_during_a_measure_stop_it(tmp_path, monkeypatch):
+    """The platform's machine was checked only when ``measure`` began: records of an unknown machine written
+    into the platform meanwhile (an import from another terminal) were then labelled as measured here. It is
+    checked again under the writer's lock, before each batch is saved."""
+    from costlab.common.errors import InputError
+    from costlab.datasets import DatasetWriter, RecordBatch, program_id
+    from costlab.datasets import measure as measure_module
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,4,4,4"])
+    real, imported = measure_module.DatasetWriter, []
+
+    def writer_after_an_import(data):
+        if not imported:  # another command imports records of an unknown machine into the platform first
+            imported.append(1)
+            with DatasetWriter(data) as w:
+                w.add_platform("cpu", {"kind": "llvm", "num-cores": 2})
+                b = RecordBatch()
+                b.append(0, '[["x"]]', [1e-5], 0, 0.0, program_id("ms", "imported", '[["x"]]'))
+                w.add_records("cpu", b)
+        return real(data)
+
+    monkeypatch.setattr(measure_module, "DatasetWriter", writer_after_an_import)
+    with pytest.raises(InputError, match="platform 'cpu' holds records of an unknown machine"):
+        measure(path, _opts(per_task=2, batch_size=2))
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu")) == 1 and ds.platforms["cpu"].host is None

@@ -390,3 +390,42 @@ def test_a_split_of_named_networks_packs_and_unpacks_without_a_seed(tmp_path):
     assert main(["dataset", "pack", str(data), "-o", str(tmp_path / "p")]) == 0
     assert main(["dataset", "unpack", str(tmp_path / "p"), "-o", str(tmp_path / "back.h5")]) == 0
     _same(data, tmp_path / "back.h5")
+
+
+def test_a_second_pack_into_a_folder_waits_for_the_first(tmp_path, capsys):
+    """Two packs into one folder of the dataset read at different moments both wrote shards from row 0, and
+    neither a pack nor an unpack read the folder again: a pack holds the folder's lock, a second waits for it."""
+    import threading
+    import time
+
+    from costlab.common.locks import take_lock
+
+    data, out = tmp_path / "d.h5", tmp_path / "p"
+    shutil.copy(SMALL, data)
+    lock = take_lock(tmp_path / ".p.lock", wait=False, holder="pack")  # a pack running into it
+    threading.Thread(target=lambda: (time.sleep(1.0), lock.close()), daemon=True).start()
+    t0 = time.monotonic()
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    assert time.monotonic() - t0 >= 0.9 and f"waiting for another command packing into {out}" in capsys.readouterr().err
+    assert main(["dataset", "unpack", str(out), "-o", str(tmp_path / "back.h5")]) == 0
+    _same(data, tmp_path / "back.h5")
+
+
+def test_an_unpack_whose_output_another_command_made_meanwhile_is_refused(tmp_path, capsys, monkeypatch):
+    """Two unpacks into one new file: the second waited for the first's writer and then added its records to the
+    first's dataset, both saying they succeeded. Checked again once the writer holds the file."""
+    from costlab.datasets import pack as pack_module
+
+    data, out, made = tmp_path / "d.h5", tmp_path / "p", tmp_path / "m.h5"
+    shutil.copy(SMALL, data)
+    assert main(["dataset", "pack", str(data), "-o", str(out)]) == 0
+    real = pack_module.DatasetWriter
+
+    def first_unpack_done(path):  # the other unpack committed while this one waited for the writer's lock
+        shutil.copy(SMALL, made)
+        return real(path)
+
+    monkeypatch.setattr(pack_module, "DatasetWriter", first_unpack_done)
+    assert main(["dataset", "unpack", str(out), "-o", str(made)]) == 2
+    assert f"{made}: exists already (another command wrote it meanwhile)" in capsys.readouterr().err
+    assert made.read_bytes() == SMALL.read_bytes()

@@ -550,3 +550,41 @@ def test_lightning_finetuning_of_a_multi_head_model_starts_from_the_platforms_he
         assert "Traceback" not in err and words in err, err
         assert not (out / "model").exists()
     assert main([*base, "--platform", PLATFORM, "--out", str(tmp_path / "ft-first")]) == 0
+
+
+def test_a_second_training_into_the_same_run_dir_is_refused_while_the_first_runs(trained, tmp_path, capsys):
+    """Two trainings into one run dir mixed their options, checkpoints and model, both exiting 0 (and a --resume
+    then continued one run's checkpoint with the other's options): the run dir is locked for the whole run."""
+    from conftest import error_line
+
+    from costlab.common.locks import take_lock
+    from costlab.train.run_dir import LOCK
+
+    out = tmp_path / "run"
+    out.mkdir()
+    args = ["train", "--data", str(trained / "d.h5"), "--out", str(out), "--epochs", "1", "--no-progress", *TINY]
+    with take_lock(out / LOCK, wait=False, holder="train"):  # a training running into it
+        assert main(args) == 2
+        assert error_line(capsys) == (f"costlab: error: {out}: another costlab train is training into this run dir; "
+                                      "wait for it to end, or give another --out")
+        assert not (out / "checkpoints").exists()
+    assert main(args) == 0  # free once it has ended
+
+
+def test_training_reads_the_features_of_the_file_it_was_set_up_from(trained, tmp_path):
+    """A `costlab featurize` with another config replaces the dataset's feature cache (a new file renamed over
+    it): a training set up before it read its labels and featurizer from the old file and its features from the
+    new one, where its cache is gone (a traceback). It reads them from the file it was set up from."""
+    from costlab.train.data import CostDataModule, DataConfig
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    dm = CostDataModule(DataConfig(data=str(data), featurizer="tlp", val_fraction=0.0))
+    dm.setup()
+    try:
+        assert main(["featurize", str(data), "--featurizer", "tlp", "--config", '{"num_slots": 12}',
+                     "--no-progress"]) == 0
+        batch = next(iter(dm.train_dataloader()))
+        assert batch["numeric"].shape[-1] == dm.featurizer.config["num_slots"] == 16
+    finally:
+        dm.teardown()

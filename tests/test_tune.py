@@ -834,3 +834,28 @@ def test_a_finished_run_of_part_of_a_network_is_finished_when_run_again(tmp_path
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out).get("unchanged") is True
     assert (tmp_path / "w" / "costlab_tune.json").read_text() == written
+
+
+def test_the_work_dir_stays_locked_until_the_run_has_written_its_summary(tmp_path, monkeypatch):
+    """The lock was released after the search: while the run checked its programs (running them), timed a
+    network, wrote its result, library and summary, an `exploit` or a re-run could measure in the same work dir
+    beside it. Another command is refused until the run has ended."""
+    import costlab.export.tune as tune_module
+    from costlab.common.errors import UsageError
+    from costlab.export.workdir import WorkDir
+
+    work, seen = tmp_path / "w", []
+    real = tune_module.check_tasks
+
+    def check_tasks(*args, **kwargs):
+        try:
+            WorkDir(work).lock("exploit").close()
+            seen.append("free")
+        except UsageError as exc:
+            seen.append(str(exc))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tune_module, "check_tasks", check_tasks)
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--trials", "2", "--work-dir", str(work), *SMALL_SEARCH]) == 0
+    assert len(seen) == 1 and "another costlab tune is running in this work dir" in seen[0], seen
+    WorkDir(work).lock("exploit").close()  # and free once the run has ended

@@ -247,8 +247,13 @@ class CostDataModule(L.LightningDataModule):
             self.val_rows = np.flatnonzero(val & has_label)
             self.test_rows = np.flatnonzero(test & has_label)
             self.split = split
-        finally:
+        except BaseException:
             ds.close()
+            raise
+        # the features are read from this same opening of the file: a `costlab featurize` that replaces the cache
+        # (another --config, --refit) or a write that adds records meanwhile renames a new file over it, and the
+        # labels, the featurizer and the rows above are this one's
+        self._ds, self._caches = ds, {}
 
     def _rankable(self, rows: np.ndarray) -> bool:
         """Whether the rows (a mask) hold something the validation top-1 ranks: a ranking group (a task on one

@@ -34,7 +34,7 @@ from costlab.train.data import CostDataModule, DataConfig
 from costlab.train.evaluate import checkpoint_lineage, lineage_of
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
-from costlab.train.run_dir import check_fresh_start, old_checkpoints, run_dir
+from costlab.train.run_dir import check_fresh_start, old_checkpoints, run_dir, run_lock
 from costlab.costmodels import kinds
 from costlab.costmodels.nets import check_featurizer_fits, net_config_for
 from costlab.costmodels.predictors import resolve
@@ -321,7 +321,13 @@ def _fit(trainer, noted: _NoteInterrupt, module, dm, ckpt_path) -> None:
 
 def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: bool = False) -> dict:
     """Train (or, with ``init_from``, fine-tune) by ``cfg`` into the run directory ``cfg["out"]``. ``resume``:
-    continue from its checkpoints/last.ckpt; ``overwrite``: a fresh run may delete an earlier run's checkpoints."""
+    continue from its checkpoints/last.ckpt; ``overwrite``: a fresh run may delete an earlier run's checkpoints.
+    One run at a time per directory (``run_lock``)."""
+    with run_lock(cfg["out"]):
+        return _train(cfg, progress, resume, overwrite)
+
+
+def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     kind = cfg["model"]
     model = kinds.create(kind)
     if not model.learned:

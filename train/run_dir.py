@@ -3,9 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from costlab.common.errors import UsageError
+from costlab.common.locks import LockHeld, take_lock
+
+LOCK = ".costlab_train.lock"
+#: set (to a rank above 0) in the processes a distributed run launches besides the command's own
+_RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
 
 
 def run_dir(path) -> Path:
@@ -37,3 +44,18 @@ def check_fresh_start(out: Path, overwrite: bool, resumable: bool, resume: bool)
         other = "--resume to continue that run, " if resumable else ""
         raise UsageError(f"--out {out}: holds the checkpoints of an earlier run ({old[0]}); give another --out, "
                          f"{other}or --overwrite to train afresh into it (deleting them)")
+
+
+def run_lock(path, command: str = "train"):
+    """The run directory's lock (an open file; closing it releases it), held for a whole training run: a second
+    command training into the same directory is refused in one line (their checkpoints, config.yaml and model
+    would be the two runs' mixed). Processes of rank above 0 of a distributed run take none (the first holds it)."""
+    if any(os.environ.get(k, "0").strip() not in ("", "0") for k in _RANKS):
+        return contextlib.nullcontext()
+    out = run_dir(path)
+    try:
+        return take_lock(out / LOCK, wait=False, holder=command)
+    except LockHeld as held:
+        holder = held.holder if held.holder.isidentifier() else "command"
+        raise UsageError(f"{out}: another costlab {holder} is training into this run dir; wait for it to end, or "
+                         "give another --out") from None
