@@ -588,3 +588,22 @@ def test_training_reads_the_features_of_the_file_it_was_set_up_from(trained, tmp
         assert batch["numeric"].shape[-1] == dm.featurizer.config["num_slots"] == 16
     finally:
         dm.teardown()
+
+
+def test_resuming_a_checkpoint_without_the_counts_of_its_epochs_says_the_figures_are_unknown(trained, tmp_path):
+    """A checkpoint of an older costlab keeps no counts of the epochs before it: a run resumed from one would report
+    the resumed part's records and seconds as the whole run's. They are null instead (unknown)."""
+    import json
+
+    out = tmp_path / "run"
+    args = ["train", "--data", str(trained / "d.h5"), "--out", str(out), "--no-progress", *TINY]
+    assert main([*args, "--epochs", "1"]) == 0
+    last = out / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    assert "_Throughput" in ckpt["callbacks"]
+    del ckpt["callbacks"]["_Throughput"]  # as an older costlab saved it
+    torch.save(ckpt, last)
+    assert main([*args, "--epochs", "2", "--resume"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epochs"] == 2
+    assert summary["records_seen"] is summary["train_records_per_s"] is summary["wall_seconds"] is None

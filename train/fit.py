@@ -489,6 +489,10 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                    last_val=val, records_seen=speed.records,
                    train_records_per_s=speed.records / speed.seconds if speed.seconds else None,
                    wall_seconds=wall, epochs=trainer.current_epoch)
+    if resumed is not None and not resumed.get("counted", True):
+        # a checkpoint of an older costlab keeps no counts of the epochs before it: the resumed part's alone would
+        # read as the whole run's
+        summary.update(records_seen=None, train_records_per_s=None, wall_seconds=None)
     if not trainer.is_global_zero:
         return summary  # under DDP the first process alone writes the model and the summary
     save_artifact(out / "model", module.core.state_dict(),
