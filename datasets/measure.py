@@ -40,7 +40,7 @@ from costlab.metaschedule.pools import warm_up
 from costlab.metaschedule.results import ERROR_NONE, short_error
 from costlab.metaschedule.rpc import LOST, is_lost
 from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
-from costlab.metaschedule.targets import measuring_host, platform_id_for, runnable_target, target_cores
+from costlab.metaschedule.targets import measuring_host, platform_id_for, runnable_target
 from costlab.metaschedule.traces import ReplayError, compact_json, plain_json, replay_candidate, trace_json
 from costlab.metaschedule.tune_context import tune_context
 from costlab.metaschedule.workloads import decode_workload
@@ -100,13 +100,15 @@ class _Sampler:
 
         self.ms = ms
         self.per_iter = max(1, per_iter)
+        self.seed, self.starts = seed, 0
         self.contexts = []
         for stream, strategy in enumerate((
             ms.search_strategy.ReplayTrace(),
             ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32),
         )):
-            ctx = tune_context(mod, target, strategy, rand_state=seed + stream,
-                               num_threads=target_cores(target))
+            # one thread: MetaSchedule hands its per-thread random states to whichever thread takes the next
+            # candidate, so with several the same seed samples other programs from run to run
+            ctx = tune_context(mod, target, strategy, rand_state=seed + stream, num_threads=1)
             self.contexts.append(ctx)
         self.spaces = self.contexts[0].generate_design_space()
         for ctx in self.contexts:
@@ -114,7 +116,11 @@ class _Sampler:
 
     def _start(self, ctx) -> None:
         ms = self.ms
-        ctx.pre_tuning(1 << 30, self.per_iter, self.spaces, ms.database.MemoryDatabase(), ms.cost_model.RandomModel())
+        # RandomModel() without a seed seeds numpy from the OS: the evolutionary stream's picks would differ from
+        # run to run under the same --seed; a restarted strategy gets a seed of its own
+        self.starts += 1
+        model = ms.cost_model.RandomModel(seed=(self.seed * 7_919 + self.starts) % (2**32 - 1))
+        ctx.pre_tuning(1 << 30, self.per_iter, self.spaces, ms.database.MemoryDatabase(), model)
 
     def _draw(self, ctx) -> list:
         cands = ctx.generate_measure_candidates()

@@ -607,3 +607,15 @@ def test_resuming_a_checkpoint_without_the_counts_of_its_epochs_says_the_figures
     summary = json.loads((out / "summary.json").read_text())
     assert summary["epochs"] == 2
     assert summary["records_seen"] is summary["train_records_per_s"] is summary["wall_seconds"] is None
+
+
+def test_a_model_records_its_dataset_by_an_absolute_path(trained, tmp_path, monkeypatch):
+    """A model recorded its dataset as typed ("d.h5"): `export` run from another folder then described whatever
+    dataset of that name it found there, or none. The path is absolute."""
+    import json
+
+    monkeypatch.chdir(trained)
+    assert main(["train", "--data", "d.h5", "--out", str(tmp_path / "run"), "--epochs", "1", "--no-progress",
+                 *TINY]) == 0
+    config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert config["dataset"] == str(trained / "d.h5")

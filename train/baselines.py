@@ -15,6 +15,7 @@ stored one scores at inference.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def train_baseline(cfg: dict) -> dict:
                    train_records_per_s=len(xs) / max(time.perf_counter() - t0, 1e-9))
     save_artifact(out, tensors, dict(kind=kind, net={}, featurizer=dm.featurizer.to_json(),
                                      platforms=dm.config.platforms, training=summary, split=cfg["split"],
-                                     split_digest=dm.split and dm.split.digest, dataset=str(cfg["data"]),
+                                     split_digest=dm.split and dm.split.digest, dataset=os.path.abspath(cfg["data"]),
                                      dialects=dm.dialects, targets=dm.targets))
     write_atomically(Path(cfg["out"]) / "summary.json", jsontext.dumps(summary, indent=2).encode())
     return summary

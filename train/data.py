@@ -365,7 +365,13 @@ class CostDataModule(L.LightningDataModule):
         return torch.utils.data.DataLoader(reader, sampler=sampler, batch_size=None, num_workers=cfg.num_workers)
 
     def train_dataloader(self):
-        return self._loader(self.train_rows, True)
+        loader = self._loader(self.train_rows, True)
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            # Lightning makes the loader's iterator before it calls set_epoch, and a resumed run's first epoch keeps
+            # that iterator (its workers prefetch from it): draw the epoch the fit loop is about to run, not epoch 0
+            loader.sampler.set_epoch(trainer.fit_loop.epoch_progress.current.processed)
+        return loader
 
     def val_dataloader(self):
         return self._loader(self.val_rows, False)

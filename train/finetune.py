@@ -11,6 +11,7 @@ lists; the model's own featurizer (config and vocabulary) turns them into featur
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     # checkpoint's are its run's)
     source_path = resolve(source)
     lineage = checkpoint_lineage(source_path) if source_path.suffix == ".ckpt" else lineage_of(config)
-    config.update(training=summary, split=split, split_digest=digest, dataset=str(data), dialects=dialects,
+    config.update(training=summary, split=split, split_digest=digest, dataset=os.path.abspath(data), dialects=dialects,
                   targets=targets)
     if not info.get("kept_pretrained"):  # weights that learned this costlab's features (their revision)
         config["featurizer"] = pred.featurizer.to_json()

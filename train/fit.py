@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 import warnings
@@ -498,7 +499,7 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     save_artifact(out / "model", module.core.state_dict(),
                   dict(kind=kind, net=net_config, featurizer=dm.featurizer.to_json(), platforms=cfg["platforms"],
                        training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
-                       dataset=str(cfg["data"]), dialects=dm.dialects, targets=dm.targets,
+                       dataset=os.path.abspath(cfg["data"]), dialects=dm.dialects, targets=dm.targets,
                        **({"hardware": hardware_vector.describe()} if hardware_dim else {}),
                        **({"lineage": source["lineage"]} if source and source["lineage"] else {})))
     write_atomically(out / "summary.json", jsontext.dumps(summary, indent=2).encode())

@@ -64,7 +64,11 @@ def register(sub) -> None:
                    + f"{', '.join(kinds.untrained())} or a baseline")
     q.add_argument("--head", metavar="PLATFORM", help="the head of a multi-platform model to score with")
     q.add_argument("--strict", action="store_true", help="refuse a model trained for another target kind")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=int, default=0,
+                   help="MetaSchedule's random state of each task (default 0). Not a replay: the search samples on the "
+                        "target's num-cores threads, each candidate drawn by whichever thread is free, and the "
+                        "default XGBoost model scores at random before its first training, so two runs of one "
+                        "seed measure other programs from their first batch on")
     q.add_argument("--per-iter", type=int, default=64, help="candidates measured per round (default 64)")
     q.add_argument("--first-rounds", default="8,16,32", metavar="N,N,...",
                    help="model-led: candidates measured in the first rounds, before --per-iter (default 8,16,32)")
