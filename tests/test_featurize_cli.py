@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -385,16 +386,22 @@ def test_help(capsys):
     assert "--featurizer" in out and "--platform" in out and "resumes" in out
 
 
-def test_a_cache_gives_a_row_asked_for_twice(tmp_path):
-    """A batch may ask for one record twice (a task's tail list beside its own lists): the cache reads it once and
-    gives it in every place it was asked for (h5py refuses a repeated index)."""
+@contextlib.contextmanager
+def _tlp_cache(tmp_path):
+    """The TLP feature cache of the MLP log's records, open."""
     data = tmp_path / "d.h5"
     import_ansor(MLP, data, progress=False)
     build_cache(data, "tlp", CPU, progress=False)
     with open_dataset(data) as ds:
         feats = create("tlp")
         feats.fit(ds, [CPU])
-        cache = open_cache(ds, feats, CPU)
+        yield open_cache(ds, feats, CPU)
+
+
+def test_a_cache_gives_a_row_asked_for_twice(tmp_path):
+    """A batch may ask for one record twice (a task's tail list beside its own lists): the cache reads it once and
+    gives it in every place it was asked for (h5py refuses a repeated index)."""
+    with _tlp_cache(tmp_path) as cache:
         whole = cache.get()
         rows = np.array([5, 1, 5, 9, 1])
         twice = cache.get(rows)
@@ -441,13 +448,7 @@ def test_a_platform_featurized_with_the_generic_cpu_says_so(tmp_path, capsys):
 def test_a_cache_refuses_a_row_it_does_not_have(tmp_path):
     """A negative row gave no features at all (``get([-1, 0])`` gave none where two were asked for), so features
     came back misaligned with their records: a row outside the cache is an IndexError naming it."""
-    data = tmp_path / "d.h5"
-    import_ansor(MLP, data, progress=False)
-    build_cache(data, "tlp", CPU, progress=False)
-    with open_dataset(data) as ds:
-        feats = create("tlp")
-        feats.fit(ds, [CPU])
-        cache = open_cache(ds, feats, CPU)
+    with _tlp_cache(tmp_path) as cache:
         for rows, bad in (([-1, 0], -1), ([cache.n_done], cache.n_done)):
             with pytest.raises(IndexError, match=rf"feature cache has {cache.n_done} rows, asked for row {bad}$"):
                 cache.get(np.array(rows))
