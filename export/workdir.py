@@ -140,9 +140,8 @@ class WorkDir:
         try:
             return take_lock(self.path / self.LOCK, wait=False, holder=command)
         except LockHeld as held:
-            holder = held.holder if held.holder.isidentifier() else "command"
-            raise UsageError(f"{self.path}: another costlab {holder} is running in this work dir; wait for it to end, "
-                             "or use another --work-dir") from None
+            raise UsageError(f"{self.path}: another costlab {held.command} is running in this work dir; wait for it "
+                             "to end, or use another --work-dir") from None
 
     # -- its database --------------------------------------------------------------------------------------
     def open_database(self) -> tuple:

@@ -56,6 +56,5 @@ def run_lock(path, command: str = "train"):
     try:
         return take_lock(out / LOCK, wait=False, holder=command)
     except LockHeld as held:
-        holder = held.holder if held.holder.isidentifier() else "command"
-        raise UsageError(f"{out}: another costlab {holder} is training into this run dir; wait for it to end, or "
+        raise UsageError(f"{out}: another costlab {held.command} is training into this run dir; wait for it to end, or "
                          "give another --out") from None

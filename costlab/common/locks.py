@@ -20,6 +20,12 @@ class LockHeld(OSError):
         super().__init__(f"{path} is locked by {holder or 'another process'}")
         self.holder = holder
 
+    @property
+    def command(self) -> str:
+        """The holder's command as a message names it ("another costlab tune"): its name, or "command" when the
+        file holds none (or anything but a name)."""
+        return self.holder if self.holder.isidentifier() else "command"
+
 
 def take_lock(path, *, wait: bool = True, holder: str | None = None,
               on_wait: Callable[[], None] | None = None) -> IO:
