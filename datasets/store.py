@@ -877,8 +877,8 @@ class DatasetWriter:
         task = np.asarray(batch.task)
         if task.size and (task.min() < 0 or task.max() >= len(self.tasks)):  # the file would be refused as damaged
             bad = int(task[(task < 0) | (task >= len(self.tasks))][0])
-            raise ValueError(f"platform {pid!r}: record of task {bad}, not one of the dataset's {len(self.tasks)} tasks "
-                             "(add_task gives a task's index)")
+            raise ValueError(f"platform {pid!r}: record of task {bad}, not one of the dataset's {len(self.tasks)} "
+                             "tasks (add_task gives a task's index)")
         error = np.asarray(batch.error)
         if error.size and (error.min() < ERROR_MIN or error.max() > ERROR_MAX):
             raise ValueError(f"platform {pid!r}: error code {int(error[(error < ERROR_MIN) | (error > ERROR_MAX)][0])} "

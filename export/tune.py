@@ -457,7 +457,8 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                                       work_dir=str(work), max_trials_global=remaining, max_trials_per_task=remaining,
                                       num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
                                       runner=runner, database=database, cost_model=run_model,
-                                      measure_callbacks=run_callbacks(progress.callback(), on_results=progress.results_in),
+                                      measure_callbacks=run_callbacks(progress.callback(),
+                                                                      on_results=progress.results_in),
                                       task_scheduler=scheduler)
                     except Exception:
                         if runner_failure(runner) is not None:  # the runner's worker never started: one line

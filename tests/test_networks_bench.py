@@ -379,7 +379,8 @@ def test_finals_are_refused_on_another_host(tmp_path):
 
     from costlab.common.host import host_info
 
-    other = dict(host_info(), cpu_model="INTEL(R) XEON(R) PLATINUM 8592+", vendor="GenuineIntel", family="6", model="207")
+    other = dict(host_info(), cpu_model="INTEL(R) XEON(R) PLATINUM 8592+", vendor="GenuineIntel", family="6",
+                 model="207")
     out = tmp_path / "bench"
     out.mkdir()
     (out / "benchmark.json").write_text(json.dumps(dict(host=other, trials=1000)))

@@ -95,8 +95,7 @@ def make_strategy(name: str, *, population: int | None = None, verify_fraction: 
     if population is not None and (isinstance(population, bool) or not isinstance(population, int) or population < 1):
         raise ValueError(f"population must be a positive integer, not {population!r}")  # 0 became the default
     return spec.factory(population=population if population is not None else spec.population,
-                        verify_fraction=verify_fraction,
-                        first_rounds=first_rounds, log=log)
+                        verify_fraction=verify_fraction, first_rounds=first_rounds, log=log)
 
 
 def draft_cost_model(name: str, model, verify_fraction: float = 0.1):

@@ -8,8 +8,9 @@ MetaSchedule's epsilon-greedy share of random unmeasured programs kept. ``Evolve
 program it returns as measured, so the evolution state is made afresh every round (as ``model-led`` does):
 a drafted program the verifier passed over may be drafted and picked in a later round; what it picked (or the
 database held when the run started) is kept here (``_picked``) and never picked again; a pick the budget cut
-from its batch is forgotten (``forget``), so a later round may pick it. Within a round the learned model's recall is capped by
-PSA's, and the measured programs among the evolution's seeds may take some of the verifier's places.
+from its batch is forgotten (``forget``), so a later round may pick it. Within a round the learned model's
+recall is capped by PSA's, and the measured programs among the evolution's seeds may take some of the
+verifier's places.
 ``model-led`` (``model_led.py``) is the search the model leads.
 """
 

@@ -137,8 +137,9 @@ class ModelLedSearch(PySearchStrategy):
         t_verify = time.perf_counter()
         picks = self._pick(evolved, drafted, num)
         self._pending = dict(
-            task=str(self.context.task_name), strategy="model-led", round=self.round, trials_before=self.earlier + self.trials,
-            picked=len(picks), population=pop, sampled=len(sampled), drafted=len(drafted), seeds=len(seeds),
+            task=str(self.context.task_name), strategy="model-led", round=self.round,
+            trials_before=self.earlier + self.trials, picked=len(picks), population=pop, sampled=len(sampled),
+            drafted=len(drafted), seeds=len(seeds),
             sample_s=round(t_sample - t0, 4), draft_s=round(t_draft - t_sample, 4),
             verify_s=round(t_verify - t_draft, 4), search_s=round(time.perf_counter() - t0, 4))
         self._round_start = t0

@@ -2,10 +2,10 @@
 
 ``RoundClock`` collects, per measured batch and kept apart per task, the seconds the strategy searched
 (``TimedSearch``), the builder built (``TimedBuilder``), the runner ran (until the batch's results are in:
-``results_in``, called by the first measure callback) and the measure callbacks took (``update_s``: the database, the cost model's
-update); ``TuneProgress`` writes them into each batch's line of ``progress.jsonl``, timed when the results were
-in. ``TimedSearch`` ends a task's search once the run's deadline has passed: MetaSchedule's task scheduler then
-finishes with every measured batch in the database.
+``results_in``, called by the first measure callback) and the measure callbacks took (``update_s``: the
+database, the cost model's update); ``TuneProgress`` writes them into each batch's line of ``progress.jsonl``,
+timed when the results were in. ``TimedSearch`` ends a task's search once the run's deadline has passed:
+MetaSchedule's task scheduler then finishes with every measured batch in the database.
 
 The clock also holds the budgets every batch is cut to (``RoundClock.affordable``): the trials the run has left
 (``trials_left``, shared by all tasks of a network: MetaSchedule's task scheduler checks its global budget only
