@@ -42,3 +42,20 @@ def check_identity(out: Path, target_text: str, model: str | None) -> str | None
     Path(out).mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(mine, indent=1).encode())
     return mine["model"]
+
+
+def check_measuring_host(out: Path, target=None, doing: str = "measuring here") -> tuple[dict, dict]:
+    """``(record, here)``: the benchmark's record (``OUT/benchmark.json``, {} for none) and this machine as the host
+    that measures ``target`` (by default the record's target; with the GPU it runs on). SystemExit when the record
+    names another host: what is ``doing`` (a final re-measured or retimed, OpenBLAS) would be compared with another
+    machine's runs."""
+    from costlab.metaschedule.targets import measuring_host  # lazy: pulls tvm
+
+    path = Path(out) / FILE
+    meta = json.loads(path.read_text()) if path.exists() else {}
+    here = measuring_host(target if target is not None else meta.get("target") or {})
+    if meta.get("host") and not same_host(meta["host"], here):
+        raise SystemExit(f"error: {out}'s runs were measured on {describe_host(meta['host'])}; this host is "
+                         f"{describe_host(here)} ({host_difference(meta['host'], here)}): {doing} would compare two "
+                         "machines")
+    return meta, here

@@ -59,6 +59,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netcurves  # noqa: E402
+from identity import check_measuring_host  # noqa: E402
 
 from costlab.common.children import run_or_stop  # noqa: E402
 from costlab.common.cpu_lock import cpu_lock  # noqa: E402
@@ -415,19 +416,14 @@ def finals(args) -> int:
 
     if set(args.again) - {"cold", "warm"}:
         raise SystemExit(f"--again takes cold and/or warm, not {','.join(args.again)}")
-    from costlab.common.host import describe_host
-    from costlab.metaschedule.targets import measuring_host, runnable_target
+    from costlab.metaschedule.targets import runnable_target
 
     tgt = measuring_target(args.target)
     device = device_of(tgt)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     out = Path(args.out).resolve()
-    here = measuring_host(runnable_target(args.target))
-    meta = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
-    if meta.get("host") and not same_host(meta["host"], here):  # timings compared with the runs' own
-        raise SystemExit(f"error: {out}'s runs were measured on {describe_host(meta['host'])}; this host is "
-                         f"{describe_host(here)} ({host_difference(meta['host'], here)}): finals timed here would "
-                         "compare two machines")
+    # the finals are compared with the runs' own timings: on their host only
+    _, here = check_measuring_host(out, runnable_target(args.target), "finals timed here")
     for net in args.networks:
         for seed in args.seeds:
             runs = out / "runs" / net / f"s{seed}"

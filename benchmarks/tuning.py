@@ -56,6 +56,8 @@ from costlab.common.import_report import ImportReport
 from costlab.export.workdir import WorkDir
 from costlab.metaschedule.databases import database_file, read_records, work_dir_database
 
+from identity import check_measuring_host  # benchmarks/: the script's own folder
+
 ROOT = Path(__file__).resolve().parent.parent
 COSTLAB = [sys.executable, "-m", "costlab"]
 
@@ -472,19 +474,8 @@ def _same_machine(a: dict | None, b: dict | None) -> bool:
 
 def _check_host(out: Path) -> dict:
     """The benchmark's record (benchmark.json, {} for none); SystemExit when this machine (with the GPU its target
-    runs on) is not the host its runs were measured on: a measurement made here (a final re-measured or retimed,
-    OpenBLAS) would be compared with another machine's."""
-    from costlab.common.host import describe_host, host_difference
-    from costlab.metaschedule.targets import measuring_host
-
-    meta = json.loads((out / "benchmark.json").read_text()) if (out / "benchmark.json").exists() else {}
-    if meta.get("host"):
-        here = measuring_host(meta.get("target") or {})
-        if not _same_machine(meta["host"], here):
-            raise SystemExit(f"error: {out}'s runs were measured on {describe_host(meta['host'])}; this host is "
-                             f"{describe_host(here)} ({host_difference(meta['host'], here)}): measuring here would "
-                             "compare two machines")
-    return meta
+    runs on) is not the host its runs were measured on (``identity.check_measuring_host``)."""
+    return check_measuring_host(out)[0]
 
 
 def _target_of(args, meta: dict) -> str:
