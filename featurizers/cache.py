@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from costlab.common.errors import InputError
 from costlab.common.files import signals_deferred
 from costlab.datasets import DatasetWriter, open_dataset, schema
 from costlab.featurizers.base import Featurizer, create
@@ -123,6 +124,17 @@ def caches_of_other_fits(ds, featurizer: Featurizer) -> list[str]:
     return other
 
 
+def _check_one_fit(path, ds, featurizer: Featurizer) -> None:
+    """Refuses to cache features of a fit that is no longer the dataset's: another of these settings is cached."""
+    others = caches_of_other_fits(ds, featurizer)
+    if others:
+        raise InputError(path, f"the {featurizer.key} cache of {', '.join(others)} holds another fit of these "
+                               "settings than the one this featurize took (a `costlab featurize --refit` wrote it "
+                               "meanwhile, or one was interrupted); nothing more of this one is cached: run it again "
+                               "once that refit is done, or `costlab featurize --refit` with these settings if none "
+                               "is running, so that every platform shares one fit")
+
+
 def fitted_featurizer(ds, featurizer, platforms=None, refit: bool = False) -> Featurizer:
     """The featurizer ready for this dataset: as given when it is fitted (or learns nothing); else the
     fitted config stored with an existing cache of it made under the same settings (so added records extend
@@ -204,11 +216,14 @@ def length_warning(stats: dict) -> str | None:
 
 
 def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_seconds: float = 60.0,
-                progress: bool = True, fit: bool = True) -> dict:
+                progress: bool = True, fit: bool = True, refit: bool = False) -> dict:
     """Featurize every record of a platform not yet cached; returns counts. Resumable and re-runnable.
 
     A featurizer with learned keys that is not fitted yet is fitted first (``fitted_featurizer``: the config
-    of an existing cache of it, or fitted on all the dataset's platforms).
+    of an existing cache of it, or fitted on all the dataset's platforms). Every platform of a dataset shares
+    one fit: unless this build writes a new one (``refit``), it stops, before writing, when the dataset holds a
+    cache of these settings on another fit (a ``featurize --refit`` wrote it while this build waited for the
+    dataset).
 
     Rows are saved (the transaction committed) every ``commit_seconds`` and when Ctrl-C or SIGTERM interrupts the
     build: the rows done by then are committed before the interrupt is raised again, so a rerun continues there.
@@ -236,6 +251,8 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
         while row < total:
             interrupted = None
             with DatasetWriter(path) as w, open_dataset(path) as ds:
+                if not refit:
+                    _check_one_fit(path, ds, featurizer)
                 name = group_name(featurizer, platform)
                 if name in w.h5 and w.h5[name].attrs.get("fingerprint") != fingerprint:
                     del w.h5[name]

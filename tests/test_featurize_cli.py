@@ -18,7 +18,8 @@ from costlab.cli import main
 from costlab.datasets import open_dataset
 from costlab.datasets.ansor_log import import_ansor
 from costlab.featurizers import create
-from costlab.featurizers.cache import build_cache, open_cache
+from costlab.common.errors import InputError
+from costlab.featurizers.cache import build_cache, fitted_featurizer, open_cache
 from costlab.featurizers.tlp import TLPFeaturizer
 
 BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"  # platform 2080ti (GPU steps)
@@ -140,6 +141,57 @@ def test_refit_of_one_platform_rebuilds_the_others_on_the_new_fit(tmp_path, caps
     code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--platform", CPU, "--no-progress")
     assert code == 0 and "also rebuilding" not in err and f"{CPU}: 128 records, cache up to date" in err, err
 
+
+
+def _old_fit_and_refit(tmp_path, capsys):
+    """A dataset whose CPU records were featurized on a GPU-only vocabulary (the old fit), that fit, and the
+    fit a refit gives (both platforms' keys)."""
+    data = tmp_path / "d.h5"
+    import_ansor([BERT], data, progress=False)
+    assert _run(capsys, data, "--featurizer", "tlp", "--no-progress")[0] == 0
+    import_ansor([MLP], data, progress=False)
+    with open_dataset(data) as ds:
+        old = fitted_featurizer(ds, "tlp")
+        new = fitted_featurizer(ds, "tlp", refit=True)
+    assert old.config["vocabulary"] != new.config["vocabulary"]
+    return data, old, new
+
+
+def test_a_featurize_that_took_the_old_fit_stops_once_a_refit_has_written(tmp_path, capsys):
+    """A featurize that took its fit from the dataset, then waited for the dataset while a `--refit` rebuilt the
+    caches, cached its platform on the old fit: the platforms then disagreed on their vocabulary. It stops now,
+    before writing, and says why."""
+    data, old, new = _old_fit_and_refit(tmp_path, capsys)
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--platform", "2080ti", "--no-progress")
+    assert code == 0, err
+    with pytest.raises(InputError, match=r"cache of 2080ti holds another fit .* `costlab featurize --refit` wrote it"):
+        build_cache(data, old, CPU, progress=False, fit=False)
+    with h5py.File(data, "r") as f:
+        assert CPU not in f["features/tlp@1"]
+    assert _cache(data, "2080ti")[1] == json.dumps(new.config, sort_keys=True)
+    assert build_cache(data, new, CPU, progress=False, fit=False)["computed"] == 128  # on the dataset's fit
+
+
+def test_a_refit_also_rebuilds_a_platform_cached_on_the_old_fit_while_it_ran(tmp_path, capsys, monkeypatch):
+    """A featurize of the CPU platform took the old fit and cached it before the refit of 2080ti wrote anything:
+    the refit, which had found no CPU cache to rebuild when it began, rebuilds it on its own fit once it is done."""
+    import costlab.commands.featurize as command
+
+    data, old, new = _old_fit_and_refit(tmp_path, capsys)
+    real, calls = command.build_cache, []
+
+    def with_a_featurize_beside(path, featurizer, platform, **kw):
+        if not calls:
+            real(path, old, CPU, progress=False, fit=False)  # the other featurize, first to the dataset
+        calls.append(platform)
+        return real(path, featurizer, platform, **kw)
+
+    monkeypatch.setattr(command, "build_cache", with_a_featurize_beside)
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--platform", "2080ti", "--no-progress")
+    assert code == 0, err
+    assert calls == ["2080ti", CPU]
+    assert f"--refit: also rebuilding tlp@1 on {CPU} (cached with the old fit" in err
+    assert _cache(data, CPU)[1] == _cache(data, "2080ti")[1] == json.dumps(new.config, sort_keys=True)
 
 def test_interrupted_build_resumes(tmp_path, monkeypatch):
     data = tmp_path / "d.h5"

@@ -107,18 +107,16 @@ def _featurize(args) -> int:
             raise InputError(args.data, str(exc)) from None
         if args.refit:  # the new fit replaces the old on every platform, not only the ones asked for: the next run
             # takes its fit from any cache of these settings, so one left on the old fit would bring that fit back
-            others = [p for p in caches_of_other_fits(ds, featurizer) if p in known and p not in wanted]
-            if others:
-                print(f"costlab featurize: --refit: also rebuilding {featurizer.key} on {', '.join(others)} (cached "
-                      "with the old fit; every platform shares one fit)", file=sys.stderr)
-                wanted = wanted + others
+            wanted = wanted + _left_on_the_old_fit(ds, featurizer, known, wanted)
     if featurizer.learned_keys:
         learned = ", ".join(f"{k} {_describe(featurizer.config[k])}" for k in featurizer.learned_keys)
         print(f"{featurizer.key}: {learned}", file=sys.stderr)
-    unfeaturized = []
-    for pid in wanted:
+    unfeaturized, queue, late = [], list(wanted), []
+    while queue:
+        pid = queue.pop(0)
         try:
-            s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False)
+            s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False,
+                            refit=args.refit)
         except ConfigError as exc:  # a config that only this platform refuses (CPU spec fields on a GPU platform)
             raise InputError(_config_source(args.config, args.data), exc.problem) from None
         except NoHardwareSpec as exc:  # a target kind PSA models no machine of: said, and the others featurized
@@ -138,7 +136,21 @@ def _featurize(args) -> int:
         for warning in (vocabulary_warning(s), length_warning(s), _generic_spec_note(args.data, featurizer, pid)):
             if warning:
                 print(f"costlab featurize: {warning}", file=sys.stderr)
+        if args.refit and not queue:  # a platform cached on the old fit while this refit ran (a featurize that
+            # took the old fit before it) is refit too, once
+            with open_dataset(args.data) as ds:
+                queue = _left_on_the_old_fit(ds, featurizer, known, wanted + late)
+            late += queue
     return 2 if unfeaturized else 0
+
+
+def _left_on_the_old_fit(ds, featurizer, known: list, skip: list) -> list:
+    """The platforms (but ``skip``) whose cache of these settings is not on ``featurizer``'s fit, said on stderr."""
+    left = [p for p in caches_of_other_fits(ds, featurizer) if p in known and p not in skip]
+    if left:
+        print(f"costlab featurize: --refit: also rebuilding {featurizer.key} on {', '.join(left)} (cached with the "
+              "old fit; every platform shares one fit)", file=sys.stderr)
+    return left
 
 
 def _generic_spec_note(data: Path, featurizer, pid: str) -> str | None:
