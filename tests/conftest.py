@@ -32,6 +32,20 @@ def another_host(monkeypatch) -> Path:
     raise AssertionError("both faked hosts describe this machine")
 
 
+
+def another_cpu_than_this() -> dict:
+    """This machine's host description under another CPU's family and model: a Zen 4's (25, 17), or a Zen 5's
+    (26, 2) where this machine is that Zen 4. Another host to ``same_host`` on every machine, the model name kept
+    (it alone does not tell two CPUs apart: "AMD EPYC")."""
+    from costlab.common.host import host_info, same_host
+
+    here = host_info()
+    zen4 = (str(here.get("family")), str(here.get("model"))) == ("25", "17")
+    other = dict(here, family="26" if zen4 else "25", model="2" if zen4 else "17")
+    assert not same_host(other, here)
+    return other
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.exists():

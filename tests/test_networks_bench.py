@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import another_cpu_than_this
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import netcurves  # noqa: E402
 
@@ -377,10 +379,7 @@ def test_finals_are_refused_on_another_host(tmp_path):
     before anything is built (the finals would compare two machines)."""
     import networks
 
-    from costlab.common.host import host_info
-
-    other = dict(host_info(), cpu_model="INTEL(R) XEON(R) PLATINUM 8592+", vendor="GenuineIntel", family="6",
-                 model="207")
+    other = another_cpu_than_this()  # a fixed Xeon Platinum 8592+ was this machine on that Emerald Rapids
     out = tmp_path / "bench"
     out.mkdir()
     (out / "benchmark.json").write_text(json.dumps(dict(host=other, trials=1000)))
