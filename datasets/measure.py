@@ -158,6 +158,14 @@ _PHASES = {"start": "start-up", "space": "design spaces", "sample": "sampling", 
            "run": "running", "save": "saving"}
 
 
+def _programs_of(ds, pid: str, task: int) -> set:
+    """The program ids of a task's records on a platform."""
+    if pid not in ds.record_platforms():
+        return set()
+    table = ds.records(pid)
+    return set(table.program_id[table.task == task].tolist())
+
+
 def _select_tasks(ds, spec: str | None, path) -> list:
     ms_tasks = [t for t in ds.tasks if t.dialect == "ms"]
     if spec is None:  # a spec that names no task is refused by MeasureOptions.check
@@ -275,7 +283,7 @@ def measure(data, opts: MeasureOptions) -> str:
         from tqdm import tqdm
 
         bar = tqdm(total=total, unit="cand", desc=f"measure {pid}")
-    lines, measured, failed, short = [], 0, 0, []
+    lines, measured, failed, short, dropped = [], 0, 0, [], 0
     errors: dict[str, int] = {}
     clock: dict[str, float] = {"start": time.time() - called}  # where the seconds go, said in the summary
     try:
@@ -293,6 +301,7 @@ def measure(data, opts: MeasureOptions) -> str:
                     sampler = _Sampler(mod, target, seed, max(1, opts.batch_size // 2))
             queue = list(replay.get(task.index, []))
             done = task_failed = 0
+            count = len(have[task.index])  # the task's records on the platform
             while done < n:
                 size = min(opts.batch_size, n - done)
                 if sampler is not None:
@@ -321,37 +330,46 @@ def measure(data, opts: MeasureOptions) -> str:
                         continue
                 results = build_and_run(builder, runner, target, [c for c, _, _ in batch], clock=clock)
                 now = time.time()
-                records = rec.RecordBatch()
                 lost = [msg for _, _, msg in results if is_lost(msg)]
                 if lost:  # not measurements: nothing recorded for them, the measured rest saved, then stop
                     batch = [b for b, r in zip(batch, results) if not is_lost(r[2])]
                     results = [r for r in results if not is_lost(r[2])]
-                for (_, schedule, prog), (costs, error, msg) in zip(batch, results):
-                    records.append(task.index, schedule, costs, error, now, prog)
+                # one transaction per batch: Ctrl-C loses only this batch
+                with stopwatch(clock, "save"), DatasetWriter(data) as w:
+                    # read again under the writer's lock: another command may have written the platform since this
+                    # one began (an import of another machine's records; a second measure of the same tasks)
+                    with open_dataset(data) as ds:
+                        if host is not None:
+                            check_host(ds, pid, host)
+                        saved = _programs_of(ds, pid, task.index)
+                    # a program another measure saved meanwhile is not recorded twice, nor past --per-task
+                    room = len(batch) if sampler is None else max(0, opts.per_task - len(saved))
+                    kept = [i for i, (_, _, prog) in enumerate(batch) if prog not in saved][:room]
+                    dropped += len(batch) - len(kept)
+                    batch, results = [batch[i] for i in kept], [results[i] for i in kept]
+                    records = rec.RecordBatch()
+                    for (_, schedule, prog), (costs, error, msg) in zip(batch, results):
+                        records.append(task.index, schedule, costs, error, now, prog)
+                    w.add_platform(pid, target_json, host=host)
+                    w.add_records(pid, records)
+                have[task.index] |= saved  # the sampler has added its own picks already
+                count = len(saved) + len(batch)
+                for (_, _, prog), (costs, error, msg) in zip(batch, results):
+                    have[task.index].add(prog)
                     task_failed += error != ERROR_NONE
                     if msg:
                         reason = short_error(msg)
                         errors[reason] = errors.get(reason, 0) + 1
-                # one transaction per batch: Ctrl-C loses only this batch
-                with stopwatch(clock, "save"), DatasetWriter(data) as w:
-                    if host is not None:
-                        # checked again under the writer's lock: another command (an import of another machine's
-                        # records into this platform) may have written it since this one began
-                        with open_dataset(data) as now:
-                            check_host(now, pid, host)
-                    w.add_platform(pid, target_json, host=host)
-                    w.add_records(pid, records)
-                for _, _, prog in batch:
-                    have[task.index].add(prog)
-                done += len(batch) if sampler is not None else size
+                step = size if sampler is None else n - max(0, opts.per_task - count) - done
+                done += step
                 measured += len(batch)
                 if bar is not None:
-                    bar.update(len(batch) if sampler is not None else size)
+                    bar.update(step)
                 if lost:
                     raise UsageError(f"{lost[0][len(LOST) + 2:-1]}: stopped after {measured} candidates, every "
                                      f"one saved in {data}; run the same command again to continue")
             failed += task_failed
-            lines.append(f"  task {task.index} {task.name}: {len(have[task.index])} records on {pid} "
+            lines.append(f"  task {task.index} {task.name}: {count} records on {pid} "
                          f"({task_failed} of the new ones failed)")
     finally:
         if bar is not None:
@@ -365,6 +383,9 @@ def measure(data, opts: MeasureOptions) -> str:
             + "\n  seconds: " + ", ".join(f"{_PHASES[k]} {clock[k]:.1f}" for k in _PHASES if k in clock))
     for reason, count in sorted(errors.items(), key=lambda kv: -kv[1])[:5]:
         text += f"\n  failure x{count}: {reason}"
+    if dropped:
+        text += (f"\n  note: {dropped} measured candidate(s) not recorded: another measure of the platform saved "
+                 "them, or its task's records, meanwhile")
     for msg in short[:10]:
         text += f"\n  note: {msg}"
     if len(short) > 10:

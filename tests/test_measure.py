@@ -608,3 +608,48 @@ def test_the_same_seed_samples_the_same_programs(tmp_path):
         with open_dataset(path) as ds:
             ids.append(sorted(ds.records("cpu").program_id.tolist()))
     assert len(ids[0]) == 6 and ids[0] == ids[1]
+
+
+def test_a_second_measure_of_the_same_tasks_meanwhile_is_neither_repeated_nor_exceeded(tmp_path, monkeypatch):
+    """Two ``measure --per-task 4`` of one dataset at once each measured 4 programs a task: 8 records where 4
+    were asked for, the same programs twice when they sampled alike. Under the writer's lock, before saving, a
+    measure now reads what the other saved meanwhile: it records neither a program already there nor more than
+    ``--per-task``, and says how many of its candidates it dropped."""
+    from costlab.datasets import measure as measure_module
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,8,8,8"])
+    real, other = measure_module.DatasetWriter, []
+
+    def writer_after_another_measure(data):
+        if not other:  # the other measure (same seed, so the same programs) saves all of its own first
+            other.append(None)
+            other[0] = measure(data, _opts(seed=3))
+        return real(data)
+
+    monkeypatch.setattr(measure_module, "DatasetWriter", writer_after_another_measure)
+    text = measure(path, _opts(seed=3))
+    assert "measured 4 candidates" in other[0]
+    assert "measured 0 candidates" in text and "note: 4 measured candidate(s) not recorded" in text, text
+    with open_dataset(path) as ds:
+        ids = ds.records("cpu").program_id.tolist()
+    assert len(ids) == len(set(ids)) == 4
+
+    # a measure that sampled other programs keeps only what --per-task still has room for
+    path2 = tmp_path / "d2.h5"
+    extract(path2, workloads=["GMM:1,8,8,8"])
+    other.clear()
+
+    def writer_after_a_smaller_measure(data):
+        if not other:
+            other.append(None)
+            other[0] = measure(data, _opts(seed=4, per_task=3, batch_size=3))
+        return real(data)
+
+    monkeypatch.setattr(measure_module, "DatasetWriter", writer_after_a_smaller_measure)
+    text = measure(path2, _opts(seed=5))
+    with open_dataset(path2) as ds:
+        ids = ds.records("cpu").program_id.tolist()
+    assert len(ids) == len(set(ids)) == 4, text
+    # of its 4 distinct programs, at least one is not among the other's 3, and there is room for one
+    assert "measured 1 candidates" in text and "4 records on cpu" in text and "3 measured candidate(s) not" in text
