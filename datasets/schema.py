@@ -63,16 +63,20 @@ def append_ragged(g: h5py.Group, flat: np.ndarray, lengths: np.ndarray) -> None:
 def read_ragged(g: h5py.Group, rows=None) -> tuple[np.ndarray, np.ndarray]:
     """Values and offsets (re-based at 0) of the given rows (all rows when None).
 
-    Rows are read as runs of consecutive indices, so a task whose records lie together costs one read.
+    Rows are read as runs of consecutive indices, so a task whose records lie together costs one read; only the
+    offsets between the first and the last row asked for are read (a chunk of records, a batch of one task's, costs
+    what its rows do, not a read of the whole column's offsets: that made featurizing and the training batches of a
+    large dataset quadratic in its records).
     """
-    offsets = g["offsets"][...]
     values = g["values"]
     if rows is None:
-        return values[...], offsets
+        return values[...], g["offsets"][...]
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
         return np.zeros((0,) + values.shape[1:], values.dtype), np.zeros(1, np.uint64)
-    starts, ends = offsets[rows], offsets[rows + 1]
+    lo, hi = int(rows.min()), int(rows.max())
+    offsets = g["offsets"][lo : hi + 2]
+    starts, ends = offsets[rows - lo], offsets[rows - lo + 1]
     lengths = (ends - starts).astype(np.int64)
     out = np.empty((int(lengths.sum()),) + values.shape[1:], values.dtype)
     # split into runs of consecutive rows

@@ -48,7 +48,7 @@ from costlab.export.library.start import add_run, run_libraries, start_from_libr
 from costlab.export.network import end_to_end
 from costlab.export.schedulers import DEFAULT_FOR_NETWORK, DEFAULT_FOR_WORKLOADS, TASK_SCHEDULERS, make_task_scheduler
 from costlab.export.search import DEFAULT_WITHOUT_MODEL, DEFAULT_WITH_MODEL, STRATEGIES, draft_cost_model, make_strategy
-from costlab.export.search.common import RoundLog
+from costlab.export.search.common import RoundLog, workload_key
 from costlab.export.tasks import Task, canonical_workloads, function_network, measuring_target, workload_tasks
 from costlab.export.transfer.run import TransferOptions, started_tasks, task_key, transfer_tasks
 from costlab.export.machines import refuse_other_machine, run_target
@@ -224,8 +224,9 @@ def _workload_keys(database, tasks: list[Task]) -> list[str | None]:
 def _done_per_task(database, tasks: list[Task]) -> list[int]:
     """Trials already in the database per task (a continued run counts them)."""
     counts: dict = {}
+    keys: dict = {}
     for rec in database.get_all_tuning_records():
-        key = str(rec.workload.as_json()[0])  # the workload's structural hash
+        key = workload_key(rec.workload, keys)  # the workload's structural hash
         counts[key] = counts.get(key, 0) + 1
     return [counts.get(key, 0) if key is not None else 0 for key in _workload_keys(database, tasks)]
 

@@ -53,6 +53,25 @@ def test_pairwise_counts_a_nan_prediction_as_the_worst_and_equal_infinities_as_a
     assert metrics.pairwise_accuracy(task, np.array([INF, INF]), lat) == 0.5
     assert metrics.pairwise_accuracy(task, np.array([-INF, -INF]), lat) == 0.5
 
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 22])
+def test_pairwise_compares_a_task_in_blocks_of_rows_as_it_would_all_at_once(monkeypatch, block):
+    """A task is compared a block of rows against the whole task at a time (a long run's task of 20,000 records
+    took 2 GB as one n x n matrix): any block gives the figure of every pair counted one by one."""
+    rng = np.random.default_rng(0)
+    task = rng.integers(0, 3, 60)
+    lat = rng.choice([1.0, 2.0, 3.0, 5.0, INF], 60)
+    pred = rng.choice([0.1, 0.5, 0.9, np.nan, INF, -INF], 60)
+    monkeypatch.setattr(metrics, "PAIR_BLOCK", block)
+    p = np.where(np.isnan(pred), -INF, pred)
+    correct = total = 0.0
+    for i in range(60):
+        for j in range(60):
+            if task[i] == task[j] and lat[i] < lat[j]:  # i faster (two failures: neither)
+                total += 1
+                correct += 1.0 if p[i] > p[j] else 0.5 if p[i] == p[j] else 0.0
+    assert metrics.pairwise_accuracy(task, pred, lat) == pytest.approx(correct / total)
+
 def test_summary_uses_networks_when_given():
     s = metrics.summary(TASK, PRED, LAT, np.zeros(6), networks={"net": [(0, 2.0), (1, 1.0)]})
     assert s["top1"] == pytest.approx(5 / 14) and s["networks"]["net"]["top5"] == pytest.approx(1.0)

@@ -586,3 +586,23 @@ def test_make_strategy_refuses_a_population_that_is_not_a_positive_integer():
     with pytest.raises(ValueError, match=r"unknown search strategy \['model-led'\]"):
         make_strategy(["model-led"])
     assert make_strategy("model-led", population=16).options["population_size"] == 16
+
+
+def test_a_databases_workload_keys_are_worked_out_once_per_workload():
+    """A scan of a database names each record's workload by its structural hash; ``as_json`` serialises the whole
+    IRModule (about 1 ms), so a continued run on tens of thousands of records spent minutes on it per task before
+    anything was measured. ``workload_key`` works it out once per workload object and gives the same key."""
+    from pathlib import Path
+
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from costlab.export.search.common import workload_key
+
+    fixture = Path(__file__).parent / "fixtures" / "ms_tune_db"
+    db = JSONDatabase(str(fixture / "database_workload.json"), str(fixture / "database_tuning_record.json"),
+                      allow_missing=False)
+    records = db.get_all_tuning_records()
+    memo = {}
+    keys = [workload_key(r.workload, memo) for r in records]
+    assert keys == [str(r.workload.as_json()[0]) for r in records]
+    assert len(records) == 16 and len(set(keys)) == len(memo) == 2  # one entry a workload, not a record

@@ -305,3 +305,35 @@ def test_records_of_no_task_or_an_unstorable_error_are_refused_before_anything_i
     assert path.read_bytes() == before
     with open_dataset(path) as ds:
         assert len(ds.records("cpu-a")) == 30
+
+
+def test_ragged_rows_read_in_any_order_are_those_of_the_whole_column(tmp_path, monkeypatch):
+    """``read_ragged`` reads the offsets of the rows asked for only (the whole column's, read for every chunk of
+    records, made featurizing a large dataset quadratic): any rows, in any order, repeated, at either end, give
+    what slicing the whole column gives."""
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 5, 200)
+    flat = np.arange(int(lengths.sum()), dtype=np.int32)
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        g = schema.create_ragged(f, "x", np.int32, chunk=16)
+        schema.append_ragged(g, flat, lengths)
+        values, offsets = schema.read_ragged(g)
+        whole = [values[offsets[i]:offsets[i + 1]] for i in range(200)]
+        read = []
+        real = h5py.Dataset.__getitem__
+
+        def counted(self, key):  # what is read of the offsets
+            if self.name.endswith("offsets"):
+                read.append(len(np.atleast_1d(real(self, key))))
+            return real(self, key)
+
+        monkeypatch.setattr(h5py.Dataset, "__getitem__", counted)
+        for rows in ([0], [199], [5, 6, 7], [150, 3, 3, 199, 0], list(range(190, 200)), rng.integers(0, 200, 30)):
+            got, off = schema.read_ragged(g, rows)
+            for k, r in enumerate(rows):
+                np.testing.assert_array_equal(got[off[k]:off[k + 1]], whole[r])
+        got, off = schema.read_ragged(g, [])
+        assert len(got) == 0 and off.tolist() == [0]
+        read.clear()
+        schema.read_ragged(g, list(range(100, 110)))
+        assert read == [11]  # the offsets of ten rows, not the column's 201

@@ -180,3 +180,26 @@ def test_the_mlp_baseline_is_evaluated_one_task_per_call_as_a_tuning_run_scores_
     assert not np.allclose(pred.predict(feats)[:, 0], alone)  # the call's other tasks change the scores
     result = evaluate(str(tmp_path / "mlp"), path, split=None, part="all")
     assert result["pairwise"] == pytest.approx(metrics.pairwise_accuracy(task, alone, latency))
+
+
+@pytest.mark.parametrize("kind", ["xgb", "mlp"])
+def test_evaluate_scores_a_large_part_a_few_whole_tasks_at_a_time_with_the_same_figures(ms_data, tmp_path,
+                                                                                         monkeypatch, kind):
+    """Evaluation reads and scores the features of about ``EVAL_ROWS`` records at a time, whole tasks each (all
+    of a TenSet-size test part at once took gigabytes): the figures are those of one call, for a model that
+    scores each call on its own (the MLP, one task per call) as for one that does not."""
+    import costlab.train.evaluate as evaluation
+
+    path, _ = ms_data
+    cfg = load_config(None, ["trainer.max_epochs=10"], model=kind, data=str(path), out=str(tmp_path / kind))
+    train(cfg, progress=False)
+    whole = evaluate(str(tmp_path / kind), path, split=None, part="all")
+    calls = []
+    real = evaluation.features_of
+    monkeypatch.setattr(evaluation, "features_of",
+                        lambda ds, f, p, rows: calls.append(len(rows)) or real(ds, f, p, rows))
+    monkeypatch.setattr(evaluation, "EVAL_ROWS", 30)  # 4 tasks of 20 records: two calls of two whole tasks each
+    parts = evaluate(str(tmp_path / kind), path, split=None, part="all")
+    assert calls == [40, 40]
+    figures = {k: v for k, v in whole.items() if isinstance(v, float)}
+    assert {"pairwise", "top1"} <= set(figures) and figures == {k: v for k, v in parts.items() if isinstance(v, float)}

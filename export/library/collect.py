@@ -14,6 +14,7 @@ import json
 
 from costlab.datasets.records import record_latency
 from costlab.export.check import check_task, check_tasks, fastest_records
+from costlab.export.search.common import workload_key
 from costlab.export.transfer.match import structure
 from costlab.metaschedule.databases import work_dir_database
 from costlab.metaschedule.traces import plain_json, trace_json, trace_text
@@ -64,8 +65,9 @@ def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progr
 
     with work_dir_database(work, skipped) as database:
         workloads: dict = {}
+        keys: dict = {}
         for rec in database.get_all_tuning_records():
-            shash = str(rec.workload.as_json()[0])
+            shash = workload_key(rec.workload, keys)
             if shash not in workloads:
                 workloads[shash] = (rec.workload, plain_json(rec.target.export()))
         names = {shash: describe(w.mod).name for shash, (w, _) in workloads.items()}

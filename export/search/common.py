@@ -57,14 +57,26 @@ def evolution_ffi(name: str):
     return tvm.get_global_func(f"s_tir.meta_schedule.SearchStrategyEvolutionarySearch{name}")
 
 
+def workload_key(workload, memo: dict) -> str:
+    """The structural hash of a database record's workload, as its JSON names it, worked out once per workload object
+    (``memo``; a workload's records share it), not once per record: ``as_json`` serialises the whole IRModule (~1 ms),
+    and a scan of a database of N records per task cost N of them, minutes at the start of a run continued on tens
+    of thousands of records."""
+    key = memo.get(workload)
+    if key is None:
+        key = memo[workload] = str(workload.as_json()[0])
+    return key
+
+
 def task_records(context, database):
     """Every record of this task in the database, failed ones included, each with its program replayed on the
     task: ``(record, schedule)``. A record that no longer replays is skipped, as MetaSchedule ignores it."""
     if database is None or not database.has_workload(context.mod):
         return
     key = str(database.commit_workload(context.mod).as_json()[0])
+    keys: dict = {}
     for rec in database.get_all_tuning_records():
-        if str(rec.workload.as_json()[0]) != key:
+        if workload_key(rec.workload, keys) != key:
             continue
         try:
             sch = replay(context.mod, rec.trace, 1)
