@@ -518,3 +518,64 @@ def test_create_never_drops_a_config_and_names_a_bad_one():
         create("tlp", "x")
     with pytest.raises(ValueError, match=r"unknown featurizer \['tlp'\]"):
         create(["tlp"])
+
+
+def test_a_new_cache_chunks_whole_rows_and_any_rows_read_are_the_rows_written(tmp_path):
+    """A feature cache's arrays are chunked by whole rows (h5py's own chunking cut TLP's ``numeric`` across 16
+    chunks a row, so a training batch decompressed thousands); rows are read a chunk at a time and picked in
+    memory. Any rows, in any order, twice, from this layout or h5py's own (an older cache), are those written."""
+    from costlab.featurizers.cache import _read_rows
+
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    build_cache(data, "tlp", CPU, progress=False, chunk=16)
+    with open_dataset(data) as ds:
+        cache = open_cache(ds, fitted_featurizer(ds, "tlp"), CPU)
+        whole = cache.get()
+        for name in ("numeric", "kind"):
+            arr = ds.h5[f"features/tlp@1/{CPU}/{name}"]
+            assert arr.chunks[1:] == arr.shape[1:], (name, arr.chunks)  # a row is never cut
+        rng = np.random.default_rng(0)
+        for rows in ([127], [3, 2, 1], rng.permutation(128)[:40], [5, 90, 5, 64, 0], np.arange(10, 60)):
+            got = cache.get(np.asarray(rows))
+            for k in whole:
+                np.testing.assert_array_equal(got[k], whole[k][np.asarray(rows)], err_msg=k)
+    with h5py.File(tmp_path / "old.h5", "w") as f:  # h5py's own chunking, as an older cache has it
+        values = np.arange(128 * 68 * 16, dtype=np.float32).reshape(128, 68, 16)
+        old = f.create_dataset("numeric", data=values, chunks=(16, 17, 4), compression="gzip")
+        rows = rng.permutation(128)[:50]
+        np.testing.assert_array_equal(_read_rows(old, rows), values[rows])
+        np.testing.assert_array_equal(_read_rows(old, np.sort(rows)), values[np.sort(rows)])
+
+
+def test_features_computed_in_chunks_are_those_of_one_call(tmp_path):
+    """Without a cache of the featurizer, ``features_of`` featurizes a chunk at a time into arrays of all the
+    rows (the chunks' arrays and their concatenation held every feature twice): the same arrays and lists, of the
+    same dtypes, as one call over every row, for fixed-shape (TLP) and ragged (PaCM) outputs."""
+    from costlab.featurizers.cache import features_of
+
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    with open_dataset(data) as ds:
+        tlp = fitted_featurizer(ds, "tlp")
+        rows = np.arange(127, -1, -3)
+        one = tlp.featurize_records(ds, CPU, rows)
+        parts = features_of(ds, tlp, CPU, rows, chunk=7)
+        assert set(parts) == set(one)
+        for k in one:
+            assert parts[k].dtype == one[k].dtype
+            np.testing.assert_array_equal(parts[k], one[k], err_msg=k)
+    ms = tmp_path / "ms.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", ms)
+    with open_dataset(ms) as ds:
+        platform, pacm = ds.record_platforms()[0], create("pacm")
+        rows = np.arange(79, -1, -2)
+        one = pacm.featurize_records(ds, platform, rows)
+        parts = features_of(ds, pacm, platform, rows, chunk=6)
+        for k in one:
+            if isinstance(one[k], list):
+                assert len(parts[k]) == len(one[k])
+                for a, b in zip(parts[k], one[k]):
+                    np.testing.assert_array_equal(a, b, err_msg=k)
+            else:
+                np.testing.assert_array_equal(parts[k], one[k], err_msg=k)
