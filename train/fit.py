@@ -150,14 +150,48 @@ def source_meta(source) -> dict:
 class _NoteInterrupt(L.Callback):
     """Keeps the KeyboardInterrupt (Ctrl-C, or costlab's SIGTERM as ``Terminated``) that stopped training:
     Lightning catches it and calls ``sys.exit(1)``, and ``train`` raises it again in its place, so that the
-    command ends as every costlab command does on an interruption (exit 130 or 143, one line)."""
+    command ends as every costlab command does on an interruption (exit 130 or 143, one line).
+
+    A signal whose exception Python swallowed (raised while a ``__del__`` ran: "Exception ignored in ...") would
+    leave training running, for good with many epochs: each signal is also noted as it arrives (``listen``), and
+    one noted but not yet seen as an exception is raised again at the next batch's end."""
 
     def __init__(self):
         self.interrupt: KeyboardInterrupt | None = None
+        self.signals: list = []
 
     def on_exception(self, trainer, module, exception):
         if isinstance(exception, KeyboardInterrupt):
             self.interrupt = exception
+
+    def listen(self) -> dict:
+        """Notes each Ctrl-C and SIGTERM before the handler it would have met (which raises it) runs; returns those
+        handlers, to be put back."""
+        import signal
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if callable(handler):  # not a default or an ignored signal (a background job's Ctrl-C)
+
+                def noting(signum, frame, handler=handler):
+                    self.signals.append(signum)
+                    handler(signum, frame)
+
+                previous[sig] = signal.signal(sig, noting)
+        return previous
+
+    def _raise_swallowed(self):
+        import signal
+
+        if self.signals and self.interrupt is None:
+            signal.raise_signal(self.signals[-1])
+
+    def on_train_batch_end(self, *args, **kwargs):
+        self._raise_swallowed()
+
+    def on_validation_batch_end(self, *args, **kwargs):
+        self._raise_swallowed()
 
 
 def _differences(old: dict, new: dict) -> list:
@@ -310,6 +344,7 @@ def _fit(trainer, noted: _NoteInterrupt, module, dm, ckpt_path) -> None:
     the Ctrl-C handler Lightning sets aside while it shuts down put back."""
     import signal
 
+    previous = noted.listen()
     handler = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
@@ -318,6 +353,9 @@ def _fit(trainer, noted: _NoteInterrupt, module, dm, ckpt_path) -> None:
             raise
         signal.signal(signal.SIGINT, handler)
         raise noted.interrupt from None
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: bool = False) -> dict:
