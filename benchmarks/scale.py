@@ -6,13 +6,17 @@ Two reads that once grew with the whole dataset, each timed on datasets of two s
 - **a chunk of records' schedules** (what featurizing, packing and the training batches read, 256 records at a
   time): ``read_ragged`` reads only the offsets of the rows asked for; the replaced code read the whole offsets
   column for every chunk, so featurizing was quadratic in the records;
+- **a training batch of TLP features** (512 scattered records, as the DataModule reads them from the cache):
+  the cache's arrays are chunked by whole rows and read a chunk at a time; the replaced layout was h5py's own
+  chunking (a row cut across 16 chunks) read by a fancy index, set beside it in a side file of the same arrays;
 - **pairwise accuracy of one large task** (evaluation, and training's validation every epoch): compared a block
   of rows at a time; the replaced code built n x n matrices (2 GB at 20,000 records of one task). Its peak memory
   is Python's (``tracemalloc`` sees numpy's arrays).
 
 For each, the milliseconds (and megabytes) at both sizes and the ratio large / small: about 1 for a chunk read
 whatever the dataset's size; the replaced code's ratio grows with the sizes' ratio. The figures of both are
-checked equal before anything is timed.
+checked equal before anything is timed. Results: ``benchmarks/results/scale-zen5.json``, table in
+docs/datasets.md.
 
     flock /tmp/costlab-cpu.lock .venv/bin/python benchmarks/scale.py                 # 100k and 800k lines of log
     .venv/bin/python benchmarks/scale.py --sizes 20000 80000 --work /tmp/scale       # quick look
@@ -37,8 +41,9 @@ from costlab.common.host import host_info  # noqa: E402
 from costlab.costmodels import metrics  # noqa: E402
 from costlab.datasets import open_dataset, schema  # noqa: E402
 from costlab.datasets.ansor_log import import_ansor  # noqa: E402
+from costlab.featurizers.cache import build_cache, fitted_featurizer, group_name, open_cache  # noqa: E402
 
-CHUNK = 256
+CHUNK, BATCH = 256, 512
 
 
 def replaced_read_ragged(g, rows):
@@ -63,6 +68,40 @@ def replaced_pairwise(task, pred, latency) -> float:
         correct += np.count_nonzero(faster & above) + 0.5 * np.count_nonzero(faster & tied)
         total += np.count_nonzero(faster)
     return correct / total if total else float("nan")
+
+
+def replaced_read_rows(ds, rows):
+    """The replaced row read: one fancy index (rows sorted, as h5py wants them)."""
+    out = np.empty((rows.size,) + ds.shape[1:], ds.dtype)
+    order = np.argsort(rows)
+    out[order] = ds[rows[order]]
+    return out
+
+
+def _batches(data: Path, platform: str, side: Path) -> tuple[float, float]:
+    """Milliseconds a batch of TLP features takes to read: from the cache, and from the replaced layout."""
+    import h5py
+
+    build_cache(data, "tlp", platform, progress=False)
+    with open_dataset(data) as ds:
+        featurizer = fitted_featurizer(ds, "tlp")
+        cache = open_cache(ds, featurizer, platform)
+        names = [k for k in cache.names() if k != "valid"]
+        with h5py.File(side, "w") as f:  # the same arrays in h5py's own chunks, as the replaced caches had them
+            for k in names:  # made as the replaced code made them: empty and resizable, h5py's chunks, appended
+                value = ds.h5[f"{group_name(featurizer, platform)}/{k}"][...]
+                arr = f.create_dataset(k, shape=(0,) + value.shape[1:], maxshape=(None,) + value.shape[1:],
+                                       dtype=value.dtype, chunks=True, **schema.COMPRESSION)
+                arr.resize(value.shape)
+                arr[...] = value
+        rng = np.random.default_rng(0)
+        batches = [np.sort(rng.choice(cache.n_done, min(BATCH, cache.n_done), replace=False)) for _ in range(10)]
+        with h5py.File(side, "r") as f:
+            got = cache.get(batches[0], names)
+            assert all(np.array_equal(got[k], replaced_read_rows(f[k], batches[0])) for k in names)
+            new = _best_ms(lambda: [cache.get(b, names) for b in batches], 2) / len(batches)
+            old = _best_ms(lambda: [[replaced_read_rows(f[k], b) for k in names] for b in batches], 2) / len(batches)
+    return new, old
 
 
 def _best_ms(fn, repeat: int = 5) -> float:
@@ -95,6 +134,7 @@ def measure(data: Path, pair_records: int) -> dict:
         out = dict(records=n, chunk_ms=_best_ms(lambda: [schema.read_ragged(g, r) for r in chunks]) / len(chunks),
                    replaced_chunk_ms=_best_ms(lambda: [replaced_read_ragged(g, r) for r in chunks]) / len(chunks))
         latency = table.latency()
+    out["batch_ms"], out["replaced_batch_ms"] = _batches(data, platform, data.with_suffix(".side.h5"))
     # one task of pair_records programs: the records' own latencies, predictions noisy around them
     lat = np.resize(latency, pair_records)
     pred = -np.log(np.where(np.isfinite(lat), lat, 1.0)) + np.random.default_rng(0).normal(0, 0.5, pair_records)
@@ -129,8 +169,8 @@ def main(argv=None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     small, large = rows
     print(f"\n{'':34}{small['records']:>12,}{large['records']:>12,}  large/small")
-    for key, what in (("chunk_ms", "chunk of 256 schedules (ms)"), ("pairwise_ms", "pairwise of one task (ms)"),
-                      ("pairwise_mb", "pairwise of one task (MB)")):
+    for key, what in (("chunk_ms", "chunk of 256 schedules (ms)"), ("batch_ms", "batch of 512 TLP rows (ms)"),
+                      ("pairwise_ms", "pairwise of one task (ms)"), ("pairwise_mb", "pairwise of one task (MB)")):
         for prefix, who in (("", "costlab"), ("replaced_", "replaced")):
             a, b = small[prefix + key], large[prefix + key]
             print(f"{who + ' ' + what:34}{a:12.2f}{b:12.2f}  {b / a:6.2f}x")

@@ -15,7 +15,7 @@ def test_the_scale_benchmark_runs_and_checks_both_codes_agree(tmp_path, capsys):
     assert scale.main(["--sizes", "1500", "3000", "--pairs", "60", "120", "--work", str(tmp_path),
                        "--json", str(tmp_path / "rows.json")]) == 0
     out = capsys.readouterr().out
-    for row in ("costlab chunk of 256 schedules", "replaced chunk of 256 schedules",
+    for row in ("costlab chunk of 256 schedules", "replaced chunk of 256 schedules", "costlab batch of 512 TLP rows",
                 "costlab pairwise of one task (MB)", "replaced pairwise of one task (MB)"):
         assert row in out, out
     saved = json.loads((tmp_path / "rows.json").read_text())
