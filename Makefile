@@ -19,7 +19,7 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 test: venv
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=10
 
 test-fast: venv
 	$(PY) -m pytest -q -ra -m "not slow"
