@@ -510,6 +510,32 @@ def test_an_interrupt_python_swallowed_still_stops_training(trained, tmp_path, m
         signal.signal(signal.SIGINT, before)
     assert epochs == [1] and _last_epoch(tmp_path / "run") < 5
 
+
+def test_training_runs_from_a_thread_other_than_the_main_one(trained, tmp_path):
+    """Signal handlers can only be set in the main thread: training started from another (a notebook's or a job
+    runner's worker) trains without noting signals, as Lightning does there, instead of failing at its start."""
+    import threading
+
+    from costlab.train.config import load_config
+    from costlab.train.fit import train
+
+    cfg = load_config(None, ["trainer.max_epochs=1", "net.d_model=16", "net.attention_heads=2",
+                             "data_options.val_fraction=0"], model="tlp", data=str(trained / "d.h5"),
+                      out=str(tmp_path / "run"))
+    result = {}
+
+    def run():
+        try:
+            result["summary"] = train(cfg, progress=False)
+        except BaseException as exc:  # noqa: BLE001  reported below
+            result["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(300)
+    assert "error" not in result, result.get("error")
+    assert result["summary"]["train_records"] == 80
+
 def test_validation_is_drawn_among_tasks_where_a_program_ran(trained, tmp_path):
     """A task whose programs all failed has 2+ labelled records (a failure scores 0) but nothing for the validation
     top-1 to rank: drawn for validation, it emptied the part (its rows trained) though other tasks could rank."""

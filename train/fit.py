@@ -159,6 +159,7 @@ class _NoteInterrupt(L.Callback):
     def __init__(self):
         self.interrupt: KeyboardInterrupt | None = None
         self.signals: list = []
+        self._raisers: dict = {}  # signal -> the handler that raises it (costlab's, or Python's Ctrl-C)
 
     def on_exception(self, trainer, module, exception):
         if isinstance(exception, KeyboardInterrupt):
@@ -168,8 +169,11 @@ class _NoteInterrupt(L.Callback):
         """Notes each Ctrl-C and SIGTERM before the handler it would have met (which raises it) runs; returns those
         handlers, to be put back."""
         import signal
+        import threading
 
         previous = {}
+        if threading.current_thread() is not threading.main_thread():  # no handler can be set there (Lightning
+            return previous  # sets none either): a run started from another thread of a program trains as before
         for sig in (signal.SIGINT, signal.SIGTERM):
             handler = signal.getsignal(sig)
             if callable(handler):  # not a default or an ignored signal (a background job's Ctrl-C)
@@ -178,14 +182,16 @@ class _NoteInterrupt(L.Callback):
                     self.signals.append(signum)
                     handler(signum, frame)
 
+                self._raisers[sig] = handler
                 previous[sig] = signal.signal(sig, noting)
         return previous
 
     def _raise_swallowed(self):
-        import signal
-
+        # the handler itself, not the signal again: a handler Lightning chained in front of it meanwhile (its
+        # SIGTERM notifier, which talks to the other ranks under DDP) has run for this signal already
         if self.signals and self.interrupt is None:
-            signal.raise_signal(self.signals[-1])
+            signum = self.signals[-1]
+            self._raisers[signum](signum, None)
 
     def on_train_batch_end(self, *args, **kwargs):
         self._raise_swallowed()
