@@ -116,6 +116,8 @@ def features_of(ds, featurizer, platform: str, rows: np.ndarray, chunk: int = 20
             v = np.asarray(v)
             if k not in out:
                 out[k] = np.empty((len(rows),) + v.shape[1:], v.dtype)
+            elif np.result_type(out[k], v) != out[k].dtype:  # a chunk of a wider type: all of it in that type
+                out[k] = out[k].astype(np.result_type(out[k], v))
             out[k][a : a + len(v)] = v
     return out
 
@@ -131,31 +133,38 @@ def _fit(featurizer: Featurizer, config: dict) -> str:
     return json.dumps({k: config.get(k) for k in featurizer.learned_keys}, sort_keys=True, default=str)
 
 
+def cached_fits(ds, featurizer: Featurizer) -> dict:
+    """The fit (canonical JSON of the learned keys) of each platform's cache of this featurizer's settings."""
+    group = ds.h5.get(f"features/{featurizer.key}")
+    if group is None or not featurizer.learned_keys:
+        return {}
+    want, fits = _settings(featurizer, featurizer.config), {}
+    for pid in sorted(group.keys()):
+        config = json.loads(group[pid].attrs.get("config", "{}"))
+        if _settings(featurizer, config) == want:
+            fits[pid] = _fit(featurizer, config)
+    return fits
+
+
 def caches_of_other_fits(ds, featurizer: Featurizer) -> list[str]:
     """The platforms with a cache of this fitted featurizer's settings but of another fit (after a refit: caches
     still on the old vocabulary). ``fitted_featurizer`` takes its fit from any cache of these settings, so one left
     on another fit would bring that fit back on the next run; ``costlab featurize --refit`` rebuilds these too."""
-    group = ds.h5.get(f"features/{featurizer.key}")
-    if group is None or not featurizer.learned_keys:
-        return []
-    want, fit = _settings(featurizer, featurizer.config), _fit(featurizer, featurizer.config)
-    other = []
-    for pid in sorted(group.keys()):
-        config = json.loads(group[pid].attrs.get("config", "{}"))
-        if _settings(featurizer, config) == want and _fit(featurizer, config) != fit:
-            other.append(pid)
-    return other
+    fit = _fit(featurizer, featurizer.config)
+    return [pid for pid, other in cached_fits(ds, featurizer).items() if other != fit]
 
 
-def _check_one_fit(path, ds, featurizer: Featurizer) -> None:
-    """Refuses to cache features of a fit that is no longer the dataset's: another of these settings is cached."""
-    others = caches_of_other_fits(ds, featurizer)
-    if others:
-        raise InputError(path, f"the {featurizer.key} cache of {', '.join(others)} holds another fit of these "
-                               "settings than the one this featurize took (a `costlab featurize --refit` wrote it "
-                               "meanwhile, or one was interrupted); nothing more of this one is cached: run it again "
-                               "once that refit is done, or `costlab featurize --refit` with these settings if none "
-                               "is running, so that every platform shares one fit")
+def _check_one_fit(path, ds, featurizer: Featurizer, fits_then: dict) -> None:
+    """Refuses to cache features of a fit that is no longer the dataset's: a cache of these settings moved to
+    another fit since the fit was taken (``fits_then``: ``cached_fits`` at that moment; a cache already on
+    another fit then, as one a fitted config given by the user replaces, is no news)."""
+    fit = _fit(featurizer, featurizer.config)
+    moved = [p for p, other in cached_fits(ds, featurizer).items() if other != fit and fits_then.get(p) != other]
+    if moved:
+        raise InputError(path, f"the {featurizer.key} cache of {', '.join(moved)} moved to another fit of these "
+                               "settings after this command took its fit (a `costlab featurize --refit` wrote it "
+                               "meanwhile); nothing more of this one is cached: run it again once that refit is "
+                               "done, so that every platform shares one fit")
 
 
 def fitted_featurizer(ds, featurizer, platforms=None, refit: bool = False) -> Featurizer:
@@ -252,14 +261,15 @@ def length_warning(stats: dict) -> str | None:
 
 
 def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_seconds: float = 60.0,
-                progress: bool = True, fit: bool = True, refit: bool = False) -> dict:
+                progress: bool = True, fit: bool = True, refit: bool = False, fits_then: dict | None = None) -> dict:
     """Featurize every record of a platform not yet cached; returns counts. Resumable and re-runnable.
 
     A featurizer with learned keys that is not fitted yet is fitted first (``fitted_featurizer``: the config
     of an existing cache of it, or fitted on all the dataset's platforms). Every platform of a dataset shares
-    one fit: unless this build writes a new one (``refit``), it stops, before writing, when the dataset holds a
-    cache of these settings on another fit (a ``featurize --refit`` wrote it while this build waited for the
-    dataset).
+    one fit: unless this build writes a new one (``refit``), it stops, before writing, when a cache of these
+    settings moved to another fit since the fit was taken (a ``featurize --refit`` wrote it while this build
+    waited for the dataset): ``fits_then``, the caches' fits (``cached_fits``) when the caller took a fit it gives
+    (``fit=False``); by default, when this build takes or is given its fit.
 
     Rows are saved (the transaction committed) every ``commit_seconds`` and when Ctrl-C or SIGTERM interrupts the
     build: the rows done by then are committed before the interrupt is raised again, so a rerun continues there.
@@ -268,6 +278,8 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
     with open_dataset(path) as ds:
         if fit:
             featurizer = fitted_featurizer(ds, featurizer)
+        if fits_then is None:
+            fits_then = cached_fits(ds, featurizer)
         total = ds.num_records(platform)
         cache = open_cache(ds, featurizer, platform)
         start = cache.n_done if cache else 0
@@ -288,7 +300,7 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
             interrupted = None
             with DatasetWriter(path) as w, open_dataset(path) as ds:
                 if not refit:
-                    _check_one_fit(path, ds, featurizer)
+                    _check_one_fit(path, ds, featurizer, fits_then)
                 name = group_name(featurizer, platform)
                 if name in w.h5 and w.h5[name].attrs.get("fingerprint") != fingerprint:
                     del w.h5[name]

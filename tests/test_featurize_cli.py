@@ -19,7 +19,7 @@ from costlab.datasets import open_dataset
 from costlab.datasets.ansor_log import import_ansor
 from costlab.featurizers import create
 from costlab.common.errors import InputError
-from costlab.featurizers.cache import build_cache, fitted_featurizer, open_cache
+from costlab.featurizers.cache import build_cache, cached_fits, fitted_featurizer, open_cache
 from costlab.featurizers.tlp import TLPFeaturizer
 
 BERT = FIXTURES / "ansor" / "2080ti-bert-B1-head128.json"  # platform 2080ti (GPU steps)
@@ -162,15 +162,33 @@ def test_a_featurize_that_took_the_old_fit_stops_once_a_refit_has_written(tmp_pa
     caches, cached its platform on the old fit: the platforms then disagreed on their vocabulary. It stops now,
     before writing, and says why."""
     data, old, new = _old_fit_and_refit(tmp_path, capsys)
+    with open_dataset(data) as ds:
+        then = cached_fits(ds, old)  # when the waiting featurize took its fit
     code, err = _run(capsys, data, "--featurizer", "tlp", "--refit", "--platform", "2080ti", "--no-progress")
     assert code == 0, err
-    with pytest.raises(InputError, match=r"cache of 2080ti holds another fit .* `costlab featurize --refit` wrote it"):
-        build_cache(data, old, CPU, progress=False, fit=False)
+    with pytest.raises(InputError, match=r"cache of 2080ti moved to another fit .* `costlab featurize --refit` wrote"):
+        build_cache(data, old, CPU, progress=False, fit=False, fits_then=then)
     with h5py.File(data, "r") as f:
         assert CPU not in f["features/tlp@1"]
     assert _cache(data, "2080ti")[1] == json.dumps(new.config, sort_keys=True)
     assert build_cache(data, new, CPU, progress=False, fit=False)["computed"] == 128  # on the dataset's fit
 
+
+
+def test_a_fitted_config_given_replaces_the_cache_of_another_fit(tmp_path, capsys):
+    """A fitted config given with --config (a model's, trained elsewhere) whose fit differs from the dataset's cache
+    replaces that cache, as before: the cache was on another fit already when the command took its fit, so no
+    refit ran meanwhile (the check against one refused it, blaming a refit)."""
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    assert _run(capsys, data, "--featurizer", "tlp", "--no-progress")[0] == 0
+    fitted = json.loads(_cache(data, CPU)[1])
+    fitted["seq_len"] += 3
+    given = tmp_path / "fitted.json"
+    given.write_text(json.dumps(fitted))
+    code, err = _run(capsys, data, "--featurizer", "tlp", "--config", f"@{given}", "--no-progress")
+    assert code == 0, err
+    assert json.loads(_cache(data, CPU)[1])["seq_len"] == fitted["seq_len"]
 
 def test_a_refit_also_rebuilds_a_platform_cached_on_the_old_fit_while_it_ran(tmp_path, capsys, monkeypatch):
     """A featurize of the CPU platform took the old fit and cached it before the refit of 2080ti wrote anything:

@@ -12,8 +12,8 @@ from costlab.common.errors import CostlabError, InputError
 from costlab.datasets import open_dataset
 from costlab.featurizers import available, create
 from costlab.featurizers.base import ConfigError
-from costlab.featurizers.cache import (build_cache, caches_of_other_fits, fitted_featurizer, length_warning,
-                                       open_cache, vocabulary_warning)
+from costlab.featurizers.cache import (build_cache, cached_fits, caches_of_other_fits, fitted_featurizer,
+                                       length_warning, open_cache, vocabulary_warning)
 from costlab.featurizers.psa.hardware import NoHardwareSpec
 
 EPILOG = """\
@@ -105,6 +105,7 @@ def _featurize(args) -> int:
             featurizer = fitted_featurizer(ds, featurizer, refit=args.refit)
         except ValueError as exc:
             raise InputError(args.data, str(exc)) from None
+        fits_then = cached_fits(ds, featurizer)  # a cache moved to another fit after this is a refit's meanwhile
         if args.refit:  # the new fit replaces the old on every platform, not only the ones asked for: the next run
             # takes its fit from any cache of these settings, so one left on the old fit would bring that fit back
             wanted = wanted + _left_on_the_old_fit(ds, featurizer, known, wanted)
@@ -116,7 +117,7 @@ def _featurize(args) -> int:
         pid = queue.pop(0)
         try:
             s = build_cache(args.data, featurizer, pid, chunk=args.chunk, progress=not args.no_progress, fit=False,
-                            refit=args.refit)
+                            refit=args.refit, fits_then=fits_then)
         except ConfigError as exc:  # a config that only this platform refuses (CPU spec fields on a GPU platform)
             raise InputError(_config_source(args.config, args.data), exc.problem) from None
         except NoHardwareSpec as exc:  # a target kind PSA models no machine of: said, and the others featurized
