@@ -506,9 +506,15 @@ def test_an_interrupt_python_swallowed_still_stops_training(trained, tmp_path, m
     try:
         with pytest.raises(KeyboardInterrupt):
             train(cfg, progress=False)
+        assert epochs == [1] and _last_epoch(tmp_path / "run") < 5
+        # one swallowed after the last batch (here as the fit ends) interrupts the run all the same: no model
+        monkeypatch.setattr(CostModelModule, "on_fit_end", lambda self: Swallowed(), raising=False)
+        cfg = dict(cfg, out=str(tmp_path / "run2"), trainer=dict(cfg["trainer"], max_epochs=2))
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, progress=False)
+        assert not (tmp_path / "run2" / "model").exists()
     finally:
         signal.signal(signal.SIGINT, before)
-    assert epochs == [1] and _last_epoch(tmp_path / "run") < 5
 
 
 def test_training_runs_from_a_thread_other_than_the_main_one(trained, tmp_path):

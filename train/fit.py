@@ -354,6 +354,7 @@ def _fit(trainer, noted: _NoteInterrupt, module, dm, ckpt_path) -> None:
     handler = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+        noted._raise_swallowed()  # one swallowed after the last batch: the run was interrupted all the same
     except SystemExit:
         if noted.interrupt is None:
             raise
