@@ -19,6 +19,7 @@ import numpy as np
 from costlab.common.errors import last_line
 from costlab.common.host import usable_cores
 from costlab.datasets.records import record_latency
+from costlab.metaschedule.pools import worker_pool
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json, replay, trace_text
 
@@ -133,9 +134,7 @@ def _verdicts_of(jobs: list, target: dict, seed: int, timeout: float, workers: i
     after job; a job whose worker crashed or timed out gets every program failed (nothing can be vouched for),
     and the pool starts a fresh worker for the jobs after it. ``done(i)`` is called as job i's verdicts are
     in, in the jobs' order."""
-    from tvm.support.popen_pool import PopenPoolExecutor
-
-    pool = PopenPoolExecutor(max_workers=max(1, min(workers, len(jobs))), timeout=timeout)
+    pool = worker_pool(max_workers=max(1, min(workers, len(jobs))), timeout=timeout)
     try:
         futures = [pool.submit(_compare_worker, mod, scheduled, target, seed) for mod, scheduled in jobs]
         out = []

@@ -9,7 +9,7 @@ import functools
 import os
 
 from costlab.common.host import usable_cores
-from costlab.metaschedule.pools import shutdown_pool, start_workers
+from costlab.metaschedule.pools import shutdown_pool, start_workers, worker_pool
 
 
 def build_without_intrinsic_registry(mod, target, _params):
@@ -44,7 +44,7 @@ def _builder_class():
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
-    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+    from tvm.support.popen_pool import StatusKind
 
     @derived_object
     class PooledBuilder(PyBuilder):
@@ -61,7 +61,7 @@ def _builder_class():
         def _executor(self):
             if self._pool is None or self._uses >= self.recycle:
                 self.close()
-                self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_sec)
+                self._pool = worker_pool(max_workers=self.workers, timeout=self.timeout_sec)
             return self._pool
 
         def warm_up(self) -> None:

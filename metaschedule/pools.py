@@ -1,10 +1,62 @@
-"""TVM's worker pools (``PopenPoolExecutor``, behind MetaSchedule's builders and local runner): started ahead
-of their first task, and shut down without the deadlock TVM's destructor can run into.
+"""TVM's worker pools (``PopenPoolExecutor``, behind MetaSchedule's builders and local runner, and the checks of
+best programs): costlab's workers (``worker_pool``), started ahead of their first task, and shut down without the
+deadlock TVM's destructor can run into.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
+import sys
 import weakref
+
+
+def worker_pool(**kwargs):
+    """A ``PopenPoolExecutor`` (same arguments) whose worker processes differ from TVM's in two ways:
+
+    - they run ``costlab.metaschedule.worker``: TVM without PyTorch, which ``import tvm`` would otherwise import
+      first (1.5 s of each worker's start-up and a few hundred MB of its memory, for nothing a worker runs);
+    - each starts in a session of its own, so a Ctrl-C at the terminal, which reaches the whole foreground
+      process group, reaches only the command: a worker that was importing TVM printed a traceback of the
+      interruption. The command stops its workers itself when it ends (``shutdown_pool``), and a worker whose
+      command is gone ends when its pipe closes."""
+    return _pool_class()(**kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _pool_class():
+    from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
+
+    class Worker(PopenWorker):
+        def _start(self):
+            """TVM's ``PopenWorker._start`` (POSIX), with costlab's worker program in a session of its own."""
+            if self._proc is not None:
+                return
+            main_read, worker_write = os.pipe()
+            worker_read, main_write = os.pipe()
+            cmd = [sys.executable, "-m", "costlab.metaschedule.worker", str(worker_read), str(worker_write)]
+            self._proc = subprocess.Popen(cmd, pass_fds=(worker_read, worker_write), stdout=self._stdout,
+                                          stderr=self._stderr, start_new_session=True)
+            os.close(worker_read)
+            os.close(worker_write)
+            self._reader = os.fdopen(main_read, "rb")
+            self._writer = os.fdopen(main_write, "wb")
+
+    class Pool(PopenPoolExecutor):
+        def _worker_run(self, fn, args, kwargs):
+            """TVM's ``PopenPoolExecutor._worker_run``: one worker per thread of the pool, costlab's."""
+            import threading
+
+            with self._lock:
+                proc = self._worker_map.get(threading.get_ident())
+                if proc is None:
+                    proc = self._worker_map[threading.get_ident()] = Worker(
+                        self._initializer, self._initargs, self._maximum_process_uses, self._stdout, self._stderr)
+            proc.send(fn, args, kwargs, self._timeout)
+            return proc.recv()
+
+    return Pool
 
 
 def warm_worker(hold: float = 0.2) -> None:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from costlab.common.errors import CostlabError, last_line
 from costlab.common.stopwatch import stopwatch
-from costlab.metaschedule.pools import shutdown_pool, track_start, warm_worker
+from costlab.metaschedule.pools import shutdown_pool, track_start, warm_worker, worker_pool
 from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS, costs_and_error
 from costlab.metaschedule.rpc import guarded_runner
 from costlab.metaschedule.targets import device_of
@@ -64,6 +64,13 @@ def _runner_class():
         there is nothing to check, and the caller goes on with its model and first search meanwhile. The worker
         also makes the device's context. The first run waits for that start, and a worker that could not start
         (or a device that is not there) is one clear error then rather than a failure of every candidate."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made = self.pool  # TVM's, no worker started yet: costlab's workers instead (``pools.worker_pool``)
+            self.pool = worker_pool(max_workers=1, timeout=made._timeout, initializer=made._initializer,
+                                    stderr=made._stderr)
+            made.shutdown()
 
         def _sanity_check(self) -> None:
             self.started = self.failure = None

@@ -1,0 +1,81 @@
+"""costlab's TVM worker processes (``metaschedule/pools.worker_pool``): TVM without PyTorch, each in a session of
+its own, behind the builder, the runner and the checks."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from costlab.metaschedule import pools
+
+# what a worker reports of itself: is PyTorch importable there, its session, and TVM at work
+FACTS = ("(__import__('sys').modules.get('torch', 'absent'), __import__('os').getsid(0), "
+         "str(__import__('tvm').runtime.device('cpu', 0)))")
+
+
+def test_workers_run_tvm_without_pytorch_in_a_session_of_their_own():
+    import torch  # noqa: F401  (this process has it: the worker's refusal is not for want of it)
+
+    pool = pools.worker_pool(max_workers=1, timeout=120)
+    try:
+        torch_there, session, device = pool.submit(eval, FACTS).result()
+    finally:
+        pools.shutdown_pool(pool)
+    assert torch_there is None  # refused: `import torch` raises ImportError there
+    assert session != os.getsid(0)
+    assert device == "cpu:0"
+
+
+def test_the_builder_and_runner_use_costlabs_workers():
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import _runner_class, close_runner
+
+    builder = make_builder(workers=1, pooled=True)
+    runner = _runner_class()(timeout_sec=60)
+    try:
+        assert type(builder._executor()) is pools._pool_class()
+        assert type(runner.pool) is pools._pool_class()
+        assert runner.pool.submit(eval, FACTS).result()[0] is None
+    finally:
+        close_runner(runner)
+        builder.close()
+
+
+DRIVER = """
+import sys, time
+from costlab.metaschedule.builders import make_builder
+from costlab.metaschedule.runners import _runner_class, close_runner
+builder = make_builder(workers=2, pooled=True)
+runner = _runner_class()(timeout_sec=60)
+builder.warm_up()
+runner.start("cpu")
+print("started", flush=True)
+try:
+    time.sleep(120)
+except KeyboardInterrupt:
+    close_runner(runner)
+    builder.close()
+    print("stopped", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_at_the_terminal_while_workers_start_prints_one_process_s_words():
+    """A terminal's Ctrl-C reaches the whole foreground process group. TVM's workers, in the command's group,
+    each printed a KeyboardInterrupt traceback when it came while they imported TVM (2 s each here); costlab's
+    are in sessions of their own, and the command stops them."""
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            # a shell starts background jobs (a suite run with `&`) with SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout.readline() == "started\n"
+        time.sleep(0.3)  # the workers are importing TVM
+        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends it: to the command's process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and out == "stopped\n", (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
