@@ -158,8 +158,9 @@ def _timed(what: str, fn, out: dict) -> None:
 def startup(args) -> dict:
     """Where the seconds before a GPU tuning run's first batch go, the steps in turn, once, in one fresh process
     (each counts what the earlier ones left to do): importing TVM (with MetaSchedule and PyTorch, which TVM's FFI
-    imports) and costlab's tuning, the CUDA context, the runner's worker started with its own, one design space of
-    a plain and of a tensor-core task (the intrinsic registry), and one nvcc build."""
+    imports) and costlab's tuning, the CUDA context, the runner's worker started with its own, a pool of workers
+    started costlab's way and TVM's, one design space of a plain and of a tensor-core task (the intrinsic
+    registry), and one nvcc build."""
     import time
 
     t0 = time.perf_counter()
@@ -185,6 +186,18 @@ def startup(args) -> dict:
 
     # what a run no longer waits for before its search (metaschedule/runners.StartingRunner)
     _timed("the runner's worker (TVM, the device's context)", runner, out)
+
+    # the workers of every builder, runner and check: costlab's (TVM without PyTorch) beside TVM's own, a pool of
+    # the machine's cores each, started once each way (benchmarks/workers.py); their figures under "workers"
+    from costlab.common.host import usable_cores
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from workers import pool_start
+
+    cores, workers = usable_cores(), out.setdefault("workers", {})
+    for way in ("costlab", "tvm"):
+        _timed(f"a pool of {cores} workers ({way}'s)", lambda way=way: workers.update({way: pool_start(way, cores)}),
+               out)
 
     def space(spec):
         from costlab.datasets.extract import te_workload_task

@@ -47,11 +47,6 @@ sys.exit(main(sys.argv[1:]))
 COMMAND = {"costlab": ["-m", "costlab"], "tvm": ["-c", TVM_POOLS]}
 
 
-def _answer() -> int:
-    """A worker's trivial task: its process id."""
-    return os.getpid()
-
-
 def _proc_figures(pid: int) -> tuple[float, float]:
     """CPU seconds (user + system) and resident MB of a live process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -69,7 +64,7 @@ def pool_start(way: str, workers: int) -> dict:
     pool = make(max_workers=workers, timeout=120)
     try:
         # submitted at once, while no worker has started: each task gets a thread of its own, and so a worker
-        futures = [pool.submit(_answer) for _ in range(workers)]
+        futures = [pool.submit(os.getpid) for _ in range(workers)]  # (a builtin: any worker can unpickle it)
         pids = {f.result() for f in futures}
         seconds = time.perf_counter() - began
         figures = [_proc_figures(p) for p in pids]
