@@ -19,8 +19,8 @@ def worker_pool(**kwargs):
       first (1.5 s of each worker's start-up and a few hundred MB of its memory, for nothing a worker runs);
     - each starts in a session of its own, so a Ctrl-C at the terminal, which reaches the whole foreground
       process group, reaches only the command: a worker that was importing TVM printed a traceback of the
-      interruption. The command stops its workers itself when it ends (``shutdown_pool``), and a worker whose
-      command is gone ends when its pipe closes."""
+      interruption. The command stops its workers itself when it ends (``shutdown_pool``), and the kernel kills
+      a worker whose command is gone (``worker.end_with_parent``)."""
     return _pool_class()(**kwargs)
 
 
@@ -35,7 +35,8 @@ def _pool_class():
                 return
             main_read, worker_write = os.pipe()
             worker_read, main_write = os.pipe()
-            cmd = [sys.executable, "-m", "costlab.metaschedule.worker", str(worker_read), str(worker_write)]
+            cmd = [sys.executable, "-m", "costlab.metaschedule.worker", str(os.getpid()), str(worker_read),
+                   str(worker_write)]
             self._proc = subprocess.Popen(cmd, pass_fds=(worker_read, worker_write), stdout=self._stdout,
                                           stderr=self._stderr, start_new_session=True)
             os.close(worker_read)

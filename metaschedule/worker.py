@@ -1,21 +1,44 @@
 """The program costlab's TVM worker processes run (``pools.worker_pool``): TVM's own worker loop
-(``tvm.exec.popen_worker``), without PyTorch.
+(``tvm.exec.popen_worker``), without PyTorch, ending with the command that started it.
 
 ``import tvm`` imports PyTorch first when it is installed (tvm-ffi does, to avoid a symbol clash on Windows),
 and costlab installs it: 2.0 s and a few hundred MB a worker here, where TVM alone takes 0.5 s. No builder,
 runner or check worker uses it, so the import is refused before TVM is imported (``import torch`` raises
 ImportError, which tvm-ffi passes over).
 
-Run as ``python -m costlab.metaschedule.worker READ_FD WRITE_FD``.
+A worker runs in a session of its own (a terminal's Ctrl-C or hang-up reaches the command only), so it asks the
+kernel to kill it when the thread of the command that started it ends (Linux's parent-death signal): a command
+that is killed, or that exits without stopping its workers, leaves none behind, even one stuck in a kernel.
+
+Run as ``python -m costlab.metaschedule.worker PARENT_PID READ_FD WRITE_FD``.
 """
 
 from __future__ import annotations
 
+import os
 import runpy
+import signal
 import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def end_with_parent(parent: int) -> None:
+    """Be killed when the thread that started this process ends; end now if the command is already gone."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # no prctl in this C library: the worker ends when its pipe closes
+            pass
+    if os.getppid() != parent:  # the command ended before the signal was asked for
+        os._exit(1)
 
 
 def main() -> None:
+    parent = int(sys.argv.pop(1))
+    end_with_parent(parent)
     sys.modules.setdefault("torch", None)  # None in sys.modules: `import torch` raises ImportError
     runpy.run_module("tvm.exec.popen_worker", run_name="__main__", alter_sys=True)
 

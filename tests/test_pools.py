@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from costlab.metaschedule import pools
 
 # what a worker reports of itself: is PyTorch importable there, its session, and TVM at work
@@ -79,3 +81,41 @@ def test_ctrl_c_at_the_terminal_while_workers_start_prints_one_process_s_words()
             proc.kill()
     assert proc.returncode == 130 and out == "stopped\n", (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+STUCK = """
+import os, sys, time
+from costlab.metaschedule.pools import worker_pool
+pool = worker_pool(max_workers=1, timeout=600)
+print(pool.submit(os.getpid).result(), flush=True)
+pool.submit(time.sleep, 300)  # the worker busy, as in a kernel that does not end
+time.sleep(300)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended (a zombie no one has reaped yet counts: it runs nothing)."""
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_command_leaves_no_worker_behind():
+    """The command killed (SIGKILL: nothing of it runs) while its worker is busy: the kernel kills the worker,
+    which, in a session of its own, no terminal or process-group signal reaches."""
+    proc = subprocess.Popen([sys.executable, "-c", STUCK], stdout=subprocess.PIPE, text=True)
+    worker = int(proc.stdout.readline())
+    time.sleep(0.5)  # the worker is in its long task
+    assert not _gone(worker)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 20
+    while not _gone(worker) and time.time() < deadline:
+        time.sleep(0.1)
+    gone = _gone(worker)
+    if not gone:
+        os.kill(worker, signal.SIGKILL)
+    assert gone
