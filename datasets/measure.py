@@ -11,7 +11,7 @@ Sampling mixes two of MetaSchedule's own search strategies over the task's desig
 
 Candidates are taken alternately from both, and a program already measured on the platform (same
 program id) is never measured again. Candidates are built by one pool of builder workers kept for the whole
-run (``costlab.metaschedule.builders``; MetaSchedule's ``LocalBuilder`` through an RPC tracker) and run with
+run (``costlab.metaschedule.builders``; through an RPC tracker, exporting the tar the remote device links) and run with
 ``LocalRunner`` (or ``RPCRunner`` through a tracker; ``runners``); each batch is saved in its own dataset transaction,
 so an interruption loses at most the batch in flight and a re-run continues where it stopped.
 
@@ -275,7 +275,7 @@ def measure(data, opts: MeasureOptions) -> str:
 
     # one pool of builder workers for every batch, started while the first task's candidates are sampled; an
     # RPC run keeps MetaSchedule's tar artifacts, which the remote device links itself
-    builder = make_builder(opts.builder_timeout, pooled=not opts.rpc_key)
+    builder = make_builder(opts.builder_timeout, pooled=True, shared=not opts.rpc_key)
     runner = make_runner(opts, target)
     warm_up(builder)
     bar = None
