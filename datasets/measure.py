@@ -12,8 +12,10 @@ Sampling mixes two of MetaSchedule's own search strategies over the task's desig
 Candidates are taken alternately from both, and a program already measured on the platform (same
 program id) is never measured again. Candidates are built by one pool of builder workers kept for the whole
 run (``costlab.metaschedule.builders``; through an RPC tracker, exporting the tar the remote device links) and run with
-``LocalRunner`` (or ``RPCRunner`` through a tracker; ``runners``); each batch is saved in its own dataset transaction,
-so an interruption loses at most the batch in flight and a re-run continues where it stopped.
+``LocalRunner`` (or ``RPCRunner`` through a tracker; ``runners``). Batches are saved as they come, each in its own
+dataset transaction while the dataset is small, gathered into fewer transactions once saving costs more
+(``_Saver``); an interruption saves what was measured, a kill loses at most the batches since the last save, and a
+re-run continues where it stopped.
 
 Records hold the trace exactly as MetaSchedule's database writes it (``sch.trace.as_json()``, written
 compactly), so a program has the same id here as when ``import-ms`` reads it from a tuning database.
@@ -158,14 +160,6 @@ _PHASES = {"start": "start-up", "space": "design spaces", "sample": "sampling", 
            "run": "running", "save": "saving"}
 
 
-def _programs_of(ds, pid: str, task: int) -> set:
-    """The program ids of a task's records on a platform."""
-    if pid not in ds.record_platforms():
-        return set()
-    table = ds.records(pid)
-    return set(table.program_id[table.task == task].tolist())
-
-
 def _select_tasks(ds, spec: str | None, path) -> list:
     ms_tasks = [t for t in ds.tasks if t.dialect == "ms"]
     if spec is None:  # a spec that names no task is refused by MeasureOptions.check
@@ -219,6 +213,151 @@ def check_host(ds, pid: str, host: dict) -> None:
     if not same_host(plat.host, host):
         raise InputError(ds.path, f"platform {pid!r} was measured on another machine ({describe_host(plat.host)}); "
                                   f"this one differs in {host_difference(plat.host, host)}: {advice}")
+
+
+SAVE_EVERY = 10  # measuring goes on for this many times the last save's seconds before the next save
+
+
+class _Saver:
+    """A run's measured batches, saved into the dataset. A transaction copies the whole file (``DatasetWriter``):
+    milliseconds for a small dataset, whose batches are saved one by one as they come, but seconds for one of a
+    GB, whose batches are gathered and saved together once the run has measured for ``SAVE_EVERY`` times the
+    last save's seconds: saving stays within about a tenth of the run. Whatever stops the run, its caller saves
+    what is gathered; a kill loses at most the batches since the last save.
+
+    Each save reads again, under the writer's lock, what the platform holds: another command may have written it
+    since this one began (an import of another machine's records; a second measure of the same tasks), and a
+    program another measure saved meanwhile is recorded neither twice nor past ``per_task`` (None: no bound)."""
+
+    def __init__(self, data, pid: str, target_json: dict, host: dict | None, per_task: int | None, clock: dict,
+                 count: dict[int, int]):
+        self.data, self.pid, self.target_json, self.host, self.per_task = data, pid, target_json, host, per_task
+        self.clock = clock
+        self.pending: list[tuple] = []  # (task index, batch, results, time measured)
+        self.count = dict(count)  # task -> its records on the platform, as of the last save
+        self.failed: dict[int, int] = {}  # task -> failed candidates saved by this run
+        self.errors: dict[str, int] = {}
+        self.measured = self.dropped = 0
+        self.last_seconds: float | None = None
+        self.last_end = 0.0
+
+    def add(self, task: int, batch: list, results: list, when: float) -> None:
+        self.pending.append((task, batch, results, when))
+
+    def due(self) -> bool:
+        return self.last_seconds is None or time.time() - self.last_end >= SAVE_EVERY * self.last_seconds
+
+    def save(self) -> dict[int, set]:
+        """Save the gathered batches in one transaction; per task saved, the program ids the platform now holds."""
+        if not self.pending:
+            return {}
+        pending, self.pending = self.pending, []  # a save that fails is not tried again
+        began = time.time()
+        records = rec.RecordBatch()
+        failed: dict[int, int] = {}
+        errors: dict[str, int] = {}
+        kept_n = dropped = 0
+        with stopwatch(self.clock, "save"), DatasetWriter(self.data) as w:
+            with open_dataset(self.data) as ds:
+                if self.host is not None:
+                    check_host(ds, self.pid, self.host)
+                saved = _programs_by_task(ds, self.pid, {task for task, *_ in pending})
+            for task, batch, results, when in pending:
+                have = saved[task]
+                room = len(batch) if self.per_task is None else max(0, self.per_task - len(have))
+                kept = [i for i, (_, _, prog) in enumerate(batch) if prog not in have][:room]
+                dropped += len(batch) - len(kept)
+                kept_n += len(kept)
+                for i in kept:
+                    (_, schedule, prog), (costs, error, msg) = batch[i], results[i]
+                    records.append(task, schedule, costs, error, when, prog)
+                    have.add(prog)
+                    failed[task] = failed.get(task, 0) + (error != ERROR_NONE)
+                    if msg:
+                        reason = short_error(msg)
+                        errors[reason] = errors.get(reason, 0) + 1
+            w.add_platform(self.pid, self.target_json, host=self.host)
+            w.add_records(self.pid, records)
+        self.measured += kept_n
+        self.dropped += dropped
+        for task, n in failed.items():
+            self.failed[task] = self.failed.get(task, 0) + n
+        for reason, n in errors.items():
+            self.errors[reason] = self.errors.get(reason, 0) + n
+        self.count.update({task: len(ids) for task, ids in saved.items()})
+        self.last_end = time.time()
+        self.last_seconds = self.last_end - began
+        return saved
+
+
+def _programs_by_task(ds, pid: str, tasks: set) -> dict[int, set]:
+    """The program ids of each task's records on a platform."""
+    if pid not in ds.record_platforms():
+        return {t: set() for t in tasks}
+    table = ds.records(pid)
+    return {t: set(table.program_id[table.task == t].tolist()) for t in tasks}
+
+
+def _measure_task(task, n: int, opts, target, builder, runner, have: dict, replay: dict, saver: _Saver, short: list,
+                  bar, clock: dict) -> None:
+    """Measure ``n`` more candidates of one task (or replay its ``replay`` programs), batch after batch, each
+    handed to ``saver``."""
+    mod = decode_workload(task.workload_hash, task.workload)
+    sampler = None
+    if not opts.same_programs_as:
+        seed = _rand_state(opts.seed, task.index, len(have[task.index]), 0)
+        with stopwatch(clock, "space"):
+            sampler = _Sampler(mod, target, seed, max(1, opts.batch_size // 2))
+    queue = list(replay.get(task.index, []))
+    done = 0
+    count = len(have[task.index])  # the task's records on the platform (as far as this run knows)
+    while done < n:
+        size = min(opts.batch_size, n - done)
+        if sampler is not None:
+            with stopwatch(clock, "sample"):
+                batch = sampler.sample(size, have[task.index], task.workload_hash)
+            if not batch:
+                short.append(f"task {task.index} {task.name}: design space gave only "
+                             f"{len(have[task.index])} distinct programs")
+                if bar is not None:
+                    bar.total -= n - done
+                break
+        else:
+            batch = []
+            for schedule, prog in queue[:size]:
+                try:
+                    batch.append((replay_candidate(mod, schedule), schedule, prog))
+                except Exception as exc:  # a trace that does not apply to this workload
+                    why = exc.reason if isinstance(exc, ReplayError) else last_line(exc)
+                    short.append(f"task {task.index} {task.name}: program {prog:016x} does not replay ({why})")
+            del queue[:size]
+            if not batch:
+                done += size
+                if bar is not None:
+                    bar.update(size)
+                continue
+        results = build_and_run(builder, runner, target, [c for c, _, _ in batch], clock=clock)
+        now = time.time()
+        lost = [msg for _, _, msg in results if is_lost(msg)]
+        if lost:  # not measurements: nothing recorded for them, the measured rest saved, then stop
+            batch = [b for b, r in zip(batch, results) if not is_lost(r[2])]
+            results = [r for r in results if not is_lost(r[2])]
+        for _, _, prog in batch:
+            have[task.index].add(prog)  # (the sampler has added its own picks already)
+        saver.add(task.index, batch, results, now)
+        if lost or saver.due():
+            for t, ids in saver.save().items():
+                have[t] |= ids  # programs another measure saved meanwhile are not sampled again
+            count = saver.count[task.index]
+        else:
+            count += len(batch)
+        step = size if sampler is None else n - max(0, opts.per_task - count) - done
+        done += step
+        if bar is not None:
+            bar.update(step)
+        if lost:
+            raise UsageError(f"{lost[0][len(LOST) + 2:-1]}: stopped after {saver.measured} candidates, every "
+                             f"one saved in {saver.data}; run the same command again to continue")
 
 
 def measure(data, opts: MeasureOptions) -> str:
@@ -283,100 +422,33 @@ def measure(data, opts: MeasureOptions) -> str:
         from tqdm import tqdm
 
         bar = tqdm(total=total, unit="cand", desc=f"measure {pid}")
-    lines, measured, failed, short, dropped = [], 0, 0, [], 0
-    errors: dict[str, int] = {}
+    short: list[str] = []
+    visited: list = []
     clock: dict[str, float] = {"start": time.time() - called}  # where the seconds go, said in the summary
+    saver = _Saver(data, pid, target_json, host, None if opts.same_programs_as else opts.per_task, clock,
+                   {t.index: len(have[t.index]) for t in tasks})
     try:
-        for task in tasks:
-            n = todo[task.index]
-            if n == 0:
-                continue
-            if bar is not None:
-                bar.set_postfix_str(task.name[:40])
-            mod = decode_workload(task.workload_hash, task.workload)
-            sampler = None
-            if not opts.same_programs_as:
-                seed = _rand_state(opts.seed, task.index, len(have[task.index]), 0)
-                with stopwatch(clock, "space"):
-                    sampler = _Sampler(mod, target, seed, max(1, opts.batch_size // 2))
-            queue = list(replay.get(task.index, []))
-            done = task_failed = 0
-            count = len(have[task.index])  # the task's records on the platform
-            while done < n:
-                size = min(opts.batch_size, n - done)
-                if sampler is not None:
-                    with stopwatch(clock, "sample"):
-                        batch = sampler.sample(size, have[task.index], task.workload_hash)
-                    if not batch:
-                        short.append(f"task {task.index} {task.name}: design space gave only "
-                                     f"{len(have[task.index])} distinct programs")
-                        if bar is not None:
-                            bar.total -= n - done
-                        break
-                else:
-                    batch = []
-                    for schedule, prog in queue[:size]:
-                        try:
-                            batch.append((replay_candidate(mod, schedule), schedule, prog))
-                        except Exception as exc:  # a trace that does not apply to this workload
-                            why = exc.reason if isinstance(exc, ReplayError) else last_line(exc)
-                            short.append(f"task {task.index} {task.name}: program {prog:016x} does not replay "
-                                         f"({why})")
-                    del queue[:size]
-                    if not batch:
-                        done += size
-                        if bar is not None:
-                            bar.update(size)
-                        continue
-                results = build_and_run(builder, runner, target, [c for c, _, _ in batch], clock=clock)
-                now = time.time()
-                lost = [msg for _, _, msg in results if is_lost(msg)]
-                if lost:  # not measurements: nothing recorded for them, the measured rest saved, then stop
-                    batch = [b for b, r in zip(batch, results) if not is_lost(r[2])]
-                    results = [r for r in results if not is_lost(r[2])]
-                # one transaction per batch: Ctrl-C loses only this batch
-                with stopwatch(clock, "save"), DatasetWriter(data) as w:
-                    # read again under the writer's lock: another command may have written the platform since this
-                    # one began (an import of another machine's records; a second measure of the same tasks)
-                    with open_dataset(data) as ds:
-                        if host is not None:
-                            check_host(ds, pid, host)
-                        saved = _programs_of(ds, pid, task.index)
-                    # a program another measure saved meanwhile is not recorded twice, nor past --per-task
-                    room = len(batch) if sampler is None else max(0, opts.per_task - len(saved))
-                    kept = [i for i, (_, _, prog) in enumerate(batch) if prog not in saved][:room]
-                    dropped += len(batch) - len(kept)
-                    batch, results = [batch[i] for i in kept], [results[i] for i in kept]
-                    records = rec.RecordBatch()
-                    for (_, schedule, prog), (costs, error, msg) in zip(batch, results):
-                        records.append(task.index, schedule, costs, error, now, prog)
-                    w.add_platform(pid, target_json, host=host)
-                    w.add_records(pid, records)
-                have[task.index] |= saved  # the sampler has added its own picks already
-                count = len(saved) + len(batch)
-                for (_, _, prog), (costs, error, msg) in zip(batch, results):
-                    have[task.index].add(prog)
-                    task_failed += error != ERROR_NONE
-                    if msg:
-                        reason = short_error(msg)
-                        errors[reason] = errors.get(reason, 0) + 1
-                step = size if sampler is None else n - max(0, opts.per_task - count) - done
-                done += step
-                measured += len(batch)
-                if bar is not None:
-                    bar.update(step)
-                if lost:
-                    raise UsageError(f"{lost[0][len(LOST) + 2:-1]}: stopped after {measured} candidates, every "
-                                     f"one saved in {data}; run the same command again to continue")
-            failed += task_failed
-            lines.append(f"  task {task.index} {task.name}: {count} records on {pid} "
-                         f"({task_failed} of the new ones failed)")
+        try:
+            for task in tasks:
+                n = todo[task.index]
+                if n == 0:
+                    continue
+                visited.append(task)
+                _measure_task(task, n, opts, target, builder, runner, have, replay, saver, short, bar, clock)
+            saver.save()  # the batches still gathered
+        except BaseException:
+            if saver.pending:  # whatever stopped the run (Ctrl-C, SIGTERM, a lost device), what it measured is kept
+                saver.save()
+            raise
     finally:
         if bar is not None:
             bar.close()
         close_runner(runner)
         if hasattr(builder, "close"):
             builder.close()
+    lines = [f"  task {t.index} {t.name}: {saver.count[t.index]} records on {pid} "
+             f"({saver.failed.get(t.index, 0)} of the new ones failed)" for t in visited]
+    measured, failed, errors, dropped = saver.measured, sum(saver.failed.values()), saver.errors, saver.dropped
     text = (f"{data}: measured {measured} candidates of {len(lines)} task(s) on {pid!r} "
             f"({failed} failed) in {time.time() - called:.0f} s"
             + (f" on {describe_host(host)}" if host else "") + "\n" + "\n".join(lines)

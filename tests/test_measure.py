@@ -653,3 +653,96 @@ def test_a_second_measure_of_the_same_tasks_meanwhile_is_neither_repeated_nor_ex
     assert len(ids) == len(set(ids)) == 4, text
     # of its 4 distinct programs, at least one is not among the other's 3, and there is room for one
     assert "measured 1 candidates" in text and "4 records on cpu" in text and "3 measured candidate(s) not" in text
+
+
+def _counting_writers(monkeypatch, on_call=None) -> list:
+    """``measure``'s DatasetWriter, counted (each call one transaction); ``on_call(n)`` runs before the n-th."""
+    from costlab.datasets import measure as measure_module
+
+    real, calls = measure_module.DatasetWriter, []
+
+    def writer(data):
+        calls.append(data)
+        if on_call is not None:
+            on_call(len(calls))
+        return real(data)
+
+    monkeypatch.setattr(measure_module, "DatasetWriter", writer)
+    return calls
+
+
+def test_batches_are_gathered_into_fewer_saves_when_saving_costs_more(tmp_path, monkeypatch):
+    """A save copies the whole dataset: seconds for one of a GB, each batch. Batches are saved one by one while a
+    save is cheap next to measuring, and gathered once it is not (here: every save counts as expensive)."""
+    from costlab.datasets import measure as measure_module
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,8,8,8", "GMM:1,4,8,8"])
+    calls = _counting_writers(monkeypatch)
+    measure(path, _opts(per_task=4, batch_size=2))
+    assert len(calls) == 4  # 4 batches, saving cheap: each saved as it came
+    with open_dataset(path) as ds:
+        assert np.bincount(ds.records("cpu").task).tolist() == [4, 4]
+
+    path2 = tmp_path / "d2.h5"
+    extract(path2, workloads=["GMM:1,8,8,8", "GMM:1,4,8,8"])
+    monkeypatch.setattr(measure_module, "SAVE_EVERY", 1e9)
+    calls.clear()
+    text = measure(path2, _opts(per_task=4, batch_size=2))
+    assert len(calls) == 2  # the first batch (a save's cost is not known before), then the other three at the end
+    with open_dataset(path2) as ds:
+        table = ds.records("cpu")
+        assert np.bincount(table.task).tolist() == [4, 4] and len(set(table.program_id.tolist())) == 8
+    assert "measured 8 candidates of 2 task(s)" in text and text.count(": 4 records on cpu (0 of the new") == 2, text
+
+
+def test_an_interrupted_measure_saves_the_batches_it_gathered(tmp_path, monkeypatch):
+    from costlab.datasets import measure as measure_module
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,8,8,8"])
+    monkeypatch.setattr(measure_module, "SAVE_EVERY", 1e9)
+    calls = _counting_writers(monkeypatch)
+    real, built = measure_module.build_and_run, []
+
+    def interrupted_third(*args, **kwargs):
+        built.append(1)
+        if len(built) == 3:
+            raise KeyboardInterrupt  # Ctrl-C while the third batch builds
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure_module, "build_and_run", interrupted_third)
+    with pytest.raises(KeyboardInterrupt):
+        measure(path, _opts(per_task=6, batch_size=2))
+    assert len(calls) == 2  # the first batch at once, the second (gathered) when the run stopped
+    with open_dataset(path) as ds:
+        assert len(ds.records("cpu")) == 4
+    monkeypatch.setattr(measure_module, "build_and_run", real)
+    assert "measured 2 candidates" in measure(path, _opts(per_task=6, batch_size=2))  # a re-run continues
+
+
+def test_gathered_batches_keep_to_per_task_when_another_measure_saved_meanwhile(tmp_path, monkeypatch):
+    """Three gathered batches of one task saved together, after another measure of it saved 3 programs: the
+    save keeps the task's records within --per-task (the batches share what room is left) and records none
+    twice."""
+    from costlab.datasets import measure as measure_module
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,8,8,8"])
+    monkeypatch.setattr(measure_module, "SAVE_EVERY", 1e9)
+    other: list = []
+
+    def another_measure_before_the_final_save(n):
+        if n == 2 and not other:
+            other.append(None)  # (set first: the other measure's own saves come through this hook too)
+            other[0] = measure(path, _opts(seed=4, per_task=5, batch_size=2))
+
+    _counting_writers(monkeypatch, another_measure_before_the_final_save)
+    text = measure(path, _opts(seed=5, per_task=8, batch_size=2))
+    assert "measured 3 candidates" in other[0]  # to 5, after this run's first batch of 2
+    with open_dataset(path) as ds:
+        ids = ds.records("cpu").program_id.tolist()
+    assert len(ids) == len(set(ids)) and len(ids) <= 8, text
+    # of its 6 gathered candidates, room for 3 (fewer should some be the other's programs), the rest dropped
+    assert f"measured {len(ids) - 3} candidates" in text and f"{len(ids)} records on cpu" in text, text
+    assert "candidate(s) not recorded" in text, text
