@@ -233,7 +233,7 @@ class _Saver:
                  count: dict[int, int]):
         self.data, self.pid, self.target_json, self.host, self.per_task = data, pid, target_json, host, per_task
         self.clock = clock
-        self.pending: list[tuple] = []  # (task index, batch, results, time measured)
+        self.pending: list[tuple] = []  # (task index, [(schedule, program id)], results, time measured)
         self.count = dict(count)  # task -> its records on the platform, as of the last save
         self.failed: dict[int, int] = {}  # task -> failed candidates saved by this run
         self.errors: dict[str, int] = {}
@@ -242,7 +242,8 @@ class _Saver:
         self.last_end = 0.0
 
     def add(self, task: int, batch: list, results: list, when: float) -> None:
-        self.pending.append((task, batch, results, when))
+        """A measured batch (``(candidate, schedule, program id)`` each, and its results), the candidates let go."""
+        self.pending.append((task, [(schedule, prog) for _, schedule, prog in batch], results, when))
 
     def due(self) -> bool:
         return self.last_seconds is None or time.time() - self.last_end >= SAVE_EVERY * self.last_seconds
@@ -265,11 +266,11 @@ class _Saver:
             for task, batch, results, when in pending:
                 have = saved[task]
                 room = len(batch) if self.per_task is None else max(0, self.per_task - len(have))
-                kept = [i for i, (_, _, prog) in enumerate(batch) if prog not in have][:room]
+                kept = [i for i, (_, prog) in enumerate(batch) if prog not in have][:room]
                 dropped += len(batch) - len(kept)
                 kept_n += len(kept)
                 for i in kept:
-                    (_, schedule, prog), (costs, error, msg) = batch[i], results[i]
+                    (schedule, prog), (costs, error, msg) = batch[i], results[i]
                     records.append(task, schedule, costs, error, when, prog)
                     have.add(prog)
                     failed[task] = failed.get(task, 0) + (error != ERROR_NONE)
@@ -286,7 +287,7 @@ class _Saver:
             self.errors[reason] = self.errors.get(reason, 0) + n
         self.count.update({task: len(ids) for task, ids in saved.items()})
         self.last_end = time.time()
-        self.last_seconds = self.last_end - began
+        self.last_seconds = self.last_end - began - w.waited  # the save's own cost: not a wait for another writer
         return saved
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -549,8 +550,10 @@ class DatasetWriter:
 
         if not self.path.parent.exists():
             raise InputError(self.path, f"directory {self.path.parent} does not exist")
+        began = time.perf_counter()
         self._lock_fh = take_lock(self.path.with_name(f".{self.path.name}.lock"), on_wait=lambda: print(
             f"costlab: waiting for another command writing {self.path} ...", file=sys.stderr))
+        self.waited = time.perf_counter() - began  # seconds another writer held the file: not this one's cost
 
     def _unlock(self) -> None:
         self._lock_fh.close()  # closing releases the lock

@@ -673,14 +673,16 @@ def _counting_writers(monkeypatch, on_call=None) -> list:
 
 def test_batches_are_gathered_into_fewer_saves_when_saving_costs_more(tmp_path, monkeypatch):
     """A save copies the whole dataset: seconds for one of a GB, each batch. Batches are saved one by one while a
-    save is cheap next to measuring, and gathered once it is not (here: every save counts as expensive)."""
+    save is cheap next to measuring, and gathered once it is not (here: every save counts as cheap, then as
+    expensive)."""
     from costlab.datasets import measure as measure_module
 
     path = tmp_path / "d.h5"
     extract(path, workloads=["GMM:1,8,8,8", "GMM:1,4,8,8"])
     calls = _counting_writers(monkeypatch)
+    monkeypatch.setattr(measure_module, "SAVE_EVERY", 0)  # every save counts as cheap
     measure(path, _opts(per_task=4, batch_size=2))
-    assert len(calls) == 4  # 4 batches, saving cheap: each saved as it came
+    assert len(calls) == 4  # 4 batches, each saved as it came
     with open_dataset(path) as ds:
         assert np.bincount(ds.records("cpu").task).tolist() == [4, 4]
 
@@ -746,3 +748,24 @@ def test_gathered_batches_keep_to_per_task_when_another_measure_saved_meanwhile(
     # of its 6 gathered candidates, room for 3 (fewer should some be the other's programs), the rest dropped
     assert f"measured {len(ids) - 3} candidates" in text and f"{len(ids)} records on cpu" in text, text
     assert "candidate(s) not recorded" in text, text
+
+
+def test_a_save_that_waited_for_another_writer_counts_only_its_own_seconds(tmp_path):
+    """How long measuring goes on before the next save is ten times the last save's seconds: a save that waited
+    for another command's transaction (a featurize commits every minute) would have put the next one off ten
+    times that wait."""
+    import threading
+
+    from costlab.common.locks import take_lock
+    from costlab.datasets import program_id
+    from costlab.datasets.measure import _Saver
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,4,4,4"])
+    saver = _Saver(path, "cpu", {"kind": "llvm", "num-cores": 2}, None, None, {}, {0: 0})
+    saver.add(0, [(None, '[["x"]]', program_id("ms", "w", '[["x"]]'))], [([1e-5], ERROR_NONE, None)], 0.0)
+    held = take_lock(tmp_path / ".d.h5.lock")  # another command's transaction, for 1.5 s
+    threading.Timer(1.5, held.close).start()
+    saver.save()
+    assert saver.count == {0: 1} and saver.measured == 1
+    assert saver.last_seconds < 1.0
