@@ -2,8 +2,7 @@
 artifacts, update the cost model) and the progress bar, none of which sees a result that is not a
 measurement (``metaschedule.rpc.is_lost``: the RPC device stopped answering). Such a candidate is not
 recorded, so it counts against no budget and a re-run measures it. Nor is a candidate that failed while the run
-was being stopped: the signal that stops a run (Ctrl-C in a terminal, a job's time limit) reaches its whole
-process group, the builder's and runner's workers too, and the batch in flight then fails for that alone.
+was being stopped because the signal that stops it reached its worker (``export.stop.recordable``).
 ``on_results`` is told first (with the batch's task id), the moment a batch's results are in: the cost model's
 update that follows is the next round's work, not this batch's."""
 
@@ -18,10 +17,10 @@ from costlab.metaschedule.rpc import is_lost
 
 def recorded(runner_results, stopping: bool) -> list[int]:
     """The results of a batch that are measurements (their index): none the RPC guard marked lost, and, while
-    the run is being stopped, only those that measured (a build or a run that failed then is not the
-    program's failure; a re-run measures it)."""
+    the run is being stopped, none that failed because the stop's signal ended its worker (not the program's
+    failure; a re-run measures it)."""
     return [i for i, r in enumerate(runner_results)
-            if not is_lost(r.error_msg) and recordable(r.error_msg is not None, stopping)]
+            if not is_lost(r.error_msg) and recordable(r.error_msg is not None, r.error_msg, stopping)]
 
 
 @derived_object

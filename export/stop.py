@@ -22,13 +22,22 @@ def clear_stop() -> None:
     _STOP["signal"] = None
 
 
-def recordable(failed: bool, stopping: bool | None = None) -> bool:
-    """Whether a measured program's result becomes a record. The signal that stops a run reaches its whole
-    process group, the builder's and runner's workers too: a build or run that fails while the run is being
-    stopped failed for that alone, so it is not recorded (nor counted against a budget) and a re-run measures
-    the program. A deadline does not reach the workers: only the signal counts. ``stopping`` (default: whether a
-    stop was requested) is the one rule for every kind of result: ``build_and_run``'s tuples, MetaSchedule's
-    runner results (``export/callbacks.recorded``)."""
+# what a result says when its worker ended (TVM's ChildProcessError) or was interrupted inside its task
+_SIGNALLED = ("Subprocess terminated", "KeyboardInterrupt")
+
+
+def recordable(failed: bool, message: str | None = None, stopping: bool | None = None) -> bool:
+    """Whether a measured program's result becomes a record. A terminal's Ctrl-C, or a job's time limit sent to
+    a process group, also reaches the workers of TVM's own pools in the command's group (MetaSchedule's builder
+    and runner under ``--ms-defaults``, the RPC runner's local worker): a build or run that fails while the run
+    is being stopped, and whose ``message`` says its worker ended or was interrupted, failed for that alone, so
+    it is not recorded (nor counted against a budget) and a re-run measures the program. costlab's own workers
+    run in sessions of their own (``metaschedule/pools.worker_pool``), which such a signal does not reach: their
+    failures in the round a stop lets finish are the programs' own, and recorded. A deadline reaches no worker:
+    only the signal counts. ``stopping`` (default: whether a stop was requested) is the one rule for every kind
+    of result: ``build_and_run``'s tuples, MetaSchedule's runner results (``export/callbacks.recorded``)."""
+    if not failed:
+        return True
     if stopping is None:
         stopping = stop_requested() is not None
-    return not (failed and stopping)
+    return not (stopping and any(s in (message or "") for s in _SIGNALLED))

@@ -16,7 +16,7 @@ def worker_pool(**kwargs):
     """A ``PopenPoolExecutor`` (same arguments) whose worker processes differ from TVM's in two ways:
 
     - they run ``costlab.metaschedule.worker``: TVM without PyTorch, which ``import tvm`` would otherwise import
-      first (1.5 s of each worker's start-up and a few hundred MB of its memory, for nothing a worker runs);
+      first (about 1.1 s of each worker's start-up and a few hundred MB of its memory, for nothing a worker runs);
     - each starts in a session of its own, so a Ctrl-C at the terminal, which reaches the whole foreground
       process group, reaches only the command: a worker that was importing TVM printed a traceback of the
       interruption. The command stops its workers itself when it ends (``shutdown_pool``), and the kernel kills

@@ -15,6 +15,8 @@ from costlab.cli import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ms_tune_db"  # a tuned 16x16x16 matmul and a small conv2d
 CONV = "C2D:1,10,10,4,8,3,1,1"
+# what a builder's result says when the stop's signal ended its worker (TVM's pools in the command's process group)
+KILLED = "LocalBuilder: An exception occurred\nSubprocess terminated"
 
 
 def _target():
@@ -230,8 +232,8 @@ def test_transfer_tasks_refuse_sources_with_nothing_to_start_from(tmp_path):
 
 
 def test_a_program_that_fails_while_the_transfer_is_stopped_is_not_recorded(tmp_path, capsys, monkeypatch):
-    """The signal that stops ``costlab transfer`` (and the library start of ``costlab tune``) reaches the builder's
-    and runner's workers too: a program of the batch in flight that fails then is not the program's failure, and
+    """The signal that stops ``costlab transfer`` (and the library start of ``costlab tune``) reaches the workers of
+    TVM's pools in its process group: a program of the batch in flight whose worker it ended has not failed, and
     is not recorded (as the search's own batches); its measured neighbour is. Real builds and runs; the stop and
     a killed worker's failure are made by a wrapper of the measurement."""
     import signal
@@ -245,7 +247,7 @@ def test_a_program_that_fails_while_the_transfer_is_stopped_is_not_recorded(tmp_
     def stopped_during_the_batch(*args, **kwargs):
         results = real(*args, **kwargs)
         request_stop(signal.SIGTERM)  # SIGTERM arrived while the batch was measured, and took a worker with it
-        return [([MS_FAILURE_SECS], ERROR_MS_FAILED, "worker killed")] + results[1:]
+        return [([MS_FAILURE_SECS], ERROR_MS_FAILED, KILLED)] + results[1:]
 
     monkeypatch.setattr(run, "build_and_run", stopped_during_the_batch)
     work = tmp_path / "w"
@@ -333,7 +335,7 @@ def test_a_tuning_runs_transfer_that_a_stop_cut_short_is_finished_by_its_rerun(t
     def stopped_during_the_batch(*args, **kwargs):
         results = real(*args, **kwargs)
         request_stop(signal.SIGTERM)
-        return [([MS_FAILURE_SECS], ERROR_MS_FAILED, "worker killed")] + results[1:]
+        return [([MS_FAILURE_SECS], ERROR_MS_FAILED, KILLED)] + results[1:]
 
     monkeypatch.setattr(run, "build_and_run", stopped_during_the_batch)
     work = tmp_path / "w"

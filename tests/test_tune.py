@@ -617,20 +617,24 @@ def test_a_run_records_the_version_a_shipped_alias_stands_for(tmp_path, capsys):
 
 
 def test_a_batch_that_failed_while_the_run_was_stopped_is_not_recorded():
-    """The signal that stops a run reaches its builder's workers too (a process group's signal): the batch in
-    flight then fails to build for that alone. Those candidates are not recorded (a re-run measures them);
-    a failure while the run goes on is the program's and is recorded; a result the RPC guard marked lost never
-    is."""
+    """The signal that stops a run reaches the workers of TVM's own pools in its process group (--ms-defaults):
+    the batch in flight then fails for that alone. Those candidates are not recorded (a re-run measures them);
+    a failure while the run goes on is the program's and is recorded, and so is one of the round a stop lets
+    finish whose worker the signal did not reach (costlab's, in sessions of their own: a build that timed out);
+    a result the RPC guard marked lost never is."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from costlab.export.callbacks import recorded
     from costlab.metaschedule.rpc import LOST
 
     killed = "LocalBuilder: An exception occurred\nSubprocess terminated"
+    interrupted = "RunnerError: Traceback (most recent call last): ... KeyboardInterrupt"
+    timed_out = "LocalBuilder: Timeout, killed after 0.05 seconds"
     results = [RunnerResult([1e-6], None), RunnerResult(None, killed),
-               RunnerResult(None, f"{LOST}: the device stopped answering"), RunnerResult([2e-6], None)]
-    assert recorded(results, stopping=False) == [0, 1, 3]
-    assert recorded(results, stopping=True) == [0, 3]
+               RunnerResult(None, f"{LOST}: the device stopped answering"), RunnerResult([2e-6], None),
+               RunnerResult(None, interrupted), RunnerResult(None, timed_out)]
+    assert recorded(results, stopping=False) == [0, 1, 3, 4, 5]
+    assert recorded(results, stopping=True) == [0, 3, 5]
 
 
 def test_the_json_summary_is_strict_json_when_a_figure_is_not_a_number(tmp_path, capsys, monkeypatch):

@@ -224,7 +224,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
                 results = build_and_run(builder, runner, target, mc)
                 workload = database.commit_workload(task.mod)
                 for i, c, (costs, err, msg) in zip(order, mc, results):
-                    if not recordable(err != 0):  # failed because the run is being stopped: a re-run measures it
+                    if not recordable(err != 0, msg):  # failed for the stop's signal: a re-run measures it
                         disturbed += 1
                         continue
                     database.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [float(x) for x in costs],
