@@ -294,6 +294,21 @@ dev = tvm.cuda(0)
 if not dev.exist:
     sys.exit("gpu_setup: TVM sees no CUDA GPU (tvm.cuda(0).exist is False): is the driver there, and LD_LIBRARY_PATH "
              "as env.sh sets it?")
+from costlab.metaschedule.pools import shutdown_pool, worker_pool
+
+# costlab's builder, runner and check workers run TVM without PyTorch (metaschedule/worker.py), so they find the
+# CUDA runtime by the loader's path alone, not through the libraries PyTorch loaded first
+pool = worker_pool(max_workers=1, timeout=120)
+try:
+    seen = pool.submit(eval, "__import__('tvm').cuda(0).exist").result()
+except Exception as exc:  # noqa: BLE001  the worker could not start or import TVM: said below
+    seen = f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
+finally:
+    shutdown_pool(pool)
+if seen is not True:
+    sys.exit(f"gpu_setup: costlab's worker processes (TVM without PyTorch) see no CUDA GPU ({seen}): is "
+             "LD_LIBRARY_PATH as env.sh sets it?")
+print("costlab's worker processes (TVM without PyTorch) see the GPU too")
 from costlab.metaschedule.targets import local_gpu
 from costlab.featurizers.psa.hardware import gpu_spec
 
