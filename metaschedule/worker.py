@@ -21,6 +21,9 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+# set to 1: the workers import PyTorch as TVM's do (a machine whose CUDA runtime TVM finds only through the
+# libraries PyTorch loads first: scripts/gpu_setup.sh sets it where its check finds that)
+WITH_TORCH = "COSTLAB_WORKERS_IMPORT_TORCH"
 
 
 def end_with_parent(parent: int) -> None:
@@ -39,7 +42,8 @@ def end_with_parent(parent: int) -> None:
 def main() -> None:
     parent = int(sys.argv.pop(1))
     end_with_parent(parent)
-    sys.modules.setdefault("torch", None)  # None in sys.modules: `import torch` raises ImportError
+    if os.environ.get(WITH_TORCH) != "1":
+        sys.modules.setdefault("torch", None)  # None in sys.modules: `import torch` raises ImportError
     runpy.run_module("tvm.exec.popen_worker", run_name="__main__", alter_sys=True)
 
 

@@ -260,7 +260,7 @@ EOF
 check() {  # check SITE: costlab's requirements, TVM and the GPU, torch, nvcc (outside the checkout, whose
   # folder costlab/ would hide the installed package)
   cd /
-  "$PY" - <<'PYEOF'
+  "$PY" - "$1/env.sh" <<'PYEOF'
 import importlib.metadata as md
 import subprocess
 import sys
@@ -294,21 +294,37 @@ dev = tvm.cuda(0)
 if not dev.exist:
     sys.exit("gpu_setup: TVM sees no CUDA GPU (tvm.cuda(0).exist is False): is the driver there, and LD_LIBRARY_PATH "
              "as env.sh sets it?")
+import os
+
 from costlab.metaschedule.pools import shutdown_pool, worker_pool
+from costlab.metaschedule.worker import WITH_TORCH
+
+
+def workers_see_the_gpu():
+    pool = worker_pool(max_workers=1, timeout=120)
+    try:
+        return pool.submit(eval, "__import__('tvm').cuda(0).exist").result()
+    except Exception as exc:  # noqa: BLE001  the worker could not start or import TVM: said below
+        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
+    finally:
+        shutdown_pool(pool)
+
 
 # costlab's builder, runner and check workers run TVM without PyTorch (metaschedule/worker.py), so they find the
-# CUDA runtime by the loader's path alone, not through the libraries PyTorch loaded first
-pool = worker_pool(max_workers=1, timeout=120)
-try:
-    seen = pool.submit(eval, "__import__('tvm').cuda(0).exist").result()
-except Exception as exc:  # noqa: BLE001  the worker could not start or import TVM: said below
-    seen = f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
-finally:
-    shutdown_pool(pool)
+# CUDA runtime by the loader's path alone, not through the libraries PyTorch loaded first; where that finds none,
+# they import PyTorch as TVM's own workers do (env.sh says so)
+seen = workers_see_the_gpu()
 if seen is not True:
-    sys.exit(f"gpu_setup: costlab's worker processes (TVM without PyTorch) see no CUDA GPU ({seen}): is "
-             "LD_LIBRARY_PATH as env.sh sets it?")
-print("costlab's worker processes (TVM without PyTorch) see the GPU too")
+    os.environ[WITH_TORCH] = "1"
+    if workers_see_the_gpu() is not True:
+        sys.exit(f"gpu_setup: costlab's worker processes see no CUDA GPU ({seen}): is LD_LIBRARY_PATH as env.sh "
+                 "sets it?")
+    with open(sys.argv[1], "a") as fh:
+        fh.write(f"export {WITH_TORCH}=1  # the workers see the GPU only with PyTorch imported\n")
+    print(f"gpu_setup: warning: costlab's worker processes see the GPU only with PyTorch imported ({seen}); "
+          f"env.sh sets {WITH_TORCH}=1")
+else:
+    print("costlab's worker processes (TVM without PyTorch) see the GPU too")
 from costlab.metaschedule.targets import local_gpu
 from costlab.featurizers.psa.hardware import gpu_spec
 

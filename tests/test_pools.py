@@ -119,3 +119,17 @@ def test_a_killed_command_leaves_no_worker_behind():
     if not gone:
         os.kill(worker, signal.SIGKILL)
     assert gone
+
+
+def test_workers_import_pytorch_where_the_machine_needs_it(monkeypatch):
+    """A machine whose CUDA runtime TVM finds only through the libraries PyTorch loads first: gpu_setup's check
+    sets COSTLAB_WORKERS_IMPORT_TORCH=1 in env.sh there, and the workers then import PyTorch as TVM's do."""
+    from costlab.metaschedule.worker import WITH_TORCH
+
+    monkeypatch.setenv(WITH_TORCH, "1")
+    pool = pools.worker_pool(max_workers=1, timeout=120)
+    try:
+        torch_there = pool.submit(eval, FACTS).result()[0]
+    finally:
+        pools.shutdown_pool(pool)
+    assert torch_there is not None and torch_there.__name__ == "torch"
