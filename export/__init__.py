@@ -20,6 +20,9 @@ def __getattr__(name):
     if name == "measuring":
         from costlab.export.measuring import measuring  # lazy: pulls tvm
 
+        # importing the submodule set this package's attribute ``measuring`` to the module itself, which a later
+        # ``costlab.export.measuring(...)`` would call ("'module' object is not callable"): the function replaces it
+        globals()["measuring"] = measuring
         return measuring
     if name in __all__:
         from costlab.export import cost_model  # lazy: pulls torch and tvm; the parser imports this package

@@ -293,6 +293,8 @@ class _LogFile(logging.FileHandler):
 def _file_logger(name: str, path: Path) -> logging.Logger:
     """A logger that writes to PATH alone (its handlers of an earlier run in this process replaced)."""
     logger = logging.getLogger(name)
+    if not hasattr(logger, "_costlab_saved"):  # the logger as the process had it: restored by _release_loggers
+        logger._costlab_saved = (logger.level, logger.propagate)
     for h in list(logger.handlers):
         if getattr(h, "costlab", False):
             logger.removeHandler(h)
@@ -316,7 +318,13 @@ def _release_loggers() -> None:
                 if getattr(h, "costlab", False):
                     logger.removeHandler(h)
                     h.close()
-            logger.propagate = True
+            # its level and propagation as they were: left at DEBUG and propagating, every later MetaSchedule
+            # debug and info line of the process reached the caller's root handlers (a notebook's basicConfig)
+            level, propagate = getattr(logger, "_costlab_saved", (logging.NOTSET, True))
+            logger.setLevel(level)
+            logger.propagate = propagate
+            if hasattr(logger, "_costlab_saved"):
+                del logger._costlab_saved
 
 
 def _safe(name: str) -> str:

@@ -572,3 +572,7 @@ def test_measuring_gives_metaschedules_tune_tir_costlabs_builder_and_runner(tmp_
         records = db.get_all_tuning_records()
         assert len(records) == 2 and all(r.run_secs and float(r.run_secs[0]) > 0 for r in records)
     assert runner.pool._shutdown and not builder._pool
+    # a second block in the same process (a notebook cell run again): the name is still the function, not the module
+    # its first use imported
+    with costlab.export.measuring(target) as (builder, runner):
+        assert runner.pool.submit(runner_threads).result() == 1

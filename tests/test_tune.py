@@ -379,10 +379,21 @@ def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
                       "def f():\n"
                       "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)), "
                       "(torch.randn(2, 16),)\n")
+    import logging
+    import os
+
+    import tvm
+
     command = ["tune", "--network", spec, "--trials", "4", "--per-iter", "2", "--work-dir", str(tmp_path / "w"),
                "--no-progress", "--json", "--keep-untuned", "on"]
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    env, logger = os.environ.get("TVM_NUM_THREADS"), (ms_logger.level, ms_logger.propagate)
     assert main(command) == 0
     summary = json.loads(capsys.readouterr().out)
+    # the process as it was (a notebook's: MetaSchedule's logger was left at DEBUG, TVM_NUM_THREADS set), and the
+    # threads the network was timed on those of this process's TVM runtime (sized when its first kernel ran)
+    assert (ms_logger.level, ms_logger.propagate) == logger and os.environ.get("TVM_NUM_THREADS") == env
+    assert summary["network"]["threads"] == tvm.get_global_func("runtime.NumThreads")()
     # a run stopped after its last batch (before its summary): the same command measures its finals then
     (tmp_path / "w" / "costlab_tune.json").unlink()
     assert main(command) == 0
