@@ -97,6 +97,7 @@ class CostlabCostModel(PyCostModel):
     fresh samples, and no structural hash per candidate)."""
 
     MEMO_SIZE = 200_000  # remembered scores per task before the memo starts afresh
+    MEMO_TOTAL = 1_000_000  # remembered scores of all tasks together (about 100 MB) before every memo starts afresh
 
     def __init__(self, model=None, head: str | None = None, adapt: str = "none", strict: bool = False,
                  batch_size: int = 1024, seed: int = 0, adapt_options: dict | None = None, memo: bool = True):
@@ -153,6 +154,9 @@ class CostlabCostModel(PyCostModel):
             memo = self._memo.setdefault(_task_key(context), {})
             if len(memo) > self.MEMO_SIZE:
                 memo.clear()
+            elif sum(map(len, self._memo.values())) > self.MEMO_TOTAL:  # a network's many tasks, a long run
+                self._memo.clear()
+                memo = self._memo.setdefault(_task_key(context), {})
             hashes = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
         else:  # every candidate scored afresh: a memo of this call alone, keyed by position
             memo, hashes = {}, list(range(len(candidates)))

@@ -208,6 +208,23 @@ def test_cost_model_scores_live_candidates_like_dataset_records(run):
     assert np.array_equal(np.argsort(scores, kind="stable"), np.argsort(raw, kind="stable"))
 
 
+def test_the_score_memo_of_all_tasks_together_is_bounded(run):
+    """Scores are remembered per task while the model is unchanged (each task's memo bounded): a long run of a
+    network's many tasks without adaptation grew them all together without a bound. Past ``MEMO_TOTAL`` they all
+    start afresh, and the scores stay the model's."""
+    from costlab.export import load as load_cost_model
+
+    (c1, k1), (c2, k2) = _context(), _context("GMM:1,16,32,16")
+    model = load_cost_model(str(run / "model"))
+    model.MEMO_TOTAL = len(k1) // 2
+    first = model.predict(c1, k1)
+    assert sum(map(len, model._memo.values())) == len(k1)
+    second = model.predict(c2, k2)
+    assert sum(map(len, model._memo.values())) == len(k2)  # the first task's memo let go
+    fresh = load_cost_model(str(run / "model"))
+    assert np.array_equal(first, fresh.predict(c1, k1)) and np.array_equal(second, fresh.predict(c2, k2))
+
+
 def test_inference_does_not_import_lightning(run):
     code = f"""
 import sys
