@@ -260,6 +260,9 @@ def length_warning(stats: dict) -> str | None:
             f"one)")
 
 
+COMMIT_EVERY = 10  # a transaction of build_cache lasts at least this many times the last one's own seconds
+
+
 def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_seconds: float = 60.0,
                 progress: bool = True, fit: bool = True, refit: bool = False, fits_then: dict | None = None) -> dict:
     """Featurize every record of a platform not yet cached; returns counts. Resumable and re-runnable.
@@ -273,6 +276,8 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
 
     Rows are saved (the transaction committed) every ``commit_seconds`` and when Ctrl-C or SIGTERM interrupts the
     build: the rows done by then are committed before the interrupt is raised again, so a rerun continues there.
+    A transaction copies the whole dataset file: where that costs more than a tenth of ``commit_seconds`` (a file
+    of GBs), a transaction lasts ``COMMIT_EVERY`` times the last one's own seconds instead.
     """
     featurizer = create(featurizer)
     with open_dataset(path) as ds:
@@ -295,9 +300,11 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                disable=not progress)
     t0 = time.perf_counter()
     row = start
+    interval = commit_seconds
     try:
         while row < total:
             interrupted = None
+            began, worked = time.perf_counter(), 0.0
             with DatasetWriter(path) as w, open_dataset(path) as ds:
                 if not refit:
                     _check_one_fit(path, ds, featurizer, fits_then)
@@ -320,7 +327,7 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                 try:
                     # at least one chunk per transaction; commit (rename the copy over the file) every
                     # commit_seconds
-                    while row < total and (row == start_tx or time.perf_counter() - t_commit < commit_seconds):
+                    while row < total and (row == start_tx or time.perf_counter() - t_commit < interval):
                         rows = np.arange(row, min(row + chunk, total))
                         feats = featurizer.featurize_records(ds, platform, rows)
                         # a chunk is appended whole or not at all: Ctrl-C or SIGTERM is held back until every
@@ -353,8 +360,11 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                     # leaving the block normally commits the rows done so far (the writer holds back a second
                     # signal until the copy is renamed over the file); the interrupt is raised again after that
                     interrupted = exc
+                worked = time.perf_counter() - t_commit
             if interrupted is not None:
                 raise interrupted
+            # the transaction's own seconds (the file's copy and its commit), a wait for another writer apart
+            interval = max(commit_seconds, COMMIT_EVERY * (time.perf_counter() - began - worked - w.waited))
     finally:
         bar.close()
     stats["seconds"] = time.perf_counter() - t0

@@ -212,8 +212,11 @@ def test_a_refit_also_rebuilds_a_platform_cached_on_the_old_fit_while_it_ran(tmp
     assert _cache(data, CPU)[1] == _cache(data, "2080ti")[1] == json.dumps(new.config, sort_keys=True)
 
 def test_interrupted_build_resumes(tmp_path, monkeypatch):
+    import costlab.featurizers.cache as cache_mod
+
     data = tmp_path / "d.h5"
     import_ansor([MLP], data, progress=False)
+    monkeypatch.setattr(cache_mod, "COMMIT_EVERY", 0)  # a transaction a chunk, however long the file's copy takes
     calls = {"n": 0}
     real = TLPFeaturizer.featurize_records
 
@@ -285,6 +288,30 @@ def test_an_interrupted_featurize_keeps_the_rows_done(tmp_path, capsys, sig, cod
     assert n == n_whole == 128 and config == config_whole and resumed.keys() == fresh.keys()
     for k in fresh:
         np.testing.assert_array_equal(resumed[k], fresh[k], err_msg=k)
+
+
+def test_a_transaction_lasts_ten_times_the_seconds_of_the_last_ones_copy(tmp_path, monkeypatch):
+    """Each transaction copies the whole dataset file: seconds, for a file of GBs. The rows of a build are then
+    committed after ten times the last transaction's own seconds (its copy and commit, here made 0.5 s), not
+    after every ``commit_seconds``: one commit a chunk below became two commits in all."""
+    import time
+
+    import costlab.featurizers.cache as cache_mod
+    from costlab.datasets import DatasetWriter
+
+    data = tmp_path / "d.h5"
+    import_ansor([MLP], data, progress=False)
+    transactions = []
+
+    class SlowCopy(DatasetWriter):
+        def _begin(self):
+            transactions.append(self)
+            time.sleep(0.5)
+            return super()._begin()
+
+    monkeypatch.setattr(cache_mod, "DatasetWriter", SlowCopy)
+    build_cache(data, "tlp", CPU, chunk=32, commit_seconds=0, progress=False)
+    assert _cache(data, CPU)[0] == 128 and len(transactions) == 2  # 4 chunks: the first, then the other three
 
 
 def test_a_build_that_looked_before_another_finished_goes_on_from_the_files_count(tmp_path, monkeypatch):
