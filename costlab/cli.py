@@ -58,7 +58,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped early (e.g. `| head`)
         import os
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)  # (main may be called again in this process)
         return 0
     except OSError as exc:  # after BrokenPipeError, an OSError too
         if hdf5_read_failure(exc):  # read outside a dataset's own context (training's data module): no file named

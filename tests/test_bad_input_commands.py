@@ -523,3 +523,30 @@ def test_help_texts(capsys):
         capsys, "dataset", "import-ms")
     for cmd in ("train", "finetune"):
         assert "--epochs N train for N passes over the training records (N >= 1" in _help(capsys, cmd)
+
+
+def test_output_cut_short_by_its_reader_is_no_error_and_leaks_no_file():
+    """`costlab ... | head`: the reader stops early and the command's writes meet a broken pipe; it ends with exit
+    0 and its later output goes nowhere. Done again in one process (main called by a script or a notebook), it
+    left one more open file each time."""
+    import subprocess
+    import sys
+
+    code = """
+import os, sys
+from costlab import cli
+
+def cut_short(args):  # a command whose output's reader stopped early
+    raise BrokenPipeError
+class Parser:
+    def parse_args(self, argv):
+        import argparse
+        return argparse.Namespace(func=cut_short)
+cli.build_parser = Parser
+codes = [cli.main(["dataset", "info", "x.h5"]) for _ in range(2)]
+before = len(os.listdir("/proc/self/fd"))
+codes += [cli.main(["dataset", "info", "x.h5"]) for _ in range(3)]
+print(codes, len(os.listdir("/proc/self/fd")) - before, file=sys.stderr)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stderr.strip().splitlines()[-1] == "[0, 0, 0, 0, 0] 0", res.stderr
