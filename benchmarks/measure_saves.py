@@ -2,14 +2,17 @@
 more (``datasets/measure._Saver``) beside every batch saved in its own transaction (the replaced way,
 ``SAVE_EVERY = 0``), in one process.
 
-A save copies the whole dataset file (``DatasetWriter``'s transaction): nothing for a dataset of one task, about a
-second for one of 200 MB. Each dataset gets one MetaSchedule task (GMM 32³, extracted into it) measured
-``--per-task`` times in batches of ``--batch``, from a fresh copy of the dataset for every run, the two ways in turn,
-``--rounds`` times. The large dataset is ``ingest.py``'s generated Ansor log (``--lines``) imported. Per dataset and
-way: the medians of the run's seconds, of its transactions' seconds, and their number; the ratios
-gathered / every batch. Everything runs under /tmp/costlab-cpu.lock; the host is recorded with the results.
+A save copies the whole dataset file (``DatasetWriter``'s transaction): milliseconds for a dataset of one task, a
+growing part of a second for one of hundreds of MB. Each dataset gets one MetaSchedule task (GMM 32³, extracted
+into it) measured ``--per-task`` times in batches of ``--batch``, from a fresh copy of the dataset for every run, the
+two ways in turn, ``--rounds`` times. The large dataset is ``ingest.py``'s generated Ansor log (``--lines``)
+imported, with the TLP features of its records cached (as a dataset trained on holds them). Per dataset and way:
+the medians of the run's seconds, of its transactions' seconds, and their number; the ratios gathered / every
+batch. Everything runs under /tmp/costlab-cpu.lock; the host is recorded with the results.
 
     .venv/bin/python benchmarks/measure_saves.py --work /tmp/saves --json benchmarks/results/measure-saves-zen5.json
+    .venv/bin/python benchmarks/measure_saves.py --work /tmp/saves-big --lines 3200000 \
+        --json benchmarks/results/measure-saves-zen5-big.json
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from costlab.common.cpu_lock import cpu_lock  # noqa: E402
 from costlab.common.host import describe_host, host_info  # noqa: E402
 from costlab.datasets import measure as measure_module  # noqa: E402
 from costlab.datasets.ansor_log import import_ansor  # noqa: E402
+from costlab.datasets import open_dataset  # noqa: E402
 from costlab.datasets.extract import extract  # noqa: E402
+from costlab.featurizers.cache import build_cache  # noqa: E402
 
 WAYS = {"gathered": measure_module.SAVE_EVERY, "every batch": 0}
 WORKLOAD = "GMM:1,32,32,32"
@@ -42,8 +47,14 @@ def _datasets(work: Path, lines: int) -> dict[str, Path]:
     if not small.exists():
         extract(small, workloads=[WORKLOAD])
     if not large.exists():
-        import_ansor([generate_ansor([lines], work)[lines]], work / "large.tmp.h5", progress=False)
+        log = generate_ansor([lines], work)[lines]
+        import_ansor([log], work / "large.tmp.h5", progress=False)
+        log.unlink()
         extract(work / "large.tmp.h5", workloads=[WORKLOAD])
+        with open_dataset(work / "large.tmp.h5") as ds:
+            platforms = [p for p in ds.record_platforms() if ds.num_records(p)]
+        for platform in platforms:  # the TLP features of its records, as a dataset trained on holds them
+            build_cache(work / "large.tmp.h5", "tlp", platform, progress=False)
         (work / "large.tmp.h5").rename(large)
     return {"small": small, "large": large}
 
