@@ -122,13 +122,13 @@ def main(argv=None) -> int:
                at=time.strftime("%Y-%m-%d %H:%M:%S"))
     print(f"{describe_host(out['host'])}\n{args.per_task} candidates in batches of {args.batch}, median of "
           f"{args.rounds}:")
-    print(f"{'dataset':16}{'way':13}{'run (s)':>9}{'saving (s)':>12}{'saves':>7}")
+    print(f"{'dataset':18}{'way':13}{'run (s)':>9}{'saving (s)':>12}{'saves':>7}")
     for size, ways in med.items():
         for way, m in ways.items():
-            print(f"{size + ' (' + str(m['mb']) + ' MB)':16}{way:13}{m['seconds']:9.2f}{m['saving_s']:12.2f}"
+            print(f"{size + ' (' + str(m['mb']) + ' MB)':18}{way:13}{m['seconds']:9.2f}{m['saving_s']:12.2f}"
                   f"{m['saves']:7.0f}")
         g, e = ways["gathered"], ways["every batch"]
-        print(f"{'':16}{'gathered/every':13}{g['seconds'] / e['seconds']:9.2f}"
+        print(f"{'':18}{'gathered/every':13}{g['seconds'] / e['seconds']:9.2f}"
               f"{g['saving_s'] / max(e['saving_s'], 1e-9):12.2f}{g['saves'] / e['saves']:7.2f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
