@@ -97,12 +97,17 @@ _PENDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def shutdown_pool(pool) -> None:
     """Shut a TVM worker pool down once its warm-up tasks are done. Should TVM's shutdown fail anyway, the
     pool's lock is released, its worker processes killed and the pool marked shut down, so that its
-    destructor (run by the garbage collector, maybe mid-way through other TVM work) does not deadlock."""
+    destructor (run by the garbage collector, maybe mid-way through other TVM work) does not deadlock. Tasks
+    still queued (a batch's builds when Ctrl-C stops the command) are cancelled, not run: TVM's shutdown kills
+    the workers and then waited for every queued task, each starting a worker again to run it."""
     for fut in _PENDING.pop(pool, []):
         try:
             fut.result(timeout=120)
         except Exception:  # noqa: BLE001  a warm-up that failed or timed out: the shutdown goes on
             pass
+    threads = getattr(pool, "_threadpool", None)
+    if threads is not None:
+        threads.shutdown(wait=False, cancel_futures=True)
     try:
         pool.shutdown()
     except Exception:  # noqa: BLE001

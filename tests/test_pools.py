@@ -133,3 +133,13 @@ def test_workers_import_pytorch_where_the_machine_needs_it(monkeypatch):
     finally:
         pools.shutdown_pool(pool)
     assert torch_there is not None and torch_there.__name__ == "torch"
+
+
+def test_a_pool_shut_down_with_tasks_queued_cancels_them():
+    """Ctrl-C while a batch's builds are queued: TVM's shutdown killed the workers, then ran every queued task,
+    each on a worker started again for it (seconds per task). The queued ones are cancelled."""
+    pool = pools.worker_pool(max_workers=2, timeout=60)
+    futures = [pool.submit(time.sleep, 1) for _ in range(8)]  # two taken by the pool's two threads, six queued
+    time.sleep(0.3)
+    pools.shutdown_pool(pool)
+    assert [f.cancelled() for f in futures] == [False] * 2 + [True] * 6
