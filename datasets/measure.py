@@ -24,6 +24,7 @@ compactly), so a program has the same id here as when ``import-ms`` reads it fro
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -246,39 +247,46 @@ class _Saver:
         self.pending.append((task, [(schedule, prog) for _, schedule, prog in batch], results, when))
 
     def due(self) -> bool:
-        return self.last_seconds is None or time.time() - self.last_end >= SAVE_EVERY * self.last_seconds
+        return self.last_seconds is None or time.monotonic() - self.last_end >= SAVE_EVERY * self.last_seconds
 
     def save(self) -> dict[int, set]:
         """Save the gathered batches in one transaction; per task saved, the program ids the platform now holds."""
         if not self.pending:
             return {}
-        pending, self.pending = self.pending, []  # a save that fails is not tried again
-        began = time.time()
+        pending, self.pending = self.pending, []  # a save that fails (but for an interruption) is not tried again
+        began = time.monotonic()
         records = rec.RecordBatch()
         failed: dict[int, int] = {}
         errors: dict[str, int] = {}
         kept_n = dropped = 0
-        with stopwatch(self.clock, "save"), DatasetWriter(self.data) as w:
-            with open_dataset(self.data) as ds:
-                if self.host is not None:
-                    check_host(ds, self.pid, self.host)
-                saved = _programs_by_task(ds, self.pid, {task for task, *_ in pending})
-            for task, batch, results, when in pending:
-                have = saved[task]
-                room = len(batch) if self.per_task is None else max(0, self.per_task - len(have))
-                kept = [i for i, (_, prog) in enumerate(batch) if prog not in have][:room]
-                dropped += len(batch) - len(kept)
-                kept_n += len(kept)
-                for i in kept:
-                    (schedule, prog), (costs, error, msg) = batch[i], results[i]
-                    records.append(task, schedule, costs, error, when, prog)
-                    have.add(prog)
-                    failed[task] = failed.get(task, 0) + (error != ERROR_NONE)
-                    if msg:
-                        reason = short_error(msg)
-                        errors[reason] = errors.get(reason, 0) + 1
-            w.add_platform(self.pid, self.target_json, host=self.host)
-            w.add_records(self.pid, records)
+        try:
+            with stopwatch(self.clock, "save"), DatasetWriter(self.data) as w:
+                with open_dataset(self.data) as ds:
+                    if self.host is not None:
+                        check_host(ds, self.pid, self.host)
+                    saved = _programs_by_task(ds, self.pid, {task for task, *_ in pending})
+                for task, batch, results, when in pending:
+                    have = saved[task]
+                    room = len(batch) if self.per_task is None else max(0, self.per_task - len(have))
+                    kept = [i for i, (_, prog) in enumerate(batch) if prog not in have][:room]
+                    dropped += len(batch) - len(kept)
+                    kept_n += len(kept)
+                    for i in kept:
+                        (schedule, prog), (costs, error, msg) = batch[i], results[i]
+                        records.append(task, schedule, costs, error, when, prog)
+                        have.add(prog)
+                        failed[task] = failed.get(task, 0) + (error != ERROR_NONE)
+                        if msg:
+                            reason = short_error(msg)
+                            errors[reason] = errors.get(reason, 0) + 1
+                w.add_platform(self.pid, self.target_json, host=self.host)
+                w.add_records(self.pid, records)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM while the save waited for the lock or copied the file: the transaction is undone, and
+            # the batches stay for the save on the way out (after a commit that held the signal back, that save
+            # finds them recorded and adds nothing)
+            self.pending = pending + self.pending
+            raise
         self.measured += kept_n
         self.dropped += dropped
         for task, n in failed.items():
@@ -286,7 +294,7 @@ class _Saver:
         for reason, n in errors.items():
             self.errors[reason] = self.errors.get(reason, 0) + n
         self.count.update({task: len(ids) for task, ids in saved.items()})
-        self.last_end = time.time()
+        self.last_end = time.monotonic()
         self.last_seconds = self.last_end - began - w.waited  # the save's own cost: not a wait for another writer
         return saved
 
@@ -439,6 +447,8 @@ def measure(data, opts: MeasureOptions) -> str:
             saver.save()  # the batches still gathered
         except BaseException:
             if saver.pending:  # whatever stopped the run (Ctrl-C, SIGTERM, a lost device), what it measured is kept
+                print(f"costlab: saving the {sum(len(b) for _, b, *_ in saver.pending)} candidates measured since the "
+                      f"last save into {data} ...", file=sys.stderr)
                 saver.save()
             raise
     finally:

@@ -259,8 +259,10 @@ EOF
 
 check() {  # check SITE: costlab's requirements, TVM and the GPU, torch, nvcc (outside the checkout, whose
   # folder costlab/ would hide the installed package)
+  local env
+  env="$(cd "$1" && pwd)/env.sh"  # (before leaving for /: a --site given relative to here)
   cd /
-  "$PY" - "$1/env.sh" <<'PYEOF'
+  "$PY" - "$env" <<'PYEOF'
 import importlib.metadata as md
 import subprocess
 import sys
@@ -313,6 +315,7 @@ def workers_see_the_gpu():
 # costlab's builder, runner and check workers run TVM without PyTorch (metaschedule/worker.py), so they find the
 # CUDA runtime by the loader's path alone, not through the libraries PyTorch loaded first; where that finds none,
 # they import PyTorch as TVM's own workers do (env.sh says so)
+os.environ.pop(WITH_TORCH, None)  # not as a shell that sourced an earlier env.sh has it: this machine decides
 seen = workers_see_the_gpu()
 if seen is not True:
     os.environ[WITH_TORCH] = "1"

@@ -769,3 +769,31 @@ def test_a_save_that_waited_for_another_writer_counts_only_its_own_seconds(tmp_p
     saver.save()
     assert saver.count == {0: 1} and saver.measured == 1
     assert saver.last_seconds < 1.0
+
+
+def test_ctrl_c_during_a_gathered_save_keeps_its_batches_for_the_save_on_the_way_out(tmp_path, monkeypatch, capsys):
+    """Ctrl-C (or SIGTERM) while a save of gathered batches waits for the lock or copies the file undoes that
+    transaction: its batches were dropped with it (2 of 6 measured kept). They are saved on the way out."""
+    from costlab.datasets import DatasetWriter
+    from costlab.datasets import measure as measure_module
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,8,8,8"])
+    monkeypatch.setattr(measure_module, "SAVE_EVERY", 1e9)
+    begun = []
+
+    class CtrlCInSecondCopy(DatasetWriter):
+        def _begin(self):
+            begun.append(1)
+            if len(begun) == 2:  # the final save of the gathered batches
+                raise KeyboardInterrupt
+            return super()._begin()
+
+    monkeypatch.setattr(measure_module, "DatasetWriter", CtrlCInSecondCopy)
+    with pytest.raises(KeyboardInterrupt):
+        measure(path, _opts(per_task=6, batch_size=2))
+    assert len(begun) == 3
+    assert "costlab: saving the 4 candidates measured since the last save" in capsys.readouterr().err
+    with open_dataset(path) as ds:
+        ids = ds.records("cpu").program_id.tolist()
+    assert len(ids) == len(set(ids)) == 6
