@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -194,7 +195,11 @@ def startup(args) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from workers import pool_start
 
+    from costlab.metaschedule.worker import WITH_TORCH
+
     cores, workers = usable_cores(), out.setdefault("workers", {})
+    # env.sh of a machine whose workers see the GPU only with PyTorch sets it: costlab's workers then import it too
+    workers["costlab_imports_torch"] = os.environ.get(WITH_TORCH) == "1"
     for way in ("costlab", "tvm"):
         _timed(f"a pool of {cores} workers ({way}'s)", lambda way=way: workers.update({way: pool_start(way, cores)}),
                out)

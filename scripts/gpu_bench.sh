@@ -88,7 +88,9 @@ step() {  # step NAME SHARE COMMAND...: run it for at most SHARE seconds (or wha
   return $rc
 }
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc; lscpu | head -20; } \
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc; lscpu | head -20
+  # set by gpu_setup's env.sh where costlab's workers see the GPU only with PyTorch imported (as TVM's workers do)
+  echo "COSTLAB_WORKERS_IMPORT_TORCH=${COSTLAB_WORKERS_IMPORT_TORCH:-}"; } \
   > "$OUT/machine.txt" 2>&1
 has startup && step startup 60 $PY "$HERE/benchmarks/gpu.py" startup --json "$OUT/startup.json"
 MODEL=${MODEL:-cuda-sm90}  # arm c's model (and first-batch's); the train step replaces it with the one it trains

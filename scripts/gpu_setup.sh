@@ -99,7 +99,9 @@ install() {
       *) die "install: unknown option $1" ;;
     esac
   done
-  mkdir -p "$stash"
+  mkdir -p "$stash" "$site"
+  # absolute: env.sh's PYTHONPATH and PATH are read from other directories (the check's /, gpu_bench's OUT)
+  site=$(cd "$site" && pwd)
   if [ -d "$dir" ]; then
     find "$dir" -maxdepth 1 -name "$ARCHIVE.part*" -exec cp -f {} "$stash"/ \;
     [ -f "$dir/$MANIFEST" ] && cp -f "$dir/$MANIFEST" "$stash/"
@@ -305,7 +307,9 @@ from costlab.metaschedule.worker import WITH_TORCH
 def workers_see_the_gpu():
     pool = worker_pool(max_workers=1, timeout=120)
     try:
-        return pool.submit(eval, "__import__('tvm').cuda(0).exist").result()
+        # the device's context and a first array, as the runner's worker makes them (runners._start_worker)
+        return pool.submit(eval, "__import__('tvm').runtime.empty((1,), 'float32', "
+                                 "__import__('tvm').runtime.device('cuda', 0)).shape[0] == 1").result()
     except Exception as exc:  # noqa: BLE001  the worker could not start or import TVM: said below
         return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
     finally:
