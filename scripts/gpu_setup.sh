@@ -16,8 +16,9 @@
 #   Lightning and transformers are used), writes
 #   SITE/env.sh (PYTHONPATH, PATH, the directories of the CUDA libraries TVM's runtime needs), and checks that
 #   costlab's requirements import (their versions beside the pins), that TVM sees the GPU (tvm.cuda(0).exist),
-#   its compute capability, and nvcc. Exit 0: installed and checked; 1: an error, said in one line; 2: an option
-#   without its value.
+#   its compute capability, that one of costlab's workers (TVM without PyTorch) makes the GPU's context (else,
+#   with PyTorch, env.sh then setting COSTLAB_WORKERS_IMPORT_TORCH=1), and nvcc. Exit 0: installed and checked;
+#   1: an error, said in one line; 2: an option without its value.
 # Nothing in the checkout is written or removed: costlab is built from a copy of its sources in a temporary folder.
 # Temporary folders are removed however the script ends.
 set -euo pipefail
