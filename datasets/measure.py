@@ -311,6 +311,8 @@ def _measure_task(task, n: int, opts, target, builder, runner, have: dict, repla
                   bar, clock: dict) -> None:
     """Measure ``n`` more candidates of one task (or replay its ``replay`` programs), batch after batch, each
     handed to ``saver``."""
+    if bar is not None:
+        bar.set_postfix_str(task.name[:40])
     mod = decode_workload(task.workload_hash, task.workload)
     sampler = None
     if not opts.same_programs_as:
