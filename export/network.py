@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from costlab.export.check import HALF_RTOL
+from costlab.metaschedule.runners import runner_threads
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json
 
@@ -158,8 +159,6 @@ def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> d
 def end_to_end(mod, inputs, target, database, cores: int, reference=None) -> dict:
     """Median latency of the network compiled with ``database`` and without any tuning (``BASELINE``); with
     ``reference`` (PyTorch's output), the tuned build's output checked against it (``output_check``)."""
-    import tvm
-
     # this process runs the network on the target's threads; TVM sizes its thread pool from TVM_NUM_THREADS once,
     # when a kernel first runs in the process, so a caller (an earlier call, the caller's own TVM work) that ran
     # one before keeps its pool: the threads reported are those the runtime has, and the variable is restored
@@ -170,7 +169,7 @@ def end_to_end(mod, inputs, target, database, cores: int, reference=None) -> dic
         tuned, (hit, n) = build(mod, target, database)
         t_tuned = time_network(tuned, inputs, device)
         t_untuned = time_network(build(mod, target)[0], inputs, device)
-        threads = int(tvm.get_global_func("runtime.NumThreads")()) if not is_gpu(plain_json(target.export())) else cores
+        threads = runner_threads() if not is_gpu(plain_json(target.export())) else cores
     finally:
         if previous is None:
             os.environ.pop("TVM_NUM_THREADS", None)

@@ -30,7 +30,8 @@ def _pin_threads(n: int) -> None:
 
 
 def runner_threads() -> int:
-    """Threads TVM's runtime uses in this process (read back by the test of ``_pin_threads``)."""
+    """Threads TVM's runtime uses in this process (sized when its first kernel ran): a runner worker's, read back
+    by the test of ``_pin_threads``; a network's end-to-end timing's."""
     import tvm
 
     return int(tvm.get_global_func("runtime.NumThreads")())
