@@ -262,10 +262,8 @@ EOF
 
 check() {  # check SITE: costlab's requirements, TVM and the GPU, torch, nvcc (outside the checkout, whose
   # folder costlab/ would hide the installed package)
-  local env
-  env="$(cd "$1" && pwd)/env.sh"  # (before leaving for /: a --site given relative to here)
   cd /
-  "$PY" - "$env" <<'PYEOF'
+  "$PY" - "$1/env.sh" <<'PYEOF'  # (SITE is absolute: install made it so)
 import importlib.metadata as md
 import subprocess
 import sys
