@@ -17,11 +17,13 @@ what no other rule takes), before Relax's own lowering and finalizing passes.
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 
 from costlab.export.check import HALF_RTOL
-from costlab.metaschedule.runners import runner_threads
+from costlab.metaschedule.pools import shutdown_pool, worker_pool
+from costlab.metaschedule.runners import device_name, pin_threads, runner_threads
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json
 
@@ -156,32 +158,47 @@ def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> d
     return dict(status="ok" if ok else "differs", max_abs_diff=float(diff.max(initial=0.0)), rtol=rtol, atol=atol)
 
 
+def _timed_exported(paths: list[str], inputs: list, device: str, repeat: int) -> tuple[list[float], int]:
+    """Run in a fresh worker of costlab's pool (its thread pool sized by ``TVM_NUM_THREADS``): each exported
+    network's median seconds on ``inputs`` (``time_network``), and the threads its runtime ran them on."""
+    import tvm
+
+    dev = tvm.runtime.device(device, 0)
+    return [time_network(tvm.runtime.load_module(p), inputs, dev, repeat) for p in paths], runner_threads()
+
+
+def time_networks(executables: list, inputs, target, cores: int, repeat: int = 10) -> tuple[list[float], int]:
+    """Median seconds of each compiled network on ``inputs`` (``time_network``), and the threads they ran on.
+
+    On a CPU they are timed in a worker process of their own on the target's ``cores`` threads: TVM sizes a
+    process's thread pool once, from ``TVM_NUM_THREADS`` when its first kernel runs, so a process that ran one
+    before (a notebook's earlier tuning or timing) would time the network on that pool's threads, whatever the
+    target says. On a GPU the kernels run on the device, and this process times them."""
+    device = device_of(target)
+    if is_gpu(plain_json(target.export())):
+        return [time_network(exe, inputs, device, repeat) for exe in executables], cores
+    arrays = [np.asarray(x.detach().numpy() if hasattr(x, "detach") else x) for x in inputs]
+    with tempfile.TemporaryDirectory(prefix="costlab-network-") as tmp:
+        paths = [os.path.join(tmp, f"network{i}.so") for i in range(len(executables))]
+        for exe, path in zip(executables, paths):
+            exe.export_library(path)
+        pool = worker_pool(max_workers=1, timeout=None, initializer=pin_threads, initargs=(cores,))
+        try:
+            return pool.submit(_timed_exported, paths, arrays, device_name(target), repeat).result()
+        finally:
+            shutdown_pool(pool)
+
+
 def end_to_end(mod, inputs, target, database, cores: int, reference=None) -> dict:
-    """Median latency of the network compiled with ``database`` and without any tuning (``BASELINE``); with
-    ``reference`` (PyTorch's output), the tuned build's output checked against it (``output_check``)."""
-    # this process runs the network on the target's threads; TVM sizes its thread pool from TVM_NUM_THREADS once,
-    # when a kernel first runs in the process, so a caller (an earlier call, the caller's own TVM work) that ran
-    # one before keeps its pool: the threads reported are those the runtime has, and the variable is restored
-    previous = os.environ.get("TVM_NUM_THREADS")
-    os.environ["TVM_NUM_THREADS"] = str(cores)
-    try:
-        device = device_of(target)
-        tuned, (hit, n) = build(mod, target, database)
-        t_tuned = time_network(tuned, inputs, device)
-        t_untuned = time_network(build(mod, target)[0], inputs, device)
-        threads = runner_threads() if not is_gpu(plain_json(target.export())) else cores
-    finally:
-        if previous is None:
-            os.environ.pop("TVM_NUM_THREADS", None)
-        else:
-            os.environ["TVM_NUM_THREADS"] = previous
+    """Median latency of the network compiled with ``database`` and without any tuning (``BASELINE``), on the
+    target's ``cores`` threads (``time_networks``); with ``reference`` (PyTorch's output), the tuned build's output
+    checked against it (``output_check``)."""
+    tuned, (hit, n) = build(mod, target, database)
+    untuned = build(mod, target)[0]
+    (t_tuned, t_untuned), threads = time_networks([tuned, untuned], inputs, target, cores)
     out = dict(tuned_ms=round(t_tuned * 1e3, 4), untuned_ms=round(t_untuned * 1e3, 4),
                speedup=round(t_untuned / t_tuned, 3) if t_tuned > 0 else None, threads=threads, untuned=BASELINE,
                tuned_functions=hit, functions=n)
-    if threads != cores:
-        out["threads_note"] = (f"timed on the {threads} thread(s) of this process's TVM runtime, not the target's "
-                               f"{cores}: a kernel ran in this process before (run the network's timing in a fresh "
-                               "process)")
     if reference is not None:
-        out["output_check"] = check_output(tuned, inputs, device, reference)
+        out["output_check"] = check_output(tuned, inputs, device_of(target), reference)
     return out

@@ -22,8 +22,9 @@ class RunnerUnavailable(CostlabError):
     """The local runner's worker could not start, or cannot use the target's device."""
 
 
-def _pin_threads(n: int) -> None:
-    """Runs first in the local runner's worker: the kernels get the target's ``num-cores`` threads. TVM's
+def pin_threads(n: int) -> None:
+    """Runs first in the local runner's worker (and the worker a network is timed in): the kernels get the
+    target's ``num-cores`` threads. TVM's
     thread pool is sized from ``TVM_NUM_THREADS`` when a kernel first runs; MetaSchedule leaves it at the
     machine's core count whatever the target says, so a 1-core platform would be measured on 2 cores."""
     os.environ["TVM_NUM_THREADS"] = str(n)
@@ -31,7 +32,7 @@ def _pin_threads(n: int) -> None:
 
 def runner_threads() -> int:
     """Threads TVM's runtime uses in this process (sized when its first kernel ran): a runner worker's, read back
-    by the test of ``_pin_threads``; a network's end-to-end timing's."""
+    by the test of ``pin_threads``; the worker's a network is timed in."""
     import tvm
 
     return int(tvm.get_global_func("runtime.NumThreads")())
@@ -120,7 +121,7 @@ def make_runner(opts, target, on_lost=None):
         inner = ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
         return guarded_runner(inner, opts.rpc_host, opts.rpc_port, opts.rpc_key, opts.rpc_wait, on_lost)
     cores = int(target.attrs.get("num-cores", 0) or 0)
-    init = functools.partial(_pin_threads, cores) if cores > 0 else None
+    init = functools.partial(pin_threads, cores) if cores > 0 else None
     runner = _runner_class()(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
     runner.start(device_name(target))
     return runner
