@@ -3,7 +3,7 @@
 - ``load(MODEL)``: a MetaSchedule cost model (``PyCostModel``) of a costlab model — an artifact directory
   or archive, a training run, a shipped model's name, ``psa`` or ``random`` (``cost_model.py``);
 - ``measuring(TARGET)``: costlab's builder and runner for MetaSchedule's own tuning functions, in a ``with``
-  block (``measuring.py``);
+  block (``builder_runner.py``: a submodule named ``measuring`` would shadow the function once imported);
 - ``search/``: the search strategies of ``costlab tune`` (``make_strategy(name)``; PSA drafts, the model
   leads or verifies);
 - ``export_model``: a training run's model as a self-describing artifact (``export_model.py``);
@@ -18,11 +18,8 @@ __all__ = ["CostlabCostModel", "load", "measuring"]
 
 def __getattr__(name):
     if name == "measuring":
-        from costlab.export.measuring import measuring  # lazy: pulls tvm
+        from costlab.export.builder_runner import measuring  # lazy: pulls tvm
 
-        # importing the submodule set this package's attribute ``measuring`` to the module itself, which a later
-        # ``costlab.export.measuring(...)`` would call ("'module' object is not callable"): the function replaces it
-        globals()["measuring"] = measuring
         return measuring
     if name in __all__:
         from costlab.export import cost_model  # lazy: pulls torch and tvm; the parser imports this package

@@ -593,3 +593,15 @@ def test_measuring_gives_metaschedules_tune_tir_costlabs_builder_and_runner(tmp_
     # its first use imported
     with costlab.export.measuring(target) as (builder, runner):
         assert runner.pool.submit(runner_threads).result() == 1
+
+
+def test_measuring_stays_the_function_whatever_submodules_were_imported_before():
+    """``costlab.export.measuring`` is the function even in a process that imported every module of the package
+    first (a submodule of that name would have replaced the package's attribute with itself: "'module' object
+    is not callable")."""
+    code = ("import importlib, pkgutil, costlab.export as e\n"
+            "for m in pkgutil.walk_packages(e.__path__, 'costlab.export.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "assert callable(e.measuring) and callable(e.load), (e.measuring, e.load)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
