@@ -37,6 +37,10 @@ class FeatureCache:
         self.n_done = int(group.attrs["n_done"])
         self.config = json.loads(group.attrs["config"])
 
+    def close(self) -> None:
+        """Close the file this cache reads: a side cache's own (``side_cache``); a dataset's cache closes with it."""
+        self._g.file.close()
+
     def names(self) -> list[str]:
         return [n for n in self._g.keys()]
 
@@ -198,10 +202,12 @@ def _row_chunks(value: np.ndarray):
     return (max(1, FEATURE_CHUNK_BYTES // row),) + value.shape[1:]
 
 
-def _append(w, g, name: str, value) -> None:
+def append_output(ensure_space, g, name: str, value) -> None:
+    """One featurizer output's rows appended to its array in the cache group ``g`` (made at the first rows: a
+    ragged output as ``values`` + ``offsets``); ``ensure_space(nbytes)`` refuses a write the disk has no room for."""
     if isinstance(value, list):
         arrs = [np.asarray(v) for v in value]
-        w.ensure_space(sum(a.nbytes for a in arrs))
+        ensure_space(sum(a.nbytes for a in arrs))
         tail = arrs[0].shape[1:] if arrs else ()
         if name not in g:
             sub = g.create_group(name)
@@ -219,7 +225,7 @@ def _append(w, g, name: str, value) -> None:
         schema.append_column(off, ends.astype(np.uint64))
         return
     value = np.asarray(value)
-    w.ensure_space(value.nbytes)
+    ensure_space(value.nbytes)
     if name not in g:
         g.create_dataset(name, shape=(0,) + value.shape[1:], maxshape=(None,) + value.shape[1:],
                          dtype=value.dtype, chunks=_row_chunks(value), **schema.COMPRESSION)
@@ -336,7 +342,7 @@ def build_cache(path, featurizer, platform: str, chunk: int = 256, commit_second
                         with signals_deferred():
                             appending = True
                             for key, value in feats.items():
-                                _append(w, g, key, value)
+                                append_output(w.ensure_space, g, key, value)
                             row = int(rows[-1]) + 1
                             g.attrs["n_done"] = row
                             stats["computed"] += len(rows)

@@ -305,8 +305,9 @@ def test_finetune_from_a_checkpoint_writes_a_model_that_loads(trained, tmp_path)
             dict(split=None, split_digest=None, dataset=str(trained / "d.h5"))]
 
 
-def test_finetune_from_a_shipped_model_by_name(tmp_path):
-    """``--from NAME`` takes a shipped model by the name ``costlab models`` lists, as evaluate and export do."""
+def test_finetune_from_a_shipped_model_by_name(tmp_path, capsys):
+    """``--from NAME`` takes a shipped model by the name ``costlab models`` lists, as evaluate and export do. The
+    dataset has no cache of the model's featurizer: the run featurizes into its own folder, removed at the end."""
     import shutil
 
     from costlab.costmodels.artifact import read_artifact
@@ -317,6 +318,7 @@ def test_finetune_from_a_shipped_model_by_name(tmp_path):
     assert main(["finetune", "--from", "x86-cpu", "--data", str(data), "--platform", "llvm-x86_64-2c",
                  "--epochs", "1", "--set", "data_options.val_fraction=0", "--out", str(tmp_path / "ft"),
                  "--no-progress"]) == 0
+    assert "with the model's pacm@" in capsys.readouterr().err and not (tmp_path / "ft" / "features").exists()
     shipped, tuned = read_artifact(shipped_path("x86-cpu")), read_artifact(tmp_path / "ft" / "model")
     assert tuned.kind == shipped.kind == "pacm" and tuned.config["net"] == shipped.config["net"]
     assert same_features(tuned.config["featurizer"]) == same_features(shipped.config["featurizer"])

@@ -16,6 +16,7 @@ import json
 import sys
 import zlib
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -28,6 +29,7 @@ from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
 from costlab.featurizers.cache import (build_cache, features_of, group_name, length_warning, open_cache,
                                        vocabulary_warning)
 from costlab.featurizers.hardware_vector import JITTERED, platform_vector
+from costlab.featurizers.side_cache import open_side_cache, side_cache
 from costlab.train.labels import LabelTable, build_label_table
 
 
@@ -160,12 +162,18 @@ class BatchReader(torch.utils.data.Dataset):
 
 
 class CostDataModule(L.LightningDataModule):
-    def __init__(self, config: DataConfig, featurizer=None):
+    """``featurizer``: the one a model was trained with (fine-tuning keeps it), else the dataset's cache of
+    ``config.featurizer`` is used; ``feature_dir``: where the features of a platform whose dataset cache is of
+    another fit go (``featurizers.side_cache``: a training run's folder), else they are held in memory."""
+
+    def __init__(self, config: DataConfig, featurizer=None, feature_dir=None):
         super().__init__()
         self.config = config
         self._featurizer = featurizer
+        self.feature_dir = feature_dir
         self._ds = None
-        self._mem_feats: dict = {}  # row platform -> its features, where no cache fits
+        self._mem_feats: dict = {}  # row platform -> its features, where no cache fits and no feature_dir is given
+        self._side: dict = {}  # row platform -> its side cache's path, where no cache fits
         self._caches: dict = {}
         self.vectors = None
 
@@ -303,8 +311,13 @@ class CostDataModule(L.LightningDataModule):
             cache = open_cache(ds, f, p)
             if cache is None or cache.n_done < ds.num_records(p):
                 # no cache made with exactly this featurizer config (e.g. fine-tuning a model whose vocabulary
-                # came from another dataset): featurize the records now and keep them in memory
-                self._mem_feats[j] = features_of(ds, f, p, np.arange(ds.num_records(p)))
+                # came from another dataset): the records featurized now, into the run's folder or in memory
+                if self.feature_dir is None:
+                    self._mem_feats[j] = features_of(ds, f, p, np.arange(ds.num_records(p)))
+                    continue
+                print(f"{self.config.data}: featurizing the records of {p!r} with the model's {f.key} (its own fit, "
+                      f"not the dataset's cache) into {self.feature_dir}", file=sys.stderr, flush=True)
+                self._side[j] = side_cache(ds, f, p, Path(self.feature_dir) / f"{p}.h5", progress=sys.stderr.isatty())
         return f
 
     def read_features(self, rows: np.ndarray) -> dict:
@@ -337,7 +350,8 @@ class CostDataModule(L.LightningDataModule):
         if self._ds is None:
             self._ds = open_dataset(self.config.data)
         if j not in self._caches:
-            self._caches[j] = open_cache(self._ds, self.featurizer, self.rows_of[j])
+            self._caches[j] = (open_side_cache(self._side[j]) if j in self._side
+                               else open_cache(self._ds, self.featurizer, self.rows_of[j]))
         return self._caches[j]
 
     def _platform_features(self, j: int, rows: np.ndarray) -> dict:
@@ -351,10 +365,13 @@ class CostDataModule(L.LightningDataModule):
         return take_rows(feats, inv)
 
     def teardown(self, stage: str | None = None) -> None:
+        for j in self._side:
+            if j in self._caches:
+                self._caches[j].close()
         if self._ds is not None:
             self._ds.close()
             self._ds = None
-            self._caches = {}
+        self._caches = {}
 
     # -- loaders -----------------------------------------------------------------------------------
     def _loader(self, rows, shuffle: bool):

@@ -6,6 +6,9 @@
     RUN_DIR/logs/, RUN_DIR/tb/   CSV and TensorBoard logs
     RUN_DIR/model/               the best net as config.json + model.safetensors (no pickle)
     RUN_DIR/summary.json         best validation metrics, records/s, wall time
+    RUN_DIR/features/            while the run trains: the features of a platform whose dataset cache is of another
+                                 fit than the model's (fine-tuning a model with its own vocabulary), one file a
+                                 platform (``featurizers.side_cache``); removed when the model is written
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -214,6 +218,7 @@ def _with_defaults(kind: str, net_config: dict) -> dict:
     return {**defaults, **net_config}
 
 
+FEATURES = "features"  # the run's own copy of features no dataset cache holds (``featurizers.side_cache``)
 ZERO_MEANS_DEFAULT = ("head_layers",)  # net options whose 0 is valid (head_layers <= 1: every layer shared)
 
 
@@ -434,7 +439,8 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                          f"vector: {', '.join(hardware_vector.FIELDS)}), not {hardware_dim!r}")
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=model.featurizer,
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
-                                   hardware=bool(hardware_dim), **dopts), featurizer=source and source["featurizer"])
+                                   hardware=bool(hardware_dim), **dopts), featurizer=source and source["featurizer"],
+                        feature_dir=out / FEATURES)
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
     _check_keep_fraction(keep, list(dict.fromkeys(cfg["platforms"] + list(dm.rows_of))))
@@ -548,4 +554,5 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                        **({"hardware": hardware_vector.describe()} if hardware_dim else {}),
                        **({"lineage": source["lineage"]} if source and source["lineage"] else {})))
     write_atomically(out / "summary.json", jsontext.dumps(summary, indent=2).encode())
+    shutil.rmtree(out / FEATURES, ignore_errors=True)  # the training's own copy: as large as the features
     return summary
