@@ -22,6 +22,7 @@ import tempfile
 import numpy as np
 
 from costlab.export.check import HALF_RTOL
+from costlab.metaschedule.builders import check_build_room
 from costlab.metaschedule.pools import shutdown_pool, worker_pool
 from costlab.metaschedule.runners import device_name, pin_threads, runner_threads
 from costlab.metaschedule.targets import device_of, is_gpu
@@ -178,6 +179,9 @@ def time_networks(executables: list, inputs, target, cores: int, repeat: int = 1
     if is_gpu(plain_json(target.export())):
         return [time_network(exe, inputs, device, repeat) for exe in executables], cores
     arrays = [np.asarray(x.detach().numpy() if hasattr(x, "detach") else x) for x in inputs]
+    # LLVM ends the whole process on a write that fails ("LLVM ERROR: IO failure on output stream"): a full or
+    # noexec temporary folder is found before the export, and the tuning's summary says why the network was not timed
+    check_build_room()
     with tempfile.TemporaryDirectory(prefix="costlab-network-") as tmp:
         paths = [os.path.join(tmp, f"network{i}.so") for i in range(len(executables))]
         for exe, path in zip(executables, paths):

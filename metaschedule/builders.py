@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 
+from costlab.common.errors import InputError
 from costlab.common.host import usable_cores
 from costlab.metaschedule.pools import shutdown_pool, start_workers, worker_pool
 
@@ -26,6 +29,30 @@ def build_without_intrinsic_registry(mod, target, _params):
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm_build(mod, target=target)
+
+
+# free space a batch's builds need in the temporary folder they are linked in, at the least: LLVM ends a worker
+# whose object file cannot be written ("LLVM ERROR: IO failure on output stream"), and the candidate would be
+# recorded as a program that fails to build, never measured again
+BUILD_ROOM = 64 << 20
+
+
+def check_build_room(loaded_here: bool = True) -> None:
+    """An InputError naming the temporary folder when it has less free space than a batch's builds need
+    (``BUILD_ROOM``) or is mounted noexec: the command stops instead of recording every candidate built there as
+    a program that fails, never measured again. ``loaded_here``: the built libraries are loaded on this machine
+    (not an RPC device's), so a noexec folder is refused too."""
+    folder = tempfile.gettempdir()
+    try:
+        free, flags = shutil.disk_usage(folder).free, os.statvfs(folder).f_flag
+    except OSError:
+        return
+    if loaded_here and flags & os.ST_NOEXEC:  # no built library would load: every candidate recorded as failing
+        raise InputError(folder, "is on a file system mounted noexec: the shared libraries built there cannot be "
+                                 "loaded to run; set TMPDIR to a folder on another file system")
+    if free < BUILD_ROOM:
+        raise InputError(folder, f"{free >> 20} MB free, too little to build candidates in (about "
+                                 f"{BUILD_ROOM >> 20} MB needed); free some space, or set TMPDIR to another folder")
 
 
 def export_shared(rt_mod) -> str:
@@ -70,6 +97,7 @@ def _builder_class():
             start_workers(pool, self.workers)
 
         def build(self, build_inputs):
+            check_build_room(self.functions[1] is not None)
             self._executor()
             self._uses += 1
             f_build, f_export = self.functions
@@ -101,6 +129,8 @@ def make_builder(timeout: float = 30.0, workers: int | None = None, pooled: bool
     a remote (RPC) device links itself: this machine's linker cannot link another architecture's objects."""
     from tvm.s_tir import meta_schedule as ms
 
+    # before a run starts, as costlab's own error (raised in a build, TVM's FFI makes it a RuntimeError)
+    check_build_room(shared or not pooled)
     if pooled:
         return _builder_class()(timeout, workers or usable_cores(), build_without_intrinsic_registry,
                                 export_shared if shared else None)

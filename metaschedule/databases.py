@@ -118,8 +118,14 @@ def work_dir_database(work, skipped: list | None = None):
             for src, name in ((wl, WORKLOAD_FILE), (rec, RECORD_FILE)):
                 # a copy cut short: the lines before the damage, the damage said in skipped (an error without it)
                 damage = ImportReport() if skipped is not None else None
-                with open(tmp / name, "wb") as fo:
-                    fo.writelines(line for _, line in read_lines(src, damage))
+                try:
+                    with open(tmp / name, "wb") as fo:
+                        fo.writelines(line for _, line in read_lines(src, damage))
+                except OSError as exc:  # a full or refusing temporary folder: a write error names no file
+                    if isinstance(exc, InputError):
+                        raise
+                    raise InputError(src, f"cannot be decompressed into the temporary folder {tmp.parent} "
+                                          f"({exc.strerror or exc}; TMPDIR sets the folder)") from None
                 if damage is not None:
                     skipped.extend(damage.problems)
         try:

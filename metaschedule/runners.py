@@ -177,6 +177,9 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1,
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
+    from costlab.metaschedule.builders import check_build_room
+
+    check_build_room(loaded_here=False)  # as costlab's own error: raised in a build, TVM's FFI makes it a RuntimeError
     device = device_name(target)
     with stopwatch(clock, "build"):
         built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in candidates])

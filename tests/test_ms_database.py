@@ -733,3 +733,33 @@ def test_a_bad_platform_id_is_said_before_anything_is_read(tmp_path, tune_db, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--platform: " in err, err
     assert data.read_bytes() == before
+
+
+def test_a_compressed_work_dir_that_cannot_be_decompressed_for_want_of_space_is_one_line(tune_db, tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A gzip-compressed work dir (as benchmarks archive them) is read from a copy in the temporary folder: a write
+    there that fails (a full disk: its copy written to /dev/full) is one line naming the file and the folder, where
+    it was a traceback (the write's error names no file)."""
+    import gzip
+
+    import costlab.metaschedule.databases as databases
+    from costlab.cli import main
+
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        with gzip.open(tune_db / f"{name}.gz", "wb") as f:
+            f.write((tune_db / name).read_bytes())
+        (tune_db / name).unlink()
+    full = tmp_path / "full"
+
+    def mkdtemp(**kwargs):
+        full.mkdir()
+        (full / WORKLOAD_FILE).symlink_to("/dev/full")
+        return str(full)
+
+    monkeypatch.setattr(databases.tempfile, "mkdtemp", mkdtemp)
+    assert main(["library", "add", str(tune_db), "--library", str(tmp_path / "lib")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
+    assert f"{tune_db / WORKLOAD_FILE}.gz: cannot be decompressed into the temporary folder {tmp_path}" in line, line
+    assert "No space left on device" in line

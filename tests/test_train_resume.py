@@ -165,3 +165,21 @@ def test_a_resumed_run_trains_what_an_uninterrupted_one_does(trained, tmp_path):
     assert _train(trained, resumed, "--epochs", "3", "--resume", *lists) == 0
     a, b = load_file(straight / "model" / "model.safetensors"), load_file(resumed / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_run_trained_on_relative_paths_resumes_from_another_folder(trained, tmp_path, monkeypatch):
+    """config.yaml records the dataset and the run dir as absolute paths: given back from another folder
+    (``--config RUN_DIR/config.yaml --out RUN_DIR --resume``) it trains on the same dataset, where a relative
+    ``data`` named no file there, or another dataset of the same name."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shutil.copy(trained / "d.h5", tmp_path / "a" / "d.h5")
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(["train", "--data", "d.h5", "--out", "run", "--no-progress", "--epochs", "1", *TINY]) == 0
+    config = yaml.safe_load((tmp_path / "a" / "run" / "config.yaml").read_text())
+    assert config["data"] == str(tmp_path / "a" / "d.h5") and config["out"] == str(tmp_path / "a" / "run")
+    monkeypatch.chdir(tmp_path / "b")
+    assert main(["train", "--config", "../a/run/config.yaml", "--out", "../a/run", "--resume", "--epochs", "2",
+                 "--no-progress"]) == 0
+    assert json.loads((tmp_path / "a" / "run" / "summary.json").read_text())["epochs"] == 2
+    assert not (tmp_path / "b" / "d.h5").exists()

@@ -277,6 +277,19 @@ def _flat(cfg: dict, prefix: str = "") -> dict:
     return out
 
 
+def recorded_config(cfg: dict) -> dict:
+    """``cfg`` as the run dir's config.yaml records it: the dataset, the run dir and a fine-tuned model given by a
+    path, as absolute paths. A relative one is relative to the folder the command ran in, and config.yaml is
+    given back from anywhere (``--config RUN_DIR/config.yaml --out RUN_DIR --resume``): read from another folder
+    it named no file, or another dataset there."""
+    out = dict(cfg)
+    for key in ("data", "out", "init_from"):
+        value = out.get(key)
+        if isinstance(value, str) and value and (key != "init_from" or os.path.exists(value)):  # not a model's name
+            out[key] = os.path.abspath(value)
+    return out
+
+
 def _same_path(a, b) -> bool:
     return a == b or (isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve())
 
@@ -394,7 +407,7 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
         summary = train_baseline(cfg)
         for old in old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
             old.unlink(missing_ok=True)
-        write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
+        write_atomically(out / "config.yaml", yaml.safe_dump(recorded_config(cfg), sort_keys=False).encode())
         return summary
     out = run_dir(cfg["out"])
     last = out / "checkpoints" / "last.ckpt"
@@ -521,7 +534,7 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                          f"{dm.config.lists_per_batch} ranking lists; give fewer devices or smaller batches "
                          "(data_options.lists_per_batch)")
     if trainer.is_global_zero:  # every check passed: the run's options (a refused run leaves the old ones)
-        write_atomically(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
+        write_atomically(out / "config.yaml", yaml.safe_dump(recorded_config(cfg), sort_keys=False).encode())
     if resumed is None and trainer.is_global_zero:
         for old in old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
             old.unlink(missing_ok=True)
