@@ -183,7 +183,7 @@ def _retime(runs: Path, network: str, target: str, rounds: int = 5) -> None:
     tgt = measuring_target(target)
     os.environ["TVM_NUM_THREADS"] = str(target_cores(tgt))
     opts = SimpleNamespace(workloads=[], network=network, batch=1, seq_len=int(SEQ), task_filter=[])
-    _tasks, (mod, inputs) = workload_tasks(opts, tgt)
+    _tasks, (mod, inputs, _reference) = workload_tasks(opts, tgt)
     arms = [arm for arm in ARMS[1:] if (runs / arm / "done.json").exists()]
     built = {"untuned": build(mod, tgt)}
     for arm in arms:

@@ -19,7 +19,7 @@ import numpy as np
 from costlab.common.errors import last_line
 from costlab.common.host import usable_cores
 from costlab.datasets.records import record_latency
-from costlab.metaschedule.pools import worker_pool
+from costlab.metaschedule.pools import result_of, worker_pool
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json, replay, trace_text
 
@@ -140,7 +140,7 @@ def _verdicts_of(jobs: list, target: dict, seed: int, timeout: float, workers: i
         out = []
         for future, (_, scheduled) in zip(futures, jobs):
             try:
-                out.append(future.result())
+                out.append(result_of(future))  # a Ctrl-C or SIGTERM heard while a worker checks
             except Exception as exc:  # noqa: BLE001
                 out.append([f"{WORKER_ENDED} ({type(exc).__name__})"] * len(scheduled))
             if done is not None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from costlab.export.check import HALF_RTOL
 from costlab.metaschedule.builders import check_build_room
-from costlab.metaschedule.pools import shutdown_pool, worker_pool
+from costlab.metaschedule.pools import result_of, shutdown_pool, worker_pool
 from costlab.metaschedule.runners import device_name, pin_threads, runner_threads
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json
@@ -188,7 +188,7 @@ def time_networks(executables: list, inputs, target, cores: int, repeat: int = 1
             exe.export_library(path)
         pool = worker_pool(max_workers=1, timeout=None, initializer=pin_threads, initargs=(cores,))
         try:
-            return pool.submit(_timed_exported, paths, arrays, device_name(target), repeat).result()
+            return result_of(pool.submit(_timed_exported, paths, arrays, device_name(target), repeat))
         finally:
             shutdown_pool(pool)
 
@@ -203,6 +203,9 @@ def end_to_end(mod, inputs, target, database, cores: int, reference=None) -> dic
     out = dict(tuned_ms=round(t_tuned * 1e3, 4), untuned_ms=round(t_untuned * 1e3, 4),
                speedup=round(t_untuned / t_tuned, 3) if t_tuned > 0 else None, threads=threads, untuned=BASELINE,
                tuned_functions=hit, functions=n)
+    if threads != cores:  # TVM's runtime runs no more threads than this machine has cores
+        out["threads_note"] = (f"timed on {threads} thread(s), not the target's num-cores {cores}: this machine's "
+                               "TVM runtime runs no more threads than it has cores")
     if reference is not None:
         out["output_check"] = check_output(tuned, inputs, device_of(target), reference)
     return out

@@ -591,6 +591,8 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                                                               checked or finals is not None), cores,
                                             reference=network[2] if checked else None)
         except Exception as exc:  # noqa: BLE001  the tuning it follows is complete: its summary is still written
+            if stop_requested() is not None:  # a terminal's Ctrl-C also reached the compiler the network's export
+                raise  # ran (its process group): the stop's, not the network's; no summary, a re-run times it
             summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")
     write_atomically(work.summary_file, jsontext.dumps(summary, indent=2).encode())
     try:

@@ -26,7 +26,7 @@ def worker_pool(**kwargs):
 
 @functools.lru_cache(maxsize=None)
 def _pool_class():
-    from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
+    from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker, kill_child_processes
 
     class Worker(PopenWorker):
         def _start(self):
@@ -44,6 +44,18 @@ def _pool_class():
             self._reader = os.fdopen(main_read, "rb")
             self._writer = os.fdopen(main_write, "wb")
 
+        def kill(self):
+            """TVM's ``PopenWorker.kill``, the process (and the compilers it started) killed first: TVM closes the
+            pipe it reads answers from first, and that close waited for a read in progress, so a pool shut down
+            with a task running (a Ctrl-C during a check or a network's timing) waited for the task to end."""
+            if self._proc is not None:
+                try:
+                    kill_child_processes(self._proc.pid)
+                    self._proc.kill()
+                except (OSError, TypeError):
+                    pass
+            super().kill()
+
     class Pool(PopenPoolExecutor):
         def _worker_run(self, fn, args, kwargs):
             """TVM's ``PopenPoolExecutor._worker_run``: one worker per thread of the pool, costlab's."""
@@ -58,6 +70,17 @@ def _pool_class():
             return proc.recv()
 
     return Pool
+
+
+def result_of(future):
+    """``future.result()``, waited for in short waits: TVM's tuning re-installs Python's SIGINT handler with
+    SA_RESTART, so one long wait on a lock is not woken by a Ctrl-C (or a SIGTERM), and every stop would wait for
+    the worker's whole task; Python runs the handlers between the short waits."""
+    import concurrent.futures
+
+    while not concurrent.futures.wait([future], timeout=0.2).done:
+        pass
+    return future.result()
 
 
 def warm_worker(hold: float = 0.2) -> None:
@@ -110,7 +133,8 @@ def shutdown_pool(pool) -> None:
         threads.shutdown(wait=False, cancel_futures=True)
     try:
         pool.shutdown()
-    except Exception:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001  a Ctrl-C too: one inside TVM's shutdown left its lock held, and the
+        # pool's destructor (the garbage collector's, later) waited on it for good
         lock = getattr(pool, "_lock", None)
         if lock is not None and lock.locked():
             lock.release()
@@ -122,3 +146,5 @@ def shutdown_pool(pool) -> None:
             except Exception:  # noqa: BLE001
                 pass
         pool._shutdown = True
+        if not isinstance(exc, Exception):
+            raise

@@ -143,3 +143,24 @@ def test_a_pool_shut_down_with_tasks_queued_cancels_them():
     time.sleep(0.3)
     pools.shutdown_pool(pool)
     assert [f.cancelled() for f in futures] == [False] * 2 + [True] * 6
+
+
+def test_a_wait_for_a_workers_task_hears_a_ctrl_c_where_waits_restart_after_signals():
+    """TVM's tuning leaves Python's SIGINT handler installed with SA_RESTART: a wait on a worker's answer
+    (``future.result()``) is not woken by a Ctrl-C, which was heard only once the task ended. ``result_of`` waits in
+    short steps: the Ctrl-C stops the wait while the task still runs, and the pool's shutdown ends the task (it
+    waited for it: TVM closed the answers' pipe while a thread read from it)."""
+    import threading
+
+    pool = pools.worker_pool(max_workers=1, timeout=None)
+    signal.siginterrupt(signal.SIGINT, False)  # as a tuning run leaves it
+    try:
+        future = pool.submit(time.sleep, 30)
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            pools.result_of(future)
+        assert not future.done()
+    finally:
+        signal.siginterrupt(signal.SIGINT, True)
+        pools.shutdown_pool(pool)
+    assert future.exception() is not None  # ended by the shutdown, not run to its end

@@ -5,6 +5,7 @@ continues, and the refusals that come before any tuning."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -367,6 +368,31 @@ def test_a_network_that_fails_end_to_end_keeps_its_tuning_and_says_why_in_one_li
     summary = json.loads((work / "costlab_tune.json").read_text())
     assert summary["network"] == {"error": "RuntimeError: InternalError: Check failed: op is not lowered: relax.cumsum"}
     assert sum(t["trials"] for t in summary["tasks"]) == 2 and any(t["best_us"] for t in summary["tasks"])
+
+
+def test_a_network_build_that_fails_because_the_run_is_being_stopped_leaves_the_timing_to_a_re_run(
+        tmp_path, capsys, monkeypatch):
+    """A terminal's Ctrl-C reaches the compiler that exports the network for its timing (it runs in the command's
+    process group): the failure is the stop's, not the network's. The command stops as stopped runs do, with no
+    summary written, so the same command times the network again (a summary with the error was a finished run, and
+    every re-run repeated the compiler's error)."""
+    import costlab.export.tune as tune
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)  # the handler records the stop
+        raise RuntimeError("Command line: /usr/bin/g++ -shared -fPIC -o network0.so lib0.o (killed by SIGINT)")
+
+    spec = _torch_net(tmp_path, monkeypatch, "stopnet",
+                      "import torch\n"
+                      "def f():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(16, 8)), (torch.randn(2, 16),)\n")
+    monkeypatch.setattr(tune, "end_to_end", interrupted)
+    work = tmp_path / "w"
+    assert main(["tune", "--network", spec, "--trials", "2", "--per-iter", "2", "--work-dir", str(work),
+                 "--no-progress"]) == 130
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (work / "costlab_tune.json").exists()
 
 
 def test_network_is_tuned_and_timed_end_to_end(tmp_path, capsys, monkeypatch):
