@@ -182,3 +182,34 @@ def test_a_side_file_another_process_has_open_is_left_alone(data, tmp_path):
     finally:
         reader.communicate("", timeout=60)
     assert path.stat().st_size == size
+
+
+def test_training_on_a_dataset_no_transaction_can_write_featurizes_into_the_run_folder(data, tmp_path, monkeypatch,
+                                                                                       capsys):
+    """A dataset in a folder this user cannot write (a team's read-only corpus) and without a cache of the featurizer:
+    training featurizes into its run's folder, fitted as `costlab featurize` fits it, where it stopped with "cannot
+    write"; the dataset is not touched, and the run's copy is removed once the model is written."""
+    import os
+
+    from conftest import TINY
+    from costlab.cli import main
+    from costlab.train.predict import load_predictor
+
+    real = os.access
+
+    def access(path, mode, *args, **kwargs):  # the folder as a read-only mount has it (root passes permissions)
+        if os.path.realpath(path) == os.path.realpath(data.parent) and mode & os.W_OK:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    before = data.read_bytes()
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "1", "--no-progress", *TINY]) == 0
+    assert "into " + str(out / "features") + " (the dataset cannot be written)" in capsys.readouterr().err
+    assert data.read_bytes() == before and not (out / "features").exists()
+    pred = load_predictor(str(out))
+    with open_dataset(data) as ds:
+        assert pred.featurizer.config == fitted_featurizer(ds, "tlp").config
+        rows = np.arange(8)
+        assert pred.predict(features_of(ds, pred.featurizer, PLATFORM, rows)).shape == (8, 1)

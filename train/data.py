@@ -22,15 +22,24 @@ import lightning as L
 import numpy as np
 import torch
 
-from costlab.common.errors import UsageError
-from costlab.datasets import open_dataset
+from costlab.common.errors import InputError, UsageError
+from costlab.datasets import DatasetWriter, open_dataset
 from costlab.featurizers import create, from_json
 from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
-from costlab.featurizers.cache import (build_cache, features_of, group_name, length_warning, open_cache,
-                                       vocabulary_warning)
+from costlab.featurizers.cache import (build_cache, features_of, fitted_featurizer, group_name, length_warning,
+                                       open_cache, vocabulary_warning)
 from costlab.featurizers.hardware_vector import JITTERED, platform_vector
 from costlab.featurizers.side_cache import open_side_cache, side_cache
 from costlab.train.labels import LabelTable, build_label_table
+
+
+def _writable(path) -> bool:
+    """Whether a transaction could write the dataset (its folder writable: the copy and the lock go beside it)."""
+    try:
+        DatasetWriter(path).check()
+    except InputError:
+        return False
+    return True
 
 
 @dataclass
@@ -174,6 +183,7 @@ class CostDataModule(L.LightningDataModule):
         self._ds = None
         self._mem_feats: dict = {}  # row platform -> its features, where no cache fits and no feature_dir is given
         self._side: dict = {}  # row platform -> its side cache's path, where no cache fits
+        self._read_only = False  # the dataset cannot be written: features no cache holds go to feature_dir
         self._caches: dict = {}
         self.vectors = None
 
@@ -190,7 +200,10 @@ class CostDataModule(L.LightningDataModule):
             if cfg.row_platforms:
                 self._check_row_platforms(ds)
             missing = [p for p in self.rows_of if self._featurizer is None and self._cache_missing(ds, p)]
-        for p in missing:
+        # a dataset no transaction can write (a read-only folder or file system, shared by a team): the features no
+        # cache holds go into the run's folder, as a fine-tune's own fit does (``_resolve_featurizer``)
+        self._read_only = bool(missing) and self.feature_dir is not None and not _writable(cfg.data)
+        for p in [] if self._read_only else missing:
             # featurize what training needs, cached in the dataset as `costlab featurize` would (resumable)
             print(f"{cfg.data}: featurizing the records of {p!r} with {cfg.featurizer} (cached in the "
                   f"dataset for the next run)", file=sys.stderr, flush=True)
@@ -300,6 +313,8 @@ class CostDataModule(L.LightningDataModule):
         f = self._featurizer
         if f is None:
             f = self._stored_featurizer(ds)
+            if f is None and self._read_only:  # fitted as `costlab featurize` would fit it
+                f = fitted_featurizer(ds, self.config.featurizer)
             if f is None:
                 key = create(self.config.featurizer).key
                 raise UsageError(
@@ -315,8 +330,10 @@ class CostDataModule(L.LightningDataModule):
                 if self.feature_dir is None:
                     self._mem_feats[j] = features_of(ds, f, p, np.arange(ds.num_records(p)))
                     continue
-                print(f"{self.config.data}: featurizing the records of {p!r} with the model's {f.key} (its own fit, "
-                      f"not the dataset's cache) into {self.feature_dir}", file=sys.stderr, flush=True)
+                why = ("the dataset cannot be written" if self._featurizer is None
+                       else f"the model's {f.key}: its own fit, not the dataset's cache")
+                print(f"{self.config.data}: featurizing the records of {p!r} into {self.feature_dir} ({why})",
+                      file=sys.stderr, flush=True)
                 self._side[j] = side_cache(ds, f, p, Path(self.feature_dir) / f"{p}.h5", progress=sys.stderr.isatty())
         return f
 
