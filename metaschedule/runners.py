@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from costlab.common.errors import CostlabError, last_line
 from costlab.common.stopwatch import stopwatch
+from costlab.metaschedule.builders import check_build_room
 from costlab.metaschedule.pools import shutdown_pool, track_start, warm_worker, worker_pool
 from costlab.metaschedule.results import ERROR_MS_FAILED, MS_FAILURE_SECS, costs_and_error
 from costlab.metaschedule.rpc import guarded_runner
@@ -176,8 +177,6 @@ def build_and_run(builder, runner, target, candidates, rounds: int = 1,
     meet the machine's drift alike. A failure in any round fails the candidate."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import remove_build_dir
-
-    from costlab.metaschedule.builders import check_build_room
 
     check_build_room(loaded_here=False)  # as costlab's own error: raised in a build, TVM's FFI makes it a RuntimeError
     device = device_name(target)

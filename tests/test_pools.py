@@ -153,7 +153,9 @@ def test_a_wait_for_a_workers_task_hears_a_ctrl_c_where_waits_restart_after_sign
     import threading
 
     pool = pools.worker_pool(max_workers=1, timeout=None)
-    signal.siginterrupt(signal.SIGINT, False)  # as a tuning run leaves it
+    # Python's own handler (a background job starts with SIGINT ignored), installed as a tuning run leaves it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.siginterrupt(signal.SIGINT, False)
     try:
         future = pool.submit(time.sleep, 30)
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -161,6 +163,6 @@ def test_a_wait_for_a_workers_task_hears_a_ctrl_c_where_waits_restart_after_sign
             pools.result_of(future)
         assert not future.done()
     finally:
-        signal.siginterrupt(signal.SIGINT, True)
+        signal.signal(signal.SIGINT, previous)
         pools.shutdown_pool(pool)
     assert future.exception() is not None  # ended by the shutdown, not run to its end

@@ -389,8 +389,12 @@ def test_a_network_build_that_fails_because_the_run_is_being_stopped_leaves_the_
                       "    return torch.nn.Sequential(torch.nn.Linear(16, 8)), (torch.randn(2, 16),)\n")
     monkeypatch.setattr(tune, "end_to_end", interrupted)
     work = tmp_path / "w"
-    assert main(["tune", "--network", spec, "--trials", "2", "--per-iter", "2", "--work-dir", str(work),
-                 "--no-progress"]) == 130
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with it ignored
+    try:
+        assert main(["tune", "--network", spec, "--trials", "2", "--per-iter", "2", "--work-dir", str(work),
+                     "--no-progress"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert "Traceback" not in capsys.readouterr().err
     assert not (work / "costlab_tune.json").exists()
 
