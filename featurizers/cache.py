@@ -41,6 +41,13 @@ class FeatureCache:
         """Close the file this cache reads: a side cache's own (``side_cache``); a dataset's cache closes with it."""
         self._g.file.close()
 
+    def nbytes(self) -> int:
+        """The bytes of its features in memory (uncompressed; a ragged output's values and offsets)."""
+        sizes = []
+        self._g.visititems(lambda _, obj: sizes.append(obj.size * obj.dtype.itemsize) if hasattr(obj, "dtype")
+                           else None)
+        return int(sum(sizes))
+
     def names(self) -> list[str]:
         return [n for n in self._g.keys()]
 

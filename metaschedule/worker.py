@@ -39,9 +39,18 @@ def end_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def output_to_stderr() -> None:
+    """What the worker (TVM, a compiler it runs, a task's own print) writes to standard output goes to the command's
+    standard error: the command's standard output is its result (``--json``), which a worker's line would break.
+    The worker's answers travel through pipes of their own."""
+    sys.stdout.flush()
+    os.dup2(2, 1)
+
+
 def main() -> None:
     parent = int(sys.argv.pop(1))
     end_with_parent(parent)
+    output_to_stderr()
     if os.environ.get(WITH_TORCH) != "1":
         sys.modules.setdefault("torch", None)  # None in sys.modules: `import torch` raises ImportError
     runpy.run_module("tvm.exec.popen_worker", run_name="__main__", alter_sys=True)

@@ -166,3 +166,15 @@ def test_a_wait_for_a_workers_task_hears_a_ctrl_c_where_waits_restart_after_sign
         signal.signal(signal.SIGINT, previous)
         pools.shutdown_pool(pool)
     assert future.exception() is not None  # ended by the shutdown, not run to its end
+
+
+def test_what_a_worker_prints_goes_to_the_commands_stderr_not_its_result(capfd):
+    """A command's standard output is its result (``--json``): a line a worker writes there (TVM, a compiler, a
+    task's print) would break it. Workers write to the command's standard error instead."""
+    pool = pools.worker_pool(max_workers=1, timeout=60)
+    try:
+        assert pool.submit(print, "a worker's line", flush=True).result() is None
+    finally:
+        pools.shutdown_pool(pool)
+    out, err = capfd.readouterr()
+    assert "a worker's line" not in out and "a worker's line" in err

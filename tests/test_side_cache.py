@@ -143,18 +143,22 @@ def test_training_reads_a_models_own_fit_from_its_run_folder_not_memory(data, tm
     build_cache(data, "tlp", PLATFORM, progress=False)  # the dataset's own fit
     with open_dataset(data) as ds:
         f = _other_fit(ds)
-    dms = [CostDataModule(DataConfig(data=str(data), featurizer="tlp", val_fraction=0.0), featurizer=f.to_json(),
-                          feature_dir=where) for where in (tmp_path / "run" / "features", None)]
+    dms = [CostDataModule(DataConfig(data=str(data), featurizer="tlp", val_fraction=0.0, features_in_memory_mb=mb),
+                          featurizer=f.to_json(), feature_dir=where)
+           for where, mb in ((tmp_path / "run" / "features", 0), (tmp_path / "run2" / "features", 1024), (None, 0))]
     for dm in dms:
         dm.setup()
-    side, memory = dms
-    assert not side._mem_feats and memory._mem_feats and (tmp_path / "run" / "features" / f"{PLATFORM}.h5").exists()
+    side, loaded, memory = dms
+    assert not side._mem_feats and (tmp_path / "run" / "features" / f"{PLATFORM}.h5").exists()
+    assert loaded._mem_feats and (tmp_path / "run2" / "features" / f"{PLATFORM}.h5").exists()  # within the budget
     rows = np.array([5, 0, 63, 5, 17])
     try:
-        assert _same(side.read_features(rows), memory.read_features(rows))
-        assert np.array_equal(side.readable(rows), memory.readable(rows))
+        for dm in (side, loaded):
+            assert _same(dm.read_features(rows), memory.read_features(rows))
+            assert np.array_equal(dm.readable(rows), memory.readable(rows))
     finally:
         side.teardown()
+        loaded.teardown()
 
 
 def test_a_side_file_another_process_has_open_is_left_alone(data, tmp_path):
@@ -213,3 +217,30 @@ def test_training_on_a_dataset_no_transaction_can_write_featurizes_into_the_run_
         assert pred.featurizer.config == fitted_featurizer(ds, "tlp").config
         rows = np.arange(8)
         assert pred.predict(features_of(ds, pred.featurizer, PLATFORM, rows)).shape == (8, 1)
+
+
+def test_a_cache_within_the_memory_budget_is_loaded_whole_and_trains_the_same(data, tmp_path):
+    """The dataset's cache is loaded into memory when it fits ``features_in_memory_mb`` (batches read from the file
+    decompress chunks each time), read from the file above it; the batches, and so the trained model, are the same."""
+    from conftest import TINY
+    from costlab.cli import main
+    from costlab.train.data import CostDataModule, DataConfig
+
+    build_cache(data, "tlp", PLATFORM, progress=False)
+    dms = [CostDataModule(DataConfig(data=str(data), featurizer="tlp", val_fraction=0.0, features_in_memory_mb=mb))
+           for mb in (1024, 0.001, 0)]
+    for dm in dms:
+        dm.setup()
+    loaded, over, disk = dms
+    assert loaded._mem_feats and not over._mem_feats and not disk._mem_feats
+    rows = np.array([5, 0, 63, 5, 17])
+    try:
+        assert _same(loaded.read_features(rows), disk.read_features(rows))
+    finally:
+        for dm in dms:
+            dm.teardown()
+    for mb in (1024, 0):
+        assert main(["train", "--data", str(data), "--out", str(tmp_path / f"run{mb}"), "--epochs", "2", "--no-progress",
+                     *TINY, "--set", f"data_options.features_in_memory_mb={mb}"]) == 0
+    assert ((tmp_path / "run1024" / "model" / "model.safetensors").read_bytes()
+            == (tmp_path / "run0" / "model" / "model.safetensors").read_bytes())

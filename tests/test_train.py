@@ -318,7 +318,7 @@ def test_finetune_from_a_shipped_model_by_name(tmp_path, capsys):
     assert main(["finetune", "--from", "x86-cpu", "--data", str(data), "--platform", "llvm-x86_64-2c",
                  "--epochs", "1", "--set", "data_options.val_fraction=0", "--out", str(tmp_path / "ft"),
                  "--no-progress"]) == 0
-    assert "with the model's pacm@" in capsys.readouterr().err and not (tmp_path / "ft" / "features").exists()
+    assert "(the model's pacm@" in capsys.readouterr().err and not (tmp_path / "ft" / "features").exists()
     shipped, tuned = read_artifact(shipped_path("x86-cpu")), read_artifact(tmp_path / "ft" / "model")
     assert tuned.kind == shipped.kind == "pacm" and tuned.config["net"] == shipped.config["net"]
     assert same_features(tuned.config["featurizer"]) == same_features(shipped.config["featurizer"])

@@ -50,7 +50,8 @@ def _training_data(cfg: dict):
                          f"records as MetaSchedule's model does (it takes {', '.join(BASELINE_DATA_OPTIONS)})")
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=kinds.create(cfg["model"]).featurizer,
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
-                                   val_fraction=0.0, **{k: options[k] for k in BASELINE_DATA_OPTIONS if k in options}))
+                                   val_fraction=0.0, features_in_memory_mb=0.0,  # read once below, not twice
+                                   **{k: options[k] for k in BASELINE_DATA_OPTIONS if k in options}))
     dm.setup()
     rows = dm.train_rows
     rows = rows[~np.isnan(dm.labels.latency[rows, 0])]  # no label on the target (kept out, or not measured there)

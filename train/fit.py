@@ -263,7 +263,7 @@ def _check_resumable(ckpt: dict, kind: str, net_config: dict, featurizer: dict, 
 # file may have moved, and its features are compared there)
 RESUME_MAY_CHANGE = ("out", "data", "model", "net", "platforms", "trainer.max_epochs", "trainer.accelerator",
                      "trainer.devices", "trainer.num_nodes", "trainer.strategy", "trainer.log_every_n_steps",
-                     "data_options.num_workers")
+                     "data_options.num_workers", "data_options.features_in_memory_mb")
 
 
 def _flat(cfg: dict, prefix: str = "") -> dict:
