@@ -472,6 +472,8 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                     except Exception:
                         if runner_failure(runner) is not None:  # the runner's worker never started: one line
                             raise runner_failure(runner) from None
+                        if getattr(builder, "room_failure", None) is not None:  # the temporary folder filled up
+                            raise builder.room_failure from None
                         raise
             finally:
                 progress.close()

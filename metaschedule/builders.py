@@ -84,6 +84,9 @@ def _builder_class():
             self.timeout_sec, self.workers, self.recycle = float(timeout_sec), int(workers), max(1, int(recycle))
             self.functions = (f_build, f_export)
             self._pool, self._uses = None, 0
+            # the temporary folder's problem found in a build: raised through MetaSchedule's C++ loop (tune_tasks),
+            # the InputError reaches the command as a RuntimeError and its traceback; the command raises this one
+            self.room_failure = None
 
         def _executor(self):
             if self._pool is None or self._uses >= self.recycle:
@@ -97,7 +100,11 @@ def _builder_class():
             start_workers(pool, self.workers)
 
         def build(self, build_inputs):
-            check_build_room(self.functions[1] is not None)
+            try:
+                check_build_room(self.functions[1] is not None)
+            except InputError as exc:
+                self.room_failure = exc
+                raise
             self._executor()
             self._uses += 1
             f_build, f_export = self.functions

@@ -39,18 +39,32 @@ def end_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def output_to_stderr() -> None:
+def output_to_stderr(pipes: tuple = ()) -> None:
     """What the worker (TVM, a compiler it runs, a task's own print) writes to standard output goes to the command's
     standard error: the command's standard output is its result (``--json``), which a worker's line would break.
-    The worker's answers travel through pipes of their own."""
-    sys.stdout.flush()
+    The worker's answers travel through pipes of their own (``pipes``). Left as it is where the command runs with
+    its standard output or error closed (``>&-``, ``2>&-``): standard error is then no file to write to, or one of
+    the answers' pipes took descriptor 1 or 2."""
+    import fcntl
+
+    try:
+        writable = (fcntl.fcntl(2, fcntl.F_GETFL) & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+    except OSError:  # closed
+        return
+    if not writable or 1 in pipes or 2 in pipes:
+        return
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
     os.dup2(2, 1)
 
 
 def main() -> None:
     parent = int(sys.argv.pop(1))
     end_with_parent(parent)
-    output_to_stderr()
+    output_to_stderr(tuple(int(fd) for fd in sys.argv[1:3]))
     if os.environ.get(WITH_TORCH) != "1":
         sys.modules.setdefault("torch", None)  # None in sys.modules: `import torch` raises ImportError
     runpy.run_module("tvm.exec.popen_worker", run_name="__main__", alter_sys=True)

@@ -80,3 +80,27 @@ def test_a_networks_timing_in_a_full_temporary_folder_is_refused_before_llvm_end
     _full(monkeypatch)
     with pytest.raises(InputError, match="MB free"):
         end_to_end(mod, (x,), target, None, cores=1)
+
+
+def test_a_temporary_folder_that_fills_during_a_tuning_run_is_one_line(tmp_path, monkeypatch, capsys):
+    """The check before each batch's builds runs inside MetaSchedule's C++ loop: its error came back as the
+    FFI's RuntimeError and a traceback. The command says it in one line, the records measured before kept."""
+    import costlab.metaschedule.builders as builders
+
+    real, calls = shutil.disk_usage, []
+    folder = os.path.realpath(builders.tempfile.gettempdir())
+
+    def usage(path):
+        if os.path.realpath(path) != folder:
+            return real(path)
+        calls.append(path)
+        return Usage(1 << 40, 0, 1 << 20) if len(calls) > 3 else real(path)
+
+    monkeypatch.setattr(builders.shutil, "disk_usage", usage)
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "GMM:1,8,8,8", "--target", "llvm -num-cores=1", "--trials", "8", "--per-iter",
+                 "2", "--no-library", "--work-dir", str(work), "--no-check", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("costlab: error:")]
+    assert "MB free, too little to build candidates in" in line

@@ -178,3 +178,19 @@ def test_what_a_worker_prints_goes_to_the_commands_stderr_not_its_result(capfd):
         pools.shutdown_pool(pool)
     out, err = capfd.readouterr()
     assert "a worker's line" not in out and "a worker's line" in err
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_workers_run_when_the_command_runs_with_its_stdout_or_stderr_closed(tmp_path, closed):
+    """A command started with ``>&-`` or ``2>&-`` (a cron job, a daemon): its workers leave their output where it
+    is. Sending it to a closed or reused descriptor killed every worker (no ``sys.stdout``), or wrote onto the
+    pipe of answers (a pipe took descriptor 2), and good programs were recorded as failing."""
+    out = tmp_path / "answer"
+    code = ("import sys\n"
+            "from costlab.metaschedule import pools\n"
+            "pool = pools.worker_pool(max_workers=1, timeout=120)\n"
+            "answers = [pool.submit(int, '42').result() for _ in range(3)]\n"
+            "pools.shutdown_pool(pool)\n"
+            "open(sys.argv[1], 'w').write(str(answers))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], preexec_fn=lambda: os.close(closed), timeout=300)
+    assert done.returncode == 0 and out.read_text() == "[42, 42, 42]"

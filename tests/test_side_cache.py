@@ -244,3 +244,30 @@ def test_a_cache_within_the_memory_budget_is_loaded_whole_and_trains_the_same(da
                      *TINY, "--set", f"data_options.features_in_memory_mb={mb}"]) == 0
     assert ((tmp_path / "run1024" / "model" / "model.safetensors").read_bytes()
             == (tmp_path / "run0" / "model" / "model.safetensors").read_bytes())
+
+
+def test_features_come_from_the_opening_the_labels_came_from_when_a_featurize_replaces_the_file_meanwhile(
+        data, monkeypatch):
+    """A `costlab featurize` of other settings that renames a new file over the dataset while training sets up
+    (its labels being built): the features loaded are of the file the labels and the featurizer were taken from (a
+    second opening found no cache of this featurizer there, and the set-up ended in a traceback)."""
+    import costlab.train.data as tdata
+    from costlab.cli import main
+    from costlab.train.data import CostDataModule, DataConfig
+
+    build_cache(data, "tlp", PLATFORM, progress=False)
+    real = tdata.build_label_table
+
+    def meanwhile(*args, **kwargs):
+        assert main(["featurize", str(data), "--featurizer", "tlp", "--config", '{"num_slots": 20}',
+                     "--no-progress"]) == 0
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tdata, "build_label_table", meanwhile)
+    dm = CostDataModule(DataConfig(data=str(data), featurizer="tlp", val_fraction=0.0))
+    dm.setup()
+    try:
+        assert dm._mem_feats and dm.featurizer.config["num_slots"] == 16
+        assert dm.read_features(np.arange(4))["numeric"].shape[2] == 16
+    finally:
+        dm.teardown()

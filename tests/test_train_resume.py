@@ -183,3 +183,23 @@ def test_a_run_trained_on_relative_paths_resumes_from_another_folder(trained, tm
                  "--no-progress"]) == 0
     assert json.loads((tmp_path / "a" / "run" / "summary.json").read_text())["epochs"] == 2
     assert not (tmp_path / "b" / "d.h5").exists()
+
+
+def test_a_fine_tune_moved_with_its_source_resumes_given_the_sources_new_place(trained, tmp_path, monkeypatch):
+    """config.yaml records ``init_from`` as an absolute path; the folder holding the dataset, the source model and
+    the fine-tune moved, the recorded path names nothing: the source's new place is taken (its net and featurizer
+    are still compared with the checkpoint's), where it was refused as a changed option and only --overwrite went
+    on, losing the trained epochs."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.copy(trained / "d.h5", proj / "d.h5")
+    shutil.copytree(trained / "run", proj / "src")
+    monkeypatch.chdir(proj)
+    assert main(["finetune", "--from", "src", "--data", "d.h5", "--platform", "llvm-x86_64-2c", "--recipe",
+                 "lightning", "--epochs", "1", "--set", "data_options.val_fraction=0", "--out", "ft",
+                 "--no-progress"]) == 0
+    proj.rename(tmp_path / "moved")
+    monkeypatch.chdir(tmp_path / "moved")
+    assert main(["train", "--config", "ft/config.yaml", "--out", "ft", "--data", "d.h5", "--set", "init_from=src",
+                 "--resume", "--epochs", "2", "--no-progress"]) == 0
+    assert json.loads((tmp_path / "moved" / "ft" / "summary.json").read_text())["epochs"] == 2

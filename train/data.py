@@ -229,6 +229,8 @@ class CostDataModule(L.LightningDataModule):
                 self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed, held_out)
                 self.row_platform = np.zeros(len(self.labels), np.int64)
             self.offsets = np.concatenate([[0], np.cumsum(np.bincount(self.row_platform, minlength=len(self.rows_of)))])
+            # the features are read from this same opening of the file (below), those loaded now too
+            self._ds, self._caches = ds, {}
             self._load_within_budget()
             # ranking lists and per-task metrics stay within one task of one platform
             self.groups = self.labels.task * len(self.rows_of) + self.row_platform
@@ -273,12 +275,12 @@ class CostDataModule(L.LightningDataModule):
             self.test_rows = np.flatnonzero(test & has_label)
             self.split = split
         except BaseException:
+            self.teardown()
             ds.close()
             raise
         # the features are read from this same opening of the file: a `costlab featurize` that replaces the cache
         # (another --config, --refit) or a write that adds records meanwhile renames a new file over it, and the
         # labels, the featurizer and the rows above are this one's
-        self._ds, self._caches = ds, {}
 
     def _rankable(self, rows: np.ndarray) -> bool:
         """Whether the rows (a mask) hold something the validation top-1 ranks: a ranking group (a task on one

@@ -294,6 +294,14 @@ def _same_path(a, b) -> bool:
     return a == b or (isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve())
 
 
+def _moved(was: dict, now: dict) -> bool:
+    """The recorded ``init_from`` is a path (config.yaml records it absolute) that no longer exists, and another
+    model is given: the folder holding the source and the run was moved."""
+    old = was.get("init_from")
+    return (isinstance(old, str) and os.path.isabs(old) and not os.path.exists(old)
+            and isinstance(now.get("init_from"), str) and bool(now.get("init_from")))
+
+
 def _check_resumed_options(out: Path, cfg: dict) -> None:
     """``--resume`` continues a run with the options it was trained with (its ``config.yaml``): another split,
     seed, loss, learning rate or data option would train the rest of it on other records or by other rules
@@ -316,8 +324,9 @@ def _check_resumed_options(out: Path, cfg: dict) -> None:
                                       or f.default_factory is not dataclasses.MISSING}}
     was, now = {**defaults, **_flat(old)}, {**defaults, **_flat(cfg)}
     compared = [k for k in set(was) | set(now) if k not in RESUME_MAY_CHANGE]
-    if "init_from" in compared and _same_path(was.get("init_from"), now.get("init_from")):
-        compared.remove("init_from")  # the same source, spelled another way
+    if "init_from" in compared and (_same_path(was.get("init_from"), now.get("init_from")) or _moved(was, now)):
+        compared.remove("init_from")  # the same source, spelled another way (or moved: its net and featurizer are
+        # compared with the checkpoint's by _check_resumable)
     what = _differences({k: was.get(k) for k in compared}, {k: now.get(k) for k in compared})
     if now.get("lr_schedule") == "cosine" and was.get("trainer.max_epochs") != now.get("trainer.max_epochs"):
         # the scheduler resumes with the T_max of the first run (its state is in the checkpoint): past it the
