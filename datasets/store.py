@@ -439,6 +439,16 @@ REPACK_WASTE = 8 << 20  # repack a transaction's file when more than this many b
 
 
 SPACE_MARGIN = 8 << 20  # room beyond a write's own bytes: chunks an append rewrites, HDF5 metadata
+
+
+def ensure_room(path, folder, nbytes: int, kept: str) -> None:
+    """Refuse a write of ``nbytes`` to the HDF5 file ``path`` that ``folder``'s disk has no room for (with
+    ``SPACE_MARGIN``): one InputError naming the file, ``kept`` saying what is left as it was."""
+    free = shutil.disk_usage(folder).free
+    need = int(nbytes) + SPACE_MARGIN
+    if free < need:
+        raise InputError(path, f"no space left on the device for this write ({free / 1e6:.1f} MB free, "
+                         f"about {need / 1e6:.1f} MB needed); {kept}")
 _ABANDONED: list = []  # files HDF5 failed to write (a full disk): never closed, see DatasetWriter._discard
 
 
@@ -691,11 +701,7 @@ class DatasetWriter:
 
         HDF5 cannot recover from a write that fails on a full disk (it crashes closing the file), so every
         write of the transaction checks first, with room for the chunks that an append rewrites."""
-        free = shutil.disk_usage(self._tmp.parent).free
-        need = int(nbytes) + SPACE_MARGIN
-        if free < need:
-            raise InputError(self.path, f"no space left on the device for this write ({free / 1e6:.1f} MB free, "
-                             f"about {need / 1e6:.1f} MB needed); the dataset is unchanged")
+        ensure_room(self.path, self._tmp.parent, nbytes, "the dataset is unchanged")
 
     # -- space -------------------------------------------------------------------------------------
     def _wasted_bytes(self) -> int:

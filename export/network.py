@@ -31,13 +31,18 @@ from costlab.metaschedule.traces import plain_json
 BASELINE = "Relax's default CPU pipeline with s_tir.dlight.cpu rules (GEMV, Reduction) where they apply"
 
 
+def _arrays(inputs) -> list:
+    """The network's inputs as numpy arrays (PyTorch tensors detached)."""
+    return [np.asarray(x.detach().numpy() if hasattr(x, "detach") else x) for x in inputs]
+
+
 def time_network(executable, inputs, device, repeat: int = 10) -> float:
     """Median seconds of one call of the compiled network's ``main`` on ``inputs``."""
     import tvm
     from tvm import relax
 
     vm = relax.VirtualMachine(executable, device)
-    args = [tvm.runtime.tensor(np.asarray(x.detach().numpy() if hasattr(x, "detach") else x), device) for x in inputs]
+    args = [tvm.runtime.tensor(x, device) for x in _arrays(inputs)]
     timer = vm.time_evaluator("main", device, number=5, repeat=repeat, min_repeat_ms=100)
     return float(np.median(timer(*args).results))
 
@@ -138,7 +143,7 @@ def check_output(executable, inputs, device, reference, rtol: float = 1e-3) -> d
     from tvm import relax
 
     vm = relax.VirtualMachine(executable, device)
-    args = [tvm.runtime.tensor(np.asarray(x.detach().numpy() if hasattr(x, "detach") else x), device) for x in inputs]
+    args = [tvm.runtime.tensor(x, device) for x in _arrays(inputs)]
     out = vm["main"](*args)
     while not hasattr(out, "numpy") and len(out):  # a tuple of outputs: the first, as PyTorch's first
         out = out[0]
@@ -178,7 +183,7 @@ def time_networks(executables: list, inputs, target, cores: int, repeat: int = 1
     device = device_of(target)
     if is_gpu(plain_json(target.export())):
         return [time_network(exe, inputs, device, repeat) for exe in executables], cores
-    arrays = [np.asarray(x.detach().numpy() if hasattr(x, "detach") else x) for x in inputs]
+    arrays = _arrays(inputs)
     # LLVM ends the whole process on a write that fails ("LLVM ERROR: IO failure on output stream"): a full or
     # noexec temporary folder is found before the export, and the tuning's summary says why the network was not timed
     check_build_room()

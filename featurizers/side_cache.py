@@ -13,9 +13,9 @@ time (a lock beside the file: every rank of a multi-process training makes the s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import shutil
 from pathlib import Path
 
 import h5py
@@ -24,7 +24,7 @@ import numpy as np
 from costlab.common.errors import InputError
 from costlab.common.files import signals_deferred
 from costlab.common.locks import take_lock
-from costlab.datasets.store import SPACE_MARGIN
+from costlab.datasets.store import ensure_room
 from costlab.featurizers.cache import FeatureCache, append_output
 
 GROUP = "features"
@@ -86,7 +86,7 @@ def _compute(path, f, ds, featurizer, platform: str, ids: np.ndarray, done: int,
     total = len(ids)
     bar = tqdm(total=total, initial=done, unit="rec", desc=f"featurize {featurizer.key} {platform} (run's own copy)",
                disable=not progress or done >= total)
-    space = _space_check(path)
+    space = functools.partial(ensure_room, path, path.parent, kept="the rows computed so far are kept")
     try:
         for a in range(done, total, chunk):
             rows = np.arange(a, min(a + chunk, total))
@@ -132,18 +132,6 @@ def _cut_to(f, n: int) -> None:
                 obj["values"].resize((end,) + obj["values"].shape[1:])
         elif obj.shape[0] > n:
             obj.resize((n,) + obj.shape[1:])
-
-
-def _space_check(path: Path):
-    """A write's check of free space beside the side file: one clear error, the rows done so far kept."""
-
-    def ensure_space(nbytes: int) -> None:
-        free = shutil.disk_usage(path.parent).free
-        if free < int(nbytes) + SPACE_MARGIN:
-            raise InputError(path, f"no space left on the device for the run's features ({free / 1e6:.1f} MB free); "
-                                   "the rows computed so far are kept")
-
-    return ensure_space
 
 
 def _json(config: dict) -> str:

@@ -43,6 +43,15 @@ def _same(a: dict, b: dict) -> bool:
     return True
 
 
+def _holds_every_record(path, ds, featurizer) -> bool:
+    """Whether the side file at ``path`` holds the features ``featurizer`` computes for every record of ``ds``."""
+    cache = open_side_cache(path)
+    try:
+        return _same(cache.get(), features_of(ds, featurizer, PLATFORM, np.arange(ds.num_records(PLATFORM))))
+    finally:
+        cache.close()
+
+
 class _Counting:
     """A featurizer that counts the records it featurizes, and raises KeyboardInterrupt at its ``stop_at``-th chunk."""
 
@@ -115,11 +124,7 @@ def test_a_side_cache_of_other_settings_or_other_records_is_computed_again(data,
         counting = _Counting(longer)
         side_cache(ds, counting, PLATFORM, path)
         assert counting.rows == ds.num_records(PLATFORM)
-        cache = open_side_cache(path)
-        try:
-            assert _same(cache.get(), features_of(ds, longer, PLATFORM, np.arange(ds.num_records(PLATFORM))))
-        finally:
-            cache.close()
+        assert _holds_every_record(path, ds, longer)
 
 
 def test_a_side_file_hdf5_cannot_open_is_made_anew(data, tmp_path):
@@ -128,11 +133,7 @@ def test_a_side_file_hdf5_cannot_open_is_made_anew(data, tmp_path):
     with open_dataset(data) as ds:
         f = _other_fit(ds)
         side_cache(ds, f, PLATFORM, path)
-        cache = open_side_cache(path)
-        try:
-            assert _same(cache.get(), features_of(ds, f, PLATFORM, np.arange(ds.num_records(PLATFORM))))
-        finally:
-            cache.close()
+        assert _holds_every_record(path, ds, f)
 
 
 def test_training_reads_a_models_own_fit_from_its_run_folder_not_memory(data, tmp_path):

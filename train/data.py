@@ -184,7 +184,7 @@ class CostDataModule(L.LightningDataModule):
         self._featurizer = featurizer
         self.feature_dir = feature_dir
         self._ds = None
-        self._mem_feats: dict = {}  # row platform -> its features, where no cache fits and no feature_dir is given
+        self._mem_feats: dict = {}  # row platform -> its features in memory (loaded within the budget, or computed)
         self._side: dict = {}  # row platform -> its side cache's path, where no cache fits
         self._read_only = False  # the dataset cannot be written: features no cache holds go to feature_dir
         self._caches: dict = {}
