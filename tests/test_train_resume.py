@@ -9,7 +9,7 @@ import shutil
 
 import yaml
 
-from conftest import TINY
+from conftest import TINY, error_line
 from costlab.cli import main
 
 
@@ -203,3 +203,24 @@ def test_a_fine_tune_moved_with_its_source_resumes_given_the_sources_new_place(t
     assert main(["train", "--config", "ft/config.yaml", "--out", "ft", "--data", "d.h5", "--set", "init_from=src",
                  "--resume", "--epochs", "2", "--no-progress"]) == 0
     assert json.loads((tmp_path / "moved" / "ft" / "summary.json").read_text())["epochs"] == 2
+
+
+def test_a_source_of_another_net_is_refused_before_featurizing(trained, tmp_path, capsys):
+    """``train --set init_from=<a TLP model> --model pacm``: the TLP weights cannot start a PaCM net. It was refused
+    only after the dataset was featurized for PaCM (minutes on a corpus), as net options "(the defaults)" that do
+    not build the net; it is refused first, naming the source's kind. A baseline has no net to start from."""
+    import h5py
+
+    shutil.copy(trained / "d.h5", tmp_path / "d.h5")
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        before = sorted(f["features"]) if "features" in f else []
+    assert main(["train", "--model", "pacm", "--data", str(tmp_path / "d.h5"), "--out", str(tmp_path / "ft"),
+                 "--set", f"init_from={trained / 'run'}", "--epochs", "1", "--no-progress"]) == 2
+    assert "a tlp model cannot start a pacm net; give --model tlp" in error_line(capsys)
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        assert (sorted(f["features"]) if "features" in f else []) == before
+    assert main(["train", "--model", "xgb", "--data", str(tmp_path / "d.h5"), "--out", str(tmp_path / "xgb")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(tmp_path / "d.h5"), "--out", str(tmp_path / "ft2"),
+                 "--set", f"init_from={tmp_path / 'xgb'}", "--epochs", "1", "--no-progress"]) == 2
+    assert "a xgb model has no net to start from" in error_line(capsys)

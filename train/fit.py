@@ -138,6 +138,18 @@ def load_weights(module: CostModelModule, source) -> None:
         module.net.momentum_net.load_state_dict(state)
 
 
+def _check_source_kind(init_from, source_kind: str, kind: str) -> None:
+    """Refuse a source whose weights cannot start a ``kind`` net: another net (a PaCM model for a TLP run), or a
+    model of no net at all (a baseline). A multi-head model and its single-head kind share a net (mtl, tlp)."""
+    found = kinds.find(source_kind)
+    if found is None or not found.learned:
+        raise UsageError(f"{init_from}: a {source_kind} model has no net to start from (fine-tune a "
+                         f"{kinds.spoken(kinds.learned())} model)")
+    if found.net != kinds.create(kind).net:
+        raise UsageError(f"{init_from}: a {source_kind} model cannot start a {kind} net; give --model {source_kind} "
+                         "(`costlab finetune --from` takes the kind from the model)")
+
+
 def source_meta(source) -> dict:
     """kind, net config and featurizer of a trained model (run dir, model dir or archive, checkpoint, or a
     shipped model's name: the names ``costlab models`` lists, resolved as every other command resolves them)."""
@@ -446,6 +458,8 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     if cfg["platforms"]:  # checked before featurizing where the platforms are known already
         _check_keep_fraction(keep, list(dict.fromkeys([*cfg["platforms"], *(dopts.get("row_platforms") or [])])))
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
+    if source:  # before featurizing for a net the source's weights cannot fill (a PaCM model, the default tlp)
+        _check_source_kind(cfg["init_from"], source["kind"], kind)
     if not source:  # before featurizing; fine-tuning keeps the source's net
         _check_net_sizes(kind, cfg["net"])
     elif cfg["net"]:  # they would be recorded in config.yaml and never used
