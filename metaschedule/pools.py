@@ -56,6 +56,13 @@ def _pool_class():
                     pass
             super().kill()
 
+        def _child_process_error(self):
+            """TVM's "Subprocess terminated" for a worker that ended during its task, with how it ended: the
+            signal that killed it (SIGKILL: the kernel's out-of-memory killer, among others) or its exit status."""
+            how = ended_how(self._proc)
+            err = super()._child_process_error()  # (kills what is left of the worker)
+            return ChildProcessError(f"{err} ({how})") if how else err
+
     class Pool(PopenPoolExecutor):
         def _worker_run(self, fn, args, kwargs):
             """TVM's ``PopenPoolExecutor._worker_run``: one worker per thread of the pool, costlab's."""
@@ -70,6 +77,27 @@ def _pool_class():
             return proc.recv()
 
     return Pool
+
+
+def ended_how(proc) -> str | None:
+    """How a worker process whose answers' pipe closed ended, in words; None while it still runs (after a second's
+    wait: its pipe closes as it exits) or when there is none."""
+    if proc is None:
+        return None
+    try:
+        code = proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        return None
+    if code >= 0:
+        return f"the worker exited with status {code}"
+    import signal
+
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    oom = "; the kernel's out-of-memory killer sends it" if -code == signal.SIGKILL else ""
+    return f"the worker was killed by {name}{oom}"
 
 
 def result_of(future):

@@ -194,3 +194,19 @@ def test_workers_run_when_the_command_runs_with_its_stdout_or_stderr_closed(tmp_
             "open(sys.argv[1], 'w').write(str(answers))\n")
     done = subprocess.run([sys.executable, "-c", code, str(out)], preexec_fn=lambda: os.close(closed), timeout=300)
     assert done.returncode == 0 and out.read_text() == "[42, 42, 42]"
+
+
+@pytest.mark.parametrize("sig, words", [(signal.SIGKILL, "killed by SIGKILL; the kernel's out-of-memory killer"),
+                                        (signal.SIGSEGV, "killed by SIGSEGV")])
+def test_a_worker_killed_in_its_task_is_reported_with_its_signal(sig, words):
+    """A worker that died in its task (the out-of-memory killer's SIGKILL, a crash in a compiled kernel) was
+    reported as TVM's bare "Subprocess terminated": the message now names the signal, and keeps TVM's words, which
+    the rules for interrupted runs look for (``export/stop.recordable``)."""
+    pool = pools.worker_pool(max_workers=1, timeout=60)
+    try:
+        with pytest.raises(ChildProcessError) as got:
+            pool.submit(eval, f"__import__('os').kill(__import__('os').getpid(), {int(sig)})").result()
+        assert pool.submit(eval, "1 + 1").result() == 2  # the next task starts a new worker
+    finally:
+        pools.shutdown_pool(pool)
+    assert str(got.value).startswith("Subprocess terminated (the worker was") and words in str(got.value)
