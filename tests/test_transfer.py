@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import error_line
 from costlab.cli import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ms_tune_db"  # a tuned 16x16x16 matmul and a small conv2d
@@ -456,3 +457,30 @@ def test_a_transfer_run_again_says_it_measured_nothing_and_says_only_its_own_tas
     other = "C2D:1,12,12,4,8,3,1,1"
     third = transfer(other)
     assert other in third and CONV not in third
+
+
+@pytest.mark.parametrize("edit, words", [(lambda row: ["x"], "is not a JSON object"),
+                                         (lambda row: {**row, "done": False, "measured": 3},
+                                          "'measured' is not a list of measured programs"),
+                                         (lambda row: {**row, "done": "no"}, "'done' is not true or false")])
+def test_a_damaged_task_row_of_the_state_is_one_line_naming_it(tmp_path, capsys, edit, words):
+    """``transfer.json`` (and a library start's state) was checked as an object of tasks, its rows used unchecked:
+    a damaged row was an AttributeError or TypeError traceback. It is one line naming the file and the task."""
+    from costlab.common.errors import InputError
+    from costlab.export.transfer.run import started_tasks
+
+    work = tmp_path / "w"
+    args = ["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "1", "--work-dir", str(work),
+            "--no-progress"]
+    assert main(args) == 0
+    state = work / "transfer.json"
+    data = json.loads(state.read_text())
+    (key,) = data["tasks"]
+    data["tasks"][key] = edit(data["tasks"][key])
+    state.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(args) == 2
+    line = error_line(capsys)
+    assert f"{state}: is damaged (task {key}: {words}" in line and "remove it to transfer afresh" in line
+    with pytest.raises(InputError, match=f"task {key}: {words}"):
+        started_tasks(state)

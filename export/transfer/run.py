@@ -185,7 +185,7 @@ def transfer_tasks(tasks, target, database, builder, runner, opts: TransferOptio
     InputError, before any task is marked done, when they hold nothing to start from)."""
     from tvm.s_tir import meta_schedule as ms
 
-    state = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
+    state = read_transfer_state(state_path)
     state["sources"] = [str(s) for s in opts.sources]
     state["options"] = transfer_options(opts)
     # the machine its records are measured on, for a work dir a transfer alone made (no run record says it)
@@ -305,14 +305,34 @@ def task_key(mod) -> str:
     return workload_json(mod)[0]
 
 
+def read_transfer_state(path, afresh: str = "transfer afresh") -> dict:
+    """A transfer's (or library start's) state file, each task's row checked as a run reads it: an object whose
+    ``done`` is true or false and whose ``measured`` is a list of objects, each with ``us`` a latency or null. A row
+    that does not check is an InputError naming the file and the task (it was a traceback in the run)."""
+    state = read_state(path, afresh, {"tasks": {}}, key="tasks")
+    for key, row in state["tasks"].items():
+        why = None
+        if not isinstance(row, dict):
+            why = "is not a JSON object"
+        elif not isinstance(row.get("done", False), bool):
+            why = "'done' is not true or false"
+        elif not isinstance(row.get("measured", []), list) or not all(
+                isinstance(m, dict) and (m.get("us") is None or (isinstance(m["us"], (int, float))
+                                                                 and not isinstance(m["us"], bool)))
+                for m in row.get("measured", [])):
+            why = "'measured' is not a list of measured programs (objects with 'us' a latency or null)"
+        if why:
+            raise InputError(path, f"is damaged (task {key}: {why}); remove it to {afresh}")
+    return state
+
+
 def started_tasks(state_path, afresh: str = "transfer afresh") -> dict[str, tuple[bool, int]]:
     """Per task key, what the transfer (or library start) whose state ``state_path`` holds did of it: whether
     it finished the task (False for one a stopped run left with part of its top measured), and how many records
     it added. A task it never reached is not there. A damaged file is an InputError saying to remove it to
     ``afresh``."""
-    state = read_state(state_path, afresh, {"tasks": {}}, key="tasks")
-    return {key: (bool(row.get("done")), len(row.get("measured") or []))
-            for key, row in state["tasks"].items() if isinstance(row, dict)}
+    state = read_transfer_state(state_path, afresh)
+    return {key: (bool(row.get("done")), len(row.get("measured") or [])) for key, row in state["tasks"].items()}
 
 
 def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
@@ -330,7 +350,7 @@ def transfer(opts: TransferOptions, *, should_stop=None) -> dict:
         refuse_other_machine(target, run, work, "leave out --target to transfer on the run's target, or transfer "
                                                 "into another --work-dir")
     state_path = work.transfer_state
-    before = read_state(state_path, "transfer afresh", {"tasks": {}}, key="tasks")
+    before = read_transfer_state(state_path)
     _check_same_transfer(before, state_path, opts)
     sources = usable_sources(opts.sources, opts.per_source, exclude=[work.path],  # before anything is written
                              kind=target.kind.name)
