@@ -142,7 +142,9 @@ def _verdicts_of(jobs: list, target: dict, seed: int, timeout: float, workers: i
             try:
                 out.append(result_of(future))  # a Ctrl-C or SIGTERM heard while a worker checks
             except Exception as exc:  # noqa: BLE001
-                out.append([f"{WORKER_ENDED} ({type(exc).__name__})"] * len(scheduled))
+                # the class (a TimeoutError is told apart below), and how a worker that died ended (its signal)
+                how = f": {exc}" if isinstance(exc, ChildProcessError) and str(exc) else ""
+                out.append([f"{WORKER_ENDED} ({type(exc).__name__}{how})"] * len(scheduled))
             if done is not None:
                 done(len(out) - 1)
         return out

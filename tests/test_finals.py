@@ -310,3 +310,22 @@ def test_a_record_whose_trace_does_not_replay_is_failed_not_a_traceback(tmp_path
     out = check_task(db, conv, target, records=[rec])
     assert out["status"] == "wrong" and out["record"] is None
     assert out["checked"][0]["result"].startswith("failed: its trace does not replay on the task")
+
+
+class _KilledWhenUnpacked:
+    """A job's argument that ends the check's worker as it unpacks it (SIGKILL, which leaves no core file), as the
+    out-of-memory killer ends it."""
+
+    def __reduce__(self):
+        import signal
+
+        return signal.raise_signal, (signal.SIGKILL,)
+
+
+def test_a_check_whose_worker_died_says_how_it_ended():
+    """A check whose worker died read "the check's worker ended (ChildProcessError)": it names the signal now."""
+    from costlab.export import check
+
+    (got,) = check._verdicts_of([(_KilledWhenUnpacked(), ["a program"])], {"kind": "llvm"}, 0, 60.0)
+    assert got == [f"{check.WORKER_ENDED} (ChildProcessError: Subprocess terminated (the worker was killed by "
+                   "SIGKILL; the kernel's out-of-memory killer sends it))"]
