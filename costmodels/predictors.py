@@ -50,11 +50,16 @@ def _count(features: dict) -> int:
     return len(next(iter(features.values()))) if features else 0
 
 
+def head_count(predictor) -> int:
+    """How many heads (outputs) a predictor's net has: its built net's, else its config's, else 1."""
+    built = getattr(getattr(getattr(predictor, "net", None), "config", None), "heads", None)  # the net's, checked
+    return int(built or ((getattr(predictor, "config", None) or {}).get("net") or {}).get("heads") or 1)
+
+
 def head_of(predictor, platform: str | None) -> int:
     """The head that scores ``platform``: its own when the model has one, else the first. A one-head model
     trained with several platforms (labelled by the first) has one head for all of them."""
-    built = getattr(getattr(getattr(predictor, "net", None), "config", None), "heads", None)  # the net's, checked
-    heads = built or ((getattr(predictor, "config", None) or {}).get("net") or {}).get("heads") or 1
+    heads = head_count(predictor)
     index = predictor.platforms.index(platform) if platform in predictor.platforms else 0
     return index if index < heads else 0
 

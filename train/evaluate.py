@@ -20,7 +20,7 @@ from costlab.datasets import open_dataset
 from costlab.datasets.records import scores
 from costlab.featurizers.cache import features_of
 from costlab.featurizers.psa.hardware import spec_for
-from costlab.costmodels.predictors import head_of
+from costlab.costmodels.predictors import head_count, head_of
 from costlab.train.predict import load_predictor
 
 def check_training_split(ds, meta: dict, split: str | None) -> None:
@@ -223,10 +223,12 @@ def _scores(pred_obj, ds, platform: str, rows: np.ndarray, task: np.ndarray) -> 
 
 
 def evaluate(model, data, split: str | None = "auto", part: str = "test", platform: str | None = None,
-             head: int | None = None, seed: int = 0, baselines: bool = False) -> dict:
+             head: int | str | None = None, seed: int = 0, baselines: bool = False) -> dict:
     """Metrics of ``model`` (a path, the name of a kind that needs no weights, 'random' / 'psa', or a loaded
     predictor) on a dataset split.
 
+    ``head``: the head that scores (its index, or its platform's id); by default the evaluated platform's own, the
+    first for a one-head model, and a model of several heads none of which is the platform's is refused.
     ``split="auto"`` takes the split the model was trained with when the dataset has it, else all records.
     ``baselines``: the scores of the same records by the kinds that need no weights too (PSA's and random's;
     ``_arrays["baselines"]``, for the report's plot): random as ``RANDOM_DRAWS`` seeded draws, so its curve
@@ -237,6 +239,15 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         platforms = ds.record_platforms()
         if platform is None:
             platform = next((p for p in pred_obj.platforms if p in platforms), platforms[0] if platforms else None)
+        heads = list(pred_obj.platforms)[:head_count(pred_obj)]
+        if isinstance(head, str):  # a head by its platform: scores another platform's records zero-shot
+            if head not in heads:
+                raise UsageError(f"{model}: no head for platform {head!r} (heads: {', '.join(heads) or 'none'})")
+            head = heads.index(head)
+        elif head is None and len(heads) > 1 and platform not in heads:
+            # the first head would score them with nothing said: which one is the user's choice
+            raise UsageError(f"{model}: a model of several heads ({', '.join(heads)}) has none for platform "
+                             f"{platform!r}; give --head PLATFORM to score its records with one of them")
         meta = pred_obj.config
         if split == "auto":
             trained = meta.get("split")

@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 import yaml
 
@@ -41,6 +42,7 @@ from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
 from costlab.train.run_dir import check_fresh_start, old_checkpoints, run_dir, run_lock
 from costlab.costmodels import kinds
+from costlab.datasets import open_dataset
 from costlab.costmodels.nets import check_featurizer_fits, net_config_for
 from costlab.costmodels.predictors import resolve
 from costlab.featurizers import hardware_vector
@@ -376,6 +378,28 @@ def _check_readable(data, dm: CostDataModule) -> None:
               file=sys.stderr)
 
 
+def _check_heads(data, dm: CostDataModule) -> None:
+    """A model of one head per platform learns from the records of one platform (the rows: the first platform's, or
+    ``data_options.base_platform``'s), each labelled on every platform that measured the same program (by program
+    id): a head with fewer than two labelled training records would be written untrained, and is refused; records
+    of another platform whose program the rows' platform has no record of train no head, which is said with their
+    count."""
+    with open_dataset(data) as ds:
+        ids = {p: ds.records(p).program_id for p in dm.config.platforms if p != dm.base and p in ds.record_platforms()}
+    for j, p in enumerate(dm.config.platforms):
+        labelled = int(np.isfinite(dm.labels.score[dm.train_rows, j]).sum())
+        if labelled < 2:
+            raise UsageError(f"{data}: the head of platform {p!r} has {labelled} labelled training record(s): a "
+                             f"multi-platform model learns from the records of one platform ({dm.base!r}: "
+                             f"data_options.base_platform), and {p!r} measured too few of the same programs "
+                             f"(by program id){' (or keep_fraction hid them)' if dm.config.keep_fraction else ''}")
+        unused = int(np.count_nonzero(~np.isin(ids[p], dm.labels.program_id))) if p in ids else 0
+        if unused:
+            print(f"costlab: note: {unused} of the {len(ids[p])} records of {p!r} train no head: the rows' "
+                  f"platform {dm.base!r} has no record of their programs (data_options.base_platform names the "
+                  "platform whose records are the rows)", file=sys.stderr)
+
+
 def _check_keep_fraction(keep: dict, platforms: list) -> None:
     """``data_options.keep_fraction`` names platforms the run labels or trains on: another id would be ignored."""
     unknown = sorted(set(keep) - set(platforms))
@@ -404,6 +428,26 @@ def _fit(trainer, noted: _NoteInterrupt, module, dm, ckpt_path) -> None:
             signal.signal(sig, old)
 
 
+def _check_source_heads(source: dict, model, platforms: list) -> None:
+    """A run started from a trained model (``init_from``) keeps its net, and with it its heads: head ``i`` scores
+    the model's ``i``-th platform. A model of several heads starts a multi-head run of the same platforms in the
+    same order (another order trains each head on another platform's labels; a platform past its heads would never
+    be trained, and be scored by the first head), or a one-head run of its first platform (trained and scored
+    through the first head); a one-head model starts no run of several heads."""
+    if not platforms:
+        return
+    heads = int((source.get("net") or {}).get("heads") or 1)
+    own = list(source.get("platforms") or [])
+    if model.multi_head and (heads != len(platforms) or (heads > 1 and own[:heads] != list(platforms))):
+        raise UsageError(f"{source['path']}: a model of {heads} head(s) ({', '.join(own) or 'no platforms'}) cannot "
+                         f"start a {model.name} model of platforms {', '.join(platforms)}: its heads are trained as they "
+                         f"are; give --platform for each of its platforms, in its order")
+    if not model.multi_head and heads > 1 and own and platforms[0] != own[0]:
+        raise UsageError(f"{source['path']}: a model of several heads ({', '.join(own)}) starts a one-head run through "
+                         f"its first head ({own[0]!r}), not {platforms[0]!r}'s own; give --platform {own[0]} first, or "
+                         "fine-tune it with `costlab finetune` (its recipes start from the platform's own head)")
+
+
 def train(cfg: dict, progress: bool = True, resume: bool = False, overwrite: bool = False) -> dict:
     """Train (or, with ``init_from``, fine-tune) by ``cfg`` into the run directory ``cfg["out"]``. ``resume``:
     continue from its checkpoints/last.ckpt; ``overwrite``: a fresh run may delete an earlier run's checkpoints.
@@ -430,6 +474,12 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
             old.unlink(missing_ok=True)
         write_atomically(out / "config.yaml", yaml.safe_dump(recorded_config(cfg), sort_keys=False).encode())
         return summary
+    if cfg.get("momentum") is not None and not cfg.get("init_from"):
+        # the online net would restart every round from a momentum copy of the random initial weights, which moves
+        # 1 - momentum of the way a round: the run never gets far from its start
+        raise UsageError(f"momentum {cfg['momentum']}: the Siamese momentum rule fine-tunes a trained model; give "
+                         "init_from (or `costlab finetune --from MODEL --momentum`), or leave momentum out to train "
+                         "afresh")
     out = run_dir(cfg["out"])
     last = out / "checkpoints" / "last.ckpt"
     resumed = read_checkpoint(last) if resume and last.exists() else None
@@ -458,8 +508,9 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     if cfg["platforms"]:  # checked before featurizing where the platforms are known already
         _check_keep_fraction(keep, list(dict.fromkeys([*cfg["platforms"], *(dopts.get("row_platforms") or [])])))
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
-    if source:  # before featurizing for a net the source's weights cannot fill (a PaCM model, the default tlp)
-        _check_source_kind(cfg["init_from"], source["kind"], kind)
+    if source:  # before featurizing: a net the source's weights cannot fill (a PaCM model, the default tlp), heads
+        _check_source_kind(cfg["init_from"], source["kind"], kind)  # of other platforms (where they are given)
+        _check_source_heads(source, model, list(cfg["platforms"]))
     if not source:  # before featurizing; fine-tuning keeps the source's net
         _check_net_sizes(kind, cfg["net"])
     elif cfg["net"]:  # they would be recorded in config.yaml and never used
@@ -470,6 +521,12 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
             raise UsageError(f"{cfg['init_from']}: fine-tuning keeps the pretrained model's net, so "
                              f"{', '.join(changed)} cannot apply; leave the net options out")
     hardware_dim = (source["net"] if source else cfg["net"]).get("hardware_dim") or 0
+    if hardware_dim and model.multi_head:
+        # its rows are the first platform's records, each carrying that platform's vector whichever head it labels:
+        # every other head would learn with the first platform's vector and be scored with its own
+        raise UsageError(f"net.hardware_dim: a {kind} model has a head per platform, and its training feeds every head "
+                         "the first platform's hardware vector; train a tlp model on several CPUs' records "
+                         "(data_options.row_platforms) for a hardware input")
     if hardware_dim not in (0, hardware_vector.DIM):
         raise UsageError(f"net.hardware_dim must be 0 (no hardware input) or {hardware_vector.DIM} (the hardware "
                          f"vector: {', '.join(hardware_vector.FIELDS)}), not {hardware_dim!r}")
@@ -479,10 +536,16 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                         feature_dir=out / FEATURES)
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)
+    if source:
+        _check_source_heads(source, model, cfg["platforms"])
     _check_keep_fraction(keep, list(dict.fromkeys(cfg["platforms"] + list(dm.rows_of))))
     _check_readable(cfg["data"], dm)
     if model.multi_head and len(cfg["platforms"]) < 2:
         raise UsageError(f"model {kind!r} needs at least two platforms (platforms: [target, other, ...])")
+    if model.multi_head:
+        if len(set(cfg["platforms"])) < len(cfg["platforms"]):  # a second head of a platform is never scored
+            raise UsageError(f"platforms {cfg['platforms']}: each platform once (one head each)")
+        _check_heads(cfg["data"], dm)
     heads = len(cfg["platforms"]) if model.multi_head else 1
     if not model.multi_head:
         dm.labels.score = dm.labels.score[:, :1]

@@ -81,6 +81,8 @@ def register(sub) -> None:
     q.add_argument("--split", default="auto", help="split name; 'auto' = the model's training split; 'none' = all")
     q.add_argument("--part", default="test", choices=["test", "train", "all"])
     q.add_argument("--platform", metavar="ID")
+    q.add_argument("--head", metavar="PLATFORM", help="the head of a model of several heads that scores --platform's "
+                   "records (default: the platform's own; a platform none of its heads is for needs one)")
     q.add_argument("--report", type=directory("--report"), metavar="DIR", help="write report.md, metrics.json and plots here")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.set_defaults(func=_evaluate)
@@ -230,7 +232,7 @@ def _evaluate(args) -> int:
     config = _model_config(args.model)
     if args.part == "train":
         _train_part_split(args.data, split, config)
-    result = evaluate(args.model, args.data, split=split, part=args.part, platform=args.platform,
+    result = evaluate(args.model, args.data, split=split, part=args.part, platform=args.platform, head=args.head,
                       baselines=bool(args.report))
     note = _platform_note(config, args.data, result["platform"])
     if note:

@@ -1,0 +1,101 @@
+"""Models of one head per platform (``mtl``) and runs started from them: a head is trained on its own platform's
+labels or refused, and scores only its own platform unless asked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import TINY, copy_platform, error_line
+from costlab.cli import main
+from costlab.datasets import open_dataset
+
+PLATFORM = "llvm-x86_64-2c"  # ms_small.h5's: 4 tasks of 20 records
+
+
+@pytest.fixture(scope="module")
+def platforms(trained, tmp_path_factory):
+    """``trained``'s dataset with two more platforms of the same programs: ``other`` (every record, costs scaled
+    by task) and ``few`` (the first task's records only), and an mtl model of the first two, trained one epoch."""
+    base = tmp_path_factory.mktemp("heads")
+    data = base / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    with open_dataset(data) as ds:
+        task = ds.records(PLATFORM).task
+    copy_platform(data, PLATFORM, "other", {"kind": "llvm", "num-cores": 1}, costs=lambda i, raw: raw * (1.5 + task[i]))
+    copy_platform(data, PLATFORM, "few", {"kind": "llvm", "num-cores": 4}, rows=np.flatnonzero(task == 0))
+    assert main(["train", "--model", "mtl", "--data", str(data), "--platform", PLATFORM, "--platform", "other",
+                 "--out", str(base / "mtl"), "--epochs", "1", "--no-progress", *TINY]) == 0
+    return base
+
+
+def _train(data, out, *args) -> list:
+    return ["train", "--data", str(data), "--out", str(out), "--epochs", "1", "--no-progress", *TINY, *args]
+
+
+def test_a_head_of_too_few_labels_is_refused_and_records_no_head_learns_from_are_counted(platforms, tmp_path,
+                                                                                         capsys):
+    """An mtl model learns from the rows' platform's records, labelled on every platform that measured the same
+    program: a head of a platform that measured none of them was written untrained, and another platform's records
+    of programs the rows' platform never measured were dropped without a word."""
+    data = platforms / "d.h5"
+    capsys.readouterr()
+    # rows: 'few''s 20 records (task 0), labelled on PLATFORM too; PLATFORM's 60 records of tasks 1-3 train no head
+    args = ["--model", "mtl", "--set", "data_options.base_platform=few", "--platform", "few"]
+    assert main(_train(data, tmp_path / "a", *args, "--platform", PLATFORM)) == 0
+    assert "costlab: note: 60 of the 80 records of 'llvm-x86_64-2c' train no head" in capsys.readouterr().err
+    # a platform of task 1's programs alone: none of them among the rows' (task 0's), so its head has no label
+    shutil.copy(data, tmp_path / "b.h5")
+    with open_dataset(data) as ds:
+        task_1 = np.flatnonzero(ds.records(PLATFORM).task == 1)
+    copy_platform(tmp_path / "b.h5", PLATFORM, "apart", {"kind": "llvm", "num-cores": 8}, rows=task_1)
+    assert main(_train(tmp_path / "b.h5", tmp_path / "b", *args, "--platform", "apart")) == 2
+    assert "the head of platform 'apart' has 0 labelled training record(s)" in error_line(capsys)
+    assert not (tmp_path / "b" / "model").exists()
+    assert main(_train(data, tmp_path / "c", "--model", "mtl", "--platform", PLATFORM, "--platform", PLATFORM)) == 2
+    assert "each platform once (one head each)" in error_line(capsys)
+
+
+def test_evaluating_a_platform_no_head_is_for_needs_a_head(platforms, capsys):
+    """An mtl model of heads [PLATFORM, other] asked for 'few' scored it with its first head, without a word."""
+    args = ["evaluate", "--model", str(platforms / "mtl"), "--data", str(platforms / "d.h5"), "--platform", "few",
+            "--split", "none", "--json"]
+    assert main(args) == 2
+    assert "has none for platform 'few'; give --head PLATFORM" in error_line(capsys)
+    assert main([*args, "--head", "other"]) == 0
+    assert json.loads(capsys.readouterr().out)["head"] == 1
+
+
+def test_a_run_started_from_a_model_keeps_its_heads_platforms(platforms, trained, tmp_path, capsys):
+    """``train --set init_from`` keeps the source's net and its heads: the platforms in another order trained each
+    head on the other's labels; a platform past its heads was never trained; a one-head model starting an mtl run
+    left the second platform's labels unused. Each is refused before featurizing."""
+    data, mtl = platforms / "d.h5", platforms / "mtl"
+    cases = [(["--model", "mtl", "--platform", "other", "--platform", PLATFORM], mtl, "its heads are trained as"),
+             (["--model", "mtl", "--platform", PLATFORM, "--platform", "other", "--platform", "few"], mtl,
+              "its heads are trained as"),
+             (["--model", "mtl", "--platform", PLATFORM, "--platform", "other"], trained / "run",
+              "a model of 1 head(s)"),
+             (["--platform", "other"], mtl, "starts a one-head run through its first head")]
+    for args, source, words in cases:
+        out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        assert main(_train(data, out, *args, "--set", f"init_from={source}")) == 2
+        assert words in error_line(capsys), args
+        assert not (out / "model").exists()
+    assert main(_train(data, tmp_path / "same", "--model", "mtl", "--platform", PLATFORM, "--platform", "other",
+                       "--set", f"init_from={mtl}")) == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--set", "momentum=0.99"], "the Siamese momentum rule fine-tunes a trained model; give init_from"),
+    (["--model", "mtl", "--platform", PLATFORM, "--platform", "other", "--set", "net.hardware_dim=8"],
+     "its training feeds every head the first platform's hardware vector")])
+def test_options_a_run_could_not_learn_from_are_refused(platforms, tmp_path, capsys, args, words):
+    """Momentum without a model to fine-tune restarted every round from a copy of the random weights (training went
+    nowhere); an mtl model's hardware input fed every head the rows' platform's vector in training and each
+    platform's own when scoring."""
+    assert main(_train(platforms / "d.h5", tmp_path / "r", *args)) == 2
+    assert words in error_line(capsys)
