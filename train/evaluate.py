@@ -237,17 +237,6 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
     pred_obj = load_predictor(model, seed) if isinstance(model, str) or hasattr(model, "__fspath__") else model
     with open_dataset(data) as ds:
         platforms = ds.record_platforms()
-        if platform is None:
-            platform = next((p for p in pred_obj.platforms if p in platforms), platforms[0] if platforms else None)
-        heads = list(pred_obj.platforms)[:head_count(pred_obj)]
-        if isinstance(head, str):  # a head by its platform: scores another platform's records zero-shot
-            if head not in heads:
-                raise UsageError(f"{model}: no head for platform {head!r} (heads: {', '.join(heads) or 'none'})")
-            head = heads.index(head)
-        elif head is None and len(heads) > 1 and platform not in heads:
-            # the first head would score them with nothing said: which one is the user's choice
-            raise UsageError(f"{model}: a model of several heads ({', '.join(heads)}) has none for platform "
-                             f"{platform!r}; give --head PLATFORM to score its records with one of them")
         meta = pred_obj.config
         if split == "auto":
             trained = meta.get("split")
@@ -260,6 +249,21 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         if split is None:
             part = "all"
         check_training_split(ds, meta, split)
+        if platform is None:
+            # the model's own platform, else the dataset's first: one with records in the part where there is one (a
+            # kind that names none, psa or random, on a dataset whose first platform has none of the held-out part)
+            having = [p for p in platforms if len(select_rows(ds, p, split, part))] if split is not None else platforms
+            platform = next((p for p in pred_obj.platforms if p in having), None) or next(
+                (p for p in pred_obj.platforms if p in platforms), None) or next(iter(having + platforms), None)
+        heads = list(pred_obj.platforms)[:head_count(pred_obj)]
+        if isinstance(head, str):  # a head by its platform: scores another platform's records zero-shot
+            if head not in heads:
+                raise UsageError(f"{model}: no head for platform {head!r} (heads: {', '.join(heads) or 'none'})")
+            head = heads.index(head)
+        elif head is None and len(heads) > 1 and platform not in heads:
+            # the first head would score them with nothing said: which one is the user's choice
+            raise UsageError(f"{model}: a model of several heads ({', '.join(heads)}) has none for platform "
+                             f"{platform!r}; give --head PLATFORM to score its records with one of them")
         rows = select_rows(ds, platform, split, part)
         table = ds.records(platform)
         task = table.task[rows].astype(np.int64)
@@ -283,6 +287,15 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         result.update(model=str(model) if not hasattr(model, "predict") else getattr(model, "kind", "model"),
                       data=str(data), platform=platform, split=split, part=part, records=int(len(rows)),
                       tasks=result["tasks"], head=head)
+        # what the headline top-k is a mean of: the report and the command's line name it
+        held = bool(split is not None and ds.split(split).held_out_networks)
+        result["topk_over"] = (("held-out networks" if held else "whole networks") if result["networks"] else "tasks")
+        if not len(rows):
+            having = [p for p in platforms if len(select_rows(ds, p, split, part))]
+            print(f"costlab: warning: platform {platform!r} of {data} has no records"
+                  f"{'' if split is None else f' in split {split!r} ({part} part)'}: every figure is NaN"
+                  + (f" (platforms with records there: {', '.join(having)}; give --platform)" if having else ""),
+                  file=sys.stderr)
         if meta.get("weights_sha256"):  # which weights were scored: export records a run's report only for them
             result["weights_sha256"] = meta["weights_sha256"]
         if seen_before:

@@ -87,9 +87,10 @@ def write_report(result: dict, out) -> Path:
              f"Dataset `{result['data']}`, platform `{result['platform']}`, split `{result['split']}` "
              f"({result['part']}), {result['records']} records, {len(result['tasks'])} tasks.", "",
              "| metric | value |", "| --- | --- |"]
+    over = f" (mean over {result['topk_over']})" if result.get("topk_over") else ""
     for k in ("top1", "top5", "pairwise", "ndcg", *TAIL_KEYS):
         if k in result:
-            lines.append(f"| {k}{TAIL_NOTES.get(k, '')} | {result[k]:.4f} |")
+            lines.append(f"| {k}{TAIL_NOTES.get(k, over if k in ('top1', 'top5') else '')} | {result[k]:.4f} |")
     curves = topk_curves(result)  # k = 1..20: the plot's, whose first and fifth the table prints
     if len(curves) > 1:
         lines += ["", "## Beside the baselines (same records, mean top-k over tasks)", "",
@@ -97,7 +98,8 @@ def write_report(result: dict, out) -> Path:
         for name, curve in curves.items():
             lines.append(f"| {name} | {curve[0]:.4f} | {curve[4]:.4f} |")
     if result["networks"]:
-        lines += ["", "## Held-out networks (weighted top-k)", "", "| network | top-1 | top-5 |", "| --- | --- | --- |"]
+        title = "Held-out networks" if result.get("topk_over") == "held-out networks" else "Networks"
+        lines += ["", f"## {title} (weighted top-k)", "", "| network | top-1 | top-5 |", "| --- | --- | --- |"]
         for n, v in sorted(result["networks"].items()):
             lines.append(f"| {n} | {v['top1']:.4f} | {v['top5']:.4f} |")
     lines += ["", "## Per task", "", "| task | top-1 | top-5 |", "| --- | --- | --- |"]

@@ -243,9 +243,9 @@ def _evaluate(args) -> int:
     if args.json:
         print(jsontext.dumps(plain))
     else:
-        print(f"{plain['model']} on {plain['platform']} ({plain['records']} records, split {plain['split']}): "
-              f"top1 {plain['top1']:.4f}  top5 {plain['top5']:.4f}  pairwise {plain['pairwise']:.4f}  "
-              f"ndcg {plain['ndcg']:.4f}")
+        print(f"{plain['model']} on {plain['platform']} ({plain['records']} records, split {plain['split']}, "
+              f"{plain['part']} part): top1 {plain['top1']:.4f}  top5 {plain['top5']:.4f} (mean over "
+              f"{plain['topk_over']})  pairwise {plain['pairwise']:.4f}  ndcg {plain['ndcg']:.4f}")
         print(f"  best quarter: pairwise {plain['pairwise_q25']:.4f}  top1 {plain['top1_q25']:.4f};  best tenth: "
               f"pairwise {plain['pairwise_q10']:.4f}  top1 {plain['top1_q10']:.4f};  model's picks: top-1 "
               f"{plain['pick1']:.4f}  top-8 {plain['pick8']:.4f}  top-32 {plain['pick32']:.4f}")
