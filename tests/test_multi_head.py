@@ -99,3 +99,18 @@ def test_options_a_run_could_not_learn_from_are_refused(platforms, tmp_path, cap
     platform's own when scoring."""
     assert main(_train(platforms / "d.h5", tmp_path / "r", *args)) == 2
     assert words in error_line(capsys)
+
+
+def test_fine_tuning_a_model_of_several_heads_to_a_platform_of_none_is_refused_before_featurizing(
+        platforms, capsys, monkeypatch, tmp_path):
+    """The fitted recipes refused it only after computing the features of every training record (minutes of PaCM on
+    a corpus)."""
+    import costlab.train.finetune as finetune
+
+    def featurized(*args, **kwargs):
+        raise AssertionError("featurized before the refusal")
+
+    monkeypatch.setattr(finetune, "features_of", featurized)
+    assert main(["finetune", "--from", str(platforms / "mtl"), "--data", str(platforms / "d.h5"), "--platform", "few",
+                 "--out", str(tmp_path / "ft")]) == 2
+    assert "a model of several heads (llvm-x86_64-2c, other) has none for 'few'" in error_line(capsys)

@@ -38,6 +38,9 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     if not isinstance(pred, NetPredictor):
         raise UsageError(f"{source}: a {pred.kind} model has no net to fine-tune (fine-tune a "
                          f"{kinds.spoken(kinds.learned())} model)")
+    if len(pred.platforms) > 1 and platform not in pred.platforms:  # before its records are featurized
+        raise UsageError(f"{source}: a model of several heads ({', '.join(pred.platforms)}) has none for {platform!r}; "
+                         "fine-tune a single-platform model, or give one of its platforms")
     with open_dataset(data) as ds:
         if platform not in ds.record_platforms():
             raise UsageError(f"{data}: no records of platform {platform!r} (platforms: "
@@ -60,9 +63,6 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     if not lists:
         raise UsageError(f"{data}: platform {platform!r} has no task with two measured records"
                          + (f" in the training part of split {split!r}" if split else "") + ": nothing to rank")
-    if len(pred.platforms) > 1 and platform not in pred.platforms:
-        raise UsageError(f"{source}: a model of several heads ({', '.join(pred.platforms)}) has none for {platform!r}; "
-                         "fine-tune a single-platform model, or give one of its platforms")
     head = head_of(pred, platform)
     t0 = time.perf_counter()
     info = fit_lists(pred.net, pred.kind, lists, r, head=head, seed=seed)
