@@ -571,6 +571,10 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                 rows[i]["kept"] = "untuned"
         finals_stats["kept_untuned"] = sum(kept)
     summary["tasks"].extend(rows)
+    # an earlier invocation's summary does not describe the result about to replace its own: removed first, so that
+    # a run stopped before its summary is written (a Ctrl-C while the network is timed) is not taken for finished
+    # by a re-run of the earlier options, which would report that summary beside this run's result/
+    work.summary_file.unlink(missing_ok=True)
     if any(r is not None for r in chosen) or any(r.get("kept") for r in rows):  # (every task kept: an empty result)
         summary["result"] = _write_result(work, tasks, chosen, finals)
         work.check_written(work.result_dir)

@@ -329,3 +329,17 @@ def test_a_check_whose_worker_died_says_how_it_ended():
     (got,) = check._verdicts_of([(_KilledWhenUnpacked(), ["a program"])], {"kind": "llvm"}, 0, 60.0)
     assert got == [f"{check.WORKER_ENDED} (ChildProcessError: Subprocess terminated (the worker was killed by "
                    "SIGKILL; the kernel's out-of-memory killer sends it))"]
+
+
+def test_integer_and_boolean_outputs_must_equal_the_references():
+    """An int32 accumulator in the thousands was let off by several units under the float tolerances (rtol 1e-3): a
+    program off by a constant everywhere was "ok", could be chosen and go to the library as checked."""
+    import numpy as np
+
+    from costlab.export.check import close
+
+    ref = np.full((4, 4), 3000, np.int32)
+    assert close(ref, ref.copy()) and not close(ref, ref + 1) and not close(ref, ref - 2)
+    flags = np.array([True, False, True])
+    assert close(flags, flags.copy()) and not close(flags, ~flags)
+    assert close(np.full(3, 3000.0, np.float32), np.full(3, 3000.5, np.float32))  # floats: the tolerance stays

@@ -902,3 +902,25 @@ def test_the_work_dir_stays_locked_until_the_run_has_written_its_summary(tmp_pat
     assert main(["tune", "--workload", "GMM:1,8,8,8", "--trials", "2", "--work-dir", str(work), *SMALL_SEARCH]) == 0
     assert len(seen) == 1 and "another costlab tune is running in this work dir" in seen[0], seen
     WorkDir(work).lock("exploit").close()  # and free once the run has ended
+
+
+def test_a_re_run_stopped_after_it_replaced_the_result_leaves_no_summary_of_the_earlier_one(tmp_path, monkeypatch):
+    """A re-run of other final options chooses again and replaces result/; stopped before its own summary is
+    written (a Ctrl-C while its library is added to, or its network timed), the earlier summary stayed beside the
+    new result/, and a re-run of the earlier options took it for finished: it reported programs result/ does not
+    hold. The earlier summary goes before result/ is replaced; the re-run measures the finals again."""
+    import costlab.export.tune as tune_module
+
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--trials", "4", "--work-dir", str(work), *SMALL_SEARCH]
+    assert main(argv + ["--no-check"]) == 0
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_module, "_library_add", stopped)
+    assert main(argv) == 130  # checked now: chosen again, result/ replaced, stopped as the library is added to
+    assert (work / "result").exists() and not (work / "costlab_tune.json").exists()
+    monkeypatch.undo()
+    assert main(argv + ["--no-check"]) == 0
+    assert json.loads((work / "costlab_tune.json").read_text())["options"]["check_output"] is False
