@@ -47,5 +47,28 @@ class MeasuredOnly(PyMeasureCallback):
             cb.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
 
 
-def run_callbacks(*extra, on_results=None) -> list:
-    return [MeasuredOnly(list(MeasureCallback.create("default")) + list(extra), on_results=on_results)]
+@derived_object
+class UpdateAll(PyMeasureCallback):
+    """MetaSchedule's ``UpdateCostModel`` for a costlab cost model (one that adapts online): a candidate whose build
+    failed reaches ``update`` as a failure (a runner result of its build's error), as the database records it and as
+    a continued run's ``remember`` reads it back; MetaSchedule's callback leaves such candidates out."""
+
+    def __init__(self, cost_model):
+        super().__init__()
+        self.cost_model = cost_model
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+        results = [r if b.error_msg is None else RunnerResult(None, b.error_msg)
+                   for b, r in zip(builder_results, runner_results)]
+        self.cost_model.update(task_scheduler.tasks_[int(task_id)].ctx, list(measure_candidates), results)
+
+
+def run_callbacks(*extra, on_results=None, cost_model=None) -> list:
+    """The run's measure callbacks; with a costlab ``cost_model`` that adapts, ``UpdateAll`` updates it in place of
+    MetaSchedule's ``UpdateCostModel``."""
+    callbacks = list(MeasureCallback.create("default"))
+    if getattr(cost_model, "adapter", None) is not None:
+        callbacks = [UpdateAll(cost_model) if type(cb).__name__ == "UpdateCostModel" else cb for cb in callbacks]
+    return [MeasuredOnly(callbacks + list(extra), on_results=on_results)]

@@ -11,8 +11,9 @@ population), which keeps the order and the relative weights of one round's calls
 ``featurizers.psa.TaskScale`` (divided by the best of that population). Programs the model cannot read score 0, below every other. The draft stage of every search
 is this cost model of the draft kind (PSA: ``draft_model``).
 
-``update`` collects the measured candidates (failed builds never reach it; runner errors arrive with
-``run_secs`` None and are kept as failures) and, with ``adapt`` set, adapts the net after every round
+``update`` collects the measured candidates (in ``costlab tune``, ``callbacks.UpdateAll`` passes a failed build as
+a failure, as the database records it; MetaSchedule's own ``UpdateCostModel`` leaves failed builds out; runner errors
+arrive with ``run_secs`` None and are kept as failures) and, with ``adapt`` set, adapts the net after every round
 (``costmodels.adapt``). ``save`` / ``load`` write and read an artifact directory (weights as adapted).
 """
 
@@ -32,7 +33,7 @@ from costlab.costmodels import kinds, predictors
 from costlab.costmodels.adapt import OnlineAdapter
 from costlab.costmodels.artifact import replaceable, save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of
-from costlab.costmodels.recipes import adapts
+from costlab.costmodels.recipes import ADAPT_MODES, adapts
 from costlab.datasets.records import record_latency
 from costlab.export.search.common import task_records
 from costlab.metaschedule import intrinsics
@@ -123,6 +124,8 @@ class CostlabCostModel(PyCostModel):
         if head is not None and platforms and head not in platforms:
             raise UsageError(f"model {source}: no head for platform {head!r} (heads: {', '.join(platforms)})")
         adapter = None
+        if adapt not in ADAPT_MODES:  # before asking whether the model can adapt: a name that is no mode says so
+            raise UsageError(f"adapt must be one of {', '.join(ADAPT_MODES)}, not {adapt!r}")
         if adapts(adapt):
             if not isinstance(predictor, NetPredictor):
                 raise UsageError(f"online adaptation needs a learned net; {predictor.kind} cannot adapt")

@@ -433,6 +433,13 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                                     known_best=[_best_latency(database, t.mod) for t in tasks],
                                     check_written=work.check_written)
             try:
+                if getattr(cost_model, "adapter", None) is not None and not clock.expired() and any(
+                        opts.trials > sum(done[i] for i in group) for group in groups):
+                    # a continued run adapts on all its records: those of every task the work dir holds, a finished
+                    # workload's too (a run not interrupted had them when it reached the next workload)
+                    for i, t in enumerate(tasks):
+                        if done[i] > 0:
+                            cost_model.remember(tune_context(unique_buffer_names(t.mod), target, space=None), database)
                 for group in groups:
                     remaining = opts.trials - sum(done[i] for i in group)
                     if remaining <= 0 or clock.expired():
@@ -455,10 +462,6 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                     clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
                     clock.unreached = sum(done[i] == 0 for i in group)  # their first batches share it
                     run_model = cost_model if opts.model else _cost_model(opts, target, cores)
-                    if getattr(run_model, "adapter", None) is not None:  # a continued run adapts on all its records
-                        for i, ctx in zip(group, contexts):
-                            if done[i] > 0:
-                                run_model.remember(ctx, database)
                     scheduler = make_task_scheduler(opts.task_scheduler, **(
                         {"cost_model": run_model} if opts.task_scheduler == "gain" else {}))
                     try:
@@ -467,7 +470,8 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                                       num_trials_per_iter=opts.per_iter, builder=TimedBuilder(builder, clock),
                                       runner=runner, database=database, cost_model=run_model,
                                       measure_callbacks=run_callbacks(progress.callback(),
-                                                                      on_results=progress.results_in),
+                                                                      on_results=progress.results_in,
+                                                                      cost_model=run_model),
                                       task_scheduler=scheduler)
                     except Exception:
                         if runner_failure(runner) is not None:  # the runner's worker never started: one line
@@ -574,6 +578,7 @@ def _tune(opts: TuneOptions, held: list) -> dict:
     # an earlier invocation's summary does not describe the result about to replace its own: removed first, so that
     # a run stopped before its summary is written (a Ctrl-C while the network is timed) is not taken for finished
     # by a re-run of the earlier options, which would report that summary beside this run's result/
+    earlier_adaptation = _earlier_adaptation(work)  # (read before the file goes)
     work.summary_file.unlink(missing_ok=True)
     if any(r is not None for r in chosen) or any(r.get("kept") for r in rows):  # (every task kept: an empty result)
         summary["result"] = _write_result(work, tasks, chosen, finals)
@@ -590,6 +595,8 @@ def _tune(opts: TuneOptions, held: list) -> dict:
         summary["cost_model"] = dict(cost_model.stats)
         if getattr(cost_model, "adapter", None) is not None:
             summary["adaptation"] = dict(cost_model.adapter.stats, rounds=cost_model.adapter.rounds)
+            if earlier_adaptation:  # a continued run: the updates of the parts before it stay reported
+                summary["adaptation"]["earlier"] = earlier_adaptation
     if network is not None:
         try:
             summary["network"] = end_to_end(network[0], network[1], target,
@@ -771,6 +778,19 @@ def _same_target(value):
         return plain_json(tvm.target.Target(runnable_target(value)).export())
     except Exception:  # noqa: BLE001  a target this machine cannot resolve compares as written
         return value
+
+
+def _earlier_adaptation(work: WorkDir) -> list:
+    """The adaptation records of the work dir's earlier parts (its summary's, oldest first), for a continued run's
+    summary, which replaces that file."""
+    try:
+        old = json.loads(work.summary_file.read_text()).get("adaptation")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(old, dict):
+        return []
+    earlier = old.get("earlier") if isinstance(old.get("earlier"), list) else []
+    return [*earlier, {k: v for k, v in old.items() if k != "earlier"}]
 
 
 def resolved_adapt(opts: TuneOptions, work: Path) -> str:

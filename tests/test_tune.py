@@ -102,6 +102,65 @@ def test_a_continued_run_adapts_on_every_record_the_run_measured(run, tmp_path, 
     assert main([*argv, "--trials", "8"]) == 0
     adaptation = json.loads(capsys.readouterr().out)["adaptation"]
     assert adaptation["records"] == 8 and adaptation["updates"] == 1
+    # the earlier part's updates stay reported (the summary is rewritten with this part's adapter)
+    assert [part["records"] for part in adaptation["earlier"]] == [4]
+
+
+def test_a_continued_run_adapts_on_the_records_of_a_workload_its_first_part_finished(run, tmp_path, capsys,
+                                                                                     monkeypatch):  # noqa: F811
+    """Workloads are tuned one after the other: a run stopped in the second remembered, when continued, only the
+    records of the workloads it still tuned, so it adapted on half of what a run never stopped had."""
+    from tvm.s_tir import meta_schedule as ms
+
+    real, calls = ms.tune_tasks, []
+
+    def stopped_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    argv = ["tune", "--workload", "GMM:1,16,16,16", "--workload", "GMM:1,8,8,8", "--target", "llvm -num-cores=2",
+            "--model", str(run / "model"), "--adapt", "finetune", "--trials", "4", "--work-dir", str(tmp_path / "w"),
+            "--json", "--no-library", "--no-check", *SMALL_SEARCH]
+    monkeypatch.setattr(ms, "tune_tasks", stopped_at_the_second)
+    assert main(argv) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["adaptation"]["records"] == 8
+
+
+def test_a_failed_build_reaches_the_online_update_as_a_failure(run, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """MetaSchedule's UpdateCostModel leaves out candidates whose build failed: the model never learned them as bad
+    during the run, while a continued run's adapter reads them back from the database as failures."""
+    from tvm.s_tir.meta_schedule.builder import BuilderResult
+
+    from costlab.export import cost_model as cm
+    from costlab.export.search import timed
+
+    real_build, real_update = timed.TimedBuilder._cls.build, cm.CostlabCostModel._cls.update
+    count, seen = [0], []
+
+    def every_fourth_fails(self, build_inputs):
+        out = list(real_build(self, build_inputs))
+        for i in range(len(out)):
+            count[0] += 1
+            if count[0] % 4 == 0:
+                out[i] = BuilderResult(None, "injected build failure")
+        return out
+
+    def logged(self, context, candidates, results):
+        seen.append([r.error_msg is not None for r in results])
+        return real_update(self, context, candidates, results)
+
+    monkeypatch.setattr(timed.TimedBuilder._cls, "build", every_fourth_fails)
+    monkeypatch.setattr(cm.CostlabCostModel._cls, "update", logged)
+    assert main(["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model",
+                 str(run / "model"), "--adapt", "finetune", "--trials", "8", "--work-dir", str(tmp_path / "w"),
+                 "--json", "--no-library", "--no-check", *SMALL_SEARCH]) == 0
+    assert [len(batch) for batch in seen] == [4, 4] and [sum(batch) for batch in seen] == [1, 1], seen
+    assert json.loads(capsys.readouterr().out)["adaptation"]["records"] == 8
 
 def test_draft_verify_evolves_measured_programs_of_a_convolution(run, tmp_path, capsys):  # noqa: F811
     """From the second round on, the best measured programs join the evolution. A convolution's programs
@@ -924,3 +983,14 @@ def test_a_re_run_stopped_after_it_replaced_the_result_leaves_no_summary_of_the_
     monkeypatch.undo()
     assert main(argv + ["--no-check"]) == 0
     assert json.loads((work / "costlab_tune.json").read_text())["options"]["check_output"] is False
+
+
+@pytest.mark.parametrize("model", ["psa", "x86-cpu"])
+def test_an_adaptation_mode_that_is_none_is_named_as_such(model):
+    """``costlab.export.load(model, adapt=...)`` asked whether the model could adapt before whether the mode was
+    one: 'bogus' for PSA read "psa cannot adapt", and the modes listed left 'none' out."""
+    from costlab.common.errors import UsageError
+    from costlab.export import load
+
+    with pytest.raises(UsageError, match="adapt must be one of .*none.*, not 'bogus'"):
+        load(model, adapt="bogus")
