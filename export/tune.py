@@ -488,7 +488,9 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                 exploited = exploit(ExploitOptions(str(work), trials=opts.exploit, model=opts.model, head=opts.head,
                                                    seed=opts.seed, target=plain_json(target.export()), cumulative=True,
                                                    builder_timeout=opts.builder_timeout, progress=opts.progress),
-                                    database=database, locked=True, should_stop=clock.expired)
+                                    database=database, locked=True, should_stop=clock.expired,
+                                    # the neighbours screened by the model as the search's adaptation left it
+                                    adapted=cost_model.predictor if getattr(cost_model, "adapter", None) else None)
             # the summary of a finished run re-run (None: none, or the database has grown since); a re-run whose run
             # was stopped after its last batch (no summary) measures its finals now
             earlier = _finished_summary(work, tasks, _done_per_task(database, tasks), opts)
