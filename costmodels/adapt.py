@@ -143,8 +143,12 @@ class OnlineAdapter:
                 momentum = copy.deepcopy(self.wrapper.momentum_net.state_dict())
                 before = list_metrics(net.eval(), self.predictor.kind, val_lists, self.head) if val_lists else None
                 trained = self.wrapper.update(adapt)
-                if trained and (info.get("kept_pretrained") or before is not None and lowers_a_guarded_metric(
-                        list_metrics(net.eval(), self.predictor.kind, val_lists, self.head), before)):
+                after = (list_metrics(net.eval(), self.predictor.kind, val_lists, self.head)
+                         if trained and before is not None and not info.get("kept_pretrained") else None)
+                if after is not None:  # the comparison that decides, beside the recipe's with the momentum copy
+                    row["vs_scoring"] = dict(before=_rounded(before), after=_rounded(after))
+                if trained and (info.get("kept_pretrained") or after is not None and lowers_a_guarded_metric(after,
+                                                                                                           before)):
                     net.load_state_dict(previous)
                     self.wrapper.momentum_net.load_state_dict(momentum)
                     info["kept_pretrained"], trained = True, False

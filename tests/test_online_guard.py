@@ -54,7 +54,11 @@ def test_an_update_never_leaves_the_scoring_net_worse_on_the_held_out_part(mode)
         assert all(after[m] >= before[m] for m in GUARDED if np.isfinite(before[m])), (mode, before, after)
         if not trained:
             assert after == before
+        vs = adapter.rounds[-1].get("vs_scoring")  # the adapter's own comparison is reported beside the recipe's
+        if vs is not None and trained:
+            assert all(vs["after"][m] >= vs["before"][m] for m in GUARDED if vs["before"][m] is not None), vs
     assert adapter.stats["updates"] == 8
+    assert (mode == "momentum") == any("vs_scoring" in r for r in adapter.rounds)
 
 
 def test_the_guard_measures_the_net_with_dropout_off():
