@@ -78,7 +78,7 @@ def test_a_run_started_from_a_model_keeps_its_heads_platforms(platforms, trained
              (["--model", "mtl", "--platform", PLATFORM, "--platform", "other", "--platform", "few"], mtl,
               "its heads are trained as"),
              (["--model", "mtl", "--platform", PLATFORM, "--platform", "other"], trained / "run",
-              "a model of 1 head(s)"),
+              "a one-head model starts no model of several heads: train the mtl model afresh"),
              (["--platform", "other"], mtl, "starts a one-head run through its first head")]
     for args, source, words in cases:
         out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
