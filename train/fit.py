@@ -439,11 +439,11 @@ def _check_source_heads(source: dict, model, platforms: list) -> None:
     heads = int((source.get("net") or {}).get("heads") or 1)
     own = list(source.get("platforms") or [])
     if model.multi_head and (heads != len(platforms) or (heads > 1 and own[:heads] != list(platforms))):
+        advice = ("a one-head model starts no model of several heads: train the mtl model afresh, or start a "
+                  "one-head run from it" if heads == 1 else "give --platform for each of its platforms, in its order")
         raise UsageError(f"{source['path']}: a model of {heads} head(s) ({', '.join(own) or 'no platforms'}) cannot "
-                         f"start a {model.name} model of platforms {', '.join(platforms)}: its heads are trained as they "
-                         "are; " + ("a one-head model starts no model of several heads: train the mtl model afresh, or "
-                                    "start a one-head run from it" if heads == 1 else
-                                    "give --platform for each of its platforms, in its order"))
+                         f"start a {model.name} model of platforms {', '.join(platforms)}: its heads are trained as "
+                         f"they are; {advice}")
     if not model.multi_head and heads > 1 and own and platforms[0] != own[0]:
         raise UsageError(f"{source['path']}: a model of several heads ({', '.join(own)}) starts a one-head run through "
                          f"its first head ({own[0]!r}), not {platforms[0]!r}'s own; give --platform {own[0]} first, or "
