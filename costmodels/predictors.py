@@ -157,13 +157,17 @@ def kind_of(model) -> str | None:
 
 def weights_sha256(model) -> str | None:
     """The hash of a model's weights as its config records it (shipped names and run dirs resolved): what a
-    benchmark records beside its figures. None for a kind that needs no weights (psa, random), an archive or a
-    model without one."""
+    benchmark records beside its figures, and what a tuning run is continued with (an archive is read too: a
+    run tuned with one must refuse another archive copied over it). None for a kind that needs no weights (psa,
+    random) or a model without one."""
     if not model or str(model) in kinds.untrained():
         return None
     try:
-        return json.loads((resolve(model) / "config.json").read_text()).get("weights_sha256")
-    except (OSError, ValueError, AttributeError):
+        path = resolve(model)
+        if path.is_dir():
+            return json.loads((path / "config.json").read_text()).get("weights_sha256")
+        return read_config(path, trust_unhashed=True).get("weights_sha256")  # an archive: its config, checked
+    except (OSError, ValueError, AttributeError, InputError):
         return None
 
 

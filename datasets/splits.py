@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from costlab.common.errors import InputError, UsageError
+from costlab.common.errors import CostlabError, InputError, UsageError
 from costlab.datasets.names import check_name
 
 SPLIT_KINDS = ("task", "network", "within-task")
@@ -124,9 +124,23 @@ def default_split_name(by: str, seed: int, test_fraction: float = 0.2, held_out=
     """The name a split gets from its options: ``task-s0`` (20% held out), ``task30-s0`` (30%),
     ``network-bert+gpt2`` (networks named). Splits that differ in any option get different names."""
     if held_out:
-        return "network-" + re.sub(r"[^A-Za-z0-9._+-]+", "_", "+".join(held_out))[:180]
+        # in name order, as the split stores them: the same networks held out in another order are the same split
+        return "network-" + re.sub(r"[^A-Za-z0-9._+-]+", "_", "+".join(sorted(set(held_out))))[:180]
     pct = "" if abs(test_fraction - 0.2) < 1e-12 else f"{test_fraction * 100:.4g}"
     return f"{by}{pct}-s{seed}"
+
+
+def _stored_network_split(ds, held_out) -> str | None:
+    """The name of a stored split that holds out exactly the networks ``held_out``, or None."""
+    want = sorted(set(held_out))
+    for name in ds.split_names():
+        try:
+            stored = ds.split(name)
+        except (ValueError, CostlabError):  # a damaged split: never the same one
+            continue
+        if stored.by == "network" and sorted(stored.held_out_networks or []) == want:
+            return name
+    return None
 
 
 def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=None, name: str | None = None) -> Split:
@@ -145,6 +159,8 @@ def make_split(ds, by: str, seed: int = 0, test_fraction: float = 0.2, held_out=
     if not 0 < test_fraction < 1:  # also refuses NaN
         raise UsageError(f"test fraction must be between 0 and 1 (exclusive), not {test_fraction}")
     rng = np.random.default_rng(seed)
+    if name is None and held_out:  # the same networks held out again: the split stored already (whatever name
+        name = _stored_network_split(ds, held_out)  # order an earlier costlab gave it), else a new one
     name = default_split_name(by, seed, test_fraction, held_out) if name is None else name
     check_name(name, "split name", "task-s0")
     counts: dict[int, int] = {}

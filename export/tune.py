@@ -877,6 +877,8 @@ def _check_same_run(work: Path, opts: TuneOptions, target) -> dict:
     if old is not None:
         if old.get("model_sha256") and old["model_sha256"] == mine["model_sha256"]:
             old["model"] = mine["model"]  # the same weights, however the model is named
+        if old.get("model_sha256") is None and old.get("model") == mine["model"]:
+            old["model_sha256"] = mine["model_sha256"]  # an archive recorded before archives were hashed: as named
         for k in ("model_sha256", "head", "first_rounds", "task_filter", "transfer_from", "transfer_top", "rpc_key"):
             old.setdefault(k, mine[k])  # runs recorded before these were (a model then compared as named)
         if "target" in old:

@@ -275,3 +275,25 @@ def test_training_evaluating_and_exporting_refuse_records_of_a_task_the_table_la
     err = capsys.readouterr().err
     assert "Traceback" not in err and "damaged dataset: records of platform 'llvm-x86_64-2c' belong to task 99" \
         in err, err
+
+
+def test_the_same_networks_held_out_in_another_order_are_the_same_split(tmp_path, capsys):
+    """The split's name joined the networks in the order they were typed: the same networks in another order were
+    stored as a second split. The name is in name order, and a split an earlier costlab stored under the typed
+    order is found by its networks."""
+    import shutil
+
+    import h5py
+
+    data = tmp_path / "d.h5"
+    shutil.copy(FIXTURES / "ms_small.h5", data)
+    nets = ["GMM:1,16,16,16", "DEP:1,8,8,16,3,1,1"]
+    assert main(["dataset", "split", str(data), "--held-out", nets[0], "--held-out", nets[1]]) == 0
+    assert main(["dataset", "split", str(data), "--held-out", nets[1], "--held-out", nets[0], "--seed", "5"]) == 0
+    with open_dataset(data) as ds:
+        assert ds.split_names() == ["network-DEP_1_8_8_16_3_1_1+GMM_1_16_16_16"]
+    with h5py.File(data, "a") as f:  # as an earlier costlab named it: the networks in the typed order
+        f.move("splits/network-DEP_1_8_8_16_3_1_1+GMM_1_16_16_16", "splits/network-GMM_1_16_16_16+DEP_1_8_8_16_3_1_1")
+    assert main(["dataset", "split", str(data), "--held-out", nets[1], "--held-out", nets[0]]) == 0
+    with open_dataset(data) as ds:
+        assert ds.split_names() == ["network-GMM_1_16_16_16+DEP_1_8_8_16_3_1_1"]

@@ -182,14 +182,20 @@ def test_a_refused_run_leaves_the_runs_config_and_model(trained, tmp_path, capsy
 
 
 def test_a_run_that_trains_no_step_writes_no_model(trained, tmp_path, capsys):
-    """Trainer options that train no step (no batch, no step allowed) would save the untrained net as a model."""
+    """Trainer options that train no step (no batch, no step allowed) would save the untrained net as a model. They
+    were refused after the fit, when config.yaml was replaced and an --overwrite had deleted the earlier run's
+    checkpoints: an earlier run given as --out is left as it was."""
+    import shutil
+
     for option in ("trainer.limit_train_batches=0", "trainer.max_steps=0"):
         out = tmp_path / option
+        shutil.copytree(trained / "run", out)
+        before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
         assert main(["train", "--data", str(trained / "d.h5"), "--out", str(out), "--epochs", "1", "--no-progress",
-                     *TINY, "--set", option]) == 2
+                     *TINY, "--set", option, "--overwrite"]) == 2
         line = _one_error(capsys.readouterr().err)
-        assert "no training step ran" in line, line
-        assert not (out / "model").exists()
+        assert "no training step would run" in line, line
+        assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_finetuning_a_baseline_is_refused_with_every_recipe(tmp_path, trained, capsys):

@@ -994,3 +994,24 @@ def test_an_adaptation_mode_that_is_none_is_named_as_such(model):
 
     with pytest.raises(UsageError, match="adapt must be one of .*none.*, not 'bogus'"):
         load(model, adapt="bogus")
+
+
+def test_a_run_tuned_with_a_model_archive_is_continued_by_its_weights(run, trained, tmp_path, capsys,
+                                                                     monkeypatch):  # noqa: F811
+    """A model given as a path is its weights: an archive's were not read (no hash recorded), so another model
+    exported over the archive continued the run, while the same archive given by its absolute path was refused.
+    A run recorded before archives were hashed continues with its archive as named."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(run / "run"), "-o", "m.tar", "--archive"]) == 0
+    argv = ["tune", "--workload", "GMM:1,8,8,8", "--work-dir", "w", "--no-check", "--no-library", "--adapt", "none",
+            *SMALL_SEARCH]
+    assert main([*argv, "--model", "m.tar", "--trials", "2"]) == 0
+    assert json.loads((tmp_path / "w" / "costlab_run.json").read_text())["model_sha256"]
+    assert main([*argv, "--model", str(tmp_path / "m.tar"), "--trials", "4"]) == 0  # the same weights, spelled so
+    recorded = json.loads((tmp_path / "w" / "costlab_run.json").read_text())
+    (tmp_path / "w" / "costlab_run.json").write_text(json.dumps(dict(recorded, model="m.tar", model_sha256=None)))
+    assert main([*argv, "--model", "m.tar", "--trials", "6"]) == 0
+    assert main(["export", str(trained / "run"), "-o", "m.tar", "--archive", "--force"]) == 0  # another model
+    capsys.readouterr()
+    assert main([*argv, "--model", "m.tar", "--trials", "8"]) == 2
+    assert "holds a tuning run with other options (model_sha256:" in capsys.readouterr().err

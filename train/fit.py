@@ -616,6 +616,10 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
         # refuses (an accelerator whose package is not installed among them)
         raise UsageError(f"trainer options: {str(exc).strip().splitlines()[0]}") from None
     batches = len(dm.train_dataloader())
+    if resumed is None and (trainer.max_steps == 0 or trainer.limit_train_batches == 0 or trainer.max_epochs == 0):
+        # trainer options that train no step: refused before config.yaml is replaced and an --overwrite deletes the
+        # earlier run's checkpoints (the check after the fit stays for what only the fit finds out)
+        raise UsageError(f"no training step would run (trainer options {dict(cfg['trainer'])}); no model written")
     if batches < trainer.world_size:  # each process takes every world-th batch: some would take none
         raise UsageError(f"no training batches for {trainer.world_size - batches} of {trainer.world_size} processes: "
                          f"{len(dm.train_rows)} training records make {batches} batch(es) of "
