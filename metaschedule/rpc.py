@@ -20,7 +20,10 @@ LOST = "costlab: not measured, the RPC tracker or its device stopped answering"
 # What RPCRunner's results say when the connection, not the program, failed
 _CONNECTION_SIGNS = ("Failed to connect to server", "Cannot connect to tracker", "Connection refused",
                      "Connection reset", "Broken pipe", "Connection aborted", "connection closed",
-                     "Socket closed", "socket closed", "[Errno 111]", "[Errno 104]", "[Errno 32]")
+                     "Socket closed", "socket closed", "[Errno 111]", "[Errno 104]", "[Errno 32]",
+                     # the session's server shut it down as it began (a server killed, or restarted, meanwhile)
+                     "(code == RPCCode::kReturn) is false: code=1")
+POLL_S = 2.0  # how often the tracker is asked while a batch's results are awaited
 
 
 def is_lost(error_msg) -> bool:
@@ -51,6 +54,16 @@ def tracker_problem(host: str, port: int, key: str, timeout: float = 5.0) -> str
         keys = sorted(set(servers) | {str(k) for k in (summary.get("queue_info") or {})})
         return f"the RPC tracker at {host}:{port} has no device of key {key!r} connected (keys: {', '.join(keys) or 'none'})"
     return None
+
+
+def _queue(host: str, port: int, key: str) -> dict:
+    """The tracker's queue of ``key`` (``free``, ``pending``), {} when it cannot be read."""
+    from tvm import rpc
+
+    try:
+        return dict((rpc.connect_tracker(host, port).summary().get("queue_info") or {}).get(key) or {})
+    except Exception:  # noqa: BLE001  a tracker gone meanwhile: tracker_problem says so
+        return {}
 
 
 def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, on_lost=None):
@@ -90,17 +103,72 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
                     return False
                 time.sleep(min(5.0, max(0.1, give_up - time.monotonic())))
 
+        def _give_up(self, why: str) -> None:
+            """The batch's requests still waiting are not answered: its runner's worker, blocked in one (a request
+            queued at the tracker for a device that is gone, a session with a device that stopped answering), is
+            ended; no later batch is run."""
+            from costlab.metaschedule.pools import shutdown_pool
+
+            self.lost = why
+            if on_lost is not None:
+                on_lost(f"{why}; waited {wait_s:g} s")
+            pool = getattr(inner, "pool", None)
+            if pool is not None and not getattr(pool, "_shutdown", False):
+                # TVM's pool: its shutdown closes a worker's answers' pipe first, which waits for the read in progress
+                for worker in list(getattr(pool, "_worker_map", {}).values()):
+                    try:
+                        if getattr(worker, "_proc", None) is not None:
+                            worker._proc.kill()
+                    except OSError:
+                        pass
+                shutdown_pool(pool)
+
+        def _collect(self, futures) -> list:
+            """The results of ``futures``, None for those given up: a device that died mid-batch leaves its next
+            request queued at the tracker for good (TVM waits for a device of the key without a limit), and one
+            that stopped answering (frozen, cut off) leaves its session waiting; each is waited for ``wait_s``."""
+            results = [None] * len(futures)
+            timeout = float(getattr(getattr(inner, "rpc_config", None), "session_timeout_sec", 0) or 0)
+            gone_since, check, last = None, time.monotonic() + POLL_S, time.monotonic()
+            while True:
+                for i, fut in enumerate(futures):
+                    if results[i] is None and fut.done():
+                        results[i], last = fut.result(), time.monotonic()
+                if all(r is not None for r in results):
+                    return results
+                now = time.monotonic()
+                if now >= check:
+                    check = now + POLL_S
+                    why = tracker_problem(host, port, key)
+                    gone_since = None if why is None else (gone_since or now)
+                    if why is not None and now - gone_since >= wait_s:
+                        self._give_up(why)
+                        return results
+                    # no answer for longer than a session may last, while no request waits for a busy device: ours
+                    # holds the device, and it stopped answering
+                    if (why is None and timeout and now - last > timeout + max(wait_s, POLL_S)
+                            and not _queue(host, port, key).get("pending")):
+                        self._give_up(f"the device of key {key!r} stopped answering (no result in "
+                                      f"{now - last:.0f} s)")
+                        return results
+                time.sleep(0.1)
+
         def _lost(self, n: int) -> list:
             return [RunnerResult(None, error_msg=f"{LOST} ({self.lost})") for _ in range(n)]
 
         def run(self, runner_inputs):
             if self.lost is not None or not self._reachable():
                 return [_Done(r) for r in self._lost(len(runner_inputs))]
-            results = [f.result() for f in inner.run(runner_inputs)]
+            results = self._collect(inner.run(runner_inputs))
+            if self.lost is not None:
+                return [_Done(r if r is not None and not _lost_result(r.error_msg) else self._lost(1)[0])
+                        for r in results]
             again = [i for i, r in enumerate(results) if _lost_result(r.error_msg)]
             if again and self._reachable():  # the tracker is back (or never left): one more try
-                for i, fut in zip(again, inner.run([runner_inputs[i] for i in again])):
-                    results[i] = fut.result()
+                for i, r in zip(again, self._collect(inner.run([runner_inputs[i] for i in again]))):
+                    results[i] = r if r is not None else self._lost(1)[0]
+                if self.lost is not None:
+                    return [_Done(r if not _lost_result(r.error_msg) else self._lost(1)[0]) for r in results]
                 again = [i for i in again if _lost_result(results[i].error_msg)]
                 if again and tracker_problem(host, port, key) is None:
                     again = []  # tracker and device answer: the program itself failed them (a crash), twice

@@ -140,3 +140,45 @@ def test_a_run_measured_on_a_remote_device_is_never_continued_exploited_or_added
         err = capsys.readouterr().err.strip()
         assert "remote device (--rpc-key board)" in err and len(err.splitlines()) == 1, err
     assert files() == before
+
+
+@pytest.mark.timeout(300)  # the hang this is about would otherwise hold the suite
+def test_a_device_that_dies_mid_batch_stops_the_measurement_after_rpc_wait(tmp_path):
+    """A server killed while a batch runs: TVM queues the runner's next request at the tracker for a device of the
+    key, without a limit, and the command hung for good (``--rpc-wait`` was never applied). The guard asks the
+    tracker while it waits, gives up ``rpc_wait`` seconds after the device went, and the command stops with one
+    line, every record saved a measurement."""
+    import psutil
+
+    path = tmp_path / "d.h5"
+    extract(path, workloads=["GMM:1,64,64,64"])
+    opts = dict(target="llvm -num-cores=1", seed=0, number=20, repeat=3, progress=False, batch_size=4,
+                platform="remote")
+    rpc = _local_rpc()
+    server = psutil.Process(rpc.server.proc._proc.pid)
+    killed = []
+
+    def kill_in_a_session():
+        deadline = time.time() + 120
+        while time.time() < deadline and len(server.children(recursive=True)) < 2:  # a session runs a candidate
+            time.sleep(0.05)
+        time.sleep(0.3)
+        for p in [*server.children(recursive=True), server]:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        killed.append(time.time())
+
+    watcher = threading.Thread(target=kill_in_a_session, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(UsageError, match=r"has no device of key .* stopped after \d+ candidates, every one saved"):
+            measure(path, MeasureOptions(per_task=8, **opts, **_rpc(rpc, wait=3.0)))
+        assert killed and time.time() - killed[0] < 60
+    finally:
+        _stop(rpc)
+    watcher.join()
+    with open_dataset(path) as ds:  # what was saved (maybe nothing) was measured: no failure of the lost device
+        saved = ds.records("remote").error if "remote" in ds.record_platforms() else []
+    assert all(e == ERROR_NONE for e in saved)
