@@ -131,9 +131,14 @@ def default_split_name(by: str, seed: int, test_fraction: float = 0.2, held_out=
 
 
 def _stored_network_split(ds, held_out) -> str | None:
-    """The name of a stored split that holds out exactly the networks ``held_out``, or None."""
+    """The name of a stored split that holds out exactly the networks ``held_out`` under the name ``--held-out``
+    gave it in another order (an earlier costlab's), or None. A split of another name that holds out the same
+    networks (drawn by a seed, or named by --name) is not it: the split is stored under its documented name."""
     want = sorted(set(held_out))
+    parts = sorted(re.sub(r"[^A-Za-z0-9._+-]+", "_", n) for n in want)
     for name in ds.split_names():
+        if not name.startswith("network-") or sorted(name[len("network-"):].split("+")) != parts:
+            continue
         try:
             stored = ds.split(name)
         except (ValueError, CostlabError):  # a damaged split: never the same one

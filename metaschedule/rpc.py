@@ -145,12 +145,15 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
                         self._give_up(why)
                         return results
                     # no answer for longer than a session may last, while no request waits for a busy device: ours
-                    # holds the device, and it stopped answering
-                    if (why is None and timeout and now - last > timeout + max(wait_s, POLL_S)
-                            and not _queue(host, port, key).get("pending")):
-                        self._give_up(f"the device of key {key!r} stopped answering (no result in "
-                                      f"{now - last:.0f} s)")
-                        return results
+                    # holds the device, and it stopped answering. A request waiting (ours for a device another
+                    # client holds, maybe for long) restarts the clock: our session can only have begun after it
+                    if why is None and timeout:
+                        if _queue(host, port, key).get("pending"):
+                            last = now
+                        elif now - last > timeout + max(wait_s, POLL_S):
+                            self._give_up(f"the device of key {key!r} stopped answering (no result in "
+                                          f"{now - last:.0f} s)")
+                            return results
                 time.sleep(0.1)
 
         def _lost(self, n: int) -> list:

@@ -297,3 +297,8 @@ def test_the_same_networks_held_out_in_another_order_are_the_same_split(tmp_path
     assert main(["dataset", "split", str(data), "--held-out", nets[1], "--held-out", nets[0]]) == 0
     with open_dataset(data) as ds:
         assert ds.split_names() == ["network-GMM_1_16_16_16+DEP_1_8_8_16_3_1_1"]
+    # a split of another name that holds out the same networks (named by --name) is not the one --held-out names
+    assert main(["dataset", "split", str(data), "--held-out", nets[0], "--name", "mine"]) == 0
+    assert main(["dataset", "split", str(data), "--held-out", nets[0]]) == 0
+    with open_dataset(data) as ds:
+        assert "network-GMM_1_16_16_16" in ds.split_names()

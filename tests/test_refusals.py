@@ -196,6 +196,14 @@ def test_a_run_that_trains_no_step_writes_no_model(trained, tmp_path, capsys):
         line = _one_error(capsys.readouterr().err)
         assert "no training step would run" in line, line
         assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    # a fraction of the batches that rounds to none: Lightning's refusal was a traceback raised in the fit
+    out = tmp_path / "fraction"
+    shutil.copytree(trained / "run", out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert main(["train", "--data", str(trained / "d.h5"), "--out", str(out), "--epochs", "1", "--no-progress",
+                 *TINY, "--set", "trainer.limit_train_batches=0.01", "--overwrite"]) == 2
+    assert "trainer.limit_train_batches=0.01 takes no batch of the" in _one_error(capsys.readouterr().err)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_finetuning_a_baseline_is_refused_with_every_recipe(tmp_path, trained, capsys):

@@ -616,7 +616,16 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
         # refuses (an accelerator whose package is not installed among them)
         raise UsageError(f"trainer options: {str(exc).strip().splitlines()[0]}") from None
     batches = len(dm.train_dataloader())
-    if resumed is None and (trainer.max_steps == 0 or trainer.limit_train_batches == 0 or trainer.max_epochs == 0):
+    limit = trainer.limit_train_batches
+    if isinstance(limit, float) and 0 < limit and int(batches * limit) == 0:  # Lightning's own refusal, a traceback
+        # raised in the fit, after config.yaml was replaced and an --overwrite deleted the earlier run's checkpoints
+        raise UsageError(f"trainer.limit_train_batches={limit} takes no batch of the {batches}: give at least "
+                         f"{1 / batches:.3g} (or a number of batches); no model written")
+    from lightning.pytorch.callbacks import Timer
+
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    if resumed is None and (trainer.max_steps == 0 or limit == 0 or trainer.max_epochs == 0
+                            or any(t._duration is not None and t._duration <= 0 for t in timers)):
         # trainer options that train no step: refused before config.yaml is replaced and an --overwrite deletes the
         # earlier run's checkpoints (the check after the fit stays for what only the fit finds out)
         raise UsageError(f"no training step would run (trainer options {dict(cfg['trainer'])}); no model written")

@@ -32,6 +32,11 @@ class DraftFilterModel(PyCostModel):
     def adapter(self):
         return self.verify.adapter
 
+    @property
+    def predictor(self):
+        """The learned model's predictor (as its online adaptation left it): what ``tune --exploit`` screens with."""
+        return self.verify.predictor
+
     def predict(self, context, candidates) -> np.ndarray:
         n = len(candidates)
         if not n:
