@@ -15,6 +15,8 @@ from __future__ import annotations
 import socket
 import time
 
+from costlab.metaschedule.pools import shutdown_pool
+
 LOST = "costlab: not measured, the RPC tracker or its device stopped answering"
 
 # What RPCRunner's results say when the connection, not the program, failed
@@ -107,8 +109,6 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
             """The batch's requests still waiting are not answered: its runner's worker, blocked in one (a request
             queued at the tracker for a device that is gone, a session with a device that stopped answering), is
             ended; no later batch is run."""
-            from costlab.metaschedule.pools import shutdown_pool
-
             self.lost = why
             if on_lost is not None:
                 on_lost(f"{why}; waited {wait_s:g} s")
