@@ -40,13 +40,36 @@ def _lost_result(error_msg) -> bool:
                                       or str(error_msg).startswith("RPCRunner: Timeout"))
 
 
-def tracker_problem(host: str, port: int, key: str, timeout: float = 5.0) -> str | None:
-    """Why no device of ``key`` can be had from the tracker at host:port, or None when one can."""
+def _summary(host: str, port: int, timeout: float) -> dict:
+    """The tracker's summary, asked in a thread of its own: TVM's tracker session has no timeout, and a tracker that
+    accepts a connection but never answers (stopped, or its host frozen) would hold the caller for good."""
+    import threading
+
     from tvm import rpc
 
+    box: dict = {}
+
+    def ask():
+        try:
+            box["summary"] = rpc.connect_tracker(host, port).summary()
+        except Exception as exc:  # noqa: BLE001  handed to the caller
+            box["error"] = exc
+
+    asking = threading.Thread(target=ask, daemon=True)  # left blocked on its socket when the tracker never answers
+    asking.start()
+    asking.join(timeout)
+    if asking.is_alive():
+        raise TimeoutError(f"no answer in {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["summary"]
+
+
+def tracker_problem(host: str, port: int, key: str, timeout: float = 5.0) -> str | None:
+    """Why no device of ``key`` can be had from the tracker at host:port, or None when one can."""
     try:
         socket.create_connection((host, port), timeout=timeout).close()  # TVM retries a refusal for 60 s
-        summary = rpc.connect_tracker(host, port).summary()
+        summary = _summary(host, port, timeout)
     except Exception as exc:  # noqa: BLE001  refused, unreachable, not a tracker
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
         return f"no RPC tracker answers at {host}:{port} ({lines[-1][:120] if lines else type(exc).__name__})"
@@ -58,12 +81,10 @@ def tracker_problem(host: str, port: int, key: str, timeout: float = 5.0) -> str
     return None
 
 
-def _queue(host: str, port: int, key: str) -> dict:
+def _queue(host: str, port: int, key: str, timeout: float = 5.0) -> dict:
     """The tracker's queue of ``key`` (``free``, ``pending``), {} when it cannot be read."""
-    from tvm import rpc
-
     try:
-        return dict((rpc.connect_tracker(host, port).summary().get("queue_info") or {}).get(key) or {})
+        return dict((_summary(host, port, timeout).get("queue_info") or {}).get(key) or {})
     except Exception:  # noqa: BLE001  a tracker gone meanwhile: tracker_problem says so
         return {}
 

@@ -182,3 +182,20 @@ def test_a_device_that_dies_mid_batch_stops_the_measurement_after_rpc_wait(tmp_p
     with open_dataset(path) as ds:  # what was saved (maybe nothing) was measured: no failure of the lost device
         saved = ds.records("remote").error if "remote" in ds.record_platforms() else []
     assert all(e == ERROR_NONE for e in saved)
+
+
+@pytest.mark.timeout(60)  # the hang this is about would otherwise hold the suite
+def test_a_tracker_that_accepts_but_never_answers_is_a_problem_not_a_hang():
+    """A tracker stopped (SIGSTOP) or on a frozen host still accepts connections and never answers: TVM's tracker
+    session has no timeout, so the guard's check before each batch, and its polling during one, waited for good."""
+    import socket
+
+    from costlab.metaschedule.rpc import tracker_problem
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel accepts connections; nothing ever reads or answers them
+        began = time.time()
+        why = tracker_problem("127.0.0.1", silent.getsockname()[1], "k", timeout=1.0)
+    assert why is not None and why.startswith("no RPC tracker answers at 127.0.0.1:") and "no answer in 1 s" in why
+    assert time.time() - began < 30
