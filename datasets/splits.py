@@ -120,12 +120,17 @@ class Split:
                    g["test_tasks"][...], progs, list(meta.get("held_out_networks", [])))
 
 
+def _name_part(text: str) -> str:
+    """``text`` as a part of a split's name: what a name may not hold (letters, digits and . _ + -) as ``_``."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text)
+
+
 def default_split_name(by: str, seed: int, test_fraction: float = 0.2, held_out=None) -> str:
     """The name a split gets from its options: ``task-s0`` (20% held out), ``task30-s0`` (30%),
     ``network-bert+gpt2`` (networks named). Splits that differ in any option get different names."""
     if held_out:
         # in name order, as the split stores them: the same networks held out in another order are the same split
-        return "network-" + re.sub(r"[^A-Za-z0-9._+-]+", "_", "+".join(sorted(set(held_out))))[:180]
+        return "network-" + _name_part("+".join(sorted(set(held_out))))[:180]
     pct = "" if abs(test_fraction - 0.2) < 1e-12 else f"{test_fraction * 100:.4g}"
     return f"{by}{pct}-s{seed}"
 
@@ -135,7 +140,7 @@ def _stored_network_split(ds, held_out) -> str | None:
     gave it in another order (an earlier costlab's), or None. A split of another name that holds out the same
     networks (drawn by a seed, or named by --name) is not it: the split is stored under its documented name."""
     want = sorted(set(held_out))
-    parts = sorted(re.sub(r"[^A-Za-z0-9._+-]+", "_", n) for n in want)
+    parts = sorted(_name_part(n) for n in want)
     for name in ds.split_names():
         if not name.startswith("network-") or sorted(name[len("network-"):].split("+")) != parts:
             continue

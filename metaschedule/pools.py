@@ -166,13 +166,19 @@ def shutdown_pool(pool) -> None:
         lock = getattr(pool, "_lock", None)
         if lock is not None and lock.locked():
             lock.release()
-        for worker in list(getattr(pool, "_worker_map", {}).values()):
-            proc = getattr(worker, "_proc", None)
-            try:
-                if proc is not None:
-                    proc.kill()
-            except Exception:  # noqa: BLE001
-                pass
+        kill_workers(pool)
         pool._shutdown = True
         if not isinstance(exc, Exception):
             raise
+
+
+def kill_workers(pool) -> None:
+    """Kill a TVM worker pool's worker processes, without TVM's ``kill``, which closes a worker's answers' pipe first
+    and so waits for a read in progress (a worker blocked in its task)."""
+    for worker in list(getattr(pool, "_worker_map", {}).values()):
+        proc = getattr(worker, "_proc", None)
+        try:
+            if proc is not None:
+                proc.kill()
+        except Exception:  # noqa: BLE001  gone already
+            pass

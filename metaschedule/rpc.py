@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import time
 
-from costlab.metaschedule.pools import shutdown_pool
+from costlab.metaschedule.pools import kill_workers, shutdown_pool
 
 LOST = "costlab: not measured, the RPC tracker or its device stopped answering"
 
@@ -67,26 +67,26 @@ def _summary(host: str, port: int, timeout: float) -> dict:
 
 def tracker_problem(host: str, port: int, key: str, timeout: float = 5.0) -> str | None:
     """Why no device of ``key`` can be had from the tracker at host:port, or None when one can."""
+    return _tracker_state(host, port, key, timeout)[0]
+
+
+def _tracker_state(host: str, port: int, key: str, timeout: float = 5.0) -> tuple[str | None, dict]:
+    """``tracker_problem``'s answer, and the tracker's queue of ``key`` (``free``, ``pending``; {} when the tracker
+    did not answer), from one question to the tracker."""
     try:
         socket.create_connection((host, port), timeout=timeout).close()  # TVM retries a refusal for 60 s
         summary = _summary(host, port, timeout)
     except Exception as exc:  # noqa: BLE001  refused, unreachable, not a tracker
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
-        return f"no RPC tracker answers at {host}:{port} ({lines[-1][:120] if lines else type(exc).__name__})"
+        return f"no RPC tracker answers at {host}:{port} ({lines[-1][:120] if lines else type(exc).__name__})", {}
+    queue = dict((summary.get("queue_info") or {}).get(key) or {})
     # a key stays in queue_info once seen; a device that answers is a connected server of the key
     servers = [str(c.get("key", "")).split(":", 1)[-1] for c in summary.get("server_info") or []]
     if key not in servers:
         keys = sorted(set(servers) | {str(k) for k in (summary.get("queue_info") or {})})
-        return f"the RPC tracker at {host}:{port} has no device of key {key!r} connected (keys: {', '.join(keys) or 'none'})"
-    return None
-
-
-def _queue(host: str, port: int, key: str, timeout: float = 5.0) -> dict:
-    """The tracker's queue of ``key`` (``free``, ``pending``), {} when it cannot be read."""
-    try:
-        return dict((_summary(host, port, timeout).get("queue_info") or {}).get(key) or {})
-    except Exception:  # noqa: BLE001  a tracker gone meanwhile: tracker_problem says so
-        return {}
+        return (f"the RPC tracker at {host}:{port} has no device of key {key!r} connected (keys: "
+                f"{', '.join(keys) or 'none'})"), queue
+    return None, queue
 
 
 def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, on_lost=None):
@@ -135,13 +135,7 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
                 on_lost(f"{why}; waited {wait_s:g} s")
             pool = getattr(inner, "pool", None)
             if pool is not None and not getattr(pool, "_shutdown", False):
-                # TVM's pool: its shutdown closes a worker's answers' pipe first, which waits for the read in progress
-                for worker in list(getattr(pool, "_worker_map", {}).values()):
-                    try:
-                        if getattr(worker, "_proc", None) is not None:
-                            worker._proc.kill()
-                    except OSError:
-                        pass
+                kill_workers(pool)  # TVM's shutdown would close a blocked worker's pipe first, and wait on its read
                 shutdown_pool(pool)
 
         def _collect(self, futures) -> list:
@@ -160,7 +154,7 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
                 now = time.monotonic()
                 if now >= check:
                     check = now + POLL_S
-                    why = tracker_problem(host, port, key)
+                    why, queue = _tracker_state(host, port, key)
                     gone_since = None if why is None else (gone_since or now)
                     if why is not None and now - gone_since >= wait_s:
                         self._give_up(why)
@@ -169,7 +163,7 @@ def guarded_runner(inner, host: str, port: int, key: str, wait_s: float = 60.0, 
                     # holds the device, and it stopped answering. A request waiting (ours for a device another
                     # client holds, maybe for long) restarts the clock: our session can only have begun after it
                     if why is None and timeout:
-                        if _queue(host, port, key).get("pending"):
+                        if queue.get("pending"):
                             last = now
                         elif now - last > timeout + max(wait_s, POLL_S):
                             self._give_up(f"the device of key {key!r} stopped answering (no result in "

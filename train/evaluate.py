@@ -181,6 +181,11 @@ def select_rows(ds, platform: str, split: str | None, part: str) -> np.ndarray:
     raise ValueError(f"part must be test, train or all, not {part!r}")
 
 
+def _with_records(ds, platforms: list, split: str | None, part: str) -> list:
+    """The ``platforms`` with records in the split's part."""
+    return [p for p in platforms if len(select_rows(ds, p, split, part))]
+
+
 def _predict(pred_obj, feats: dict, task: np.ndarray) -> np.ndarray:
     """The predictor's scores of the records. A kind whose scores depend on the rest of the call (``scores_per_call``)
     is asked one task at a time, as a tuning run asks for them."""
@@ -252,7 +257,7 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         if platform is None:
             # the model's own platform, else the dataset's first: one with records in the part where there is one (a
             # kind that names none, psa or random, on a dataset whose first platform has none of the held-out part)
-            having = [p for p in platforms if len(select_rows(ds, p, split, part))] if split is not None else platforms
+            having = _with_records(ds, platforms, split, part) if split is not None else platforms
             platform = next((p for p in pred_obj.platforms if p in having), None) or next(
                 (p for p in pred_obj.platforms if p in platforms), None) or next(iter(having + platforms), None)
         heads = list(pred_obj.platforms)[:head_count(pred_obj)]
@@ -291,7 +296,7 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
         held = bool(split is not None and ds.split(split).held_out_networks)
         result["topk_over"] = (("held-out networks" if held else "whole networks") if result["networks"] else "tasks")
         if not len(rows):
-            having = [p for p in platforms if len(select_rows(ds, p, split, part))]
+            having = _with_records(ds, platforms, split, part)
             print(f"costlab: warning: platform {platform!r} of {data} has no records"
                   f"{'' if split is None else f' in split {split!r} ({part} part)'}: every figure is NaN"
                   + (f" (platforms with records there: {', '.join(having)}; give --platform)" if having else ""),

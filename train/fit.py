@@ -509,6 +509,8 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     keep = dopts.get("keep_fraction") or {}
     if cfg["platforms"]:  # checked before featurizing where the platforms are known already
         _check_keep_fraction(keep, list(dict.fromkeys([*cfg["platforms"], *(dopts.get("row_platforms") or [])])))
+    if model.multi_head and len(set(cfg["platforms"])) < len(cfg["platforms"]):  # a second head of a platform is
+        raise UsageError(f"platforms {cfg['platforms']}: each platform once (one head each)")  # never scored
     source = source_meta(cfg["init_from"]) if cfg.get("init_from") else None
     if source:  # before featurizing: a net the source's weights cannot fill (a PaCM model, the default tlp), heads
         _check_source_kind(cfg["init_from"], source["kind"], kind)  # of other platforms (where they are given)
@@ -545,8 +547,6 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     if model.multi_head and len(cfg["platforms"]) < 2:
         raise UsageError(f"model {kind!r} needs at least two platforms (platforms: [target, other, ...])")
     if model.multi_head:
-        if len(set(cfg["platforms"])) < len(cfg["platforms"]):  # a second head of a platform is never scored
-            raise UsageError(f"platforms {cfg['platforms']}: each platform once (one head each)")
         _check_heads(cfg["data"], dm)
     heads = len(cfg["platforms"]) if model.multi_head else 1
     if not model.multi_head:
