@@ -16,6 +16,7 @@ from costlab.commands import models as models_cmd
 from costlab.commands import train as train_cmd
 from costlab.commands import transfer as transfer_cmd
 from costlab.commands import tune as tune_cmd
+from costlab.commands.options import home_expanded
 from costlab.commands.signals import Terminated
 from costlab.common.errors import CostlabError
 from costlab.datasets.store import abandoned_files, hdf5_read_failure
@@ -48,6 +49,8 @@ def main(argv=None) -> int:
     except CostlabError as exc:  # an option value refused by its checked type (costlab/commands/options.py)
         print(f"costlab: error: {exc}", file=sys.stderr)
         return 2
+    for name, value in vars(args).items():  # `--out=~/runs`: the shell leaves a `~` after `=` as written
+        setattr(args, name, home_expanded(value))
     previous = _terminate_as_interrupt()
     try:
         return int(args.func(args) or 0)

@@ -218,3 +218,22 @@ def test_finetuning_a_baseline_is_refused_with_every_recipe(tmp_path, trained, c
         line = _one_error(capsys.readouterr().err)
         assert "a xgb model has no net to fine-tune" in line, line
         assert not (out / "model").exists()
+
+
+def test_a_tilde_after_an_options_equals_sign_is_the_users_home(tmp_path, monkeypatch):
+    """The shell leaves `--output=~/packs` as written (its `~` does not start a word): costlab makes it the home
+    folder, as the shell would have, for a path option and a positional alike, rather than a folder named `~`."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(SMALL, tmp_path / "small.h5")
+    assert main(["dataset", "pack", "~/small.h5", "--output=~/packs"]) == 0
+    assert (tmp_path / "packs").is_dir() and any((tmp_path / "packs").iterdir())
+    assert not (tmp_path / "~").exists()
+
+
+def test_the_library_folder_from_the_environment_expands_a_tilde(tmp_path, monkeypatch):
+    from costlab.export.library.store import default_root
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("COSTLAB_LIBRARY", "~/lib")
+    assert default_root() == tmp_path / "lib"

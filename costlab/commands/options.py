@@ -7,6 +7,7 @@ A ``UsageError`` is not a ``ValueError``, so argparse does not turn it into its 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from costlab.common.errors import UsageError
@@ -63,11 +64,25 @@ def fraction(option: str):
     return parse
 
 
+def home_expanded(value):
+    """``value`` with a leading ``~`` or ``~/`` made the user's home, as the shell makes it of a word of its own:
+    the shell leaves ``--out=~/runs`` as written, since the ``~`` does not start the word. Lists are expanded
+    item by item; anything else (a number, ``~name``, a ``~`` within the text) is returned as it is."""
+    if isinstance(value, list):
+        return [home_expanded(item) for item in value]
+    if isinstance(value, (str, Path)):
+        text = str(value)
+        if text == "~" or text.startswith("~/"):
+            expanded = os.path.expanduser(text)
+            return Path(expanded) if isinstance(value, Path) else expanded
+    return value
+
+
 def directory(option: str):
     """A directory to write into: it may not exist yet, but may not be an existing file."""
 
     def parse(text: str) -> Path:
-        path = Path(text)
+        path = Path(home_expanded(text))
         if path.exists() and not path.is_dir():
             raise UsageError(f"{option} {text}: exists and is not a directory (give a new or existing directory)")
         return path

@@ -56,8 +56,8 @@ logger = logging.getLogger(__name__)
 def default_root() -> Path:
     """Where the user's libraries live when no ``--library`` is given."""
     env = os.environ.get("COSTLAB_LIBRARY")
-    if env:
-        return Path(env)
+    if env:  # `~` as written where no shell expanded it (a service's environment, a quoted assignment)
+        return Path(env).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "costlab" / "library"
 
