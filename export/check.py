@@ -28,23 +28,39 @@ RTOL, ATOL = 1e-3, 2e-3
 # reference's: tolerances relative to the output's largest value (taken as at least 1), far below what a wrong
 # program gives
 HALF_RTOL = 2e-2
+# bfloat16 and the float8 kinds (numpy's extension types of ml_dtypes, which numpy does not count as inexact):
+# the same comparison, at this many times the format's own epsilon (bfloat16: 0.0625)
+LOW_PRECISION_EPS = 8
 # check workers at once on a GPU: each makes a CUDA context (hundreds of MiB of the GPU's memory)
 GPU_WORKERS = 4
 
 
 def close(expected, got) -> bool:
-    """Whether an output matches the reference's (``RTOL``/``ATOL``; float16 outputs ``HALF_RTOL``; integer and
-    boolean outputs exactly: their sums round nowhere, and an int32 accumulator of thousands was let off by
-    several units under ``RTOL``)."""
+    """Whether an output matches the reference's (``RTOL``/``ATOL``; float16 outputs ``HALF_RTOL``, bfloat16 and
+    float8 ones ``LOW_PRECISION_EPS`` times their epsilon, both relative to the output's largest value; integer and
+    boolean outputs exactly: their sums round nowhere, and an int32 accumulator of thousands was let off by several
+    units under ``RTOL``)."""
     if expected.shape != got.shape:
         return False
-    if not np.issubdtype(expected.dtype, np.inexact):
+    if not _floating(expected.dtype):
         return bool(np.array_equal(expected, got))
+    if np.issubdtype(expected.dtype, np.inexact) and expected.dtype != np.float16:  # float32, float64
+        return bool(np.allclose(expected, got, rtol=RTOL, atol=ATOL, equal_nan=True))
     if expected.dtype == np.float16:
-        a, b = expected.astype(np.float64), got.astype(np.float64)
-        scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=1.0))
-        return bool(np.allclose(a, b, rtol=HALF_RTOL, atol=HALF_RTOL * scale, equal_nan=True))
-    return bool(np.allclose(expected, got, rtol=RTOL, atol=ATOL, equal_nan=True))
+        rtol = HALF_RTOL
+    else:
+        import ml_dtypes  # lazy: TVM's own dependency, needed only for outputs of its extension float types
+
+        rtol = LOW_PRECISION_EPS * float(ml_dtypes.finfo(expected.dtype).eps)
+    a, b = expected.astype(np.float64), got.astype(np.float64)
+    scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=1.0))
+    return bool(np.allclose(a, b, rtol=rtol, atol=rtol * scale, equal_nan=True))
+
+
+def _floating(dtype) -> bool:
+    """Whether an array of ``dtype`` holds floating-point values: numpy's own, or the extension types TVM takes
+    from ml_dtypes (bfloat16, float8_e4m3fn, ...), which numpy does not count as inexact."""
+    return np.issubdtype(dtype, np.inexact) or dtype.name.startswith(("bfloat", "float"))
 
 
 def reference_cpu_target() -> dict:
@@ -78,7 +94,7 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
     inputs = []
     for info in infos:
         dtype, shape = str(info.dtype), [int(x) for x in info.shape]
-        if dtype.startswith("float"):
+        if dtype.startswith(("float", "bfloat")):
             inputs.append(rng.uniform(-1, 1, shape).astype(dtype))
         elif dtype == "bool":
             inputs.append(rng.integers(0, 2, shape).astype(dtype))

@@ -343,3 +343,31 @@ def test_integer_and_boolean_outputs_must_equal_the_references():
     flags = np.array([True, False, True])
     assert close(flags, flags.copy()) and not close(flags, ~flags)
     assert close(np.full(3, 3000.0, np.float32), np.full(3, 3000.5, np.float32))  # floats: the tolerance stays
+
+
+def test_bfloat16_programs_are_checked_on_fractional_inputs_within_the_formats_rounding(monkeypatch):
+    """bfloat16 arguments were drawn as the small integers of an index argument, whose products and sums round
+    nowhere, and bfloat16 outputs compared exactly (numpy does not count ml_dtypes' types as floats): a program
+    that sums in another order than the reference, one bfloat16 rounding apart, would have been called wrong."""
+    import ml_dtypes
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    from costlab.export import check
+
+    ref = np.linspace(-3, 3, 64).astype(ml_dtypes.bfloat16)
+    one_rounding = (ref.astype(np.float32) * (1 + 2.0 ** -8)).astype(ml_dtypes.bfloat16)
+    assert not np.array_equal(ref, one_rounding) and check.close(ref, one_rounding)
+    assert not check.close(ref, (ref.astype(np.float32) + 0.5).astype(ml_dtypes.bfloat16))
+
+    seen = []
+    a = te.placeholder((8, 32), "bfloat16", name="A")
+    k = te.reduce_axis((0, 32), "k")
+    out = te.compute((8,), lambda i: te.sum(a[i, k].astype("float32"), axis=k), name="out")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, out])})
+    original = check.close
+    monkeypatch.setattr(check, "close", lambda e, g: seen.append(e.copy()) or original(e, g))
+    assert check._compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]
+    drawn = seen[0].astype(np.float32)  # the input argument comes back as it went in
+    assert np.any(drawn != np.round(drawn)) and np.all(np.abs(drawn) <= 1)
