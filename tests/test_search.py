@@ -577,6 +577,25 @@ def test_no_search_runs_when_no_program_fits_before_the_deadline():
     assert clock.nothing_fits()
 
 
+def test_no_round_starts_whose_search_would_leave_no_time_to_measure():
+    """A round that started a few seconds before --max-seconds searched (seconds of evolution), then found the
+    deadline passed and measured nothing: the search is counted in, at the task's last search's seconds (a task
+    not searched before: the slowest search so far)."""
+    import time
+
+    from costlab.export.search.timed import RoundClock
+
+    clock = RoundClock(deadline=time.time() + 10)
+    clock.per_program_s = 1.0
+    assert not clock.nothing_fits(task=0)
+    clock.search_s[0] = 30.0  # task 0's last search took 30 s: none of its programs would be measured
+    assert clock.nothing_fits(task=0) and clock.stopped_by_deadline
+    clock.stopped_by_deadline = False
+    assert clock.nothing_fits(task=1)  # never searched: taken as slow as the slowest
+    clock.search_s[1], clock.stopped_by_deadline = 2.0, False
+    assert not clock.nothing_fits(task=1) and not clock.stopped_by_deadline
+
+
 def test_make_strategy_refuses_a_population_that_is_not_a_positive_integer():
     """``population=0`` became the strategy's own population silently; it, and a name that is not a string, are
     one clear error."""

@@ -11,7 +11,7 @@ The clock also holds the budgets every batch is cut to (``RoundClock.affordable`
 (``trials_left``, shared by all tasks of a network: MetaSchedule's task scheduler checks its global budget only
 before a round, so its last round would run past it), and, once a batch has been measured, the deadline: a
 batch is cut to the programs that the last batch's build and run seconds per program say can be measured
-before it, and none starts when not one fits. A task's first batch is also cut to its share of the trials left
+before it, and no round starts when not one would fit after the task's search (its last search's seconds). A task's first batch is also cut to its share of the trials left
 among the tasks not yet measured (``unreached``): a network of many tasks whose first rounds together exceed the
 budget (19 tasks x 64 candidates > 1,000 trials) still has every task measured once, each first round a little
 smaller, instead of the last tasks in the order never measured at all.
@@ -62,6 +62,7 @@ class RoundClock:
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
         self.unreached = 0  # tasks sharing trials_left that have not had a batch yet (their first batches share it)
         self.per_program_s: float | None = None  # the last batch's build and run seconds per program
+        self.search_s: dict = {}  # task -> the seconds its last measured batch's search took
         self.tags = None  # a metaschedule.screening.TaskTags when the runner screens: candidates tagged with their task
         self.screening = None  # that ScreeningRunner: each batch's row says how many it screened out
 
@@ -84,15 +85,19 @@ class RoundClock:
             return True
         return False
 
-    def nothing_fits(self) -> bool:
-        """No candidate could be measured now: the trials are spent, or the last batch's seconds per program say
-        none fits before the deadline. A search then would be thrown away (``affordable`` cuts its batch to
-        nothing), and a network's every live task would run one before the run ends."""
+    def nothing_fits(self, task=None) -> bool:
+        """No candidate could be measured after a search of ``task`` now: the trials are spent, or the last
+        batch's seconds per program say none fits before the deadline once the search has taken as long as its
+        last did (a task not searched before: as long as the slowest search so far). A search then would be thrown
+        away (``affordable`` cuts its batch to nothing), and a network's every live task would run one before the
+        run ends."""
         if self.trials_left is not None and self.trials_left <= 0:
             return True
-        if self.deadline is not None and self.per_program_s and self.deadline - time.time() < self.per_program_s:
-            self.stopped_by_deadline = True
-            return True
+        if self.deadline is not None and self.per_program_s:
+            search_s = self.search_s.get(task, max(self.search_s.values(), default=0.0))
+            if self.deadline - time.time() < search_s + self.per_program_s:
+                self.stopped_by_deadline = True
+                return True
         return False
 
     def affordable(self, n: int, first: bool = False, task=None) -> int:
@@ -152,6 +157,7 @@ class RoundClock:
             row["screened_out"] = self.screening.last_screened
         if run_s is not None and batch.n:  # what a batch costs until the next can start
             self.per_program_s = (batch.build_s + run_s + row["update_s"]) / batch.n
+            self.search_s[task] = batch.search_s
         if self.first_batch_at is None:
             # where the seconds to the first results went: every search and build until then, and the run after
             # the last build (the other tasks' first batches, searched and built before these results came in,
@@ -185,7 +191,7 @@ class TimedSearch(PySearchStrategy):
         self.inner.post_tuning()
 
     def generate_measure_candidates(self):
-        if self.clock.expired() or self.clock.nothing_fits():
+        if self.clock.expired() or self.clock.nothing_fits(self.position):
             return None
         t0 = time.perf_counter()
         out = self.inner.generate_measure_candidates()
