@@ -38,25 +38,66 @@ def _train(data, out, *args) -> list:
 
 def test_a_head_of_too_few_labels_is_refused_and_records_no_head_learns_from_are_counted(platforms, tmp_path,
                                                                                          capsys):
-    """An mtl model learns from the rows' platform's records, labelled on every platform that measured the same
-    program: a head of a platform that measured none of them was written untrained, and another platform's records
-    of programs the rows' platform never measured were dropped without a word."""
+    """With ``mtl_rows: base`` an mtl model learns from the rows' platform's records, labelled on every platform
+    that measured the same program: a head of a platform that measured none of them was written untrained, and
+    another platform's records of programs the rows' platform never measured were dropped without a word."""
     data = platforms / "d.h5"
     capsys.readouterr()
     # rows: 'few''s 20 records (task 0), labelled on PLATFORM too; PLATFORM's 60 records of tasks 1-3 train no head
-    args = ["--model", "mtl", "--set", "data_options.base_platform=few", "--platform", "few"]
+    args = ["--model", "mtl", "--set", "data_options.base_platform=few", "--set", "data_options.mtl_rows=base",
+            "--platform", "few"]
     assert main(_train(data, tmp_path / "a", *args, "--platform", PLATFORM)) == 0
     assert "costlab: note: 60 of the 80 records of 'llvm-x86_64-2c' train no head" in capsys.readouterr().err
     # a platform of task 1's programs alone: none of them among the rows' (task 0's), so its head has no label
-    shutil.copy(data, tmp_path / "b.h5")
-    with open_dataset(data) as ds:
-        task_1 = np.flatnonzero(ds.records(PLATFORM).task == 1)
-    copy_platform(tmp_path / "b.h5", PLATFORM, "apart", {"kind": "llvm", "num-cores": 8}, rows=task_1)
-    assert main(_train(tmp_path / "b.h5", tmp_path / "b", *args, "--platform", "apart")) == 2
+    assert main(_train(_apart(data, tmp_path), tmp_path / "b", *args, "--platform", "apart")) == 2
     assert "the head of platform 'apart' has 0 labelled training record(s)" in error_line(capsys)
     assert not (tmp_path / "b" / "model").exists()
     assert main(_train(data, tmp_path / "c", "--model", "mtl", "--platform", PLATFORM, "--platform", PLATFORM)) == 2
     assert "each platform once (one head each)" in error_line(capsys)
+
+
+def _apart(data, tmp_path):
+    """``data`` with one more platform, 'apart', of task 1's programs alone."""
+    shutil.copy(data, tmp_path / "apart.h5")
+    with open_dataset(data) as ds:
+        task_1 = np.flatnonzero(ds.records(PLATFORM).task == 1)
+    copy_platform(tmp_path / "apart.h5", PLATFORM, "apart", {"kind": "llvm", "num-cores": 8}, rows=task_1)
+    return tmp_path / "apart.h5"
+
+
+def test_an_mtl_model_learns_from_every_program_any_of_its_platforms_measured(platforms, tmp_path, capsys):
+    """By default (``mtl_rows: union``) the rows are every program of any platform, once each: the first platform's
+    records, then the others' of programs it has none of, each labelled on every platform that measured it; where
+    the first platform's records alone were the rows, a head of a platform that measured other programs had no
+    label, and the other platforms' records of programs outside the first's trained nothing."""
+    data = _apart(platforms / "d.h5", tmp_path)
+    capsys.readouterr()
+    assert main(_train(data, tmp_path / "u", "--model", "mtl", "--platform", "few", "--platform", "apart",
+                       "--platform", PLATFORM)) == 0
+    assert "train no head" not in capsys.readouterr().err
+    summary = json.loads((tmp_path / "u" / "summary.json").read_text())
+    # few: task 0 (20), apart: task 1 (20), PLATFORM: tasks 2-3 (40) not yet rows; no program twice
+    assert summary["row_platforms"] == ["few", "apart", PLATFORM]
+    assert summary["train_records"] + summary["val_records"] + summary["test_records"] == 80
+    config = (tmp_path / "u" / "config.yaml").read_text()
+    assert "mtl_rows: union" in config  # recorded, so that a resumed run keeps its rows
+
+
+def test_a_multi_head_run_recorded_before_its_rows_were_an_option_resumes_on_its_first_platforms_records(
+        platforms, tmp_path, capsys):
+    """A run whose config.yaml has no ``mtl_rows`` was trained, by an older costlab, on the first platform's
+    records alone: resumed, it continues on those rows, not on every platform's programs."""
+    data, out = platforms / "d.h5", tmp_path / "old"
+    args = ["--model", "mtl", "--platform", "few", "--platform", PLATFORM]
+    assert main(_train(data, out, *args, "--set", "data_options.mtl_rows=base")) == 0
+    config = out / "config.yaml"
+    config.write_text(config.read_text().replace("  mtl_rows: base\n", ""))
+    assert "mtl_rows" not in config.read_text()
+    capsys.readouterr()
+    assert main([*_train(data, out, *args), "--resume", "--epochs", "2"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["row_platforms"] == ["few"] and summary["epochs"] == 2
+    assert summary["train_records"] + summary["val_records"] + summary["test_records"] == 20
 
 
 def test_evaluating_a_platform_no_head_is_for_needs_a_head(platforms, capsys):

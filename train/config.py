@@ -15,8 +15,9 @@ command line as ``--set section.key=value``.
     net: {d_model: 256}         # net options (see costmodels/*_net.py); tlp/mtl: hardware_dim: 8 = a hardware input
     data_options: {list_size: 32, lists_per_batch: 16, val_fraction: 0.1, keep_fraction: {},
                    tail_lists: 0, tail_fraction: 0.25,   # tail_lists: per task and epoch, lists of its best programs
-                   row_platforms: [], hardware_jitter: 0.0}  # several CPUs' records as rows, each labelled on its
+                   row_platforms: [], hardware_jitter: 0.0,  # several CPUs' records as rows, each labelled on its
                                 # own platform; jitter: log2 noise on the hardware vector's caches and clock
+                   mtl_rows: union}  # mtl: every program any platform measured (union), or base_platform's alone
     trainer: {max_epochs: 50, gradient_clip_val: 0.5, accelerator: auto, devices: auto, strategy: auto}
     momentum: null              # MoA fine-tuning: EMA factor (0.99) of the momentum copy
     momentum_every: 1           # epochs per momentum round
@@ -146,6 +147,7 @@ def load_config(path=None, overrides=(), **named) -> dict:
 # trainer.max_epochs, Lightning's -1 = "never stop"). (checker, what it must be) per dotted key; the model
 # kinds are the registry's (costmodels/kinds.py) as it is when the config is checked.
 LOSSES = ("lambdarank", "mse")
+MTL_ROWS = ("union", "base")  # a multi-head model's rows (train/data.py)
 
 
 def _positive(x):
@@ -179,6 +181,7 @@ CHECKS = {
     "data_options.tail_lists": (int, _non_negative, "an integer >= 0"),
     "data_options.tail_fraction": (float, lambda x: 0 < x <= 1, "a number above 0, at most 1"),
     "data_options.hardware_jitter": (float, _non_negative, "a number >= 0 (log2 units)"),
+    "data_options.mtl_rows": (str, lambda x: x in MTL_ROWS, f"one of {', '.join(MTL_ROWS)}"),
 }
 NULLABLE = {"momentum", "trainer.gradient_clip_val"}
 SECTIONS = ("net", "data_options", "trainer")

@@ -4,7 +4,10 @@ Batches are built as per-task ranking lists: each list holds up to ``list_size``
 batch ``lists_per_batch`` lists. Features are read lazily from the HDF5 cache, one read per batch; labels
 come from ``labels.build_label_table`` (one column per platform). With ``row_platforms`` the rows are the
 records of several platforms (several CPUs), each labelled on its own platform, and each list holds one task
-of one platform; with ``hardware`` every row carries its platform's hardware vector
+of one platform. A model of one head per platform (``multi_head``) learns, by default (``mtl_rows: union``),
+from every program any of its platforms measured: one row per program, the record of the first platform (the
+base, then ``platforms``' order) that has it, labelled on every platform that measured it (NaN elsewhere: the
+loss masks it); ``mtl_rows: base`` takes the base platform's records alone. With ``hardware`` every row carries its platform's hardware vector
 (``featurizers/hardware_vector.py``), jittered per training list by ``hardware_jitter``. Splits are the
 dataset's stored ones: test = the split's test part, validation = a seeded fraction of the training tasks
 (or programs, for a within-task split), training = the rest.
@@ -30,7 +33,7 @@ from costlab.featurizers.cache import (build_cache, features_of, fitted_featuriz
                                        open_cache, vocabulary_warning)
 from costlab.featurizers.hardware_vector import JITTERED, platform_vector
 from costlab.featurizers.side_cache import open_side_cache, side_cache
-from costlab.train.labels import LabelTable, build_label_table
+from costlab.train.labels import LabelTable, build_label_table, label_rows
 
 
 def _writable(path) -> bool:
@@ -48,6 +51,10 @@ class DataConfig:
     featurizer: str = "tlp"
     platforms: list = field(default_factory=list)  # label columns; the first is the default target
     base_platform: str | None = None  # whose records (and feature cache) are the rows; default: first
+    # a multi-head model's rows: "union", every program any of the platforms measured (the base platform's records,
+    # then each other platform's of programs not yet a row), or "base", the base platform's records alone
+    mtl_rows: str = "union"
+    multi_head: bool = False  # set by the training run for a model of one head per platform
     # several platforms' records as rows, each labelled on its own platform (one label column; the first of
     # ``platforms`` must be one of them): one model learns from several CPUs
     row_platforms: list = field(default_factory=list)
@@ -200,6 +207,9 @@ class CostDataModule(L.LightningDataModule):
                 cfg.platforms = list(cfg.row_platforms[:1]) or ds.record_platforms()[:1]
             self.base = cfg.base_platform or cfg.platforms[0]
             self.rows_of = list(cfg.row_platforms) or [self.base]
+            if self._union():  # the other platforms' records of programs the base has none of are rows too
+                self.rows_of += [p for p in dict.fromkeys(cfg.platforms)
+                                 if p != self.base and p in ds.record_platforms()]
             if cfg.row_platforms:
                 self._check_row_platforms(ds)
             missing = [p for p in self.rows_of if self._featurizer is None and self._cache_missing(ds, p)]
@@ -225,15 +235,20 @@ class CostDataModule(L.LightningDataModule):
                 self.labels = LabelTable([cfg.platforms[0]], *(np.concatenate([getattr(t, k) for t in parts])
                                                                for k in ("task", "program_id", "score", "latency")))
                 self.row_platform = np.repeat(np.arange(len(parts)), [len(t) for t in parts])
+                self.record_index = np.concatenate([np.arange(len(t)) for t in parts])
+            elif self._union():
+                self.labels, self.row_platform, self.record_index = self._union_rows(ds, held_out)
             else:
                 self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed, held_out)
                 self.row_platform = np.zeros(len(self.labels), np.int64)
-            self.offsets = np.concatenate([[0], np.cumsum(np.bincount(self.row_platform, minlength=len(self.rows_of)))])
+                self.record_index = np.arange(len(self.labels))
             # the features are read from this same opening of the file (below), those loaded now too
             self._ds, self._caches = ds, {}
             self._load_within_budget()
-            # ranking lists and per-task metrics stay within one task of one platform
-            self.groups = self.labels.task * len(self.rows_of) + self.row_platform
+            # ranking lists and per-task metrics stay within one task of one platform (of one label column: a
+            # multi-head model's rows of several platforms are labelled alike, so a task's lists mix them)
+            self.groups = (self.labels.task if self._union()
+                           else self.labels.task * len(self.rows_of) + self.row_platform)
             if cfg.hardware:
                 try:
                     self.vectors = np.stack([platform_vector(ds.platforms[p]) for p in self.rows_of])
@@ -281,6 +296,29 @@ class CostDataModule(L.LightningDataModule):
         # the features are read from this same opening of the file: a `costlab featurize` that replaces the cache
         # (another --config, --refit) or a write that adds records meanwhile renames a new file over it, and the
         # labels, the featurizer and the rows above are this one's
+
+    def _union(self) -> bool:
+        cfg = self.config
+        return cfg.multi_head and cfg.mtl_rows == "union" and not cfg.row_platforms
+
+    def _union_rows(self, ds, held_out) -> tuple:
+        """A multi-head model's rows: the base platform's records, then each other platform's records of programs
+        no earlier platform has (``rows_of``' order), labelled on every platform; with each row's platform and
+        index among that platform's records."""
+        cfg = self.config
+        tasks, pids, plats, index, seen = [], [], [], [], None
+        for j, p in enumerate(self.rows_of):
+            table = ds.records(p)
+            ids = np.asarray(table.program_id)
+            take = np.arange(len(ids)) if seen is None else np.flatnonzero(~np.isin(ids, seen))
+            seen = np.unique(ids) if seen is None else np.union1d(seen, ids)
+            tasks.append(table.checked_task().astype(np.int64)[take])
+            pids.append(ids[take])
+            plats.append(np.full(len(take), j, np.int64))
+            index.append(take)
+        labels = label_rows(ds, cfg.platforms, np.concatenate(tasks), np.concatenate(pids), cfg.keep_fraction,
+                            cfg.seed, held_out)
+        return labels, np.concatenate(plats), np.concatenate(index)
 
     def _rankable(self, rows: np.ndarray) -> bool:
         """Whether the rows (a mask) hold something the validation top-1 ranks: a ranking group (a task on one
@@ -361,11 +399,11 @@ class CostDataModule(L.LightningDataModule):
         """Features of rows (indices into the label table), in their order."""
         plat = self.row_platform[rows]
         if len(self.rows_of) == 1:
-            return self._platform_features(0, rows)
+            return self._platform_features(0, self.record_index[rows])
         parts, where = [], []
         for j in np.unique(plat).tolist():
             sel = np.flatnonzero(plat == j)
-            parts.append(self._platform_features(j, rows[sel] - self.offsets[j]))
+            parts.append(self._platform_features(j, self.record_index[rows[sel]]))
             where.append(sel)
         return take_rows(concat_features(parts), np.argsort(np.concatenate(where)))
 
@@ -375,7 +413,7 @@ class CostDataModule(L.LightningDataModule):
         out = np.ones(len(rows), bool)
         for j in np.unique(self.row_platform[rows]).tolist():
             sel = np.flatnonzero(self.row_platform[rows] == j)
-            local = rows[sel] - self.offsets[j]
+            local = self.record_index[rows[sel]]
             feats = (take_rows(self._mem_feats[j], local) if j in self._mem_feats
                      else self._cache(j).get(local, names=("valid",)))
             if "valid" in feats:

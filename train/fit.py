@@ -316,6 +316,20 @@ def _moved(was: dict, now: dict) -> bool:
             and isinstance(now.get("init_from"), str) and bool(now.get("init_from")))
 
 
+def _recorded_rows(out: Path) -> str:
+    """The rows (``data_options.mtl_rows``) the multi-head run in ``out`` was trained on: its config.yaml's, and
+    ``base`` where that has none (written before the option, when a multi-head model's rows were the base
+    platform's records alone), so that the run continues on the rows it began on."""
+    try:
+        old = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return "union"
+    options = old.get("data_options") if isinstance(old, dict) else None
+    if not isinstance(options, dict):
+        return "union"
+    return options.get("mtl_rows", "base")
+
+
 def _check_resumed_options(out: Path, cfg: dict) -> None:
     """``--resume`` continues a run with the options it was trained with (its ``config.yaml``): another split,
     seed, loss, learning rate or data option would train the rest of it on other records or by other rules
@@ -337,6 +351,8 @@ def _check_resumed_options(out: Path, cfg: dict) -> None:
                                       if f.default is not dataclasses.MISSING
                                       or f.default_factory is not dataclasses.MISSING}}
     was, now = {**defaults, **_flat(old)}, {**defaults, **_flat(cfg)}
+    if "mtl_rows" in cfg["data_options"]:  # a multi-head run: one recorded before the option trained on base rows
+        was["data_options.mtl_rows"] = _recorded_rows(out)
     compared = [k for k in set(was) | set(now) if k not in RESUME_MAY_CHANGE]
     if "init_from" in compared and (_same_path(was.get("init_from"), now.get("init_from")) or _moved(was, now)):
         compared.remove("init_from")  # the same source, spelled another way (or moved: its net and featurizer are
@@ -379,25 +395,32 @@ def _check_readable(data, dm: CostDataModule) -> None:
 
 
 def _check_heads(data, dm: CostDataModule) -> None:
-    """A model of one head per platform learns from the records of one platform (the rows: the first platform's, or
-    ``data_options.base_platform``'s), each labelled on every platform that measured the same program (by program
-    id): a head with fewer than two labelled training records would be written untrained, and is refused; records
-    of another platform whose program the rows' platform has no record of train no head, which is said with their
-    count."""
-    with open_dataset(data) as ds:
-        ids = {p: ds.records(p).program_id for p in dm.config.platforms if p != dm.base and p in ds.record_platforms()}
+    """A model of one head per platform learns from rows labelled on every platform that measured the same program
+    (by program id): by default every program any of its platforms measured, with ``data_options.mtl_rows: base``
+    the records of one platform (the first's, or ``data_options.base_platform``'s). A head with fewer than two
+    labelled training records would be written untrained, and is refused; with base rows, records of another
+    platform whose program the rows' platform has no record of train no head, which is said with their count."""
+    union = dm.config.mtl_rows == "union"
+    ids = {}
+    if not union:
+        with open_dataset(data) as ds:
+            ids = {p: ds.records(p).program_id for p in dm.config.platforms
+                   if p != dm.base and p in ds.record_platforms()}
     for j, p in enumerate(dm.config.platforms):
         labelled = int(np.isfinite(dm.labels.score[dm.train_rows, j]).sum())
         if labelled < 2:
-            raise UsageError(f"{data}: the head of platform {p!r} has {labelled} labelled training record(s): a "
-                             f"multi-platform model learns from the records of one platform ({dm.base!r}: "
-                             f"data_options.base_platform), and {p!r} measured too few of the same programs "
-                             f"(by program id){' (or keep_fraction hid them)' if dm.config.keep_fraction else ''}")
+            rows = ("the records of every platform" if union else f"the records of one platform ({dm.base!r}: "
+                    "data_options.base_platform; data_options.mtl_rows: union takes every platform's)")
+            why = ("measured too few programs outside the held-out part" if union
+                   else "measured too few of the same programs (by program id)")
+            raise UsageError(f"{data}: the head of platform {p!r} has {labelled} labelled training record(s): this "
+                             f"multi-platform model learns from {rows}, and {p!r} {why}"
+                             f"{' (or keep_fraction hid them)' if dm.config.keep_fraction else ''}")
         unused = int(np.count_nonzero(~np.isin(ids[p], dm.labels.program_id))) if p in ids else 0
         if unused:
             print(f"costlab: note: {unused} of the {len(ids[p])} records of {p!r} train no head: the rows' "
-                  f"platform {dm.base!r} has no record of their programs (data_options.base_platform names the "
-                  "platform whose records are the rows)", file=sys.stderr)
+                  f"platform {dm.base!r} has no record of their programs (data_options.mtl_rows: base; union takes "
+                  "every platform's programs)", file=sys.stderr)
 
 
 def _check_keep_fraction(keep: dict, platforms: list) -> None:
@@ -483,6 +506,8 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                          "init_from (or `costlab finetune --from MODEL --momentum`), or leave momentum out to train "
                          "afresh")
     out = run_dir(cfg["out"])
+    if model.multi_head and "mtl_rows" not in cfg["data_options"]:  # recorded in config.yaml, as a resume needs it
+        cfg["data_options"]["mtl_rows"] = _recorded_rows(out) if resume else "union"
     last = out / "checkpoints" / "last.ckpt"
     resumed = read_checkpoint(last) if resume and last.exists() else None
     if resumed is not None:  # another kind is refused before its (maybe slow) featurizing
@@ -503,7 +528,7 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     L.seed_everything(int(cfg["seed"]), workers=True, verbose=False)
     try:
         dopts = check_fields(DataConfig, dict(cfg["data_options"]), "data_options",
-                             reserved=("data", "featurizer", "platforms", "split", "seed", "hardware"))
+                             reserved=("data", "featurizer", "platforms", "split", "seed", "hardware", "multi_head"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     keep = dopts.get("keep_fraction") or {}
@@ -536,7 +561,8 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                          f"vector: {', '.join(hardware_vector.FIELDS)}), not {hardware_dim!r}")
     dm = CostDataModule(DataConfig(data=str(cfg["data"]), featurizer=model.featurizer,
                                    platforms=list(cfg["platforms"]), split=cfg["split"], seed=int(cfg["seed"]),
-                                   hardware=bool(hardware_dim), **dopts), featurizer=source and source["featurizer"],
+                                   hardware=bool(hardware_dim), multi_head=model.multi_head, **dopts),
+                        featurizer=source and source["featurizer"],
                         feature_dir=out / FEATURES)
     dm.setup()
     cfg["platforms"] = list(dm.config.platforms)

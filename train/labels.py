@@ -1,4 +1,5 @@
-"""Labels for training: records of one (base) platform, with each program's score on every platform.
+"""Labels for training: records of one (base) platform, or any rows of programs (``label_rows``), with each
+program's score on every platform.
 
 Multi-platform data lines up by program id: row ``i`` of the base platform's records gets, for each platform
 ``p``, the score of the same program measured on ``p`` (``best / latency`` within its task on ``p``, failed
@@ -37,6 +38,13 @@ def build_label_table(ds, platforms: list[str], base: str | None = None, keep_fr
     base = base or platforms[0]
     table = ds.records(base)
     task, pids = table.checked_task().astype(np.int64), table.program_id  # a damaged file: one error
+    return label_rows(ds, platforms, task, pids, keep_fraction, seed, held_out)
+
+
+def label_rows(ds, platforms: list[str], task: np.ndarray, pids: np.ndarray, keep_fraction=None, seed: int = 0,
+               held_out=None) -> LabelTable:
+    """The labels of rows given by their task and program id (records of several platforms, say), as
+    ``build_label_table`` labels a platform's records: the same draws of ``keep_fraction``, whatever the rows."""
     n, rng = len(task), np.random.default_rng(seed)
     score = np.full((n, len(platforms)), np.nan)
     latency = np.full((n, len(platforms)), np.nan)
