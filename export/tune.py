@@ -526,6 +526,8 @@ def _tune(opts: TuneOptions, held: list) -> dict:
         summary["library_start"] = started_from
     if clock.stopped_by_deadline:
         summary["stopped"] = f"--max-seconds {opts.max_seconds:g} reached"
+    if clock.lost is not None or stop_requested() is not None:  # a stopped part writes no summary: its updates
+        _keep_stopped_adaptation(work, cost_model)
     if clock.lost is not None:
         n = sum(_done_per_task(database, tasks))
         raise UsageError(f"{clock.lost}: the run stopped with {n} measured trials in {work} (candidates that "
@@ -607,9 +609,13 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                                             reference=network[2] if checked else None)
         except Exception as exc:  # noqa: BLE001  the tuning it follows is complete: its summary is still written
             if stop_requested() is not None:  # a terminal's Ctrl-C also reached the compiler the network's export
-                raise  # ran (its process group): the stop's, not the network's; no summary, a re-run times it
+                # ran (its process group): the stop's, not the network's; no summary, a re-run times it. The earlier
+                # summary is gone already: its updates are kept with this part's
+                _keep_stopped_adaptation(work, cost_model, earlier_adaptation)
+                raise
             summary["network"] = dict(error=f"{type(exc).__name__}: {last_line(exc)}")
     write_atomically(work.summary_file, jsontext.dumps(summary, indent=2).encode())
+    work.stopped_adaptation_file.unlink(missing_ok=True)  # in the summary's adaptation.earlier now
     try:
         from costlab.export.progress import plot_history  # lazy: pulls torch and tvm
 
@@ -783,16 +789,42 @@ def _same_target(value):
 
 
 def _earlier_adaptation(work: WorkDir) -> list:
-    """The adaptation records of the work dir's earlier parts (its summary's, oldest first), for a continued run's
-    summary, which replaces that file."""
+    """The adaptation records of the work dir's earlier parts, oldest first, for a continued run's summary, which
+    replaces that file: its summary's (its own and its ``earlier``), then those of the parts stopped since."""
     try:
         old = json.loads(work.summary_file.read_text()).get("adaptation")
     except (OSError, ValueError, AttributeError):
+        old = None
+    records = []
+    if isinstance(old, dict):
+        records = old.get("earlier") if isinstance(old.get("earlier"), list) else []
+        records = [*records, {k: v for k, v in old.items() if k != "earlier"}]
+    return [*records, *_stopped_adaptation(work)]
+
+
+def _stopped_adaptation(work: WorkDir) -> list:
+    """The adaptation records of the parts stopped since the summary was written (none where the file is
+    unreadable: a report, never a reason to stop a run)."""
+    try:
+        stopped = json.loads(work.stopped_adaptation_file.read_text())
+    except (OSError, ValueError):
         return []
-    if not isinstance(old, dict):
-        return []
-    earlier = old.get("earlier") if isinstance(old.get("earlier"), list) else []
-    return [*earlier, {k: v for k, v in old.items() if k != "earlier"}]
+    return [r for r in stopped if isinstance(r, dict)] if isinstance(stopped, list) else []
+
+
+def _keep_stopped_adaptation(work: WorkDir, cost_model, earlier: list | None = None) -> None:
+    """A stopped part's adaptation updates, kept for the next finished part's ``adaptation.earlier``: added to the
+    stopped parts' file, or, with ``earlier`` (every record before this part, read before the summary was
+    removed), written as that list and this part's."""
+    adapter = getattr(cost_model, "adapter", None)
+    if adapter is None or not adapter.rounds:
+        return
+    before = _stopped_adaptation(work) if earlier is None else earlier
+    record = dict(adapter.stats, rounds=adapter.rounds, stopped=True)
+    try:
+        write_atomically(work.stopped_adaptation_file, jsontext.dumps([*before, record], indent=1).encode())
+    except OSError as exc:  # a report: the stop goes on
+        logging.getLogger(__name__).warning("the stopped part's adaptation updates were not kept: %s", exc)
 
 
 def resolved_adapt(opts: TuneOptions, work: Path) -> str:

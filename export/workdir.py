@@ -48,6 +48,9 @@ class WorkDir:
     LOCK = LOCK_FILE
     RUN = RUN_FILE
     SUMMARY = "costlab_tune.json"  # a finished tuning run's summary
+    # the adaptation records of the parts stopped since the summary was written (a stopped part writes none), oldest
+    # first: the next finished part's summary takes them into adaptation.earlier
+    STOPPED_ADAPTATION = "adaptation_stopped.json"
     PROGRESS = "progress.jsonl"  # per measured batch: the best latencies so far and the run's seconds
     ROUNDS = "search_rounds.jsonl"  # per search round: the candidates each stage scored and its seconds
     CURVE = "tuning_curve.png"
@@ -84,6 +87,10 @@ class WorkDir:
     @property
     def summary_file(self) -> Path:
         return self.path / self.SUMMARY
+
+    @property
+    def stopped_adaptation_file(self) -> Path:
+        return self.path / self.STOPPED_ADAPTATION
 
     @property
     def progress_file(self) -> Path:

@@ -106,6 +106,39 @@ def test_a_continued_run_adapts_on_every_record_the_run_measured(run, tmp_path, 
     assert [part["records"] for part in adaptation["earlier"]] == [4]
 
 
+def test_the_updates_of_a_stopped_part_stay_reported_by_the_next_finished_part(run, tmp_path, capsys,
+                                                                             monkeypatch):  # noqa: F811
+    """A part stopped (SIGTERM) writes no summary: its adaptation updates were in no adaptation.earlier. They are
+    kept beside the summary until the next finished part's summary takes them in."""
+    import signal
+
+    from costlab.costmodels.adapt import OnlineAdapter
+    from costlab.export.stop import clear_stop, request_stop
+
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model", str(run / "model"),
+            "--adapt", "finetune", "--work-dir", str(work), "--json", "--no-library", *SMALL_SEARCH]
+    real = OnlineAdapter.update
+
+    def stopped_after_the_update(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        request_stop(signal.SIGTERM)  # SIGTERM arrived while the model adapted to the first batch
+        return out
+
+    monkeypatch.setattr(OnlineAdapter, "update", stopped_after_the_update)
+    try:
+        assert main([*argv, "--trials", "8"]) == 143
+    finally:
+        clear_stop()
+    assert not (work / "costlab_tune.json").exists()
+    monkeypatch.setattr(OnlineAdapter, "update", real)
+    capsys.readouterr()
+    assert main([*argv, "--trials", "8"]) == 0
+    earlier = json.loads(capsys.readouterr().out)["adaptation"]["earlier"]
+    assert [(part["updates"], part["stopped"]) for part in earlier] == [(1, True)]
+    assert not (work / "adaptation_stopped.json").exists()  # in the summary now
+
+
 def test_a_continued_run_adapts_on_the_records_of_a_workload_its_first_part_finished(run, tmp_path, capsys,
                                                                                      monkeypatch):  # noqa: F811
     """Workloads are tuned one after the other: a run stopped in the second remembered, when continued, only the
