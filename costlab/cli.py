@@ -16,9 +16,9 @@ from costlab.commands import models as models_cmd
 from costlab.commands import train as train_cmd
 from costlab.commands import transfer as transfer_cmd
 from costlab.commands import tune as tune_cmd
-from costlab.commands.options import home_expanded
 from costlab.commands.signals import Terminated
 from costlab.common.errors import CostlabError
+from costlab.common.files import home_expanded
 from costlab.datasets.store import abandoned_files, hdf5_read_failure
 
 # an OSError of these, naming its file, is a write the machine refused (space, a quota, a size limit, read-only)

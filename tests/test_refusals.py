@@ -237,3 +237,13 @@ def test_the_library_folder_from_the_environment_expands_a_tilde(tmp_path, monke
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("COSTLAB_LIBRARY", "~/lib")
     assert default_root() == tmp_path / "lib"
+
+
+def test_a_tilde_in_a_training_configs_paths_is_the_users_home(tmp_path, monkeypatch):
+    """`--set init_from=~/m` and `data: ~/d.h5` in a config reach no shell that would expand them."""
+    from costlab.train.config import load_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(None, ["init_from=~/models/m", "split=~x"], data="~/d.h5", out="~/runs/r")
+    assert (cfg["data"], cfg["out"], cfg["init_from"]) == (f"{tmp_path}/d.h5", f"{tmp_path}/runs/r", f"{tmp_path}/models/m")
+    assert cfg["split"] == "~x"  # a name, not a path

@@ -33,6 +33,7 @@ import yaml
 
 from costlab.common.checks import coerce
 from costlab.common.errors import InputError, UsageError
+from costlab.common.files import home_expanded
 from costlab.costmodels import kinds
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -235,4 +236,6 @@ def check_config(cfg: dict) -> dict:
     for key in ("data", "out", "split", "init_from"):
         if cfg[key] is not None and not isinstance(cfg[key], str):
             cfg[key] = str(cfg[key])
+    for key in ("data", "out", "init_from"):  # `data: ~/d.h5` in a config, `--set init_from=~/m`: no shell expands them
+        cfg[key] = home_expanded(cfg[key])
     return cfg

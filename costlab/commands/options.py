@@ -7,10 +7,10 @@ A ``UsageError`` is not a ``ValueError``, so argparse does not turn it into its 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from costlab.common.errors import UsageError
+from costlab.common.files import home_expanded
 from costlab.export.library.add import add_finished_run
 
 
@@ -62,20 +62,6 @@ def fraction(option: str):
 
     parse.__name__ = "fraction"
     return parse
-
-
-def home_expanded(value):
-    """``value`` with a leading ``~`` or ``~/`` made the user's home, as the shell makes it of a word of its own:
-    the shell leaves ``--out=~/runs`` as written, since the ``~`` does not start the word. Lists are expanded
-    item by item; anything else (a number, ``~name``, a ``~`` within the text) is returned as it is."""
-    if isinstance(value, list):
-        return [home_expanded(item) for item in value]
-    if isinstance(value, (str, Path)):
-        text = str(value)
-        if text == "~" or text.startswith("~/"):
-            expanded = os.path.expanduser(text)
-            return Path(expanded) if isinstance(value, Path) else expanded
-    return value
 
 
 def directory(option: str):

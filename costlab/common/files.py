@@ -152,3 +152,17 @@ def write_together(files: dict) -> None:
             raise
     for folder in dict.fromkeys(final.parent for _tmp, final in ready):
         _fsync_dir(folder)
+
+
+def home_expanded(value):
+    """``value`` with a leading ``~`` or ``~/`` made the user's home, as the shell makes it of a word of its own:
+    the shell leaves ``--out=~/runs`` as written, since the ``~`` does not start the word. Lists are expanded
+    item by item; anything else (a number, ``~name``, a ``~`` within the text) is returned as it is."""
+    if isinstance(value, list):
+        return [home_expanded(item) for item in value]
+    if isinstance(value, (str, Path)):
+        text = str(value)
+        if text == "~" or text.startswith("~/"):
+            expanded = os.path.expanduser(text)
+            return Path(expanded) if isinstance(value, Path) else expanded
+    return value
