@@ -360,6 +360,10 @@ def test_bfloat16_programs_are_checked_on_fractional_inputs_within_the_formats_r
     one_rounding = (ref.astype(np.float32) * (1 + 2.0 ** -8)).astype(ml_dtypes.bfloat16)
     assert not np.array_equal(ref, one_rounding) and check.close(ref, one_rounding)
     assert not check.close(ref, (ref.astype(np.float32) + 0.5).astype(ml_dtypes.bfloat16))
+    for low in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):  # 8 epsilons would be a tolerance of 1 or 2
+        eight = np.linspace(-3, 3, 64).astype(low)
+        assert check.close(eight, eight.copy()) and not check.close(eight, np.zeros_like(eight))
+        assert not check.close(eight, -eight)
 
     seen = []
     a = te.placeholder((8, 32), "bfloat16", name="A")

@@ -81,6 +81,17 @@ def test_an_mtl_model_learns_from_every_program_any_of_its_platforms_measured(pl
     assert summary["train_records"] + summary["val_records"] + summary["test_records"] == 80
     config = (tmp_path / "u" / "config.yaml").read_text()
     assert "mtl_rows: union" in config  # recorded, so that a resumed run keeps its rows
+    # a platform of no program the rows lack adds no rows, and is neither featurized nor loaded for them
+    assert json.loads((platforms / "mtl" / "summary.json").read_text())["row_platforms"] == [PLATFORM]
+
+
+def test_rows_of_several_heads_given_to_a_one_head_run_do_not_stop_its_resume(platforms, tmp_path):
+    """``mtl_rows`` means nothing to a one-head model: given to its resume (a config shared by every run), it was
+    compared with the 'base' rows of a run recorded before the option, and the resume refused."""
+    out = tmp_path / "tlp"
+    assert main(_train(platforms / "d.h5", out, "--platform", PLATFORM)) == 0
+    assert main([*_train(platforms / "d.h5", out, "--platform", PLATFORM, "--set", "data_options.mtl_rows=union"),
+                 "--resume", "--epochs", "2"]) == 0
 
 
 def test_a_multi_head_run_recorded_before_its_rows_were_an_option_resumes_on_its_first_platforms_records(

@@ -207,9 +207,16 @@ class CostDataModule(L.LightningDataModule):
                 cfg.platforms = list(cfg.row_platforms[:1]) or ds.record_platforms()[:1]
             self.base = cfg.base_platform or cfg.platforms[0]
             self.rows_of = list(cfg.row_platforms) or [self.base]
-            if self._union():  # the other platforms' records of programs the base has none of are rows too
-                self.rows_of += [p for p in dict.fromkeys(cfg.platforms)
-                                 if p != self.base and p in ds.record_platforms()]
+            if self._union():  # the other platforms' records of programs the base has none of are rows too: those
+                # platforms alone are row platforms (featurized, loaded), not one whose every program is a row already
+                seen = np.unique(ds.records(self.base).program_id) if self.base in ds.record_platforms() else None
+                for p in dict.fromkeys(cfg.platforms):
+                    if p == self.base or p not in ds.record_platforms():
+                        continue
+                    ids = np.asarray(ds.records(p).program_id)
+                    if seen is None or not np.isin(ids, seen).all():
+                        self.rows_of.append(p)
+                        seen = np.unique(ids) if seen is None else np.union1d(seen, ids)
             if cfg.row_platforms:
                 self._check_row_platforms(ds)
             missing = [p for p in self.rows_of if self._featurizer is None and self._cache_missing(ds, p)]

@@ -351,8 +351,11 @@ def _check_resumed_options(out: Path, cfg: dict) -> None:
                                       if f.default is not dataclasses.MISSING
                                       or f.default_factory is not dataclasses.MISSING}}
     was, now = {**defaults, **_flat(old)}, {**defaults, **_flat(cfg)}
-    if "mtl_rows" in cfg["data_options"]:  # a multi-head run: one recorded before the option trained on base rows
+    if kinds.create(cfg["model"]).multi_head:  # one recorded before the option trained on base rows
         was["data_options.mtl_rows"] = _recorded_rows(out)
+    else:  # a model of one head has no mtl rows: what either config says of them changes nothing it learns
+        was.pop("data_options.mtl_rows", None)
+        now.pop("data_options.mtl_rows", None)
     compared = [k for k in set(was) | set(now) if k not in RESUME_MAY_CHANGE]
     if "init_from" in compared and (_same_path(was.get("init_from"), now.get("init_from")) or _moved(was, now)):
         compared.remove("init_from")  # the same source, spelled another way (or moved: its net and featurizer are
