@@ -75,6 +75,9 @@ class MeasureOptions:
         after it was built and run; a --tasks that names no task was reported as a dataset without tasks."""
         if not (self.builder_timeout > 0 and math.isfinite(self.builder_timeout)):
             raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
+        if not (self.rpc_wait >= 0 and math.isfinite(self.rpc_wait)):  # NaN: a device that died mid-batch waited for
+            # good (no comparison with it is ever true); as costlab tune refuses it
+            raise UsageError(f"--rpc-wait must be a number of seconds (0 or more), not {self.rpc_wait}")
         if self.platform:  # empty: derived from the target, as measure() does
             try:
                 check_platform_id(self.platform)

@@ -260,11 +260,12 @@ class MeasuringStack:
         (``metaschedule/runners.make_runner``; ``measure``: ``MeasureOptions`` fields, ``number``, ``repeat``, the
         RPC tracker's; ``on_lost(reason)`` when an RPC device stops answering), the builder's workers started now
         with ``warm`` (the local runner starts its own); or, with ``ms_defaults``, MetaSchedule's
-        ``LocalBuilder`` and ``LocalRunner`` exactly as "local" makes them."""
+        ``LocalBuilder`` and ``LocalRunner`` as "local" makes them, but for the build timeout given (30 s, theirs,
+        by default: ``--builder-timeout`` was dropped there, and builds were killed after 30 s whatever it said)."""
         from tvm.s_tir import meta_schedule as ms
 
         if ms_defaults:
-            self.builder, self.runner = ms.builder.LocalBuilder(), ms.runner.LocalRunner()
+            self.builder, self.runner = ms.builder.LocalBuilder(timeout_sec=builder_timeout), ms.runner.LocalRunner()
             return self.builder, self.runner
 
         # an RPC device links its own artifacts (a tar of objects): this machine's linker may not know its architecture

@@ -492,6 +492,8 @@ def test_a_remote_boards_platform_stated_by_set_machine_takes_more_rpc_records(t
     (["--builder-timeout", "-5"], "--builder-timeout must be a positive number of seconds, not -5.0"),
     (["--builder-timeout", "nan"], "--builder-timeout must be a positive number of seconds, not nan"),
     (["--builder-timeout", "inf"], "--builder-timeout must be a positive number of seconds, not inf"),
+    (["--rpc-wait", "nan"], "--rpc-wait must be a number of seconds (0 or more), not nan"),
+    (["--rpc-wait", "-1"], "--rpc-wait must be a number of seconds (0 or more), not -1.0"),
     (["--platform", "my box"], "--platform: bad platform id 'my box'"),
     (["--platform", "records/x"], "--platform: bad platform id 'records/x'"),
     # a selection of no task, into a new platform: it was "has no MetaSchedule tasks" (for ","), or every task ("")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import yaml
 
 from conftest import TINY, error_line
@@ -224,3 +225,33 @@ def test_a_source_of_another_net_is_refused_before_featurizing(trained, tmp_path
     assert main(["train", "--data", str(tmp_path / "d.h5"), "--out", str(tmp_path / "ft2"),
                  "--set", f"init_from={tmp_path / 'xgb'}", "--epochs", "1", "--no-progress"]) == 2
     assert "a xgb model has no net to start from" in error_line(capsys)
+
+
+def test_a_resume_whose_step_budget_is_spent_says_so_and_may_raise_it(trained, tmp_path, capsys):
+    """A run stopped by trainer.max_steps, resumed for more epochs, trained no step, exited 0 and rewrote its
+    summary one epoch short; raising max_steps on the resume was refused as another option. The spent budget is
+    said and the run left as it was; a larger max_steps trains on."""
+    out = tmp_path / "run"
+    assert _train(trained, out, "--epochs", "3", "--set", "trainer.max_steps=2") == 0
+    summary = (out / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert _train(trained, out, "--epochs", "4", "--set", "trainer.max_steps=2", "--resume") == 0
+    assert "trained no step more" in capsys.readouterr().err
+    assert (out / "summary.json").read_bytes() == summary
+    assert _train(trained, out, "--epochs", "4", "--set", "trainer.max_steps=4", "--resume") == 0
+    after = json.loads((out / "summary.json").read_text())
+    assert after["records_seen"] > json.loads(summary)["records_seen"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--set", "trainer.max_time=5"], "trainer.max_time must be a duration as text 'DD:HH:MM:SS'"),
+    (["--set", "trainer.max_time=1:00:00:00"], "trainer.max_time must be a duration as text 'DD:HH:MM:SS'"),
+    (["--model", "mlp", "--set", "trainer.max_steps=1"], "the mlp baseline trains for trainer.max_epochs epochs"),
+    (["--model", "xgb", "--set", "trainer.max_time=00:00:00:01"], "takes no trainer.max_time"),
+])
+def test_time_and_step_limits_a_run_cannot_take_are_one_line(trained, tmp_path, capsys, args, says):
+    """A number for max_time (YAML reads 1:00:00:00 as base 60) reached Lightning's Timer: a traceback; a baseline,
+    which trains by its own loop, dropped max_steps, max_time and limit_train_batches without a word."""
+    assert _train(trained, tmp_path / "run", "--epochs", "2", *args) == 2
+    assert says in _error(capsys)
+    assert not (tmp_path / "run" / "model").exists()

@@ -260,6 +260,9 @@ def test_default_search_without_a_model_and_ms_defaults(tmp_path, capsys):
 
     builder, runner = _measure_stack(TuneOptions(work_dir=".", ms_defaults=True), None, 2)
     assert type(builder) is LocalBuilder and type(runner) is LocalRunner  # exactly what "local" makes
+    assert builder.timeout_sec == 30  # theirs by default; --builder-timeout was dropped here
+    builder, _ = _measure_stack(TuneOptions(work_dir=".", ms_defaults=True, builder_timeout=90.0), None, 2)
+    assert builder.timeout_sec == 90.0
 
 
 

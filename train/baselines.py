@@ -80,6 +80,12 @@ def train_baseline(cfg: dict) -> dict:
     import time
 
     kind = cfg["model"]
+    # the baselines train by their own loops for max_epochs: Lightning's other limits were dropped without a word
+    # (an mlp given trainer.max_time=00:00:00:01 or max_steps=1 trained its 50 epochs)
+    ignored = [k for k in ("max_steps", "max_time", "limit_train_batches") if cfg["trainer"].get(k) not in (None, -1)]
+    if ignored:
+        raise UsageError(f"the {kind} baseline trains for trainer.max_epochs epochs by its own loop and takes no "
+                         + ", ".join(f"trainer.{k}" for k in ignored) + "; leave it out (or use --epochs)")
     out = run_dir(cfg["out"]) / "model"  # made when the model is saved: a failed run leaves no empty one
     random.seed(int(cfg["seed"]))
     np.random.seed(int(cfg["seed"]))

@@ -210,6 +210,17 @@ def _check_keep_fraction(options: dict) -> None:
         keep[platform] = fraction
 
 
+def _check_max_time(trainer: dict) -> None:
+    """``trainer.max_time``: Lightning's duration, text ``DD:HH:MM:SS`` or a mapping of ``days``, ``hours``,
+    ``minutes``, ``seconds``. A number (``max_time=5``, or ``1:00:00:00``, which YAML reads as a base-60 integer)
+    reached Lightning's Timer as an int: an AttributeError traceback."""
+    value = trainer.get("max_time")
+    if value is None or isinstance(value, (str, dict)):
+        return  # Lightning checks the text and the mapping's keys itself, in one line (trainer options: ...)
+    raise UsageError(f"trainer.max_time must be a duration as text 'DD:HH:MM:SS' (quoted in YAML, which reads "
+                     f"1:00:00:00 as a number) or a mapping such as {{minutes: 30}}, not {value!r}")
+
+
 def check_config(cfg: dict) -> dict:
     """``cfg`` with every known value checked and numbers converted (``lr: 1e-3`` is text to YAML)."""
     for section in SECTIONS:
@@ -231,6 +242,7 @@ def check_config(cfg: dict) -> dict:
     if "heads" in cfg["net"]:  # net_config_for sets it; given twice, it would be a TypeError
         raise UsageError("net.heads is not an option: a net has one head, or (mtl) one per platform of platforms")
     _check_keep_fraction(cfg["data_options"])
+    _check_max_time(cfg["trainer"])
     if not isinstance(cfg["platforms"], list) or not all(isinstance(p, str) for p in cfg["platforms"]):
         raise UsageError(f"platforms must be a list of platform ids, not {cfg['platforms']!r}")
     for key in ("data", "out", "split", "init_from"):

@@ -87,6 +87,7 @@ class _Throughput(L.Callback):
     def load_state_dict(self, state: dict) -> None:
         self.records, self.seconds = int(state.get("records", 0)), float(state.get("seconds", 0.0))
         self.wall_before = float(state.get("wall", 0.0))
+        self.restored = self.records  # a resumed run trained nothing more when its count is still this
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._t = time.perf_counter()
@@ -275,7 +276,8 @@ def _check_resumable(ckpt: dict, kind: str, net_config: dict, featurizer: dict, 
 # options a resumed run may change: how long it trains and where it runs, never what it learns from or how (the
 # model kind, net and platforms are _check_resumable's to compare, with the net's defaults filled in; the dataset
 # file may have moved, and its features are compared there)
-RESUME_MAY_CHANGE = ("out", "data", "model", "net", "platforms", "trainer.max_epochs", "trainer.accelerator",
+RESUME_MAY_CHANGE = ("out", "data", "model", "net", "platforms", "trainer.max_epochs", "trainer.max_steps",
+                     "trainer.max_time", "trainer.accelerator",
                      "trainer.devices", "trainer.num_nodes", "trainer.strategy", "trainer.log_every_n_steps",
                      "data_options.num_workers", "data_options.features_in_memory_mb")
 
@@ -673,6 +675,15 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     wall = speed.wall()  # with a resumed run's seconds before its checkpoint
     if resumed is None and speed.records == 0:  # trainer options that train no step would save an untrained net
         raise UsageError(f"no training step ran (trainer options {dict(cfg['trainer'])}); no model written")
+    if resumed is not None and speed.records == getattr(speed, "restored", None):
+        # a budget the run had spent already (trainer.max_steps, max_time): no step ran, and the model and summary
+        # of the run stay as they were (rewritten, they counted one epoch fewer)
+        earlier = _finished_summary(out, resumed["epochs"]) if (out / "summary.json").exists() else None
+        limits = {k: v for k, v in cfg["trainer"].items() if k in ("max_steps", "max_time") and v not in (None, -1)}
+        print(f"costlab: note: {out} trained no step more: its {limits or 'trainer limits'} are spent (--set "
+              "trainer.max_steps=N / trainer.max_time=... to train on)", file=sys.stderr)
+        if earlier is not None:
+            return earlier
 
     best = ckpt.best_model_path or latest.best_model_path
     if best and has_val:

@@ -103,8 +103,9 @@ def register(sub) -> None:
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)
     q.add_argument("--exploit", type=int, default=0, metavar="N",
-                   help="after the search, N trials of Droplet exploitation around each task's best program "
-                   "(costlab exploit; with --model, neighbours screened by it)")
+                   help="after the search, N trials of Droplet exploitation in all (not per workload: the tasks "
+                   "take rounds of 8 in turn, fastest first, so a small N reaches only the first) around each task's "
+                   "best program (costlab exploit; with --model, neighbours screened by it)")
     q.add_argument("--transfer-from", action="append", default=[], metavar="SOURCE",
                    help="before the search, measure each task's best --transfer-top schedules of the same kernel "
                    "class from this dataset or work dir (costlab transfer; repeatable); the search starts from them")
