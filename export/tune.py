@@ -214,6 +214,26 @@ def _searched_per_task(work: WorkDir, database, tasks: list[Task]) -> list[int]:
             for d, e in zip(_done_per_task(database, tasks), exploited)]
 
 
+def _rounds_of(history, names: list[str]) -> list[list[tuple[float, float]]]:
+    """Per task (by name), the search's batches an earlier part of the run measured, from its progress.jsonl:
+    ``(best latency in s after the batch, the batch's seconds)``, in order; a damaged line is left out."""
+    out: dict = {name: [] for name in names}
+    try:
+        lines = Path(history).read_text().splitlines()
+    except OSError:
+        return [[] for _ in names]
+    for line in lines:
+        try:
+            row = json.loads(line)
+            best = float(row["best_us"]) / 1e6 if row.get("best_us") is not None else math.inf
+            seconds = sum(float(row.get(k) or 0.0) for k in ("search_s", "build_s", "run_s", "update_s"))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if isinstance(row, dict) and row.get("task") in out and "search_s" in row:
+            out[row["task"]].append((best if best > 0 else math.inf, seconds))
+    return [out[name] for name in names]
+
+
 def _workload_keys(database, tasks: list[Task]) -> list[str | None]:
     """Each task's workload in the database by its structural hash (what records, and exploit_state.json, are
     keyed by); None for one the database does not hold yet."""
@@ -462,8 +482,10 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                     clock.trials_left = remaining  # every batch is cut to it: the budget holds for a network too
                     clock.unreached = sum(done[i] == 0 for i in group)  # their first batches share it
                     run_model = cost_model if opts.model else _cost_model(opts, target, cores)
+                    gain = opts.task_scheduler == "gain"  # it goes on from the earlier parts' rounds of each task
                     scheduler = make_task_scheduler(opts.task_scheduler, **(
-                        {"cost_model": run_model} if opts.task_scheduler == "gain" else {}))
+                        {"cost_model": run_model,
+                         "history": _rounds_of(work.progress_file, [tasks[i].name for i in group])} if gain else {}))
                     try:
                         ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in group],
                                       work_dir=str(work), max_trials_global=remaining, max_trials_per_task=remaining,

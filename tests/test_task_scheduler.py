@@ -296,8 +296,11 @@ def test_a_continued_network_run_starts_each_tasks_gain_from_its_best_in_the_dat
     first = json.loads(capsys.readouterr().out)
     bests = sorted(t["best_us"] for t in first["tasks"])
     assert main([*argv, "--trials", "8"]) == 0
-    start = made[-1].decisions[0]["tasks"]  # the continued run's first pick: no round of its own yet
-    assert all(row["rounds"] == 0 for row in start)
+    start = made[-1].decisions[0]["tasks"]  # the continued run's first pick: each task's rounds of the first part
+    rounds = {}
+    for line in (tmp_path / "w" / "progress.jsonl").read_text().splitlines()[:3]:  # 6 trials, 2 a batch
+        rounds[json.loads(line)["task"]] = rounds.get(json.loads(line)["task"], 0) + 1
+    assert sorted(row["rounds"] for row in start) == sorted(rounds.values())
     # the summary's microseconds are rounded to 3 places
     assert sorted(row["best_us"] for row in start) == pytest.approx(bests, abs=6e-4)
 
@@ -331,3 +334,16 @@ def test_the_gradient_scheduler_keeps_each_tasks_seconds_on_its_own_line(tmp_pat
     assert all(r["search_s"] > 0 and r["build_s"] > 0 and r["run_s"] > 0 for r in rows), rows
     first = summary["first_batch"]
     assert first["search_s"] + first["build_s"] + first["run_s"] <= summary["first_batch_s"] + 0.05
+
+
+def test_a_model_that_scores_at_random_gives_no_view_of_a_round():
+    """MetaSchedule's XGBoost draws uniform random scores until it has trained (100 records): the share of a round
+    it put above the best was a coin flip, half of each task's gain (0, 2/3, 1, 1, 1, 0 for the same round)."""
+    from tvm.s_tir.meta_schedule.cost_model import RandomModel, XGBModel
+
+    from costlab.export.cost_model import CostlabCostModel
+    from costlab.export.schedulers.gain import _scores_at_random
+
+    assert _scores_at_random(XGBModel()) and _scores_at_random(RandomModel())
+    assert _scores_at_random(CostlabCostModel("random"))
+    assert not _scores_at_random(CostlabCostModel("psa"))

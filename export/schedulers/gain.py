@@ -2,7 +2,8 @@
 the most end-to-end time per second of tuning.
 
 Every task first gets one round, in task order, those with no valid program in the database first (a continued
-run's unmeasured tasks are not left the trials its measured ones leave: often none). After that each round goes to
+run's unmeasured tasks are not left the trials its measured ones leave: often none); a task an earlier part of
+the run gave rounds (``history``) goes on from them and gets no second first round. After that each round goes to
 the live task with the largest
 
     priority = weight x best latency x predicted relative improvement of its next round / seconds per round
@@ -115,7 +116,8 @@ class ProgressGainPredictor:
       round's candidates the model scores above its measured best program: is the search still producing
       programs the model believes are faster?), the estimate is ``(1 - model_weight) x progress +
       model_weight x model_share x prior``. Only the order of the model's scores is used, so it works for
-      any score scale (costlab's logistic scores, PSA's, XGBoost's); scores all alike give no signal.
+      any score scale (costlab's logistic scores, PSA's, XGBoost's); scores all alike give no signal, and
+      neither do scores drawn at random (XGBoost before it has trained, a random model).
       The model's view counts as much as it has come true: its term is multiplied by ``decay ** s`` for the
       s latest rounds of the task that did not improve its best. Without this, a model that keeps scoring
       a stalled task's candidates above its best holds that task's gain near ``model_weight x prior`` for
@@ -191,6 +193,32 @@ def _database_best(database, mod) -> tuple[float, object]:
     return record_latency(top[0].run_secs), candidate
 
 
+def _knows_its_model(model) -> bool:
+    """Whether ``_scores_at_random`` can tell of ``model`` from the Python object itself."""
+    from tvm.s_tir.meta_schedule.cost_model import RandomModel, XGBModel
+
+    return isinstance(model, (XGBModel, RandomModel)) or hasattr(model, "raw_scores")
+
+
+def _scores_at_random(model) -> bool:
+    """A model whose scores say nothing of the programs: MetaSchedule's XGBoost before it has trained (its
+    ``predict`` draws uniform random numbers until ``num_warmup_samples`` records), its random model, and a
+    costlab model of a stochastic kind (``--model random``)."""
+    from tvm.s_tir.meta_schedule.cost_model import RandomModel, XGBModel
+
+    if isinstance(model, RandomModel):
+        return True
+    if isinstance(model, XGBModel):
+        return model.booster is None or model.data_size < model.num_warmup_samples
+    predictor = getattr(getattr(model, "verify", model), "predictor", None)
+    if predictor is not None:
+        from costlab.costmodels import kinds  # lazy: pulls torch
+
+        kind = kinds.find(getattr(predictor, "kind", None))
+        return bool(getattr(kind, "stochastic", False))
+    return False
+
+
 def _round_best(results) -> tuple[float, int | None]:
     """The best latency (seconds) of a round's runner results and its index (None when none is valid)."""
     lat = [math.inf if r.error_msg is not None else record_latency(r.run_secs) for r in results]
@@ -215,8 +243,9 @@ class GainScheduler(PyTaskScheduler):
     (MetaSchedule's own per-task budget is enforced by its loop in any case)."""
 
     def __init__(self, predictor: GainPredictor | None = None, use_model: bool = True,
-                 max_trials_per_task: int | None = None, cost_model=None):
+                 max_trials_per_task: int | None = None, cost_model=None, history=None):
         super().__init__()
+        self.history = history  # per task (the tune call's order): its earlier rounds, [(best s, seconds), ...]
         self.predictor = predictor if predictor is not None else ProgressGainPredictor()
         self.use_model = use_model
         self.cost_model = cost_model
@@ -255,6 +284,16 @@ class GainScheduler(PyTaskScheduler):
             self.states[i].start_best, best = _database_best(database, rec.ctx.mod)
             if best is not None:
                 self._best_candidate[i] = best
+            # a continued run's tasks go on from the rounds an earlier part gave them: no second first round, and
+            # their progress (and seconds per round) as that part left it, not the prior again
+            rounds = list(self.history[i]) if self.history is not None and i < len(self.history) else []
+            s = self.states[i]
+            for best_s, seconds in rounds:
+                s.bests.append(min(best_s, s.bests[-1]) if s.bests else best_s)
+                if seconds > 0:
+                    s.round_seconds.append(seconds)
+            if s.bests and s.start_best < s.bests[-1]:  # a start or exploitation measured a faster one since
+                s.bests[-1] = s.start_best
 
     def _join(self, outer, i: int, rec) -> None:
         """Join task i's running round (the C++ join: database, cost model update, measure callbacks) and
@@ -280,11 +319,17 @@ class GainScheduler(PyTaskScheduler):
         model = self.cost_model if self.cost_model is not None else outer.cost_model_
         best = self._best_candidate.get(i)
         others = [c for c in candidates if best is None or not c.same_as(best)]
-        if model is None or best is None or not others:
+        if model is None or best is None or not others or _scores_at_random(model):
             return None
         score = getattr(model, "raw_scores", None) or model.predict  # the order is all that counts here
         try:
             scores = np.asarray(score(rec.ctx, [best, *others]), dtype=np.float64)
+            if not hasattr(model, "raw_scores") and not _knows_its_model(model):
+                # a model seen through TVM only (MetaSchedule's Relax tuning gives its own XGBoost so): one that
+                # scores the same programs otherwise a second time scores at random (XGBoost before it trains)
+                again = np.asarray(score(rec.ctx, [best, *others]), dtype=np.float64)
+                if again.shape != scores.shape or not np.array_equal(again, scores):
+                    return None
         except Exception as exc:  # noqa: BLE001  a model that cannot score gives no signal; tuning goes on
             logger.warning("task %d: the cost model did not score its round (%s); progress alone is used", i, exc)
             return None
