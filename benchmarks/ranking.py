@@ -268,6 +268,12 @@ def main(argv=None) -> int:
                    help="training config override for every model trained, e.g. net.d_model=128")
     args = p.parse_args(argv)
     OVERRIDES[:] = args.set
+    trained_here = [s for s in args.section if s in ("models", "mtl", "moa")]
+    if trained_here and not args.split:
+        # without a split these sections train on every record and score the same records: training figures
+        # printed as the test part's
+        p.error(f"--section {', '.join(trained_here)} trains and scores models on a split: give --split (a split "
+                "stored in --data: costlab dataset split)")
     args.split = args.split or [None]
     if args.data and not args.platform:
         from costlab.datasets import open_dataset
