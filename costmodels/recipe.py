@@ -90,8 +90,11 @@ def split_lists(lists: list, fraction: float, rng, by: str = "program") -> tuple
 
 
 def take(feats: dict, score, idx) -> tuple[dict, np.ndarray]:
-    """The records ``idx`` of one ranking list."""
-    return take_rows(feats, idx), score[idx]
+    """The records ``idx`` of one ranking list, scored within themselves (best / latency over these records): a
+    list cut into training and validation records never labels the training ones by a validation record's latency."""
+    part = np.asarray(score, np.float64)[idx]
+    best = part.max() if len(part) else 0.0
+    return take_rows(feats, idx), (part / best if best > 0 else part)
 
 
 def ranking_list(feats: dict, latency) -> tuple[dict, np.ndarray] | None:

@@ -279,6 +279,41 @@ def test_a_within_task_splits_held_out_programs_never_set_the_training_labels(tr
     assert faster_held_out, "the fixture's split holds out some task's fastest program (what this test is about)"
 
 
+def test_a_within_task_splits_validation_programs_never_set_the_training_labels(trained, tmp_path):
+    """The validation programs of a within-task split are drawn among the training part's: their latencies set the
+    training labels' best (a validation program the fastest of its task left every training label below 1), so the
+    part that picks the checkpoint was not apart from what trained. Both parts are labelled each over its own."""
+    import shutil
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["dataset", "split", str(data), "--by", "within-task", "--name", "w"]) == 0
+    dm = CostDataModule(DataConfig(data=str(data), platforms=["llvm-x86_64-2c"], split="w", val_fraction=0.4))
+    dm.setup()
+    task, score, lat = dm.labels.task, dm.labels.score[:, 0], dm.labels.latency[:, 0]
+    rows = dm.train_rows[np.isfinite(lat[dm.train_rows])]
+    val = dm.val_rows[np.isfinite(lat[dm.val_rows])]
+    assert len(val) and not np.isin(dm.labels.program_id[val], dm.labels.program_id[rows]).any()
+    for t in np.unique(task[rows]):
+        assert score[rows][task[rows] == t].max() == 1.0
+    faster_in_validation = [t for t in np.unique(task[rows])
+                            if lat[val][task[val] == t].min(initial=np.inf) < lat[rows][task[rows] == t].min()]
+    assert faster_in_validation, "the draw puts some task's fastest training-part program in validation"
+
+
+def test_a_ranking_list_cut_into_training_and_validation_scores_each_part_within_itself():
+    """A fine-tune's (and online adaptation's) lists were scored whole, then cut: the training records' labels were
+    relative to a validation record's latency."""
+    from costlab.costmodels.recipe import split_lists
+
+    feats = {"x": np.arange(8, dtype=np.float32)[:, None]}
+    score = np.array([1.0, 0.5, 0.25, 0.2, 0.1, 0.9, 0.3, 0.4])
+    for seed in range(6):
+        train, val = split_lists([(feats, score)], 0.4, np.random.default_rng(seed))
+        for _, part in train + val:
+            assert part.max() == 1.0
+
+
 def test_finetune_from_a_checkpoint_writes_a_model_that_loads(trained, tmp_path):
     """``--from RUN/checkpoints/last.ckpt`` (a training run in progress): the fine-tuned model records what
     the checkpoint's net is (kind, net, featurizer), and loads and scores like the checkpoint it came from."""

@@ -237,18 +237,17 @@ class CostDataModule(L.LightningDataModule):
             split = ds.split(cfg.split) if cfg.split else None
             # a training label's best is its task's best training program: never a held-out one's latency
             held_out = split.is_test if split is not None else None
-            if cfg.row_platforms:
-                parts = [build_label_table(ds, [p], p, cfg.keep_fraction, cfg.seed, held_out) for p in self.rows_of]
-                self.labels = LabelTable([cfg.platforms[0]], *(np.concatenate([getattr(t, k) for t in parts])
-                                                               for k in ("task", "program_id", "score", "latency")))
-                self.row_platform = np.repeat(np.arange(len(parts)), [len(t) for t in parts])
-                self.record_index = np.concatenate([np.arange(len(t)) for t in parts])
-            elif self._union():
-                self.labels, self.row_platform, self.record_index = self._union_rows(ds, held_out)
-            else:
-                self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed, held_out)
-                self.row_platform = np.zeros(len(self.labels), np.int64)
-                self.record_index = np.arange(len(self.labels))
+            self._label(ds, held_out)
+            within = split is not None and split.by == "within-task"
+            drawn = np.zeros(0, self.labels.program_id.dtype)  # a within-task split's validation programs
+            if within:
+                # by program: one program's records (on several CPUs, or measured twice) are all in it or none;
+                # drawn before the labels, so that their latencies set no training label's best (as the test
+                # programs' do not)
+                programs = np.unique(self.labels.program_id)
+                drawn = programs[np.random.default_rng(cfg.seed).random(len(programs)) < cfg.val_fraction]
+                if drawn.size:
+                    self._label(ds, held_out, lambda task, pids: np.isin(pids, drawn))
             # the features are read from this same opening of the file (below), those loaded now too
             self._ds, self._caches = ds, {}
             self._load_within_budget()
@@ -269,10 +268,8 @@ class CostDataModule(L.LightningDataModule):
             n = len(self.labels)
             test = split.is_test(self.labels.task, self.labels.program_id) if split is not None else np.zeros(n, bool)
             rng = np.random.default_rng(cfg.seed)
-            if split is not None and split.by == "within-task":
-                # by program: one program's records (on several CPUs, or measured twice) are all in it or none
-                programs, of_row = np.unique(self.labels.program_id, return_inverse=True)
-                val = ~test & (rng.random(len(programs)) < cfg.val_fraction)[of_row]
+            if within:
+                val = ~test & np.isin(self.labels.program_id, drawn)
             else:
                 # validation tasks are drawn among those with something to rank (2+ labelled records, one of
                 # them a program that ran): a single-program task held out would leave the best-checkpoint choice
@@ -292,6 +289,8 @@ class CostDataModule(L.LightningDataModule):
                 # its rows train; a validation top-1 that is never a number would leave the best checkpoint at
                 # the first epoch's, or unset
                 val = np.zeros(n, bool)
+                if drawn.size:  # they train: labelled as training programs again
+                    self._label(ds, held_out)
             self.train_rows = np.flatnonzero(~test & ~val & has_label)
             self.val_rows = np.flatnonzero(val & has_label)
             self.test_rows = np.flatnonzero(test & has_label)
@@ -304,11 +303,29 @@ class CostDataModule(L.LightningDataModule):
         # (another --config, --refit) or a write that adds records meanwhile renames a new file over it, and the
         # labels, the featurizer and the rows above are this one's
 
+    def _label(self, ds, held_out, validation=None) -> None:
+        """The label table of the rows (``labels``), with each row's platform and index among its records."""
+        cfg = self.config
+        if cfg.row_platforms:
+            parts = [build_label_table(ds, [p], p, cfg.keep_fraction, cfg.seed, held_out, validation)
+                     for p in self.rows_of]
+            self.labels = LabelTable([cfg.platforms[0]], *(np.concatenate([getattr(t, k) for t in parts])
+                                                           for k in ("task", "program_id", "score", "latency")))
+            self.row_platform = np.repeat(np.arange(len(parts)), [len(t) for t in parts])
+            self.record_index = np.concatenate([np.arange(len(t)) for t in parts])
+        elif self._union():
+            self.labels, self.row_platform, self.record_index = self._union_rows(ds, held_out, validation)
+        else:
+            self.labels = build_label_table(ds, cfg.platforms, self.base, cfg.keep_fraction, cfg.seed, held_out,
+                                            validation)
+            self.row_platform = np.zeros(len(self.labels), np.int64)
+            self.record_index = np.arange(len(self.labels))
+
     def _union(self) -> bool:
         cfg = self.config
         return cfg.multi_head and cfg.mtl_rows == "union" and not cfg.row_platforms
 
-    def _union_rows(self, ds, held_out) -> tuple:
+    def _union_rows(self, ds, held_out, validation=None) -> tuple:
         """A multi-head model's rows: the base platform's records, then each other platform's records of programs
         no earlier platform has (``rows_of``' order), labelled on every platform; with each row's platform and
         index among that platform's records."""
@@ -324,7 +341,7 @@ class CostDataModule(L.LightningDataModule):
             plats.append(np.full(len(take), j, np.int64))
             index.append(take)
         labels = label_rows(ds, cfg.platforms, np.concatenate(tasks), np.concatenate(pids), cfg.keep_fraction,
-                            cfg.seed, held_out)
+                            cfg.seed, held_out, validation)
         return labels, np.concatenate(plats), np.concatenate(index)
 
     def _rankable(self, rows: np.ndarray) -> bool:

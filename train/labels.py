@@ -7,7 +7,8 @@ Multi-platform data lines up by program id: row ``i`` of the base platform's rec
 (``keep_fraction``), in which case the best of the task is taken over the kept labels only. With a split
 (``held_out``: its ``is_test``), a training row's best is taken over the task's training programs only: a
 within-task split's held-out programs never set the training labels (a test program's label keeps the
-whole task's best).
+whole task's best), and neither do its validation programs (``validation``: their labels' best is taken over the
+task's training and validation programs).
 """
 
 from __future__ import annotations
@@ -32,17 +33,18 @@ class LabelTable:
 
 
 def build_label_table(ds, platforms: list[str], base: str | None = None, keep_fraction=None,
-                      seed: int = 0, held_out=None) -> LabelTable:
+                      seed: int = 0, held_out=None, validation=None) -> LabelTable:
     """``keep_fraction``: optional {platform: fraction of its programs whose labels are kept}; ``held_out``:
-    optional ``(task, program_id) -> bool mask`` of the test records."""
+    optional ``(task, program_id) -> bool mask`` of the test records; ``validation``: the same of the validation
+    records (with ``held_out``)."""
     base = base or platforms[0]
     table = ds.records(base)
     task, pids = table.checked_task().astype(np.int64), table.program_id  # a damaged file: one error
-    return label_rows(ds, platforms, task, pids, keep_fraction, seed, held_out)
+    return label_rows(ds, platforms, task, pids, keep_fraction, seed, held_out, validation)
 
 
 def label_rows(ds, platforms: list[str], task: np.ndarray, pids: np.ndarray, keep_fraction=None, seed: int = 0,
-               held_out=None) -> LabelTable:
+               held_out=None, validation=None) -> LabelTable:
     """The labels of rows given by their task and program id (records of several platforms, say), as
     ``build_label_table`` labels a platform's records: the same draws of ``keep_fraction``, whatever the rows."""
     n, rng = len(task), np.random.default_rng(seed)
@@ -60,6 +62,10 @@ def label_rows(ds, platforms: list[str], task: np.ndarray, pids: np.ndarray, kee
             test = held_out(p_task, p_ids)
             if test.any():
                 p_score[~test] = scores(p_task[~test], p_lat[~test])
+            val = validation(p_task, p_ids) & ~test if validation is not None else np.zeros(len(p_ids), bool)
+            if val.any():  # a training label's best is never a validation program's latency either
+                fit = ~test & ~val
+                p_score[fit] = scores(p_task[fit], p_lat[fit])
         order = np.argsort(p_ids)
         pos = np.searchsorted(p_ids[order], pids).clip(0, max(len(order) - 1, 0))
         found = (p_ids[order][pos] == pids) if len(order) else np.zeros(n, bool)
