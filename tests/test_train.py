@@ -3,6 +3,7 @@ learn from their own platform's labels, and a checkpoint reloads to the same pre
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -434,8 +435,13 @@ def test_evaluating_a_fine_tuned_model_says_which_test_records_its_pretraining_s
         "part of split 'a'): its scores of them are not held-out scores"]
     assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(data), "--split", "a"]) == 0
     assert "training part" not in capsys.readouterr().err  # its own split: held out
-    # fine-tuned again on b: its lineage holds a and b, each once; another dataset's split a (the same tasks
-    # held out, as a copy has them) is not the one it trained on
+    copied = tmp_path / "copy" / "c.h5"  # a copy under another name: the same tasks, the same records trained on
+    copied.parent.mkdir()
+    shutil.copy(data, copied)
+    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(copied), "--split", "b", "--json"]) == 0
+    assert json.loads(capsys.readouterr()[0])["trained_on"][0].startswith(f"{seen} of the {int(test_b.sum())}")
+    # fine-tuned again on b: its lineage holds a and b, each once; a copy of the dataset elsewhere holds the same
+    # tasks (its splits hold out the same records): what the pretraining saw is said there too
     again = tmp_path / "ft-again"
     assert main(["finetune", "--from", str(tmp_path / "ft-lists"), "--data", str(data), "--platform",
                  "llvm-x86_64-2c", "--split", "b", "--out", str(again), "--no-progress"]) == 0
@@ -444,6 +450,11 @@ def test_evaluating_a_fine_tuned_model_says_which_test_records_its_pretraining_s
     other = tmp_path / "other.h5"
     shutil.copy(data, other)
     capsys.readouterr()
+    assert main(["evaluate", "--model", str(again), "--data", str(other), "--split", "b", "--json"]) == 0
+    assert f"{seen} of the {int(test_b.sum())} evaluated records are among those the model was pretrained on" \
+        in capsys.readouterr().err
+    with DatasetWriter(other) as w:  # another dataset: other tasks under the same indices
+        w.tasks[0] = dataclasses.replace(w.tasks[0], workload_hash="another")
     assert main(["evaluate", "--model", str(again), "--data", str(other), "--split", "b", "--json"]) == 0
     assert "pretrained" not in capsys.readouterr().err
 

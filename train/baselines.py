@@ -31,6 +31,7 @@ from costlab.costmodels.baselines import FEATURE
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.data import CostDataModule, DataConfig
+from costlab.train.evaluate import dataset_tasks
 from costlab.train.run_dir import run_dir
 
 
@@ -57,6 +58,7 @@ def _training_data(cfg: dict):
     rows = rows[~np.isnan(dm.labels.latency[rows, 0])]  # no label on the target (kept out, or not measured there)
     with open_dataset(cfg["data"]) as ds:
         feats = features_of(ds, dm.featurizer, dm.base, rows)
+        dm.dataset_tasks = dataset_tasks(ds)
     valid = np.asarray(feats.get("valid", np.ones(len(rows), bool)), bool)
     xs = [np.asarray(x, np.float32) for x, ok in zip(feats[FEATURE], valid) if ok and len(x)]
     keep = np.array([ok and len(x) > 0 for x, ok in zip(feats[FEATURE], valid)], bool)
@@ -99,6 +101,6 @@ def train_baseline(cfg: dict) -> dict:
     save_artifact(out, tensors, dict(kind=kind, net={}, featurizer=dm.featurizer.to_json(),
                                      platforms=dm.config.platforms, training=summary, split=cfg["split"],
                                      split_digest=dm.split and dm.split.digest, dataset=os.path.abspath(cfg["data"]),
-                                     dialects=dm.dialects, targets=dm.targets))
+                                     dataset_tasks=dm.dataset_tasks, dialects=dm.dialects, targets=dm.targets))
     write_atomically(Path(cfg["out"]) / "summary.json", jsontext.dumps(summary, indent=2).encode())
     return summary

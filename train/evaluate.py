@@ -6,6 +6,7 @@ unweighted; pairwise ranking accuracy and NDCG over the evaluated records.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -40,10 +41,12 @@ def lineage_of(config: dict) -> list[dict]:
     """The splits a model (its config) was trained on, earliest first: what a model fine-tuned from it keeps
     (``lineage``) so that ``pretrained_on`` can tell which evaluated records its pretraining saw."""
     lineage = list(config.get("lineage") or [])
+    tasks = {"dataset_tasks": config["dataset_tasks"]} if config.get("dataset_tasks") else {}
     if config.get("split") and config.get("split_digest"):
-        lineage.append(dict(split=config["split"], split_digest=config["split_digest"], dataset=config.get("dataset")))
+        lineage.append(dict(split=config["split"], split_digest=config["split_digest"], dataset=config.get("dataset"),
+                            **tasks))
     elif not config.get("split") and config.get("dataset") and config.get("training"):  # every record of it
-        lineage.append(dict(split=None, split_digest=None, dataset=config["dataset"]))
+        lineage.append(dict(split=None, split_digest=None, dataset=config["dataset"], **tasks))
     out, seen = [], set()
     for step in lineage:  # one entry per split (a model fine-tuned twice on one split names it once)
         key = (step.get("split"), step.get("split_digest"), None if step.get("split") else step.get("dataset"))
@@ -69,14 +72,17 @@ def checkpoint_lineage(ckpt: Path) -> list[dict]:
         return []
     if not isinstance(cfg, dict) or not cfg.get("data"):
         return []
-    digest = None
-    if cfg.get("split"):
-        try:
-            with open_dataset(cfg["data"]) as ds:
+    digest, tasks = None, None
+    try:
+        with open_dataset(cfg["data"]) as ds:
+            tasks = dataset_tasks(ds)
+            if cfg.get("split"):
                 digest = ds.split(cfg["split"]).digest
-        except Exception:  # noqa: BLE001  the dataset moved, or its split is gone: nothing to tell it by
+    except Exception:  # noqa: BLE001  the dataset moved, or its split is gone: nothing to tell it by
+        if cfg.get("split"):
             return []
-    return lineage_of(dict(split=cfg.get("split"), split_digest=digest, dataset=str(cfg["data"]), training=True))
+    return lineage_of(dict(split=cfg.get("split"), split_digest=digest, dataset=str(cfg["data"]), training=True,
+                           dataset_tasks=tasks))
 
 
 def pretrained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarray) -> list[str]:
@@ -100,7 +106,8 @@ def trained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarra
     dataset, or when the records scored are all of them (``--split none`` says so)."""
     if split is None or not meta.get("dataset") or not meta.get("training"):
         return []
-    step = dict(split=meta.get("split"), split_digest=meta.get("split_digest"), dataset=meta["dataset"])
+    step = dict(split=meta.get("split"), split_digest=meta.get("split_digest"), dataset=meta["dataset"],
+                dataset_tasks=meta.get("dataset_tasks"))
     seen = _seen(ds, step, split, platform, rows)
     if not seen:
         return []
@@ -116,7 +123,7 @@ def _where(ds, step: dict) -> str:
 def _seen(ds, step: dict, split: str | None, platform: str, rows: np.ndarray) -> int:
     """How many of the evaluated ``rows`` a training ``step`` (a split of this dataset, stored unchanged and not
     the evaluated one, or every record of this dataset) trained on."""
-    if not _same_dataset(step.get("dataset"), ds.path):
+    if not _same_dataset(step.get("dataset"), ds.path, step.get("dataset_tasks"), ds):
         return 0
     name = step.get("split")
     if not name:
@@ -131,10 +138,28 @@ def _seen(ds, step: dict, split: str | None, platform: str, rows: np.ndarray) ->
     return int(np.count_nonzero(~earlier.is_test(table.task[rows], table.program_id[rows])))
 
 
-def _same_dataset(recorded, path) -> bool:
-    """Whether a dataset a model's config names (its path as given then) is the file at ``path``: the same file
-    where it still exists here, else one of the same name (a split's digest holds task indices only: another
-    dataset's split of the same name and seed can have the same one)."""
+def dataset_tasks(ds) -> dict:
+    """What tells a dataset's tasks apart whatever file holds them (a copy, a fresh unpack of the same pack): their
+    count and a SHA-256 of their dialects and workload hashes in order. A split holds out task indices (and program
+    ids), so a dataset whose first ``count`` tasks are these (the same, or grown since) is the one a split of it
+    meant."""
+    return dict(count=len(ds.tasks), sha256=_tasks_sha256(ds, len(ds.tasks)))
+
+
+def _tasks_sha256(ds, count: int) -> str:
+    h = hashlib.sha256()
+    for t in ds.tasks[:count]:
+        h.update(f"{t.dialect}:{t.workload_hash}\n".encode())
+    return h.hexdigest()
+
+
+def _same_dataset(recorded, path, tasks=None, ds=None) -> bool:
+    """Whether a dataset a model's config names (its path as given then) is the file at ``path``: where the model
+    recorded its dataset's tasks (``dataset_tasks``), one whose first tasks are those (a copy of it anywhere, under
+    any name); else the same file where it still exists here, else one of the same name (a split's digest holds
+    task indices only: another dataset's split of the same name and seed can have the same one)."""
+    if isinstance(tasks, dict) and ds is not None and isinstance(tasks.get("count"), int):
+        return tasks["count"] <= len(ds.tasks) and _tasks_sha256(ds, tasks["count"]) == tasks.get("sha256")
     if not recorded:
         return True
     recorded, path = Path(recorded), Path(path)

@@ -27,7 +27,7 @@ from costlab.costmodels.recipe import fit_lists, task_lists
 from costlab.costmodels.recipes import DEFAULT, recipe
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
-from costlab.train.evaluate import checkpoint_lineage, lineage_of, select_rows
+from costlab.train.evaluate import checkpoint_lineage, dataset_tasks, lineage_of, select_rows
 from costlab.train.predict import load_predictor
 from costlab.train.run_dir import run_dir
 
@@ -54,6 +54,7 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
         dialects = sorted({ds.tasks[int(t)].dialect for t in np.unique(task)})
         target = ds.platforms[platform].target
         digest = ds.split(split).digest if split else None
+        tasks = dataset_tasks(ds)
     readable = np.asarray(feats.get("valid", np.ones(len(rows), bool)), bool)
     if len(rows) and not readable.any():  # a net fitted on empty features would be written as a model
         raise UsageError(f"{data}: the {pred.featurizer.name} featurizer of {source} could read none of the "
@@ -78,8 +79,8 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
     # checkpoint's are its run's)
     source_path = resolve(source)
     lineage = checkpoint_lineage(source_path) if source_path.suffix == ".ckpt" else lineage_of(config)
-    config.update(training=summary, split=split, split_digest=digest, dataset=os.path.abspath(data), dialects=dialects,
-                  targets=targets)
+    config.update(training=summary, split=split, split_digest=digest, dataset=os.path.abspath(data),
+                  dataset_tasks=tasks, dialects=dialects, targets=targets)
     if not info.get("kept_pretrained"):  # weights that learned this costlab's features (their revision)
         config["featurizer"] = pred.featurizer.to_json()
     if lineage:
