@@ -255,3 +255,25 @@ def test_time_and_step_limits_a_run_cannot_take_are_one_line(trained, tmp_path, 
     assert _train(trained, tmp_path / "run", "--epochs", "2", *args) == 2
     assert says in _error(capsys)
     assert not (tmp_path / "run" / "model").exists()
+
+
+def test_a_resume_after_the_dataset_gained_records_is_refused(trained, tmp_path, capsys):
+    """Only the split was compared on --resume: records added since drew the validation part again among other
+    tasks, so the rest of the run trained on what validated its first part and picked its best checkpoint by
+    scores of other validation sets."""
+    from conftest import copy_platform
+    from costlab.datasets import open_dataset
+
+    data, out = tmp_path / "d.h5", tmp_path / "run"
+    shutil.copy(trained / "d.h5", data)
+    with open_dataset(data) as ds:
+        task = ds.records("llvm-x86_64-2c").task
+    target = {"kind": "llvm", "num-cores": 3}
+    copy_platform(data, "llvm-x86_64-2c", "grown", target, rows=[i for i in range(len(task)) if task[i] < 2])
+    args = ["train", "--data", str(data), "--out", str(out), "--platform", "grown", "--no-progress", *TINY,
+            "--set", "data_options.val_fraction=0.5"]
+    assert main([*args, "--epochs", "1"]) == 0
+    copy_platform(data, "llvm-x86_64-2c", "grown", target, rows=[i for i in range(len(task)) if task[i] >= 2])
+    capsys.readouterr()
+    assert main([*args, "--epochs", "2", "--resume"]) == 2
+    assert "trained and validated on changed since" in _error(capsys)

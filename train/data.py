@@ -7,14 +7,16 @@ records of several platforms (several CPUs), each labelled on its own platform, 
 of one platform. A model of one head per platform (``multi_head``) learns, by default (``mtl_rows: union``),
 from every program any of its platforms measured: one row per program, the record of the first platform (the
 base, then ``platforms``' order) that has it, labelled on every platform that measured it (NaN elsewhere: the
-loss masks it); ``mtl_rows: base`` takes the base platform's records alone. With ``hardware`` every row carries its platform's hardware vector
-(``featurizers/hardware_vector.py``), jittered per training list by ``hardware_jitter``. Splits are the
+loss masks it); ``mtl_rows: base`` takes the base platform's records alone. With ``hardware`` every row carries
+its platform's hardware vector (``featurizers/hardware_vector.py``), jittered per training list by
+``hardware_jitter``. Splits are the
 dataset's stored ones: test = the split's test part, validation = a seeded fraction of the training tasks
 (or programs, for a within-task split), training = the rest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import zlib
@@ -302,6 +304,17 @@ class CostDataModule(L.LightningDataModule):
         # the features are read from this same opening of the file: a `costlab featurize` that replaces the cache
         # (another --config, --refit) or a write that adds records meanwhile renames a new file over it, and the
         # labels, the featurizer and the rows above are this one's
+
+    def parts_digest(self) -> str:
+        """A SHA-256 of the records the training and validation parts hold (each row's platform and program id), so
+        that a resumed run can tell that it would learn from, and validate on, other records than it began with."""
+        h = hashlib.sha256()
+        for rows in (self.train_rows, self.val_rows):
+            pairs = np.stack([self.row_platform[rows].astype(np.uint64),
+                              self.labels.program_id[rows].astype(np.uint64)])
+            h.update(pairs[:, np.lexsort(pairs[::-1])].tobytes())
+            h.update(b"|")
+        return h.hexdigest()
 
     def _label(self, ds, held_out, validation=None) -> None:
         """The label table of the rows (``labels``), with each row's platform and index among its records."""

@@ -596,6 +596,13 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
             raise UsageError(f"--resume: split {cfg['split']!r} of {cfg['data']} was replaced since {last} trained on "
                              f"it (it now holds out other records: {dm.split.describe() if dm.split else 'none'}); "
                              "train afresh with --overwrite (without --resume), or on the split it trained on")
+        if resumed.get("parts_digest") is not None and resumed["parts_digest"] != dm.parts_digest():
+            # records or tasks added to the dataset since: the validation part is drawn again among other tasks, so
+            # the rest of the run would train on what validated its first part, and pick its best checkpoint by
+            # scores of different validation sets
+            raise UsageError(f"--resume: the records of {cfg['data']} that {last} trained and validated on changed "
+                             "since (records or tasks added or removed); start a new run from it (--set init_from="
+                             f"{last} --out NEW_DIR), or train afresh with --overwrite (without --resume)")
     if not source:  # a net shorter than the dataset's sequences fails only once a long one is trained on
         unfit = check_featurizer_fits(kind, net_config, dm.featurizer.to_json())
         if unfit:
@@ -605,7 +612,8 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                                  lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]),
                                  momentum=cfg["momentum"], momentum_every=int(cfg["momentum_every"]),
                                  lr_schedule=cfg["lr_schedule"], gain_scale=float(cfg["gain_scale"]),
-                                 split_digest=dm.split.digest if dm.split is not None else None)
+                                 split_digest=dm.split.digest if dm.split is not None else None,
+                                 parts_digest=dm.parts_digest())
     except (TypeError, ValueError, AssertionError, RuntimeError, IndexError) as exc:
         # net options of the wrong name, type or size: torch asserts (d_model not divisible by attention_heads),
         # refuses negative sizes, and a net of no layers fails on its first one

@@ -31,7 +31,7 @@ class CostModelModule(L.LightningModule):
     def __init__(self, kind: str, net_config: dict, featurizer: dict, platforms: list, loss: str = "lambdarank",
                  lr: float = 7e-4, weight_decay: float = 1e-6, momentum: float | None = None,
                  momentum_every: int = 1, lr_schedule: str = "constant", gain_scale: float = 1.0,
-                 split_digest: str | None = None):
+                 split_digest: str | None = None, parts_digest: str | None = None):
         super().__init__()
         self.save_hyperparameters()
         net = build_net(kind, net_config)

@@ -41,12 +41,13 @@ def read_checkpoint(path) -> dict:
     state = check_finite(net_state_from_checkpoint(ckpt), path, "checkpoint")
     epoch = ckpt.get("epoch")
     # epochs: how many the run had finished when it was saved (Lightning's ``epoch`` is the last one's index);
-    # split_digest: the split its training part came from (None: a checkpoint of an older costlab)
+    # split_digest: the split its training part came from (None: a checkpoint of an older costlab); parts_digest:
+    # the records its training and validation parts held (CostDataModule.parts_digest)
     # counted: the checkpoint holds the training counts of its epochs (records, seconds); an older costlab's has none
     callbacks = ckpt.get("callbacks")
     counted = isinstance(callbacks, dict) and "_Throughput" in callbacks
     return dict(path=path, state=state, epochs=epoch + 1 if isinstance(epoch, int) else None,
-                split_digest=hp.get("split_digest"), counted=counted, **{k: hp[k] for k in keys})
+                split_digest=hp.get("split_digest"), parts_digest=hp.get("parts_digest"), counted=counted, **{k: hp[k] for k in keys})
 
 
 def checkpoint_net(ckpt: dict) -> torch.nn.Module:
