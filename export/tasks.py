@@ -11,7 +11,7 @@ from costlab.common.errors import UsageError, last_line
 from costlab.datasets import hf_models
 from costlab.datasets.extract import network_module, reference_output, te_workload_task, torch_fn_model
 from costlab.metaschedule.targets import MEASURABLE_KINDS, runnable_target
-from costlab.metaschedule.workloads import workload_json_mod
+from costlab.metaschedule.workloads import workload_json, workload_json_mod
 
 
 def function_network(spec: str) -> bool:
@@ -78,9 +78,12 @@ def workload_tasks(opts, target) -> tuple[list[Task], object]:
                 name, func = te_workload_task(spec)
             except ValueError as exc:
                 raise UsageError(f"--workload {spec}: {exc}") from None
-            if name in seen:  # the same workload written twice (GMM:... and gmm:...) is one task
+            # the same workload written twice (GMM:... and gmm:..., or with its default arguments spelt out:
+            # GMM:1,16,16,16,float32,float32) is one task: by its workload hash, as the database keys it
+            shash = workload_json(func)[0]
+            if name in seen or shash in seen:
                 continue
-            seen[name] = True
+            seen[name] = seen[shash] = True
             out.append(Task(name, workload_json_mod(func)))
         return out, None
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks

@@ -375,3 +375,33 @@ def test_bfloat16_programs_are_checked_on_fractional_inputs_within_the_formats_r
     assert check._compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]
     drawn = seen[0].astype(np.float32)  # the input argument comes back as it went in
     assert np.any(drawn != np.round(drawn)) and np.all(np.abs(drawn) <= 1)
+
+
+def test_an_extent_of_one_does_not_bound_the_indices_a_gather_is_checked_with(monkeypatch):
+    """Indices were drawn below every float argument's least extent: a batch of one made that 1, so every index was
+    0 and a gather that reads the wrong row passed as "ok"."""
+    import tvm
+    from tvm import te
+
+    from costlab.export.check import _compare_worker
+
+    table = te.placeholder((16, 8), "float32", name="W")
+    ids = te.placeholder((1, 4), "int64", name="ids")
+
+    def gather(first_only: bool):
+        out = te.compute((1, 4, 8), lambda b, s, h: table[ids[b, 0 if first_only else s], h], name="out")
+        return tvm.IRModule({"main": te.create_prim_func([table, ids, out])})
+
+    verdicts = _compare_worker(gather(False), [gather(False), gather(True)], {"kind": "llvm", "num-cores": 2}, 0)
+    assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output")
+
+
+def test_float32_outputs_of_small_values_are_not_close_to_zeros():
+    """The absolute tolerance of 2e-3 let every output below it pass: a long softmax's zeros were "ok"."""
+    import numpy as np
+
+    from costlab.export.check import close
+
+    softmax = np.full((4, 4096), 1 / 4096, np.float32)
+    assert close(softmax, softmax * (1 + 1e-5)) and not close(softmax, np.zeros_like(softmax))
+    assert close(np.full(3, 3000.0, np.float32), np.full(3, 3000.5, np.float32))

@@ -247,3 +247,29 @@ def test_a_tilde_in_a_training_configs_paths_is_the_users_home(tmp_path, monkeyp
     cfg = load_config(None, ["init_from=~/models/m", "split=~x"], data="~/d.h5", out="~/runs/r")
     assert (cfg["data"], cfg["out"], cfg["init_from"]) == (f"{tmp_path}/d.h5", f"{tmp_path}/runs/r", f"{tmp_path}/models/m")
     assert cfg["split"] == "~x"  # a name, not a path
+
+
+def test_one_workload_written_two_ways_is_one_task():
+    """GMM:1,1,1,1 and the same with its default dtypes spelt out were two tasks of one database workload: each
+    got the budget, and the summary counted its records twice."""
+    from costlab.export.tasks import workload_tasks
+    from costlab.export.tune import TuneOptions
+
+    tasks, _ = workload_tasks(TuneOptions("w", workloads=["GMM:1,1,1,1", "GMM:1,1,1,1,float32,float32"]), None)
+    assert [t.name for t in tasks] == ["GMM:1,1,1,1"]
+
+
+def test_training_on_records_that_all_failed_is_refused_and_evaluating_them_says_why(trained, tmp_path, capsys):
+    """Every label 0 gives LambdaRank no pair: the run wrote a net only weight decay had moved, as a model, without a
+    word; evaluate printed NaN figures with no reason."""
+    from conftest import copy_platform
+
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    copy_platform(data, PLATFORM, "broken", {"kind": "llvm", "num-cores": 3}, costs=lambda i, raw: [1e10] * len(raw))
+    assert main(["train", "--data", str(data), "--platform", "broken", "--out", str(tmp_path / "run"), "--epochs", "1",
+                 "--no-progress", *TINY]) == 2
+    assert "nothing to learn" in _one_error(capsys.readouterr().err)
+    assert not (tmp_path / "run" / "model").exists()
+    assert main(["evaluate", "--model", "psa", "--data", str(data), "--platform", "broken", "--split", "none"]) == 0
+    assert "has two records one of which ran" in capsys.readouterr().err

@@ -326,6 +326,11 @@ def evaluate(model, data, split: str | None = "auto", part: str = "test", platfo
                   f"{'' if split is None else f' in split {split!r} ({part} part)'}: every figure is NaN"
                   + (f" (platforms with records there: {', '.join(having)}; give --platform)" if having else ""),
                   file=sys.stderr)
+        elif not result["tasks"]:  # records, but no task of two of them one of which ran: nothing is ranked
+            failed = int(np.count_nonzero(~np.isfinite(latency)))
+            print(f"costlab: warning: none of the {len(rows)} records' tasks on {platform!r} has two records one of "
+                  f"which ran ({failed} of them failed, the rest are alone in their tasks): every figure is NaN",
+                  file=sys.stderr)
         if meta.get("weights_sha256"):  # which weights were scored: export records a run's report only for them
             result["weights_sha256"] = meta["weights_sha256"]
         if seen_before:

@@ -626,6 +626,15 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
         raise UsageError(f"no training batches: {len(dm.train_rows)} labelled training records make no ranking "
                          f"list of two or more programs of one task (data_options.list_size "
                          f"{dm.config.list_size}, keep_fraction {keep or '{}'}); give more records or labels")
+    # lists whose programs all failed (all labelled 0) have no pair to rank: LambdaRank's gradient is zero, and a
+    # run of them alone wrote a net its weight decay alone had moved, as a model, and said nothing
+    rows = dm.train_rows
+    groups, counts = np.unique(dm.groups[rows], return_counts=True)
+    ran = np.unique(dm.groups[rows][np.isfinite(dm.labels.latency[rows]).any(1)])
+    if not np.isin(groups[counts >= 2], ran).any():
+        raise UsageError(f"{cfg['data']}: nothing to learn: of its {len(rows)} labelled training records, none is of a "
+                         "task with two or more labelled programs one of which ran (every program of the rest "
+                         "failed: `costlab dataset info` counts the failures); measure again")
 
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
