@@ -267,8 +267,8 @@ def test_training_on_records_that_all_failed_is_refused_and_evaluating_them_says
     data = tmp_path / "d.h5"
     shutil.copy(trained / "d.h5", data)
     copy_platform(data, PLATFORM, "broken", {"kind": "llvm", "num-cores": 3}, costs=lambda i, raw: [1e10] * len(raw))
-    assert main(["train", "--data", str(data), "--platform", "broken", "--out", str(tmp_path / "run"), "--epochs", "1",
-                 "--no-progress", *TINY]) == 2
+    assert main(["train", "--data", str(data), "--platform", "broken", "--out", str(tmp_path / "run"),
+                 "--epochs", "1", "--no-progress", *TINY]) == 2
     assert "nothing to learn" in _one_error(capsys.readouterr().err)
     assert not (tmp_path / "run" / "model").exists()
     assert main(["evaluate", "--model", "psa", "--data", str(data), "--platform", "broken", "--split", "none"]) == 0
