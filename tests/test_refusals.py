@@ -245,7 +245,8 @@ def test_a_tilde_in_a_training_configs_paths_is_the_users_home(tmp_path, monkeyp
 
     monkeypatch.setenv("HOME", str(tmp_path))
     cfg = load_config(None, ["init_from=~/models/m", "split=~x"], data="~/d.h5", out="~/runs/r")
-    assert (cfg["data"], cfg["out"], cfg["init_from"]) == (f"{tmp_path}/d.h5", f"{tmp_path}/runs/r", f"{tmp_path}/models/m")
+    assert (cfg["data"], cfg["out"], cfg["init_from"]) == (f"{tmp_path}/d.h5", f"{tmp_path}/runs/r",
+                                                           f"{tmp_path}/models/m")
     assert cfg["split"] == "~x"  # a name, not a path
 
 
