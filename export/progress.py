@@ -14,6 +14,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from costlab.common.errors import InputError
 from costlab.datasets.records import record_latency
+from costlab.metaschedule.results import short_error
 
 
 class TuneProgress:
@@ -55,7 +56,7 @@ class TuneProgress:
                 self.best[i] = min(self.best[i], best)
         return elapsed
 
-    def _write(self, i: int, n: int, errors: int, batch_best: float) -> None:
+    def _write(self, i: int, n: int, errors: int, batch_best: float, error: str | None = None) -> None:
         if self.history is None:
             return
         timing = self.clock.batch_done(i) if self.clock is not None else {}
@@ -65,6 +66,8 @@ class TuneProgress:
                    batch_best_us=round(batch_best * 1e6, 4) if math.isfinite(batch_best) else None,
                    best_us=round(self.best[i] * 1e6, 4) if math.isfinite(self.best[i]) else None)
         row.update(timing)
+        if error is not None:  # why the batch's last failed candidate failed (a task of no valid program says so)
+            row["error"] = error
         try:
             with open(self.history, "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -92,18 +95,22 @@ class TuneProgress:
         if self.clock is not None:
             self.clock.results_in(self.group[task_id])
 
-    def record(self, task_id: int, results) -> None:
+    def record(self, task_id: int, results, builds=None) -> None:
+        """``results``: the batch's runner results; ``builds``: its builder results (a failed build's reason)."""
         i = self.group[task_id]
-        batch_best, errors = math.inf, 0
-        for r in results:
+        batch_best, errors, error = math.inf, 0, None
+        for k, r in enumerate(results):
             lat = math.inf if r.error_msg is not None else record_latency(getattr(r, "run_secs", None))
             if lat < math.inf:
                 batch_best = min(batch_best, lat)
             else:
                 errors += 1
+                built = builds[k] if builds is not None and k < len(builds) else None
+                msg = (built.error_msg if built is not None and built.error_msg is not None else r.error_msg)
+                error = short_error(msg) if msg is not None else "no latency measured"
         self.best[i] = min(self.best[i], batch_best)
         self.trials[i] += len(results)
-        self._write(i, len(results), errors, batch_best)
+        self._write(i, len(results), errors, batch_best, error)
         self.bar.update(len(results))
         shown = [f"{self.names[j][:24]} {self.best[j] * 1e6:.1f}us" for j in self.group if math.isfinite(self.best[j])]
         self.bar.set_postfix_str("; ".join(shown[:3]) + (" ..." if len(shown) > 3 else ""))
@@ -122,7 +129,7 @@ class _Callback(PyMeasureCallback):
         self.progress = progress
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        self.progress.record(int(task_id), runner_results)
+        self.progress.record(int(task_id), runner_results, builder_results)
 
 
 def plot_history(history: str | Path, out: str | Path) -> Path | None:

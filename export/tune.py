@@ -218,20 +218,38 @@ def _rounds_of(history, names: list[str]) -> list[list[tuple[float, float]]]:
     """Per task (by name), the search's batches an earlier part of the run measured, from its progress.jsonl:
     ``(best latency in s after the batch, the batch's seconds)``, in order; a damaged line is left out."""
     out: dict = {name: [] for name in names}
-    try:
-        lines = Path(history).read_text().splitlines()
-    except OSError:
-        return [[] for _ in names]
-    for line in lines:
+    for row in _progress_rows(history):
         try:
-            row = json.loads(line)
             best = float(row["best_us"]) / 1e6 if row.get("best_us") is not None else math.inf
             seconds = sum(float(row.get(k) or 0.0) for k in ("search_s", "build_s", "run_s", "update_s"))
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
-        if isinstance(row, dict) and row.get("task") in out and "search_s" in row:
+        if isinstance(row.get("task"), str) and row["task"] in out and "search_s" in row:
             out[row["task"]].append((best if best > 0 else math.inf, seconds))
     return [out[name] for name in names]
+
+
+def _progress_rows(history) -> list[dict]:
+    """The rows of a run's progress.jsonl (none where it cannot be read; a damaged line is left out)."""
+    try:
+        lines = Path(history).read_text().splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _last_failures(history) -> dict:
+    """Per task name, why its latest failed candidate failed (progress.jsonl's ``error``)."""
+    return {row["task"]: row["error"] for row in _progress_rows(history)
+            if isinstance(row.get("task"), str) and isinstance(row.get("error"), str)}
 
 
 def _workload_keys(database, tasks: list[Task]) -> list[str | None]:
@@ -567,9 +585,12 @@ def _tune(opts: TuneOptions, held: list) -> dict:
     chosen = []  # per task: the record the result is (None: the database's fastest, unchecked)
     answers = []  # per task: check_task's whole answer (its records too), None when not checked
     rows, to_check = [], []  # to_check: (task index, (mod, records, skip)) of the tasks checked, all at once
+    failures = _last_failures(work.progress_file)
     for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
+        if best is None and t.name in failures:  # every candidate failed: why the last one did
+            row["failure"] = failures[t.name]
         record, live, failed = None, None, []
         if finals is not None:
             # a contender that failed its second measurement is never the result, whatever its first one said

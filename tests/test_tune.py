@@ -1051,3 +1051,15 @@ def test_a_run_tuned_with_a_model_archive_is_continued_by_its_weights(run, train
     capsys.readouterr()
     assert main([*argv, "--model", "m.tar", "--trials", "8"]) == 2
     assert "holds a tuning run with other options (model_sha256:" in capsys.readouterr().err
+
+
+def test_a_task_of_no_valid_program_says_why_its_last_candidate_failed(tmp_path, capsys):
+    """Every candidate of a boolean matmul fails to build: tune said "best no valid program" and nothing of why
+    (measure names its failures); the summary and the line now carry the last failure's reason."""
+    work = tmp_path / "w"
+    assert main(["tune", "--workload", "GMM:1,4,4,4,bool,bool", "--target", "llvm -num-cores=2", "--trials", "2",
+                 "--per-iter", "2", "--model", "psa", "--work-dir", str(work), "--no-library", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    (task,) = json.loads((work / "costlab_tune.json").read_text())["tasks"]
+    assert task["best_us"] is None and task["failure"]
+    assert f"best no valid program (the last failure: {task['failure']})" in out

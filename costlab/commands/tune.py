@@ -197,6 +197,8 @@ def _tune(args) -> int:
         return 1 if failed else 0
     for t in summary["tasks"]:
         best = f"{t['best_us']:.2f} us" if t["best_us"] is not None else "no valid program"
+        if t["best_us"] is None and t.get("failure"):
+            best += f" (the last failure: {t['failure']})"
         check = t.get("check", {})
         note = {"ok": " (output checked)", "replaced": " (output checked; a faster program computed a wrong "
                 "result and was not chosen)", "wrong": " (every checked program computed a wrong result: "
