@@ -20,6 +20,7 @@ from costlab.common.errors import last_line
 from costlab.common.host import usable_cores
 from costlab.datasets.records import record_latency
 from costlab.metaschedule.pools import result_of, worker_pool
+from costlab.metaschedule.structure import gathered_extents
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json, replay, trace_text
 
@@ -98,9 +99,10 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
     # gather): drawn below every float argument's extents, as a take without bounds checks reads out of its table
     # otherwise, and the reference itself then differs from run to run
     # (extents of 1 left out: a batch of one, or an output's axis of one, bounds no index, and drawing every index
-    # 0 would leave a gather that reads the wrong row unseen)
+    # 0 would leave a gather that reads the wrong row unseen), and below every axis an index read from a buffer
+    # selects along, whatever its extent (a table of one row: RoBERTa's token types with type_vocab_size 1)
     index_high = min([8, *(int(x) for i in infos if str(i.dtype).startswith(("float", "bfloat")) for x in i.shape
-                           if int(x) > 1)])
+                           if int(x) > 1), *gathered_extents(reference)])
     inputs = []
     for info in infos:
         dtype, shape = str(info.dtype), [int(x) for x in info.shape]

@@ -78,6 +78,46 @@ def module_blocks(mod, root: bool = False):
     return found
 
 
+# the fields of TIR expressions that hold other expressions (a load's indices are walked on their own)
+_EXPR_FIELDS = ("a", "b", "value", "args", "condition", "true_value", "false_value", "base", "stride")
+
+
+def _loads(expr) -> list:
+    """The buffer loads within a TIR expression, outermost first."""
+    found, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        if node is None or isinstance(node, (int, float, str)):
+            continue
+        if isinstance(node, (list, tuple)) or _kind(node) == "Array":
+            stack.extend(node)
+            continue
+        if _kind(node) in ("TensorLoad", "BufferLoad"):
+            found.append(node)
+            stack.extend(node.indices)
+            continue
+        stack.extend(getattr(node, f, None) for f in _EXPR_FIELDS if hasattr(type(node), f))
+    return found
+
+
+def gathered_extents(mod) -> list[int]:
+    """The extents of the buffer axes that a block of ``mod`` selects along by a value it reads from a buffer (a
+    gather's or a take's table axis, an embedding's rows): indices drawn for such a workload must stay below
+    them, as the lowered take checks no bounds."""
+    out = []
+    for block in module_blocks(mod):
+        body = block.body
+        if _kind(body) != "BufferStore":
+            continue
+        for load in _loads(body.value):
+            buffer = getattr(load, "source", None)
+            buffer = getattr(load, "buffer", None) if buffer is None else buffer
+            for extent, index in zip(getattr(buffer, "shape", ()), load.indices):
+                if _loads(index) and hasattr(extent, "value"):
+                    out.append(int(extent.value))
+    return out
+
+
 def kernel_class(mod) -> tuple[str, str, list[int]]:
     """``(kernel class, anchor block name, anchor iterator extents)`` of a TIR IRModule.
 

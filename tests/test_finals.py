@@ -405,3 +405,21 @@ def test_float32_outputs_of_small_values_are_not_close_to_zeros():
     softmax = np.full((4, 4096), 1 / 4096, np.float32)
     assert close(softmax, softmax * (1 + 1e-5)) and not close(softmax, np.zeros_like(softmax))
     assert close(np.full(3, 3000.0, np.float32), np.full(3, 3000.5, np.float32))
+
+
+def test_a_gather_from_a_table_of_one_row_draws_its_indices_inside_it():
+    """Extents of 1 left out of the indices' bound, a take from a table of one row (RoBERTa's token types with
+    type_vocab_size 1) read past it: the reference differed from itself and every program was called wrong. An axis
+    an index read from a buffer selects along bounds the indices, whatever its extent."""
+    import tvm
+    from tvm import te, topi
+
+    from costlab.export.check import _compare_worker
+    from costlab.metaschedule.structure import gathered_extents
+
+    table = te.placeholder((1, 64), "float32", name="A")
+    ids = te.placeholder((1, 32), "int32", name="I")
+    out = topi.take(table, ids, axis=0, mode="fast")
+    mod = tvm.IRModule({"main": te.create_prim_func([table, ids, out])})
+    assert gathered_extents(mod) == [1]
+    assert _compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]

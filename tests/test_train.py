@@ -4,6 +4,7 @@ learn from their own platform's labels, and a checkpoint reloads to the same pre
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -734,3 +735,26 @@ def test_a_model_records_its_dataset_by_an_absolute_path(trained, tmp_path, monk
                  *TINY]) == 0
     config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     assert config["dataset"] == str(trained / "d.h5")
+
+
+def test_a_grown_copy_of_the_dataset_counts_only_the_tasks_the_model_saw(trained, tmp_path, capsys):
+    """A copy with tasks added since is the model's dataset by its first tasks: its added tasks' records were
+    counted as trained on, and the warning named the evaluated file as the one the model trained on."""
+    data = tmp_path / "d.h5"
+    shutil.copy(trained / "d.h5", data)
+    assert main(["train", "--data", str(data), "--out", str(tmp_path / "m"), "--epochs", "1", "--no-progress",
+                 *TINY]) == 0
+    grown = tmp_path / "grown.h5"
+    shutil.copy(data, grown)
+    assert main(["dataset", "import-ms", str(FIXTURES / "ms_tune_db"), "-o", str(grown), "--platform",
+                 "llvm-x86_64-2c"]) == 0
+    assert main(["dataset", "split", str(grown), "--test-fraction", "0.5", "--name", "t50"]) == 0
+    with open_dataset(grown) as ds:
+        task = ds.records("llvm-x86_64-2c").task
+        test = ds.split("t50").is_test(task)
+        seen, added = int(np.count_nonzero(test & (task < 4))), int(np.count_nonzero(test & (task >= 4)))
+    assert seen and added, "the split holds out tasks the model saw and tasks added since (what this is about)"
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(grown), "--split", "t50", "--json"]) == 0
+    (note,) = json.loads(capsys.readouterr()[0])["trained_on"]
+    assert note.startswith(f"{seen} of the {seen + added} evaluated records") and str(data) in note

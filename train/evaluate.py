@@ -117,25 +117,29 @@ def trained_on(ds, meta: dict, split: str | None, platform: str, rows: np.ndarra
 
 def _where(ds, step: dict) -> str:
     return f"the training part of split {step['split']!r}" if step.get("split") else \
-        f"every record of {ds.path}: it trained without a split"
+        f"every record of {step.get('dataset') or ds.path}: it trained without a split"
 
 
 def _seen(ds, step: dict, split: str | None, platform: str, rows: np.ndarray) -> int:
     """How many of the evaluated ``rows`` a training ``step`` (a split of this dataset, stored unchanged and not
     the evaluated one, or every record of this dataset) trained on."""
-    if not _same_dataset(step.get("dataset"), ds.path, step.get("dataset_tasks"), ds):
+    tasks = step.get("dataset_tasks")
+    if not _same_dataset(step.get("dataset"), ds.path, tasks, ds):
         return 0
+    table = ds.records(platform)
+    # a dataset grown since (or a copy that holds more): the tasks added after the training are none it saw
+    known = (table.task[rows] < tasks["count"] if isinstance(tasks, dict) and isinstance(tasks.get("count"), int)
+             else np.ones(len(rows), bool))
     name = step.get("split")
     if not name:
-        return len(rows) if step.get("dataset") else 0
+        return int(np.count_nonzero(known)) if step.get("dataset") else 0
     if name not in ds.split_names():
         return 0
     earlier = ds.split(name)
     evaluated = ds.split(split).digest if split else None
     if earlier.digest != step.get("split_digest") or (name == split and earlier.digest == evaluated):
         return 0
-    table = ds.records(platform)
-    return int(np.count_nonzero(~earlier.is_test(table.task[rows], table.program_id[rows])))
+    return int(np.count_nonzero(known & ~earlier.is_test(table.task[rows], table.program_id[rows])))
 
 
 def dataset_tasks(ds) -> dict:
