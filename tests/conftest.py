@@ -80,6 +80,23 @@ def trained(tmp_path_factory):
     return base
 
 
+def _fixture_files() -> dict:
+    """Each file under tests/fixtures with its size and modification time (a rename over it changes them too)."""
+    return {str(p.relative_to(FIXTURES)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in FIXTURES.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(autouse=True)
+def committed_fixtures_stay():
+    """No test writes into the committed fixtures (a feature cache trained into ms_small.h5, a lock file beside it):
+    the next test, and the next clone's, would read another file than the one committed. Tests work on copies."""
+    before = _fixture_files()
+    yield
+    after = _fixture_files()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"the test wrote into committed fixtures under {FIXTURES}: {changed} (work on a copy)"
+
+
 @pytest.fixture(autouse=True)
 def own_library(tmp_path_factory, monkeypatch):
     """Every test's tuning runs start from, and add to, a schedule library of their own, empty, and no starter

@@ -260,21 +260,27 @@ def test_validation_ranks_only_a_group_of_two_programs_of_one_platform_one_of_wh
     assert not dm._rankable(two)
 
 
-def test_a_within_task_splits_held_out_programs_never_set_the_training_labels(trained, tmp_path):
-    """A training label is ``best / latency`` over its task's training programs: in every task the fastest
-    training program scores 1, whether or not a faster one was held out for the test."""
-    import shutil
-
+def _within_task_labels(trained, tmp_path, val_fraction: float) -> tuple:
+    """``trained``'s dataset split within tasks, its data module set up, and its tasks, latencies and training rows
+    that ran, after checking that in every task the fastest training program scores 1."""
     data = tmp_path / "d.h5"
     shutil.copy(trained / "d.h5", data)
     assert main(["dataset", "split", str(data), "--by", "within-task", "--name", "w"]) == 0
-    dm = CostDataModule(DataConfig(data=str(data), platforms=["llvm-x86_64-2c"], split="w", val_fraction=0.0))
+    dm = CostDataModule(DataConfig(data=str(data), platforms=["llvm-x86_64-2c"], split="w",
+                                   val_fraction=val_fraction))
     dm.setup()
     task, score, lat = dm.labels.task, dm.labels.score[:, 0], dm.labels.latency[:, 0]
     rows = dm.train_rows[np.isfinite(lat[dm.train_rows])]
-    assert len(np.unique(task[rows])) >= 3
     for t in np.unique(task[rows]):
         assert score[rows][task[rows] == t].max() == 1.0
+    return dm, task, lat, rows
+
+
+def test_a_within_task_splits_held_out_programs_never_set_the_training_labels(trained, tmp_path):
+    """A training label is ``best / latency`` over its task's training programs: in every task the fastest
+    training program scores 1, whether or not a faster one was held out for the test."""
+    dm, task, lat, rows = _within_task_labels(trained, tmp_path, 0.0)
+    assert len(np.unique(task[rows])) >= 3
     test_rows = dm.test_rows
     faster_held_out = [t for t in np.unique(task[rows])
                        if lat[test_rows][task[test_rows] == t].min(initial=np.inf) < lat[rows][task[rows] == t].min()]
@@ -285,19 +291,9 @@ def test_a_within_task_splits_validation_programs_never_set_the_training_labels(
     """The validation programs of a within-task split are drawn among the training part's: their latencies set the
     training labels' best (a validation program the fastest of its task left every training label below 1), so the
     part that picks the checkpoint was not apart from what trained. Both parts are labelled each over its own."""
-    import shutil
-
-    data = tmp_path / "d.h5"
-    shutil.copy(trained / "d.h5", data)
-    assert main(["dataset", "split", str(data), "--by", "within-task", "--name", "w"]) == 0
-    dm = CostDataModule(DataConfig(data=str(data), platforms=["llvm-x86_64-2c"], split="w", val_fraction=0.4))
-    dm.setup()
-    task, score, lat = dm.labels.task, dm.labels.score[:, 0], dm.labels.latency[:, 0]
-    rows = dm.train_rows[np.isfinite(lat[dm.train_rows])]
+    dm, task, lat, rows = _within_task_labels(trained, tmp_path, 0.4)
     val = dm.val_rows[np.isfinite(lat[dm.val_rows])]
     assert len(val) and not np.isin(dm.labels.program_id[val], dm.labels.program_id[rows]).any()
-    for t in np.unique(task[rows]):
-        assert score[rows][task[rows] == t].max() == 1.0
     faster_in_validation = [t for t in np.unique(task[rows])
                             if lat[val][task[val] == t].min(initial=np.inf) < lat[rows][task[rows] == t].min()]
     assert faster_in_validation, "the draw puts some task's fastest training-part program in validation"
