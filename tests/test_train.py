@@ -334,8 +334,10 @@ def test_finetune_from_a_checkpoint_writes_a_model_that_loads(trained, tmp_path)
         out = tmp_path / f"ft{len(extra)}"
         assert main(["finetune", "--from", str(ckpt), "--data", str(data), "--platform", "llvm-x86_64-2c",
                      "--out", str(out), "--no-progress", "--overwrite", *extra]) == 0
-        assert read_artifact(out / "model").config["lineage"] == [
-            dict(split=None, split_digest=None, dataset=str(trained / "d.h5"))]
+        (step,) = read_artifact(out / "model").config["lineage"]
+        assert step["dataset_tasks"]["count"] == 4  # the dataset's tasks, by which a copy of it is known
+        assert {k: v for k, v in step.items() if k != "dataset_tasks"} == dict(split=None, split_digest=None,
+                                                                                dataset=str(trained / "d.h5"))
 
 
 def test_finetune_from_a_shipped_model_by_name(tmp_path, capsys):
