@@ -586,9 +586,12 @@ def _tune(opts: TuneOptions, held: list) -> dict:
     answers = []  # per task: check_task's whole answer (its records too), None when not checked
     rows, to_check = [], []  # to_check: (task index, (mod, records, skip)) of the tasks checked, all at once
     failures = _last_failures(work.progress_file)
+    keys = _workload_keys(database, tasks)  # (what exploitation's rows are keyed by: they are named by it)
     for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))
+        if keys[i] is not None:
+            row["workload_key"] = keys[i]
         if best is None and t.name in failures:  # every candidate failed: why the last one did
             row["failure"] = failures[t.name]
         record, live, failed = None, None, []
