@@ -166,3 +166,20 @@ def test_fine_tuning_a_model_of_several_heads_to_a_platform_of_none_is_refused_b
     assert main(["finetune", "--from", str(platforms / "mtl"), "--data", str(platforms / "d.h5"), "--platform", "few",
                  "--out", str(tmp_path / "ft")]) == 2
     assert "a model of several heads (llvm-x86_64-2c, other) has none for 'few'" in error_line(capsys)
+
+
+def test_a_resume_after_a_head_gained_labels_of_its_rows_is_refused(platforms, tmp_path, capsys):
+    """Records a head's platform gained of programs that are rows already change that head's labels, not the rows:
+    the resume's digest of the parts' records did not see it, and the rest of the run trained on other labels."""
+    data, out = tmp_path / "d.h5", tmp_path / "run"
+    shutil.copy(platforms / "d.h5", data)
+    args = _train(data, out, "--model", "mtl", "--platform", PLATFORM, "--platform", "few",
+                  "--set", "data_options.val_fraction=0.3")
+    assert main(args) == 0
+    with open_dataset(data) as ds:
+        task = ds.records(PLATFORM).task
+    copy_platform(data, PLATFORM, "few", {"kind": "llvm", "num-cores": 4}, rows=np.flatnonzero(task == 1))
+    capsys.readouterr()
+    assert main([*args[:args.index("--epochs")], "--epochs", "2", *args[args.index("--epochs") + 2:],
+                 "--resume"]) == 2
+    assert "trained and validated on changed since" in error_line(capsys)

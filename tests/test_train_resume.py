@@ -277,3 +277,10 @@ def test_a_resume_after_the_dataset_gained_records_is_refused(trained, tmp_path,
     capsys.readouterr()
     assert main([*args, "--epochs", "2", "--resume"]) == 2
     assert "trained and validated on changed since" in _error(capsys)
+
+
+def test_a_baseline_takes_lightnings_own_default_of_all_batches(trained, tmp_path):
+    """``limit_train_batches: 1.0`` (all batches, Lightning's default) spelt out in a config shared with net runs was
+    refused for a baseline as a limit it cannot take."""
+    assert _train(trained, tmp_path / "run", "--model", "xgb", "--epochs", "1",
+                  "--set", "trainer.limit_train_batches=1.0") == 0

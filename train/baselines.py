@@ -84,7 +84,11 @@ def train_baseline(cfg: dict) -> dict:
     kind = cfg["model"]
     # the baselines train by their own loops for max_epochs: Lightning's other limits were dropped without a word
     # (an mlp given trainer.max_time=00:00:00:01 or max_steps=1 trained its 50 epochs)
-    ignored = [k for k in ("max_steps", "max_time", "limit_train_batches") if cfg["trainer"].get(k) not in (None, -1)]
+    def unset(key, value) -> bool:  # Lightning's own defaults: no limit (an int 1 of batches is one batch, not all)
+        return value is None or (key == "max_steps" and value == -1) or (
+            key == "limit_train_batches" and isinstance(value, float) and value == 1.0)
+
+    ignored = [k for k in ("max_steps", "max_time", "limit_train_batches") if not unset(k, cfg["trainer"].get(k))]
     if ignored:
         raise UsageError(f"the {kind} baseline trains for trainer.max_epochs epochs by its own loop and takes no "
                          + ", ".join(f"trainer.{k}" for k in ignored) + "; leave it out (or use --epochs)")

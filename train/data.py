@@ -306,13 +306,16 @@ class CostDataModule(L.LightningDataModule):
         # labels, the featurizer and the rows above are this one's
 
     def parts_digest(self) -> str:
-        """A SHA-256 of the records the training and validation parts hold (each row's platform and program id), so
-        that a resumed run can tell that it would learn from, and validate on, other records than it began with."""
+        """A SHA-256 of the records the training and validation parts hold (each row's platform and program id, and
+        which of its label columns it has: a multi-head model's other platforms label rows they gained records of),
+        so that a resumed run can tell that it would learn from, and validate on, other records than it began with."""
         h = hashlib.sha256()
         for rows in (self.train_rows, self.val_rows):
             pairs = np.stack([self.row_platform[rows].astype(np.uint64),
                               self.labels.program_id[rows].astype(np.uint64)])
-            h.update(pairs[:, np.lexsort(pairs[::-1])].tobytes())
+            order = np.lexsort(pairs[::-1])
+            h.update(pairs[:, order].tobytes())
+            h.update(np.ascontiguousarray(np.isfinite(self.labels.score[rows][order])).tobytes())
             h.update(b"|")
         return h.hexdigest()
 
