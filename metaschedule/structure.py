@@ -100,21 +100,88 @@ def _loads(expr) -> list:
     return found
 
 
-def gathered_extents(mod) -> list[int]:
-    """The extents of the buffer axes that a block of ``mod`` selects along by a value it reads from a buffer (a
-    gather's or a take's table axis, an embedding's rows): indices drawn for such a workload must stay below
-    them, as the lowered take checks no bounds."""
-    out = []
-    for block in module_blocks(mod):
-        body = block.body
-        if _kind(body) != "BufferStore":
+def _stores(stmt) -> list:
+    """The buffer stores within a TIR statement: those of every block, and those in the loops of an opaque block
+    (a scatter written with TVM's IR builder)."""
+    found, stack = [], [stmt]
+    while stack:
+        node = stack.pop()
+        if node is None:
             continue
-        for load in _loads(body.value):
-            buffer = getattr(load, "source", None)
-            buffer = getattr(load, "buffer", None) if buffer is None else buffer
-            for extent, index in zip(getattr(buffer, "shape", ()), load.indices):
-                if _loads(index) and hasattr(extent, "value"):
-                    out.append(int(extent.value))
+        kind = _kind(node)
+        if kind == "BufferStore":
+            found.append(node)
+        elif kind == "SeqStmt":
+            stack.extend(node.seq)
+        elif kind == "SBlockRealize":
+            stack.extend([node.block.body, node.block.init])
+        elif kind == "IfThenElse":
+            stack.extend([node.then_case, node.else_case])
+        elif getattr(node, "body", None) is not None:
+            stack.append(node.body)
+    return found
+
+
+def _buffer_of(load):
+    buffer = getattr(load, "source", None)
+    return getattr(load, "buffer", None) if buffer is None else buffer
+
+
+def _selections(mod) -> tuple[list, dict]:
+    """``([(extent, buffers whose values select along an axis of that extent)], {buffer: buffers its stored
+    values are computed from})`` over every store of ``mod``: a gather's load (a take's table, an embedding's rows)
+    and a scatter's store, whose index reads a value from a buffer."""
+    from tvm import tirx
+
+    picks, sources = [], {}
+    for _, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        for store in _stores(func.body):
+            value_loads = _loads(store.value)
+            index_loads = [load for index in store.indices for load in _loads(index)]
+            sources.setdefault(store.buffer, set()).update(_buffer_of(x) for x in value_loads + index_loads)
+            for buffer, indices in [(store.buffer, store.indices), *((_buffer_of(x), x.indices) for x in value_loads)]:
+                for extent, index in zip(getattr(buffer, "shape", ()), indices):
+                    selecting = [_buffer_of(x) for x in _loads(index)]
+                    if selecting and hasattr(extent, "value"):
+                        picks.append((int(extent.value), selecting))
+    return picks, sources
+
+
+def gathered_extents(mod) -> list[int]:
+    """The extents of the buffer axes that ``mod`` selects along by a value it reads from a buffer (a gather's or
+    a take's table axis, an embedding's rows, a scatter's output axis): indices drawn for such a workload must stay
+    below them, as the lowered take checks no bounds."""
+    return [extent for extent, _ in _selections(mod)[0]]
+
+
+def index_bounds(mod) -> dict[int, int]:
+    """``{position of a buffer argument of main: bound}`` for the arguments whose values select along a buffer axis
+    (directly, or through the intermediate buffers computed from them: a broadcast copy of an index, its cast):
+    values drawn for an argument must stay below its bound. An argument that selects nothing (a table of integer
+    values, a mask) has none."""
+    picks, sources = _selections(mod)
+    bound = {}
+    for extent, buffers in picks:
+        todo, seen = list(buffers), set()
+        while todo:
+            buffer = todo.pop()
+            if buffer is None or any(buffer.same_as(b) for b in seen):
+                continue
+            seen.add(buffer)
+            bound[buffer] = min(bound.get(buffer, extent), extent)
+            todo.extend(b for k, v in sources.items() if k.same_as(buffer) for b in v)
+    func = mod["main"]
+    # positions among the buffer arguments, as MetaSchedule's TensorInfo.from_prim_func lists them (this TVM's
+    # arguments are the buffers themselves; earlier ones map them through buffer_map)
+    buffer_map = getattr(func, "buffer_map", None)
+    params = list(func.params) if buffer_map is None else [buffer_map[p] for p in func.params if p in buffer_map]
+    out = {}
+    for i, buffer in enumerate(params):
+        hits = [v for b, v in bound.items() if b.same_as(buffer)]
+        if hits:
+            out[i] = min(hits)
     return out
 
 

@@ -423,3 +423,43 @@ def test_a_gather_from_a_table_of_one_row_draws_its_indices_inside_it():
     mod = tvm.IRModule({"main": te.create_prim_func([table, ids, out])})
     assert gathered_extents(mod) == [1]
     assert _compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]
+
+
+def test_each_index_argument_is_bounded_by_the_axis_it_selects_along():
+    """One bound for every integer argument: an index of an axis of extent 1 (llama's index_tensor) drew every
+    integer argument 0, the gathered integer table and the other axis's index too, so any program writing zeros
+    passed; a scatter along an axis of 1 was not seen at all, and its reference wrote out of bounds."""
+    import tvm
+    from tvm import te, topi
+
+    from costlab.export.check import _compare_worker
+    from costlab.metaschedule.structure import index_bounds
+
+    table = te.placeholder((1, 16), "int64", name="T")
+    rows = te.placeholder((4,), "int64", name="r")
+    cols = te.placeholder((4,), "int64", name="c")
+
+    def gather(first_column: bool):
+        out = te.compute((4,), lambda k: table[rows[k], 0 if first_column else cols[k]], name="out")
+        return tvm.IRModule({"main": te.create_prim_func([table, rows, cols, out])})
+
+    assert index_bounds(gather(False)) == {1: 1, 2: 16}
+    verdicts = _compare_worker(gather(False), [gather(False), gather(True)], {"kind": "llvm", "num-cores": 2}, 0)
+    assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output")
+    data, updates = te.placeholder((1, 16), "float32", name="x"), te.placeholder((1, 4), "float32", name="u")
+    ids = te.placeholder((1, 4), "int64", name="i")
+    scatter = topi.scatter_elements(data, ids, updates, 0)
+    assert index_bounds(tvm.IRModule({"main": te.create_prim_func([data, ids, updates, scatter])})) == {1: 1}
+
+
+def test_half_precision_outputs_of_small_values_are_not_close_to_zeros():
+    """float16 and bfloat16 tolerances were relative to the output's largest value taken as at least 1: a softmax
+    over 128 (values near 1/128) was "close" to zeros and to another row's."""
+    import ml_dtypes
+    import numpy as np
+
+    from costlab.export.check import close
+
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        softmax = np.full((8, 128), 1 / 128, np.float32).astype(dtype)
+        assert close(softmax, softmax.copy()) and not close(softmax, np.zeros_like(softmax))
