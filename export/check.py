@@ -116,7 +116,9 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
         elif dtype == "bool":
             inputs.append(rng.integers(0, 2, shape).astype(dtype))
         else:
-            high = max(1, min(index_high, bounds.get(pos, index_high))) if dtype in ("int32", "int64") else 8
+            # an index of another integer type (int8, int16, uint8, ...) is bounded by the axis it selects along too
+            high = min(index_high if dtype in ("int32", "int64") else 8, bounds.get(pos, 8))
+            high = max(1, high)
             inputs.append(rng.integers(0, high, shape).astype(dtype))
 
     def run(mod, target=target, dev=dev, on_gpu=gpu) -> list:

@@ -463,3 +463,16 @@ def test_half_precision_outputs_of_small_values_are_not_close_to_zeros():
     for dtype in (np.float16, ml_dtypes.bfloat16):
         softmax = np.full((8, 128), 1 / 128, np.float32).astype(dtype)
         assert close(softmax, softmax.copy()) and not close(softmax, np.zeros_like(softmax))
+
+
+def test_an_index_of_a_narrow_integer_type_is_bounded_by_its_table_too():
+    """Only int32/int64 arguments took their bound: an int8 index into a table of 6 rows was drawn up to 7, read
+    past the table, and the reference differed from itself."""
+    import tvm
+    from tvm import te, topi
+
+    from costlab.export.check import _compare_worker
+
+    table, ids = te.placeholder((6, 4), "float32", name="x"), te.placeholder((5,), "int8", name="i")
+    mod = tvm.IRModule({"main": te.create_prim_func([table, ids, topi.take(table, ids, axis=0, mode="fast")])})
+    assert _compare_worker(mod, [mod, mod], {"kind": "llvm", "num-cores": 2}, 3) == ["ok", "ok"]
