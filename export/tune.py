@@ -587,6 +587,11 @@ def _tune(opts: TuneOptions, held: list) -> dict:
     rows, to_check = [], []  # to_check: (task index, (mod, records, skip)) of the tasks checked, all at once
     failures = _last_failures(work.progress_file)
     keys = _workload_keys(database, tasks)  # (what exploitation's rows are keyed by: they are named by it)
+    # this run's --exploit rows are named as costlab exploit names them (it read no summary of this run's tasks yet)
+    names = {k: t.name for k, t in zip(keys, tasks) if k is not None}
+    for row in (exploited or {}).get("tasks", []):
+        if "name" not in row and row.get("workload") in names:
+            row["name"] = names[row["workload"]]
     for i, (t, n) in enumerate(zip(tasks, _done_per_task(database, tasks))):
         best = _best_latency(database, t.mod)
         row = dict(name=t.name, weight=t.weight, trials=n, best_us=best and round(best * 1e6, 3))

@@ -245,6 +245,6 @@ def _exploit_lines(exploited: dict | None) -> list[str]:
     if exploited.get("skipped"):
         return [f"exploitation skipped: {exploited['skipped']}"]
     lines = [f"exploitation: {exploited['trials']} trials in {exploited['wall_s']:.0f} s"]
-    lines += [f"  error: task {t['workload']}: a round failed ({t['error']}); the task is not done, a re-run "
-              "continues it" for t in exploited.get("tasks", []) if t.get("error")]
+    lines += [f"  error: task {t.get('name') or t['workload']}: a round failed ({t['error']}); the task is not done, "
+              "a re-run continues it" for t in exploited.get("tasks", []) if t.get("error")]
     return lines
