@@ -54,6 +54,27 @@ def device_name(target) -> str:
     return str(device_of(target)).split(":")[0]
 
 
+def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
+    """The arguments a program is timed on, as MetaSchedule allocates them (``random_fill_for_measure``), but int32
+    and int64 arguments all 0: that fill gives such an argument a float's bits (values near 10^18 for int64),
+    and a take or gather (an embedding's token ids, a network's index tensors) reads its table at them without
+    bounds checks, so every program of such a task was killed by SIGSEGV or timed reading garbage. 0 is an index
+    into any table; int8/uint8 data keeps its random values. Runs in the runner's worker."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+
+    random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
+
+    def fill(arg) -> None:
+        if str(arg.dtype) in ("int32", "int64"):
+            arg.copyfrom(np.zeros([int(x) for x in arg.shape], str(arg.dtype)))
+        else:
+            random_fill(arg)
+
+    return alloc_argument_common(fill, device, args_info, alloc_repeat)
+
+
 @functools.lru_cache(maxsize=None)
 def _runner_class():
     from tvm.ir.utils import derived_object
@@ -63,8 +84,9 @@ def _runner_class():
     class StartingRunner(LocalRunner._cls):
         """MetaSchedule's ``LocalRunner`` whose worker starts in the background. ``LocalRunner`` starts its
         worker in its constructor and waits for it (it imports TVM: 1.6 s here, longer on a cold machine) to
-        check that the runner functions it was given exist; costlab gives none (MetaSchedule's defaults), so
-        there is nothing to check, and the caller goes on with its model and first search meanwhile. The worker
+        check that the runner functions it was given exist; costlab gives MetaSchedule's, but for
+        ``alloc_arguments``, a function of its own module, so there is nothing to check, and the caller goes on
+        with its model and first search meanwhile. The worker
         also makes the device's context. The first run waits for that start, and a worker that could not start
         (or a device that is not there) is one clear error then rather than a failure of every candidate."""
 
@@ -123,7 +145,8 @@ def make_runner(opts, target, on_lost=None):
         return guarded_runner(inner, opts.rpc_host, opts.rpc_port, opts.rpc_key, opts.rpc_wait, on_lost)
     cores = int(target.attrs.get("num-cores", 0) or 0)
     init = functools.partial(pin_threads, cores) if cores > 0 else None
-    runner = _runner_class()(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init)
+    runner = _runner_class()(timeout_sec=opts.runner_timeout, evaluator_config=evaluator, initializer=init,
+                             f_alloc_argument=alloc_arguments)
     runner.start(device_name(target))
     return runner
 

@@ -799,3 +799,32 @@ def test_ctrl_c_during_a_gathered_save_keeps_its_batches_for_the_save_on_the_way
     with open_dataset(path) as ds:
         ids = ds.records("cpu").program_id.tolist()
     assert len(ids) == len(set(ids)) == 6
+
+
+def test_a_gather_task_is_measured_on_indices_inside_its_table():
+    """TVM's random_fill gave int64 arguments a float's bits (near 10^18): a take (an embedding's token ids) read
+    its table there without bounds checks, and every program of every such network task was killed by SIGSEGV or
+    timed on garbage. costlab's runner allocates int32/int64 arguments as 0."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.datasets.measure import MeasureOptions
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
+    from costlab.metaschedule.tune_context import tune_context
+
+    table = te.placeholder((4096, 64), "float32", name="W")
+    ids = te.placeholder((16,), "int64", name="ids")
+    out = te.compute((16, 64), lambda i, h: table[ids[i], h], name="out")
+    mod = tvm.IRModule({"main": te.create_prim_func([table, ids, out])})
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    ctx = tune_context(mod, target, num_threads=2)
+    cands = [ms.MeasureCandidate(ctx.generate_design_space()[0], ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"]))]
+    builder, runner = make_builder(workers=1, pooled=True), make_runner(MeasureOptions(number=1), target)
+    try:
+        [(costs, error, msg)] = build_and_run(builder, runner, target, cands)
+        assert (error, msg) == (ERROR_NONE, None) and 0 < costs[0] < 1
+    finally:
+        close_runner(runner)
+        builder.close()
