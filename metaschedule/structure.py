@@ -144,7 +144,8 @@ def _selections(mod) -> tuple[list, dict]:
             for buffer, indices in [(store.buffer, store.indices), *((_buffer_of(x), x.indices) for x in value_loads)]:
                 for extent, index in zip(getattr(buffer, "shape", ()), indices):
                     selecting = [_buffer_of(x) for x in _loads(index)]
-                    if selecting and hasattr(extent, "value"):
+                    # (a symbolic extent, or a cast of one, bounds nothing)
+                    if selecting and isinstance(getattr(extent, "value", None), int):
                         picks.append((int(extent.value), selecting))
     return picks, sources
 

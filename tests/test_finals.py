@@ -476,3 +476,17 @@ def test_an_index_of_a_narrow_integer_type_is_bounded_by_its_table_too():
     table, ids = te.placeholder((6, 4), "float32", name="x"), te.placeholder((5,), "int8", name="i")
     mod = tvm.IRModule({"main": te.create_prim_func([table, ids, topi.take(table, ids, axis=0, mode="fast")])})
     assert _compare_worker(mod, [mod, mod], {"kind": "llvm", "num-cores": 2}, 3) == ["ok", "ok"]
+
+
+def test_a_table_of_symbolic_rows_gives_no_index_bound_and_no_error():
+    """A symbolic extent (a cast of a shape variable has a ``value`` too) was taken for a number: the bound's
+    int() raised, and every check of such a task would have failed."""
+    import tvm
+    from tvm import te, topi
+
+    from costlab.metaschedule.structure import index_bounds
+
+    rows = te.var("n", "int32").astype("int64")  # a Cast: its ``value`` is the variable
+    table, ids = te.placeholder((rows, 4), "float32", name="x"), te.placeholder((5,), "int64", name="i")
+    mod = tvm.IRModule({"main": te.create_prim_func([table, ids, topi.take(table, ids, axis=0, mode="fast")])})
+    assert index_bounds(mod) == {}
