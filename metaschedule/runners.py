@@ -60,11 +60,20 @@ def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
     and a take or gather (an embedding's token ids, a network's index tensors) reads its table at them without
     bounds checks, so every program of such a task was killed by SIGSEGV or timed reading garbage. 0 is an index
     into any table; int8/uint8 data keeps its random values. Runs in the runner's worker."""
-    import numpy as np
     import tvm
-    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 
-    random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
+    return _alloc(tvm.get_global_func("tvm.contrib.random.random_fill_for_measure"), device, args_info, alloc_repeat)
+
+
+def alloc_remote_arguments(session, device, args_info, alloc_repeat: int) -> list:
+    """``alloc_arguments`` on an RPC device: the device's own fill, int32 and int64 arguments all 0."""
+    return _alloc(session.get_function("tvm.contrib.random.random_fill_for_measure"), device, args_info,
+                  alloc_repeat)
+
+
+def _alloc(random_fill, device, args_info, alloc_repeat: int) -> list:
+    import numpy as np
+    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
 
     def fill(arg) -> None:
         if str(arg.dtype) in ("int32", "int64"):
@@ -141,7 +150,8 @@ def make_runner(opts, target, on_lost=None):
     if opts.rpc_key:
         config = ms.runner.RPCConfig(tracker_host=opts.rpc_host, tracker_port=opts.rpc_port,
                                      tracker_key=opts.rpc_key, session_timeout_sec=int(max(opts.runner_timeout, 10)))
-        inner = ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+        inner = ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1,
+                                    f_alloc_argument=alloc_remote_arguments)
         return guarded_runner(inner, opts.rpc_host, opts.rpc_port, opts.rpc_key, opts.rpc_wait, on_lost)
     cores = int(target.attrs.get("num-cores", 0) or 0)
     init = functools.partial(pin_threads, cores) if cores > 0 else None

@@ -199,3 +199,31 @@ def test_a_tracker_that_accepts_but_never_answers_is_a_problem_not_a_hang():
         why = tracker_problem("127.0.0.1", silent.getsockname()[1], "k", timeout=1.0)
     assert why is not None and why.startswith("no RPC tracker answers at 127.0.0.1:") and "no answer in 1 s" in why
     assert time.time() - began < 30
+
+
+def test_a_gather_task_is_measured_on_a_remote_device_on_indices_inside_its_table():
+    """The RPC runner's arguments are the device's own fill, int32/int64 all 0, as the local runner's: MetaSchedule's
+    fill gave an index argument a float's bits, and a take read its table there (the device's process killed)."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    from costlab.metaschedule.builders import make_builder
+    from costlab.metaschedule.runners import build_and_run, close_runner, make_runner
+    from costlab.metaschedule.tune_context import tune_context
+
+    table = te.placeholder((4096, 64), "float32", name="W")
+    ids = te.placeholder((16,), "int64", name="ids")
+    out = te.compute((16, 64), lambda i, h: table[ids[i], h], name="out")
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    ctx = tune_context(tvm.IRModule({"main": te.create_prim_func([table, ids, out])}), target, num_threads=1)
+    cands = [ms.MeasureCandidate(ctx.generate_design_space()[0], ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"]))]
+    with _local_rpc() as rpc:
+        runner = make_runner(MeasureOptions(number=1, **_rpc(rpc)), target)
+        builder = make_builder(workers=1, pooled=True, shared=False)  # a tar the device links, as an RPC run's
+        try:
+            [(costs, error, msg)] = build_and_run(builder, runner, target, cands)
+        finally:
+            close_runner(runner)
+            builder.close()
+    assert (error, msg) == (ERROR_NONE, None) and 0 < costs[0] < 1
