@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 
 import numpy as np
@@ -54,3 +55,19 @@ def format_summary(s: dict) -> str:
     lines.append("kernel classes: " + (", ".join(f"{k} ({v})" for k, v in s["kernel_classes"].items()) or "none"))
     lines.append("splits: " + (", ".join(s["splits"]) or "none"))
     return "\n".join(lines)
+
+
+def dataset_tasks(ds) -> dict:
+    """What tells a dataset's tasks apart whatever file holds them (a copy, a fresh unpack of the same pack): their
+    count and a SHA-256 of their dialects and workload hashes in order. A split holds out task indices (and program
+    ids), so a dataset whose first ``count`` tasks are these (the same, or grown since) is the one a split of it
+    meant."""
+    return dict(count=len(ds.tasks), sha256=tasks_sha256(ds, len(ds.tasks)))
+
+
+def tasks_sha256(ds, count: int) -> str:
+    """A SHA-256 of the dialects and workload hashes of the dataset's first ``count`` tasks, in order."""
+    h = hashlib.sha256()
+    for t in ds.tasks[:count]:
+        h.update(f"{t.dialect}:{t.workload_hash}\n".encode())
+    return h.hexdigest()

@@ -31,7 +31,6 @@ from costlab.costmodels.baselines import FEATURE
 from costlab.datasets import open_dataset
 from costlab.featurizers.cache import features_of
 from costlab.train.data import CostDataModule, DataConfig
-from costlab.train.evaluate import dataset_tasks
 from costlab.train.run_dir import run_dir
 
 
@@ -58,7 +57,6 @@ def _training_data(cfg: dict):
     rows = rows[~np.isnan(dm.labels.latency[rows, 0])]  # no label on the target (kept out, or not measured there)
     with open_dataset(cfg["data"]) as ds:
         feats = features_of(ds, dm.featurizer, dm.base, rows)
-        dm.dataset_tasks = dataset_tasks(ds)
     valid = np.asarray(feats.get("valid", np.ones(len(rows), bool)), bool)
     xs = [np.asarray(x, np.float32) for x, ok in zip(feats[FEATURE], valid) if ok and len(x)]
     keep = np.array([ok and len(x) > 0 for x, ok in zip(feats[FEATURE], valid)], bool)

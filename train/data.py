@@ -29,6 +29,7 @@ import torch
 
 from costlab.common.errors import InputError, UsageError
 from costlab.datasets import DatasetWriter, open_dataset
+from costlab.datasets.summary import dataset_tasks
 from costlab.featurizers import create, from_json
 from costlab.costmodels.tensors import concat_features, take_rows, to_tensors
 from costlab.featurizers.cache import (build_cache, features_of, fitted_featurizer, group_name, length_warning,
@@ -209,16 +210,9 @@ class CostDataModule(L.LightningDataModule):
                 cfg.platforms = list(cfg.row_platforms[:1]) or ds.record_platforms()[:1]
             self.base = cfg.base_platform or cfg.platforms[0]
             self.rows_of = list(cfg.row_platforms) or [self.base]
-            if self._union():  # the other platforms' records of programs the base has none of are rows too: those
-                # platforms alone are row platforms (featurized, loaded), not one whose every program is a row already
-                seen = np.unique(ds.records(self.base).program_id) if self.base in ds.record_platforms() else None
-                for p in dict.fromkeys(cfg.platforms):
-                    if p == self.base or p not in ds.record_platforms():
-                        continue
-                    ids = np.asarray(ds.records(p).program_id)
-                    if seen is None or not np.isin(ids, seen).all():
-                        self.rows_of.append(p)
-                        seen = np.unique(ids) if seen is None else np.union1d(seen, ids)
+            self._union_parts = self._union_select(ds) if self._union() else None
+            if self._union_parts is not None:  # the platforms that add rows alone are featurized and loaded
+                self.rows_of = [p for p, _, _, _ in self._union_parts]
             if cfg.row_platforms:
                 self._check_row_platforms(ds)
             missing = [p for p in self.rows_of if self._featurizer is None and self._cache_missing(ds, p)]
@@ -236,6 +230,7 @@ class CostDataModule(L.LightningDataModule):
         ds = open_dataset(cfg.data)
         try:
             self.featurizer = self._resolve_featurizer(ds)
+            self.dataset_tasks = dataset_tasks(ds)  # which tasks a split's indices meant (a model records it)
             split = ds.split(cfg.split) if cfg.split else None
             # a training label's best is its task's best training program: never a held-out one's latency
             held_out = split.is_test if split is not None else None
@@ -249,6 +244,7 @@ class CostDataModule(L.LightningDataModule):
                 programs = np.unique(self.labels.program_id)
                 drawn = programs[np.random.default_rng(cfg.seed).random(len(programs)) < cfg.val_fraction]
                 if drawn.size:
+                    unvalidated = self.labels  # what they are labelled as if they train after all (below)
                     self._label(ds, held_out, lambda task, pids: np.isin(pids, drawn))
             # the features are read from this same opening of the file (below), those loaded now too
             self._ds, self._caches = ds, {}
@@ -292,7 +288,7 @@ class CostDataModule(L.LightningDataModule):
                 # the first epoch's, or unset
                 val = np.zeros(n, bool)
                 if drawn.size:  # they train: labelled as training programs again
-                    self._label(ds, held_out)
+                    self.labels = unvalidated
             self.train_rows = np.flatnonzero(~test & ~val & has_label)
             self.val_rows = np.flatnonzero(val & has_label)
             self.test_rows = np.flatnonzero(test & has_label)
@@ -341,24 +337,34 @@ class CostDataModule(L.LightningDataModule):
         cfg = self.config
         return cfg.multi_head and cfg.mtl_rows == "union" and not cfg.row_platforms
 
-    def _union_rows(self, ds, held_out, validation=None) -> tuple:
-        """A multi-head model's rows: the base platform's records, then each other platform's records of programs
-        no earlier platform has (``rows_of``' order), labelled on every platform; with each row's platform and
-        index among that platform's records."""
+    def _union_select(self, ds) -> list:
+        """A multi-head model's row platforms and rows, read once: ``(platform, record indices, their tasks, their
+        program ids)`` for the base platform's records, then each other platform's records of programs no earlier
+        platform has (``platforms``' order); a platform of no such program adds none, and is neither featurized nor
+        loaded."""
         cfg = self.config
-        tasks, pids, plats, index, seen = [], [], [], [], None
-        for j, p in enumerate(self.rows_of):
+        parts, seen = [], None
+        for p in [self.base, *(p for p in dict.fromkeys(cfg.platforms) if p != self.base)]:
+            if seen is not None and p not in ds.record_platforms():
+                continue
             table = ds.records(p)
             ids = np.asarray(table.program_id)
             take = np.arange(len(ids)) if seen is None else np.flatnonzero(~np.isin(ids, seen))
+            if seen is None or len(take):
+                parts.append((p, take, table.checked_task().astype(np.int64)[take], ids[take]))
             seen = np.unique(ids) if seen is None else np.union1d(seen, ids)
-            tasks.append(table.checked_task().astype(np.int64)[take])
-            pids.append(ids[take])
-            plats.append(np.full(len(take), j, np.int64))
-            index.append(take)
-        labels = label_rows(ds, cfg.platforms, np.concatenate(tasks), np.concatenate(pids), cfg.keep_fraction,
-                            cfg.seed, held_out, validation)
-        return labels, np.concatenate(plats), np.concatenate(index)
+        return parts
+
+    def _union_rows(self, ds, held_out, validation=None) -> tuple:
+        """The union rows (``_union_select``) labelled on every platform; with each row's platform and index among
+        that platform's records."""
+        cfg = self.config
+        parts = self._union_parts
+        labels = label_rows(ds, cfg.platforms, np.concatenate([t for _, _, t, _ in parts]),
+                            np.concatenate([i for _, _, _, i in parts]), cfg.keep_fraction, cfg.seed, held_out,
+                            validation)
+        plats = np.concatenate([np.full(len(take), j, np.int64) for j, (_, take, _, _) in enumerate(parts)])
+        return labels, plats, np.concatenate([take for _, take, _, _ in parts])
 
     def _rankable(self, rows: np.ndarray) -> bool:
         """Whether the rows (a mask) hold something the validation top-1 ranks: a ranking group (a task on one

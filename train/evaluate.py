@@ -6,7 +6,6 @@ unweighted; pairwise ranking accuracy and NDCG over the evaluated records.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from costlab.costmodels import kinds, metrics
 from costlab.costmodels.artifact import read_config
 from costlab.datasets import open_dataset
 from costlab.datasets.records import scores
+from costlab.datasets.summary import dataset_tasks, tasks_sha256
 from costlab.featurizers.cache import features_of
 from costlab.featurizers.psa.hardware import spec_for
 from costlab.costmodels.predictors import head_count, head_of
@@ -142,28 +142,13 @@ def _seen(ds, step: dict, split: str | None, platform: str, rows: np.ndarray) ->
     return int(np.count_nonzero(known & ~earlier.is_test(table.task[rows], table.program_id[rows])))
 
 
-def dataset_tasks(ds) -> dict:
-    """What tells a dataset's tasks apart whatever file holds them (a copy, a fresh unpack of the same pack): their
-    count and a SHA-256 of their dialects and workload hashes in order. A split holds out task indices (and program
-    ids), so a dataset whose first ``count`` tasks are these (the same, or grown since) is the one a split of it
-    meant."""
-    return dict(count=len(ds.tasks), sha256=_tasks_sha256(ds, len(ds.tasks)))
-
-
-def _tasks_sha256(ds, count: int) -> str:
-    h = hashlib.sha256()
-    for t in ds.tasks[:count]:
-        h.update(f"{t.dialect}:{t.workload_hash}\n".encode())
-    return h.hexdigest()
-
-
 def _same_dataset(recorded, path, tasks=None, ds=None) -> bool:
     """Whether a dataset a model's config names (its path as given then) is the file at ``path``: where the model
     recorded its dataset's tasks (``dataset_tasks``), one whose first tasks are those (a copy of it anywhere, under
     any name); else the same file where it still exists here, else one of the same name (a split's digest holds
     task indices only: another dataset's split of the same name and seed can have the same one)."""
     if isinstance(tasks, dict) and ds is not None and isinstance(tasks.get("count"), int):
-        return tasks["count"] <= len(ds.tasks) and _tasks_sha256(ds, tasks["count"]) == tasks.get("sha256")
+        return tasks["count"] <= len(ds.tasks) and tasks_sha256(ds, tasks["count"]) == tasks.get("sha256")
     if not recorded:
         return True
     recorded, path = Path(recorded), Path(path)

@@ -26,8 +26,9 @@ from costlab.costmodels.predictors import NetPredictor, head_of, pinned_name, re
 from costlab.costmodels.recipe import fit_lists, task_lists
 from costlab.costmodels.recipes import DEFAULT, recipe
 from costlab.datasets import open_dataset
+from costlab.datasets.summary import dataset_tasks
 from costlab.featurizers.cache import features_of
-from costlab.train.evaluate import checkpoint_lineage, dataset_tasks, lineage_of, select_rows
+from costlab.train.evaluate import checkpoint_lineage, lineage_of, select_rows
 from costlab.train.predict import load_predictor
 from costlab.train.run_dir import run_dir
 

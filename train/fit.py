@@ -37,7 +37,7 @@ from costlab.featurizers.base import same_features
 from costlab.train.baselines import train_baseline
 from costlab.train.config import DEFAULTS
 from costlab.train.data import CostDataModule, DataConfig
-from costlab.train.evaluate import checkpoint_lineage, dataset_tasks, lineage_of
+from costlab.train.evaluate import checkpoint_lineage, lineage_of
 from costlab.train.module import CostModelModule
 from costlab.train.predict import read_checkpoint
 from costlab.train.run_dir import check_fresh_start, old_checkpoints, run_dir, run_lock
@@ -570,8 +570,6 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                         featurizer=source and source["featurizer"],
                         feature_dir=out / FEATURES)
     dm.setup()
-    with open_dataset(cfg["data"]) as ds:  # which tasks a split's indices meant, for evaluate's notes on seen records
-        tasks = dataset_tasks(ds)
     cfg["platforms"] = list(dm.config.platforms)
     if source:
         _check_source_heads(source, model, cfg["platforms"])
@@ -723,7 +721,7 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     save_artifact(out / "model", module.core.state_dict(),
                   dict(kind=kind, net=net_config, featurizer=dm.featurizer.to_json(), platforms=cfg["platforms"],
                        training=summary, split=cfg["split"], split_digest=dm.split and dm.split.digest,
-                       dataset=os.path.abspath(cfg["data"]), dataset_tasks=tasks, dialects=dm.dialects,
+                       dataset=os.path.abspath(cfg["data"]), dataset_tasks=dm.dataset_tasks, dialects=dm.dialects,
                        targets=dm.targets,
                        **({"hardware": hardware_vector.describe()} if hardware_dim else {}),
                        **({"lineage": source["lineage"]} if source and source["lineage"] else {})))
