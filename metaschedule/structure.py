@@ -48,34 +48,39 @@ def _reduction_kind(block) -> str:
     return kind
 
 
-def module_blocks(mod, root: bool = False):
-    """The blocks of every PrimFunc of a module (``root``: the root blocks too, which hold the functions'
-    intermediate buffers), found by walking the statement tree (this TVM has no Python ``post_order_visit``
-    for TIR)."""
+def _statements(node, init: bool = False):
+    """Every statement under ``node`` (itself first), depth first in program order: sequences, blocks (``init``:
+    their init statements too), both branches of a condition and every loop's body (this TVM has no Python
+    ``post_order_visit`` for TIR)."""
+    if node is None:
+        return
+    yield node
+    k = _kind(node)
+    if k == "SeqStmt":
+        for s in node.seq:
+            yield from _statements(s, init)
+    elif k == "SBlockRealize":
+        yield from _statements(node.block.body, init)
+        if init:
+            yield from _statements(node.block.init, init)
+    elif k == "IfThenElse":
+        yield from _statements(node.then_case, init)
+        yield from _statements(node.else_case, init)
+    elif getattr(node, "body", None) is not None:
+        yield from _statements(node.body, init)
+
+
+def _prim_funcs(mod) -> list:
     from tvm import tirx
 
-    found = []
+    return [func for _, func in mod.functions_items() if isinstance(func, tirx.PrimFunc)]
 
-    def visit(node):
-        k = type(node).__name__
-        if k == "SeqStmt":
-            for s in node.seq:
-                visit(s)
-        elif k == "SBlockRealize":
-            if root or node.block.name_hint != "root":
-                found.append(node.block)
-            visit(node.block.body)
-        elif k == "IfThenElse":
-            visit(node.then_case)
-            if node.else_case is not None:
-                visit(node.else_case)
-        elif getattr(node, "body", None) is not None:
-            visit(node.body)
 
-    for _, func in mod.functions_items():
-        if isinstance(func, tirx.PrimFunc):
-            visit(func.body)
-    return found
+def module_blocks(mod, root: bool = False):
+    """The blocks of every PrimFunc of a module (``root``: the root blocks too, which hold the functions'
+    intermediate buffers), in program order."""
+    return [node.block for func in _prim_funcs(mod) for node in _statements(func.body)
+            if _kind(node) == "SBlockRealize" and (root or node.block.name_hint != "root")]
 
 
 # the fields of TIR expressions that hold other expressions (a load's indices are walked on their own)
@@ -100,28 +105,6 @@ def _loads(expr) -> list:
     return found
 
 
-def _stores(stmt) -> list:
-    """The buffer stores within a TIR statement: those of every block, and those in the loops of an opaque block
-    (a scatter written with TVM's IR builder)."""
-    found, stack = [], [stmt]
-    while stack:
-        node = stack.pop()
-        if node is None:
-            continue
-        kind = _kind(node)
-        if kind == "BufferStore":
-            found.append(node)
-        elif kind == "SeqStmt":
-            stack.extend(node.seq)
-        elif kind == "SBlockRealize":
-            stack.extend([node.block.body, node.block.init])
-        elif kind == "IfThenElse":
-            stack.extend([node.then_case, node.else_case])
-        elif getattr(node, "body", None) is not None:
-            stack.append(node.body)
-    return found
-
-
 def _buffer_of(load):
     buffer = getattr(load, "source", None)
     return getattr(load, "buffer", None) if buffer is None else buffer
@@ -131,13 +114,11 @@ def _selections(mod) -> tuple[list, dict]:
     """``([(extent, buffers whose values select along an axis of that extent)], {buffer: buffers its stored
     values are computed from})`` over every store of ``mod``: a gather's load (a take's table, an embedding's rows)
     and a scatter's store, whose index reads a value from a buffer."""
-    from tvm import tirx
-
     picks, sources = [], {}
-    for _, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
-        for store in _stores(func.body):
+    for func in _prim_funcs(mod):
+        # every store: those of every block with its init, and those in the loops of an opaque block (a scatter
+        # written with TVM's IR builder)
+        for store in (n for n in _statements(func.body, init=True) if _kind(n) == "BufferStore"):
             value_loads = _loads(store.value)
             index_loads = [load for index in store.indices for load in _loads(index)]
             sources.setdefault(store.buffer, set()).update(_buffer_of(x) for x in value_loads + index_loads)
@@ -148,13 +129,6 @@ def _selections(mod) -> tuple[list, dict]:
                     if selecting and isinstance(getattr(extent, "value", None), int):
                         picks.append((int(extent.value), selecting))
     return picks, sources
-
-
-def gathered_extents(mod) -> list[int]:
-    """The extents of the buffer axes that ``mod`` selects along by a value it reads from a buffer (a gather's or
-    a take's table axis, an embedding's rows, a scatter's output axis): indices drawn for such a workload must stay
-    below them, as the lowered take checks no bounds."""
-    return [extent for extent, _ in _selections(mod)[0]]
 
 
 def index_bounds(mod) -> dict[int, int]:
