@@ -47,7 +47,8 @@ def read_checkpoint(path) -> dict:
     callbacks = ckpt.get("callbacks")
     counted = isinstance(callbacks, dict) and "_Throughput" in callbacks
     return dict(path=path, state=state, epochs=epoch + 1 if isinstance(epoch, int) else None,
-                split_digest=hp.get("split_digest"), parts_digest=hp.get("parts_digest"), counted=counted, **{k: hp[k] for k in keys})
+                split_digest=hp.get("split_digest"), parts_digest=hp.get("parts_digest"), counted=counted,
+                **{k: hp[k] for k in keys})
 
 
 def checkpoint_net(ckpt: dict) -> torch.nn.Module:

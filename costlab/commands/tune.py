@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
+from costlab.commands.exploit import task_label
 from costlab.commands.options import positive_int
 from costlab.commands.signals import signals_end_cleanly
 from costlab.common import jsontext
@@ -245,6 +246,6 @@ def _exploit_lines(exploited: dict | None) -> list[str]:
     if exploited.get("skipped"):
         return [f"exploitation skipped: {exploited['skipped']}"]
     lines = [f"exploitation: {exploited['trials']} trials in {exploited['wall_s']:.0f} s"]
-    lines += [f"  error: task {t.get('name') or t['workload']}: a round failed ({t['error']}); the task is not done, "
+    lines += [f"  error: task {task_label(t)}: a round failed ({t['error']}); the task is not done, "
               "a re-run continues it" for t in exploited.get("tasks", []) if t.get("error")]
     return lines

@@ -193,17 +193,11 @@ def _database_best(database, mod) -> tuple[float, object]:
     return record_latency(top[0].run_secs), candidate
 
 
-def _knows_its_model(model) -> bool:
-    """Whether ``_scores_at_random`` can tell of ``model`` from the Python object itself."""
-    from tvm.s_tir.meta_schedule.cost_model import RandomModel, XGBModel
-
-    return isinstance(model, (XGBModel, RandomModel)) or hasattr(model, "raw_scores")
-
-
-def _scores_at_random(model) -> bool:
-    """A model whose scores say nothing of the programs: MetaSchedule's XGBoost before it has trained (its
+def _scores_at_random(model) -> bool | None:
+    """Whether ``model``'s scores say nothing of the programs: MetaSchedule's XGBoost before it has trained (its
     ``predict`` draws uniform random numbers until ``num_warmup_samples`` records), its random model, and a
-    costlab model of a stochastic kind (``--model random``)."""
+    costlab model of a stochastic kind (``--model random``); None where the Python object does not tell (a model
+    seen through TVM only)."""
     from tvm.s_tir.meta_schedule.cost_model import RandomModel, XGBModel
 
     if isinstance(model, RandomModel):
@@ -214,9 +208,9 @@ def _scores_at_random(model) -> bool:
     if predictor is not None:
         from costlab.costmodels import kinds  # lazy: pulls torch
 
-        kind = kinds.find(getattr(predictor, "kind", None))
-        return bool(getattr(kind, "stochastic", False))
-    return False
+        if getattr(kinds.find(getattr(predictor, "kind", None)), "stochastic", False):
+            return True
+    return False if hasattr(model, "raw_scores") else None
 
 
 def _round_best(results) -> tuple[float, int | None]:
@@ -319,12 +313,15 @@ class GainScheduler(PyTaskScheduler):
         model = self.cost_model if self.cost_model is not None else outer.cost_model_
         best = self._best_candidate.get(i)
         others = [c for c in candidates if best is None or not c.same_as(best)]
-        if model is None or best is None or not others or _scores_at_random(model):
+        if model is None or best is None or not others:
+            return None
+        at_random = _scores_at_random(model)
+        if at_random:
             return None
         score = getattr(model, "raw_scores", None) or model.predict  # the order is all that counts here
         try:
             scores = np.asarray(score(rec.ctx, [best, *others]), dtype=np.float64)
-            if not hasattr(model, "raw_scores") and not _knows_its_model(model):
+            if at_random is None:
                 # a model seen through TVM only (MetaSchedule's Relax tuning gives its own XGBoost so): one that
                 # scores the same programs otherwise a second time scores at random (XGBoost before it trains)
                 again = np.asarray(score(rec.ctx, [best, *others]), dtype=np.float64)

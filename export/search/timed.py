@@ -11,10 +11,11 @@ The clock also holds the budgets every batch is cut to (``RoundClock.affordable`
 (``trials_left``, shared by all tasks of a network: MetaSchedule's task scheduler checks its global budget only
 before a round, so its last round would run past it), and, once a batch has been measured, the deadline: a
 batch is cut to the programs that the last batch's build and run seconds per program say can be measured
-before it, and no round starts when not one would fit after the task's search (its last search's seconds). A task's first batch is also cut to its share of the trials left
-among the tasks not yet measured (``unreached``): a network of many tasks whose first rounds together exceed the
-budget (19 tasks x 64 candidates > 1,000 trials) still has every task measured once, each first round a little
-smaller, instead of the last tasks in the order never measured at all.
+before it, and no round starts when not one would fit after the task's search (its last search's seconds). A
+task's first batch is also cut to its share of the trials left among the tasks not yet measured (``unreached``):
+a network of many tasks whose first rounds together exceed the budget (19 tasks x 64 candidates > 1,000 trials)
+still has every task measured once, each first round a little smaller, instead of the last tasks in the order
+never measured at all.
 
 With a screening runner (``metaschedule/screening.py``) the clock also carries its ``TaskTags``: ``TimedSearch`` tags
 the candidates it returns with its task, ``TimedBuilder`` maps each artifact built from them to that task.
