@@ -7,6 +7,8 @@ TVM is imported lazily, by the functions that walk TIR.
 
 from __future__ import annotations
 
+import re
+
 UNKNOWN_CLASS = "unknown"
 
 
@@ -87,8 +89,8 @@ def module_blocks(mod, root: bool = False):
 _EXPR_FIELDS = ("a", "b", "value", "args", "condition", "true_value", "false_value", "base", "stride")
 
 
-def _loads(expr) -> list:
-    """The buffer loads within a TIR expression, outermost first."""
+def _loads(expr, nested: bool = True) -> list:
+    """The buffer loads within a TIR expression, outermost first (``nested``: those within a load's indices too)."""
     found, stack = [], [expr]
     while stack:
         node = stack.pop()
@@ -99,7 +101,8 @@ def _loads(expr) -> list:
             continue
         if _kind(node) in ("TensorLoad", "BufferLoad"):
             found.append(node)
-            stack.extend(node.indices)
+            if nested:
+                stack.extend(node.indices)
             continue
         stack.extend(getattr(node, f, None) for f in _EXPR_FIELDS if hasattr(type(node), f))
     return found
@@ -110,10 +113,18 @@ def _buffer_of(load):
     return getattr(load, "buffer", None) if buffer is None else buffer
 
 
+def _slice_of(load):
+    """``(axis, value)`` of a load that reads one constant position along one axis of its buffer (a gather_nd's
+    ``indices[0, i]``: the row of indices into the data's first axis), None for any other."""
+    constants = [(axis, int(index.value)) for axis, index in enumerate(load.indices) if _kind(index) == "IntImm"]
+    return constants[0] if len(constants) == 1 and len(load.indices) > 1 else None
+
+
 def _selections(mod) -> tuple[list, dict]:
-    """``([(extent, buffers whose values select along an axis of that extent)], {buffer: buffers its stored
-    values are computed from})`` over every store of ``mod``: a gather's load (a take's table, an embedding's rows)
-    and a scatter's store, whose index reads a value from a buffer."""
+    """``([(extent, [(buffer, slice)] whose values select along an axis of that extent)], {buffer: buffers its
+    stored values are computed from})`` over every store of ``mod``: a gather's load (a take's table, an embedding's
+    rows) and a scatter's store, whose index reads a value from a buffer; ``slice`` is the one constant position
+    the index reads of that buffer (``_slice_of``), or None."""
     picks, sources = [], {}
     for func in _prim_funcs(mod):
         # every store: those of every block with its init, and those in the loops of an opaque block (a scatter
@@ -124,29 +135,43 @@ def _selections(mod) -> tuple[list, dict]:
             sources.setdefault(store.buffer, set()).update(_buffer_of(x) for x in value_loads + index_loads)
             for buffer, indices in [(store.buffer, store.indices), *((_buffer_of(x), x.indices) for x in value_loads)]:
                 for extent, index in zip(getattr(buffer, "shape", ()), indices):
-                    selecting = [_buffer_of(x) for x in _loads(index)]
+                    loads = _loads(index)
+                    selecting = [(_buffer_of(x), _slice_of(x)) for x in loads]
                     # (a symbolic extent, or a cast of one, bounds nothing)
                     if selecting and isinstance(getattr(extent, "value", None), int):
-                        picks.append((int(extent.value), selecting))
+                        # an index that adds n loaded values (x[a[i] + b[i]]): each below 1/n of the extent, so that
+                        # their sum stays within it (each alone below it read past a table of under 15 rows)
+                        n = len(_loads(index, nested=False))
+                        picks.append(((int(extent.value) - 1) // n + 1, selecting))
     return picks, sources
 
 
-def index_bounds(mod) -> dict[int, int]:
+def index_bounds(mod) -> dict:
     """``{position of a buffer argument of main: bound}`` for the arguments whose values select along a buffer axis
     (directly, or through the intermediate buffers computed from them: a broadcast copy of an index, its cast):
     values drawn for an argument must stay below its bound. An argument that selects nothing (a table of integer
-    values, a mask) has none."""
+    values, a mask) has none. The bound is a number, or, for an argument whose rows along one axis each index
+    another axis (a gather_nd's or scatter_nd's indices: row 0 into the data's first axis, row 1 into its second),
+    an array of one bound per row, shaped to broadcast over the argument (``numpy.random.Generator.integers``
+    takes it as ``high``): an axis of one (a batch of one) then bounds its own row only, not every row to 0."""
+    import numpy as np
+
     picks, sources = _selections(mod)
-    bound = {}
-    for extent, buffers in picks:
-        todo, seen = list(buffers), set()
+    bound, sliced = {}, {}  # buffer -> its least extent; buffer -> {(axis, row): least extent}
+    for extent, selecting in picks:
+        todo, seen = list(selecting), set()
         while todo:
-            buffer = todo.pop()
-            if buffer is None or any(buffer.same_as(b) for b in seen):
+            buffer, part = todo.pop()
+            if buffer is None or (part is None and any(buffer.same_as(b) for b in seen)):
                 continue
-            seen.add(buffer)
-            bound[buffer] = min(bound.get(buffer, extent), extent)
-            todo.extend(b for k, v in sources.items() if k.same_as(buffer) for b in v)
+            if part is not None:  # one row of the buffer: that row's bound; what the buffer is computed from (an
+                rows = next((v for b, v in sliced.items() if b.same_as(buffer)), None)  # intermediate's argument)
+                rows = sliced.setdefault(buffer, {}) if rows is None else rows  # is bounded whole, as before
+                rows[part] = min(rows.get(part, extent), extent)
+            else:
+                seen.add(buffer)
+                bound[buffer] = min(bound.get(buffer, extent), extent)
+            todo.extend((b, None) for k, v in sources.items() if k.same_as(buffer) for b in v)
     func = mod["main"]
     # positions among the buffer arguments, as MetaSchedule's TensorInfo.from_prim_func lists them (this TVM's
     # arguments are the buffers themselves; earlier ones map them through buffer_map)
@@ -154,10 +179,41 @@ def index_bounds(mod) -> dict[int, int]:
     params = list(func.params) if buffer_map is None else [buffer_map[p] for p in func.params if p in buffer_map]
     out = {}
     for i, buffer in enumerate(params):
-        hits = [v for b, v in bound.items() if b.same_as(buffer)]
-        if hits:
-            out[i] = min(hits)
+        whole = [v for b, v in bound.items() if b.same_as(buffer)]
+        rows = next((v for b, v in sliced.items() if b.same_as(buffer)), {})
+        axes = {axis for axis, _ in rows}
+        shape = [x.value if isinstance(getattr(x, "value", None), int) else 0 for x in buffer.shape]
+        if len(axes) == 1 and shape[next(iter(axes))] > 0:
+            axis = next(iter(axes))
+            per_row = np.full([n if k == axis else 1 for k, n in enumerate(shape)], min(rows.values()), np.int64)
+            for (_, row), extent in rows.items():
+                if 0 <= row < shape[axis]:
+                    per_row[(slice(None),) * axis + (row,)] = extent
+            out[i] = np.minimum(per_row, min(whole)) if whole else per_row
+        elif whole or rows:  # rows along several axes (or an axis of unknown extent): the least of all
+            out[i] = min([*whole, *rows.values()])
     return out
+
+
+def narrow_float_reduction(mod) -> int:
+    """The longest reduction (its reduction iterators' extents multiplied) of a block of ``mod`` that accumulates in
+    a float type narrower than 32 bits (float16, bfloat16, the float8 kinds), 1 if none: each add of such a sum
+    rounds to the accumulator's few bits, and two correct programs that add in another order differ by about the
+    format's epsilon times the square root of this length (a symbolic extent counts as 1)."""
+    longest = 1
+    for block in module_blocks(mod):
+        body = block.body
+        if _kind(body) != "BufferStore" or block.init is None:
+            continue
+        dtype = str(body.buffer.dtype)
+        if not dtype.startswith(("float", "bfloat")) or int(re.search(r"\d+", dtype).group()) >= 32:
+            continue
+        n = 1
+        for iv in block.iter_vars:
+            if int(iv.iter_type) == 2 and isinstance(getattr(iv.dom.extent, "value", None), int):
+                n *= int(iv.dom.extent.value)
+        longest = max(longest, n)
+    return longest
 
 
 def kernel_class(mod) -> tuple[str, str, list[int]]:

@@ -371,7 +371,7 @@ def test_bfloat16_programs_are_checked_on_fractional_inputs_within_the_formats_r
     out = te.compute((8,), lambda i: te.sum(a[i, k].astype("float32"), axis=k), name="out")
     mod = tvm.IRModule({"main": te.create_prim_func([a, out])})
     original = check.close
-    monkeypatch.setattr(check, "close", lambda e, g: seen.append(e.copy()) or original(e, g))
+    monkeypatch.setattr(check, "close", lambda e, g, *rest: seen.append(e.copy()) or original(e, g, *rest))
     assert check._compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]
     drawn = seen[0].astype(np.float32)  # the input argument comes back as it went in
     assert np.any(drawn != np.round(drawn)) and np.all(np.abs(drawn) <= 1)
@@ -490,3 +490,74 @@ def test_a_table_of_symbolic_rows_gives_no_index_bound_and_no_error():
     table, ids = te.placeholder((rows, 4), "float32", name="x"), te.placeholder((5,), "int64", name="i")
     mod = tvm.IRModule({"main": te.create_prim_func([table, ids, topi.take(table, ids, axis=0, mode="fast")])})
     assert index_bounds(mod) == {}
+
+
+def test_a_long_float16_sum_added_in_another_order_passes_and_one_missing_a_sixteenth_does_not():
+    """A float16 matmul over 16,384 values summed in a float16 accumulator: a correct program that adds in another
+    order than the reference (an rfactor into 16 partial sums) differs by more than the fixed float16 tolerance
+    (2% of the output's largest value) and was called wrong; the tolerance now grows with the sum's length
+    (``structure.narrow_float_reduction``), and a program that drops the last sixteenth of the sum is still
+    caught."""
+    import tvm
+    from tvm import te
+
+    from costlab.export.check import _compare_worker
+    from costlab.metaschedule.structure import narrow_float_reduction
+
+    def gmm(k_used: int, n: int = 16384, dtype: str = "float16"):
+        a, b = te.placeholder((16, n), dtype, name="A"), te.placeholder((n, 16), dtype, name="B")
+        k = te.reduce_axis((0, k_used), name="k")
+        z = te.compute((16, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="Z")
+        return tvm.IRModule({"main": te.create_prim_func([a, b, z])})
+
+    reference = gmm(16384)
+    sch = tvm.s_tir.Schedule(reference)
+    _ko, ki = sch.split(sch.get_loops(sch.get_sblock("Z"))[-1], [None, 16])
+    sch.rfactor(ki, 0)
+    assert narrow_float_reduction(reference) == 16384
+    assert narrow_float_reduction(gmm(64, 64, "float32")) == 1  # a float32 accumulator rounds to 24 bits
+    target = {"kind": "llvm", "num-cores": 2}
+    verdicts = _compare_worker(reference, [sch.mod, gmm(16384 - 1024)], target, 0)
+    assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output"), verdicts
+
+
+def test_a_gather_nds_rows_of_indices_are_each_bounded_by_their_own_axis():
+    """A gather_nd's indices hold one row per data axis: a data axis of one (a batch of one) bounded every row to
+    0, so a program that read the wrong position along the other axis passed the check. Each row is now drawn
+    below its own axis's extent."""
+    import numpy as np
+    import tvm
+    from tvm import te, topi
+
+    from costlab.export.check import _compare_worker
+    from costlab.metaschedule.structure import index_bounds
+
+    data, ind = te.placeholder((1, 16, 4), "float32", name="x"), te.placeholder((2, 5), "int64", name="i")
+    reference = tvm.IRModule({"main": te.create_prim_func([data, ind, topi.gather_nd(data, ind)])})
+    wrong = te.compute((5, 4), lambda k, j: data[ind[0, k], ind[0, k], j], name="T_gather_nd")  # row 0 twice
+    bounds = index_bounds(reference)
+    assert list(bounds) == [1] and np.array_equal(bounds[1], [[1], [16]])
+    verdicts = _compare_worker(reference, [reference, tvm.IRModule({"main": te.create_prim_func([data, ind, wrong])})],
+                               {"kind": "llvm", "num-cores": 2}, 0)
+    assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output"), verdicts
+
+
+def test_indices_that_add_two_loaded_values_stay_within_the_table_together():
+    """``x[a[k] + b[k]]``: each index argument was bounded by the table's rows alone, so their sum read past a
+    table of under 15 rows. Each is drawn below half of it now; an index read through another (``x[c[a[k]]]``)
+    keeps its own table's bound."""
+    import tvm
+    from tvm import te
+
+    from costlab.export.check import _compare_worker
+    from costlab.metaschedule.structure import index_bounds
+
+    table = te.placeholder((6, 4), "float32", name="x")
+    a, b = (te.placeholder((5,), "int64", name=n) for n in "ab")
+    c = te.placeholder((3,), "int64", name="c")
+    added = te.compute((5, 4), lambda k, j: table[a[k] + b[k], j], name="out")
+    mod = tvm.IRModule({"main": te.create_prim_func([table, a, b, added])})
+    assert index_bounds(mod) == {1: 3, 2: 3}  # 2 + 2 < 6
+    through = te.compute((5, 4), lambda k, j: table[c[a[k]], j], name="out")
+    assert index_bounds(tvm.IRModule({"main": te.create_prim_func([table, a, c, through])})) == {1: 3, 2: 6}
+    assert _compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]
