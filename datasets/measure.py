@@ -31,7 +31,7 @@ from itertools import zip_longest
 
 import numpy as np
 
-from costlab.common.errors import InputError, UsageError, last_line
+from costlab.common.errors import InputError, UsageError, last_line, require_seconds
 from costlab.common.files import signals_deferred
 from costlab.common.host import describe_host, host_difference, same_host
 from costlab.common.stopwatch import stopwatch
@@ -73,8 +73,7 @@ class MeasureOptions:
         timeout of 0 (or less, NaN, inf) would store every candidate as a timeout, and a failed record is never
         measured again; a platform id that is not a name would be refused only when the first batch is saved,
         after it was built and run; a --tasks that names no task was reported as a dataset without tasks."""
-        if not (self.builder_timeout > 0 and math.isfinite(self.builder_timeout)):
-            raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
+        require_seconds("--builder-timeout", self.builder_timeout)
         if not (self.rpc_wait >= 0 and math.isfinite(self.rpc_wait)):  # NaN: a device that died mid-batch waited for
             # good (no comparison with it is ever true); as costlab tune refuses it
             raise UsageError(f"--rpc-wait must be a number of seconds (0 or more), not {self.rpc_wait}")

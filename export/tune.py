@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from costlab.common import jsontext
-from costlab.common.errors import InputError, UsageError, last_line
+from costlab.common.errors import InputError, UsageError, last_line, require_seconds
 from costlab.common.files import write_atomically
 from costlab.common.host import host_info
 from costlab.datasets.records import record_latency
@@ -141,8 +141,7 @@ class TuneOptions:
                              "in memory, several times over during the genetic search)")
         if not 0 <= self.seed < 2**31 - 1:
             raise UsageError(f"--seed must be in [0, 2^31 - 1), not {self.seed}")
-        if not (self.builder_timeout > 0 and math.isfinite(self.builder_timeout)):
-            raise UsageError(f"--builder-timeout must be a positive number of seconds, not {self.builder_timeout}")
+        require_seconds("--builder-timeout", self.builder_timeout)
         if self.rpc_key and not 0 < self.rpc_port < 65536:
             raise UsageError(f"--rpc-port must be a TCP port (1-65535), not {self.rpc_port}")
         if not 0 <= self.exploit <= MAX_TRIALS:
@@ -519,9 +518,11 @@ def _tune(opts: TuneOptions, held: list) -> dict:
                         if getattr(builder, "room_failure", None) is not None:  # the temporary folder filled up
                             raise builder.room_failure from None
                         raise
+                    clock.end_group()
             finally:
                 progress.close()
             if progress.write_failure is not None:  # the run stopped at it: the disk is full, or the file too large
+                _keep_stopped_adaptation(work, cost_model)  # a stopped part's updates, where room is left for them
                 raise progress.write_failure
             work.check_written()
             if opts.exploit and stop_requested() is None and clock.lost is None and not clock.expired():
@@ -777,11 +778,13 @@ def _library_add(opts: TuneOptions, tasks: list[Task], target, database, answers
 
 def _checked_database(database, tasks: list[Task], chosen: list, checked: bool):
     """The database a network is compiled with: once programs were checked, each task's checked program
-    (a task none of whose programs matched is built untuned); unchecked, the database as tuned."""
+    (a task none of whose programs matched is built untuned); unchecked, each task's fastest record
+    (``fastest_records``: never a damaged record of 0 seconds, which MetaSchedule's top-1, what a build applies
+    from the database as tuned, would be)."""
     from tvm.s_tir import meta_schedule as ms
 
     if not checked:
-        return database
+        chosen = [next(iter(fastest_records(database, task.mod, 1)), None) for task in tasks]
     out = ms.database.MemoryDatabase()
     for task, rec in zip(tasks, chosen):
         if rec is not None:

@@ -30,6 +30,9 @@ def _one_error(err: str) -> str:
     (["exploit", "--repeat", "0"], "--repeat must be an integer from 2 to 100 (a t-test needs two measurements)"),
     (["transfer", "--from", str(MS_DB), "--workload", "GMM:1,8,8,8", "--seed", "-1"],
      "--seed must be an integer from 0 to 2,147,483,646"),
+    (["exploit", "--builder-timeout", "nan"], "--builder-timeout must be a positive number of seconds, not nan"),
+    (["transfer", "--from", str(MS_DB), "--workload", "GMM:1,8,8,8", "--builder-timeout", "0"],
+     "--builder-timeout must be a positive number of seconds, not 0.0"),
     (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", "8,,16"], "--first-rounds takes comma-separated"),
     (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", ","], "--first-rounds takes comma-separated"),
     (["tune", "--workload", "GMM:1,8,8,8", "--first-rounds", "99999999999999999999"], "from 1 to 1,000,000"),
@@ -43,6 +46,27 @@ def test_option_out_of_range_is_one_line_and_writes_nothing(tmp_path, capsys, ar
     line = _one_error(capsys.readouterr().err)
     assert words in line, line
     assert not work.exists()
+
+
+@pytest.mark.parametrize("command", ["exploit", "transfer"])
+def test_builder_timeout_reaches_exploitation_and_transfer(tmp_path, monkeypatch, command):
+    """``exploit`` and ``transfer`` had no ``--builder-timeout``: their builds were killed after 30 s whatever a
+    tuning run of the same work dir had been given. The option reaches the options their builders start from."""
+    import importlib
+
+    from costlab.common.errors import UsageError
+
+    module = importlib.import_module(f"costlab.commands.{command}")
+    seen = []
+
+    def record(opts, should_stop=None):
+        seen.append(opts.builder_timeout)
+        raise UsageError("recorded")  # the command's work itself is not what this test is about
+
+    monkeypatch.setattr(module, command, record)
+    extra = ["--from", str(MS_DB), "--workload", "GMM:1,8,8,8"] if command == "transfer" else []
+    assert main([command, *extra, "--work-dir", str(tmp_path / "w"), "--builder-timeout", "90"]) == 2
+    assert seen == [90.0]
 
 
 def test_first_rounds_counts_are_parsed():

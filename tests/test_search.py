@@ -570,6 +570,7 @@ def test_no_search_runs_when_no_program_fits_before_the_deadline():
     clock = RoundClock(deadline=time.time() + 30)
     clock.per_program_s = 100.0
     assert TimedSearch(Inner(), clock).generate_measure_candidates() is None
+    clock.end_group()
     assert Inner.calls == 0 and clock.stopped_by_deadline
     clock.per_program_s, clock.stopped_by_deadline = 1.0, False
     assert not clock.nothing_fits()
@@ -589,11 +590,35 @@ def test_no_round_starts_whose_search_would_leave_no_time_to_measure():
     clock.per_program_s = 1.0
     assert not clock.nothing_fits(task=0)
     clock.search_s[0] = 30.0  # task 0's last search took 30 s: none of its programs would be measured
-    assert clock.nothing_fits(task=0) and clock.stopped_by_deadline
-    clock.stopped_by_deadline = False
+    assert clock.nothing_fits(task=0)
     assert clock.nothing_fits(task=1)  # never searched: taken as slow as the slowest
+    clock.end_group()
+    assert clock.stopped_by_deadline
     clock.search_s[1], clock.stopped_by_deadline = 2.0, False
-    assert not clock.nothing_fits(task=1) and not clock.stopped_by_deadline
+    assert not clock.nothing_fits(task=1)
+    clock.end_group()
+    assert not clock.stopped_by_deadline
+
+
+def test_a_round_the_deadline_refused_one_task_is_no_stop_when_the_others_spent_the_trials():
+    """A network's task whose search is slow is refused its round before --max-seconds (nothing_fits), and the
+    run was marked "--max-seconds reached" even when the other tasks' rounds then measured every trial left. The
+    mark is the run's only when trials were left."""
+    import time
+
+    from costlab.export.search.timed import RoundClock
+
+    clock = RoundClock(deadline=time.time() + 10)
+    clock.per_program_s, clock.trials_left = 1.0, 8
+    clock.search_s[0], clock.search_s[1] = 30.0, 0.1
+    assert clock.nothing_fits(task=0) and not clock.nothing_fits(task=1)
+    assert clock.affordable(8, task=1) == 8  # task 1's round takes the trials left
+    clock.end_group()
+    assert not clock.stopped_by_deadline
+    clock.trials_left = 8  # the next workload's group: its slow task refused, its trials left unmeasured
+    assert clock.nothing_fits(task=0)
+    clock.end_group()
+    assert clock.stopped_by_deadline
 
 
 def test_make_strategy_refuses_a_population_that_is_not_a_positive_integer():

@@ -347,3 +347,21 @@ def test_a_model_that_scores_at_random_gives_no_view_of_a_round():
     assert _scores_at_random(XGBModel()) and _scores_at_random(RandomModel())
     assert _scores_at_random(CostlabCostModel("random"))
     assert not _scores_at_random(CostlabCostModel("psa"))
+
+
+def test_a_faster_program_found_outside_the_rounds_is_no_rounds_progress():
+    """A continued run whose exploitation found a faster program: the scheduler took it for the last round's own
+    improvement, so a task whose search had stalled looked as if it had just improved by that much. The rounds keep
+    their own relative improvements and end at the database's best."""
+    from costlab.export.schedulers.gain import ProgressGainPredictor, TaskState, continue_from
+
+    rounds = [(1.0, 2.0), (0.8, 2.0), (0.8, 2.0), (0.8, 2.0)]  # a search that stalled at 0.8
+    searched, exploited = TaskState(start_best=0.8), TaskState(start_best=0.4)  # exploitation halved it since
+    continue_from(searched, rounds)
+    continue_from(exploited, rounds)
+    predictor = ProgressGainPredictor()
+    assert exploited.best == 0.4 and exploited.stale_rounds == searched.stale_rounds == 2
+    assert predictor.progress(exploited) == pytest.approx(predictor.progress(searched))
+    never = TaskState(start_best=0.5)
+    continue_from(never, [(math.inf, 1.0)])  # rounds of no valid program: the faster one is its best
+    assert never.bests == [0.5]

@@ -139,6 +139,32 @@ def test_the_updates_of_a_stopped_part_stay_reported_by_the_next_finished_part(r
     assert not (work / "adaptation_stopped.json").exists()  # in the summary now
 
 
+def test_the_updates_of_a_part_a_write_failure_stopped_are_kept(run, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """A part that stops because a file of the run could not be written (a full disk) raised before it kept its
+    adaptation updates: they were lost with the summary it never wrote. They are kept as a stopped part's are."""
+    import shutil
+
+    from costlab.costmodels.adapt import OnlineAdapter
+
+    work = tmp_path / "w"
+    argv = ["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model", str(run / "model"),
+            "--adapt", "finetune", "--work-dir", str(work), "--json", "--no-library", *SMALL_SEARCH]
+    real = OnlineAdapter.update
+
+    def unwritable_after_the_update(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        history = work / "progress.jsonl"  # the next batch's line cannot be written
+        shutil.rmtree(history) if history.is_dir() else history.unlink(missing_ok=True)
+        history.mkdir()
+        return out
+
+    monkeypatch.setattr(OnlineAdapter, "update", unwritable_after_the_update)
+    assert main([*argv, "--trials", "8"]) == 2
+    assert "progress.jsonl: could not be written" in capsys.readouterr().err
+    kept = json.loads((work / "adaptation_stopped.json").read_text())
+    assert [(part["updates"], part["stopped"]) for part in kept] == [(1, True)]
+
+
 def test_a_continued_run_adapts_on_the_records_of_a_workload_its_first_part_finished(run, tmp_path, capsys,
                                                                                      monkeypatch):  # noqa: F811
     """Workloads are tuned one after the other: a run stopped in the second remembered, when continued, only the

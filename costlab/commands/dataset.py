@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from costlab.commands.options import directory, int_in, positive_int
+from costlab.commands.options import builder_timeout_option, directory, int_in, positive_int
 from costlab.common import jsontext
 from costlab.common.errors import InputError, UsageError
 from costlab.common.host import describe_host, host_difference, same_host
@@ -105,7 +105,7 @@ def register(sub) -> None:
     q.add_argument("--batch-size", type=positive_int("--batch-size"), default=16,
                    help="candidates built and run (and saved) at once (default 16)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build (default 30)")
+    builder_timeout_option(q)
     q.add_argument("--number", type=positive_int("--number"), default=3,
                    help="runs per measurement (averaged by the runner; default 3)")
     q.add_argument("--repeat", type=positive_int("--repeat"), default=1,

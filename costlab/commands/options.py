@@ -78,6 +78,12 @@ def directory(option: str):
 
 
 
+def builder_timeout_option(q) -> None:
+    """``--builder-timeout``, for every command that builds programs (its value is checked by the options it
+    reaches: a NaN or a negative number is refused there, from Python too)."""
+    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build (default 30)")
+
+
 def library_options(q) -> None:
     """``--library DIR`` and ``--no-library`` of the commands whose finished runs add to the schedule library."""
     q.add_argument("--library", metavar="DIR",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from costlab.commands.dataset import TARGET_HELP
-from costlab.commands.options import add_to_library, int_in, library_options, positive_int
+from costlab.commands.options import add_to_library, builder_timeout_option, int_in, library_options, positive_int
 from costlab.commands.signals import signals_end_cleanly
 from costlab.common import jsontext
 from costlab.costmodels import kinds
@@ -46,6 +46,7 @@ def register(sub) -> None:
     q.add_argument("--max-candidates", type=positive_int("--max-candidates"), default=128,
                    help="programs replayed per task at most")
     q.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 2), default=0)
+    builder_timeout_option(q)
     q.add_argument("--work-dir", required=True, metavar="DIR")
     q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     q.add_argument("--no-progress", action="store_true")
@@ -57,7 +58,8 @@ def _transfer(args) -> int:
     opts = TransferOptions(work_dir=args.work_dir, sources=args.sources, workloads=args.workload, network=args.network,
                            task_filter=args.task_filter, batch=args.batch, seq_len=args.seq_len, target=args.target,
                            model=args.model, top=args.top, per_source=args.per_source,
-                           max_candidates=args.max_candidates, seed=args.seed, progress=not args.no_progress)
+                           max_candidates=args.max_candidates, seed=args.seed, builder_timeout=args.builder_timeout,
+                           progress=not args.no_progress)
     with signals_end_cleanly():
         summary = transfer(opts, should_stop=lambda: stop_requested() is not None)
     if stop_requested() is None:  # a finished run's checked best programs go to the library

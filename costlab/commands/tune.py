@@ -6,7 +6,7 @@ import sys
 
 from costlab.commands.dataset import TARGET_HELP
 from costlab.commands.exploit import task_label
-from costlab.commands.options import positive_int
+from costlab.commands.options import builder_timeout_option, positive_int
 from costlab.commands.signals import signals_end_cleanly
 from costlab.common import jsontext
 from costlab.common.errors import UsageError
@@ -99,7 +99,7 @@ def register(sub) -> None:
                    help="that second measurement measures each task's untuned program (DLight's schedule, as a build "
                    "gives a function without a tuned program) too, and a task keeps it where it ran faster: auto "
                    "(default: on a GPU; a CPU's untuned programs are unscheduled loops, slow to measure), on, off")
-    q.add_argument("--builder-timeout", type=float, default=30.0, help="seconds per build (default 30)")
+    builder_timeout_option(q)
     q.add_argument("--rpc-key", help="run kernels on remote devices of this key through a TVM RPC tracker")
     q.add_argument("--rpc-host", default="127.0.0.1")
     q.add_argument("--rpc-port", type=int, default=9190)

@@ -34,6 +34,13 @@ class UsageError(CostlabError):
     """A command asked for something that cannot be done as asked (a missing cache, a bad option value)."""
 
 
+def require_seconds(option: str, seconds) -> None:
+    """Refuse a time limit that is not a positive, finite number of seconds (a NaN compares false with every
+    bound and would let a build run forever), naming the option."""
+    if not (isinstance(seconds, (int, float)) and seconds > 0 and seconds != float("inf")):
+        raise UsageError(f"{option} must be a positive number of seconds, not {seconds}")
+
+
 def last_line(exc: BaseException) -> str:
     """What an exception says, on one line: the last non-empty line of its message (TVM's errors put the
     frames of a C++ traceback first and what went wrong last), or its type's name when it says nothing."""

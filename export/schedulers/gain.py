@@ -154,6 +154,23 @@ class ProgressGainPredictor:
         return min(max(g, 0.0), self.cap)
 
 
+def continue_from(state: TaskState, rounds) -> None:
+    """``state`` (its ``start_best`` the task's best in the database now) goes on from the rounds an earlier part of
+    the run gave the task (``[(best s after the round, the round's seconds), ...]``). A faster program measured
+    since, outside any round (exploitation, a transfer, the library), is no round's progress: the rounds keep
+    their own relative improvements, their bests scaled to end at it (the last round took it for its own gain,
+    and a task whose search had stalled looked as if it had just improved)."""
+    for best_s, seconds in rounds:
+        state.bests.append(min(best_s, state.bests[-1]) if state.bests else best_s)
+        if seconds > 0:
+            state.round_seconds.append(seconds)
+    if state.bests and state.start_best < state.bests[-1]:
+        if math.isfinite(state.bests[-1]):
+            state.bests = [b * (state.start_best / state.bests[-1]) for b in state.bests]
+        else:  # the rounds measured no valid program: nothing to scale
+            state.bests[-1] = state.start_best
+
+
 def priority(state: TaskState, gain: float) -> float:
     """End-to-end seconds the task's next round is expected to save, per second of tuning it costs."""
     return state.weight * state.best * gain / state.seconds_per_round
@@ -281,13 +298,7 @@ class GainScheduler(PyTaskScheduler):
             # a continued run's tasks go on from the rounds an earlier part gave them: no second first round, and
             # their progress (and seconds per round) as that part left it, not the prior again
             rounds = list(self.history[i]) if self.history is not None and i < len(self.history) else []
-            s = self.states[i]
-            for best_s, seconds in rounds:
-                s.bests.append(min(best_s, s.bests[-1]) if s.bests else best_s)
-                if seconds > 0:
-                    s.round_seconds.append(seconds)
-            if s.bests and s.start_best < s.bests[-1]:  # a start or exploitation measured a faster one since
-                s.bests[-1] = s.start_best
+            continue_from(self.states[i], rounds)
 
     def _join(self, outer, i: int, rec) -> None:
         """Join task i's running round (the C++ join: database, cost model update, measure callbacks) and

@@ -58,6 +58,7 @@ class RoundClock:
         self.first_batch_at: float | None = None  # time.time() the first batch's results came in
         self.first_batch: dict | None = None  # the seconds until then: every search and build, the run after them
         self.stopped_by_deadline = False
+        self._refused = False  # the deadline refused a round of one task of the tasks tuned now (``nothing_fits``)
         self.lost: str | None = None  # why the remote device was given up (``metaschedule.rpc``)
         self.failed: str | None = None  # a file of the run that could not be written (a full disk): no new round
         self.trials_left: int | None = None  # trials the run may still measure (None: the strategy's own budget)
@@ -97,9 +98,17 @@ class RoundClock:
         if self.deadline is not None and self.per_program_s:
             search_s = self.search_s.get(task, max(self.search_s.values(), default=0.0))
             if self.deadline - time.time() < search_s + self.per_program_s:
-                self.stopped_by_deadline = True
+                self._refused = True  # the run's, once its other tasks are done (``end_group``)
                 return True
         return False
+
+    def end_group(self) -> None:
+        """The tasks tuned together are done: a round the deadline refused one of them (``nothing_fits``: its search
+        would leave no time to measure) stopped the run by ``--max-seconds``, unless the other tasks' rounds then
+        measured every trial left (a task with a slow search refused, one with a fast search taking the rest)."""
+        if self._refused and not (self.trials_left is not None and self.trials_left <= 0):
+            self.stopped_by_deadline = True
+        self._refused = False
 
     def affordable(self, n: int, first: bool = False, task=None) -> int:
         """How many of a batch of ``n`` candidates of ``task`` may be measured: no more than the trials left, and no

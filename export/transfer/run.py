@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costlab.common.errors import InputError, UsageError, last_line
+from costlab.common.errors import InputError, UsageError, last_line, require_seconds
 from costlab.common.host import host_info
 from costlab.costmodels import kinds
 from costlab.costmodels.shipped import aliases
@@ -87,6 +87,7 @@ class TransferOptions:
             raise UsageError("--top and --per-source must be 1-1024, --max-candidates 1-100,000")
         if not 0 <= self.seed < MAX_SEED:
             raise UsageError(f"--seed must be in [0, 2^31 - 1), not {self.seed}")
+        require_seconds("--builder-timeout", self.builder_timeout)
 
 
 class _Source:
