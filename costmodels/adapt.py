@@ -33,7 +33,7 @@ from costlab.costmodels.metrics import pairwise_accuracy, tail_metrics
 from costlab.costmodels.momentum import MomentumTransfer
 from costlab.costmodels.recipe import fit_lists, list_metrics, lowers_a_guarded_metric, ranking_list, scores_of, take
 from costlab.costmodels.recipes import ADAPT_MODES, Recipe, recipe
-from costlab.costmodels.tensors import concat_features
+from costlab.costmodels.tensors import concat_features, take_rows
 
 # The online recipe: ``safe`` with fewer steps (it runs after every round, on a growing set), validated on
 # each task's own programs: a tuning run's model is asked about the very tasks it measures
@@ -65,6 +65,9 @@ class OnlineAdapter:
         """Measured candidates of one task: their features and mean latencies (``inf`` = failed). A net with a
         hardware input trains on the vector it scores with (the platform the predictor was told of)."""
         latency = np.asarray(latency, np.float64)
+        valid = np.asarray(features.get("valid", np.ones(len(latency), bool)), bool)
+        if not valid.all():  # a candidate the featurizer could not read: no features to learn from (scored last)
+            features, latency = take_rows(features, np.flatnonzero(valid)), latency[valid]
         if not len(latency):
             return
         self._feats.setdefault(task_key, []).append(self.predictor.with_hardware(features))

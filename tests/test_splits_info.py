@@ -288,3 +288,17 @@ def test_make_split_takes_one_network_by_name_and_names_a_bad_seed_or_fraction(d
             make_split(ds, "task", seed="x")
         with pytest.raises(UsageError, match="test fraction must be a number between 0 and 1, not '0.2'"):
             make_split(ds, "task", test_fraction="0.2")
+
+
+def test_a_held_out_networks_new_tasks_are_held_out_too(data):
+    """A split by network stored the task indices it held out: a held-out network whose task list was replaced
+    later (extracted again at another batch size) had its new tasks trained on, as the tasks of no held-out
+    network. They are held out with the rest of it; the tasks it had stay held out."""
+    assert main(["dataset", "split", str(data), "--held-out", "bert"]) == 0
+    with DatasetWriter(data) as w:
+        w.set_network("bert", [(4, 12), (8, 12)])  # task 8 new to it, task 3 no longer its
+    with open_dataset(data) as ds:
+        split = ds.split("network-bert")
+        table = ds.records("cpu-a")
+        assert split.test_tasks.tolist() == [3, 4, 8]
+        assert set(table.task[split.is_test(table.task)]) == {3, 4, 8}

@@ -756,3 +756,26 @@ def test_a_grown_copy_of_the_dataset_counts_only_the_tasks_the_model_saw(trained
     assert main(["evaluate", "--model", str(tmp_path / "m"), "--data", str(grown), "--split", "t50", "--json"]) == 0
     (note,) = json.loads(capsys.readouterr()[0])["trained_on"]
     assert note.startswith(f"{seen} of the {seen + added} evaluated records") and str(data) in note
+
+
+def test_records_the_featurizer_cannot_read_are_left_out_of_training(tmp_path, capsys):
+    """A record whose schedule the featurizer cannot read trained with empty features (teaching the net a score for
+    no program at all, while a tuning run scores such a candidate last without the net). It is left out of training
+    and of fine-tuning, said with its count; its latency still sets its task's best."""
+    from costlab.datasets.ansor_log import import_ansor
+
+    data = tmp_path / "d.h5"
+    import_ansor([FIXTURES / "ansor" / "platinum-8358-MLP1-B256-head128.json"], data, progress=False)
+    with DatasetWriter(data) as w:
+        batch = RecordBatch()
+        batch.append(0, '[["SP", 2, 0', [1e-3], 0, 0.0, 12345)  # a cut-off step list
+        w.add_records("platinum-8358", batch)
+    args = ["--data", str(data), "--platform", "platinum-8358", "--no-progress", *TINY]
+    assert main(["train", *args, "--out", str(tmp_path / "run"), "--epochs", "1",
+                 "--set", "data_options.val_fraction=0"]) == 0
+    assert "1 of the 129 training records have no tlp features" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["train_records"] == 128
+    assert main(["finetune", "--from", str(tmp_path / "run" / "model"), "--data", str(data), "--platform",
+                 "platinum-8358", "--out", str(tmp_path / "ft")]) == 0
+    assert "they are left out of fine-tuning" in capsys.readouterr().err
+    assert json.loads((tmp_path / "ft" / "summary.json").read_text())["records"] == 128

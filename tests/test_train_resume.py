@@ -230,14 +230,15 @@ def test_a_source_of_another_net_is_refused_before_featurizing(trained, tmp_path
 def test_a_resume_whose_step_budget_is_spent_says_so_and_may_raise_it(trained, tmp_path, capsys):
     """A run stopped by trainer.max_steps, resumed for more epochs, trained no step, exited 0 and rewrote its
     summary one epoch short; raising max_steps on the resume was refused as another option. The spent budget is
-    said and the run left as it was; a larger max_steps trains on."""
+    said and the run left as it was, its config.yaml too (it recorded the 4 epochs that never ran); a larger
+    max_steps trains on."""
     out = tmp_path / "run"
     assert _train(trained, out, "--epochs", "3", "--set", "trainer.max_steps=2") == 0
-    summary = (out / "summary.json").read_bytes()
+    summary, config = (out / "summary.json").read_bytes(), (out / "config.yaml").read_bytes()
     capsys.readouterr()
     assert _train(trained, out, "--epochs", "4", "--set", "trainer.max_steps=2", "--resume") == 0
     assert "trained no step more" in capsys.readouterr().err
-    assert (out / "summary.json").read_bytes() == summary
+    assert (out / "summary.json").read_bytes() == summary and (out / "config.yaml").read_bytes() == config
     assert _train(trained, out, "--epochs", "4", "--set", "trainer.max_steps=4", "--resume") == 0
     after = json.loads((out / "summary.json").read_text())
     assert after["records_seen"] > json.loads(summary)["records_seen"]

@@ -12,6 +12,7 @@ lists; the model's own featurizer (config and vocabulary) turns them into featur
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from costlab.costmodels.artifact import save_artifact
 from costlab.costmodels.predictors import NetPredictor, head_of, pinned_name, resolve
 from costlab.costmodels.recipe import fit_lists, task_lists
 from costlab.costmodels.recipes import DEFAULT, recipe
+from costlab.costmodels.tensors import take_rows
 from costlab.datasets import open_dataset
 from costlab.datasets.summary import dataset_tasks
 from costlab.featurizers.cache import features_of
@@ -61,6 +63,12 @@ def finetune(source, data, platform: str, out, spec=DEFAULT, split: str | None =
         raise UsageError(f"{data}: the {pred.featurizer.name} featurizer of {source} could read none of the "
                          f"{len(rows)} training records of {platform!r} (`costlab featurize` counts them as "
                          "unreadable): nothing to fine-tune on")
+    if not readable.all():  # empty features teach the net nothing true of a program: left out, as training does
+        print(f"costlab: note: {len(rows) - int(readable.sum())} of the {len(rows)} training records have no "
+              f"{pred.featurizer.name} features (unreadable by the featurizer); they are left out of fine-tuning",
+              file=sys.stderr)
+        keep = np.flatnonzero(readable)
+        feats, task, latency = take_rows(feats, keep), task[keep], latency[keep]
     lists = task_lists(feats, task, latency)
     if not lists:
         raise UsageError(f"{data}: platform {platform!r} has no task with two measured records"

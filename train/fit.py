@@ -387,7 +387,8 @@ def _finished_summary(out: Path, epochs: int) -> dict | None:
 def _check_readable(data, dm: CostDataModule) -> None:
     """A run whose training records the featurizer could read none of (Ansor steps for PaCM, which replays
     MetaSchedule traces) would fit a net on empty features and write it as a model: refused; a part unread is
-    said with its count, as ``costlab featurize`` says it."""
+    left out of training (empty features teach the net nothing true of a program, and a tuning run scores such a
+    candidate last without asking the net), said with its count, as ``costlab featurize`` says it."""
     ok = dm.readable(dm.train_rows)
     if len(ok) and not ok.any():
         raise UsageError(f"{data}: the {dm.featurizer.name} featurizer could read none of the {len(ok)} training "
@@ -395,8 +396,9 @@ def _check_readable(data, dm: CostDataModule) -> None:
                          f"reads them")
     if not ok.all():
         print(f"costlab: note: {len(ok) - int(ok.sum())} of the {len(ok)} training records have no "
-              f"{dm.featurizer.name} features (unreadable by the featurizer); they train with empty features",
+              f"{dm.featurizer.name} features (unreadable by the featurizer); they are left out of training",
               file=sys.stderr)
+        dm.train_rows = dm.train_rows[ok]
 
 
 def _check_heads(data, dm: CostDataModule) -> None:
@@ -682,8 +684,11 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                          f"{len(dm.train_rows)} training records make {batches} batch(es) of "
                          f"{dm.config.lists_per_batch} ranking lists; give fewer devices or smaller batches "
                          "(data_options.lists_per_batch)")
+    recorded = out / "config.yaml"
+    # a resume whose budget turns out spent in the fit leaves the run as it was, its config.yaml too
+    earlier_config = recorded.read_bytes() if resumed is not None and recorded.is_file() else None
     if trainer.is_global_zero:  # every check passed: the run's options (a refused run leaves the old ones)
-        write_atomically(out / "config.yaml", yaml.safe_dump(recorded_config(cfg), sort_keys=False).encode())
+        write_atomically(recorded, yaml.safe_dump(recorded_config(cfg), sort_keys=False).encode())
     if resumed is None and trainer.is_global_zero:
         for old in old_checkpoints(out):  # --overwrite (checked above): the earlier run's, not to be resumed
             old.unlink(missing_ok=True)
@@ -693,8 +698,10 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
     if resumed is None and speed.records == 0:  # trainer options that train no step would save an untrained net
         raise UsageError(f"no training step ran (trainer options {dict(cfg['trainer'])}); no model written")
     if resumed is not None and speed.records == getattr(speed, "restored", None):
-        # a budget the run had spent already (trainer.max_steps, max_time): no step ran, and the model and summary
-        # of the run stay as they were (rewritten, they counted one epoch fewer)
+        # a budget the run had spent already (trainer.max_steps, max_time): no step ran, and the model, summary and
+        # config.yaml of the run stay as they were (rewritten, they counted one epoch fewer, or more epochs than ran)
+        if earlier_config is not None and trainer.is_global_zero:
+            write_atomically(recorded, earlier_config)
         earlier = _finished_summary(out, resumed["epochs"]) if (out / "summary.json").exists() else None
         limits = {k: v for k, v in cfg["trainer"].items() if k in ("max_steps", "max_time") and v not in (None, -1)}
         print(f"costlab: note: {out} trained no step more: its {limits or 'trainer limits'} are spent (--set "
