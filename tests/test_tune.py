@@ -95,8 +95,7 @@ def test_a_continued_run_adapts_on_every_record_the_run_measured(run, tmp_path, 
     """The online update ranks "the run's records so far": a continued run's adapter is given the records its
     earlier part measured (it learned from this process's batches alone, so an interrupted run lost them)."""
     work = tmp_path / "w"
-    argv = ["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model", str(run / "model"),
-            "--adapt", "finetune", "--work-dir", str(work), "--json", "--no-library", *SMALL_SEARCH]
+    argv = _adapting(run, work)
     assert main([*argv, "--trials", "4"]) == 0
     assert json.loads(capsys.readouterr().out)["adaptation"]["records"] == 4
     assert main([*argv, "--trials", "8"]) == 0
@@ -106,32 +105,44 @@ def test_a_continued_run_adapts_on_every_record_the_run_measured(run, tmp_path, 
     assert [part["records"] for part in adaptation["earlier"]] == [4]
 
 
+def _adapting(run, work) -> list:
+    """The arguments of a tuning run of one small workload whose model adapts online, printing its summary."""
+    return ["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model", str(run / "model"),
+            "--adapt", "finetune", "--work-dir", str(work), "--json", "--no-library", *SMALL_SEARCH]
+
+
+def _after_each_update(monkeypatch, then) -> None:
+    """Every online update of the model as it is, then ``then()``."""
+    from costlab.costmodels.adapt import OnlineAdapter
+
+    real = OnlineAdapter.update
+
+    def update(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        then()
+        return out
+
+    monkeypatch.setattr(OnlineAdapter, "update", update)
+
+
 def test_the_updates_of_a_stopped_part_stay_reported_by_the_next_finished_part(run, tmp_path, capsys,
                                                                              monkeypatch):  # noqa: F811
     """A part stopped (SIGTERM) writes no summary: its adaptation updates were in no adaptation.earlier. They are
     kept beside the summary until the next finished part's summary takes them in."""
     import signal
 
-    from costlab.costmodels.adapt import OnlineAdapter
     from costlab.export.stop import clear_stop, request_stop
 
     work = tmp_path / "w"
-    argv = ["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model", str(run / "model"),
-            "--adapt", "finetune", "--work-dir", str(work), "--json", "--no-library", *SMALL_SEARCH]
-    real = OnlineAdapter.update
-
-    def stopped_after_the_update(self, *args, **kwargs):
-        out = real(self, *args, **kwargs)
-        request_stop(signal.SIGTERM)  # SIGTERM arrived while the model adapted to the first batch
-        return out
-
-    monkeypatch.setattr(OnlineAdapter, "update", stopped_after_the_update)
+    argv = _adapting(run, work)
+    # SIGTERM arrived while the model adapted to the first batch
+    _after_each_update(monkeypatch, lambda: request_stop(signal.SIGTERM))
     try:
         assert main([*argv, "--trials", "8"]) == 143
     finally:
         clear_stop()
     assert not (work / "costlab_tune.json").exists()
-    monkeypatch.setattr(OnlineAdapter, "update", real)
+    monkeypatch.undo()
     capsys.readouterr()
     assert main([*argv, "--trials", "8"]) == 0
     earlier = json.loads(capsys.readouterr().out)["adaptation"]["earlier"]
@@ -142,24 +153,16 @@ def test_the_updates_of_a_stopped_part_stay_reported_by_the_next_finished_part(r
 def test_the_updates_of_a_part_a_write_failure_stopped_are_kept(run, tmp_path, capsys, monkeypatch):  # noqa: F811
     """A part that stops because a file of the run could not be written (a full disk) raised before it kept its
     adaptation updates: they were lost with the summary it never wrote. They are kept as a stopped part's are."""
-    import shutil
-
-    from costlab.costmodels.adapt import OnlineAdapter
-
     work = tmp_path / "w"
-    argv = ["tune", "--workload", "GMM:1,16,16,16", "--target", "llvm -num-cores=2", "--model", str(run / "model"),
-            "--adapt", "finetune", "--work-dir", str(work), "--json", "--no-library", *SMALL_SEARCH]
-    real = OnlineAdapter.update
+    history = work / "progress.jsonl"
 
-    def unwritable_after_the_update(self, *args, **kwargs):
-        out = real(self, *args, **kwargs)
-        history = work / "progress.jsonl"  # the next batch's line cannot be written
-        shutil.rmtree(history) if history.is_dir() else history.unlink(missing_ok=True)
-        history.mkdir()
-        return out
+    def unwritable():  # the batch's line cannot be written (the model adapts before the line is written)
+        if not history.is_dir():
+            history.unlink(missing_ok=True)
+            history.mkdir()
 
-    monkeypatch.setattr(OnlineAdapter, "update", unwritable_after_the_update)
-    assert main([*argv, "--trials", "8"]) == 2
+    _after_each_update(monkeypatch, unwritable)
+    assert main([*_adapting(run, work), "--trials", "8"]) == 2
     assert "progress.jsonl: could not be written" in capsys.readouterr().err
     kept = json.loads((work / "adaptation_stopped.json").read_text())
     assert [(part["updates"], part["stopped"]) for part in kept] == [(1, True)]
