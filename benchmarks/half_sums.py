@@ -1,13 +1,13 @@
 """How far a correct float16 program's output lies from the reference's when both sum in a float16 accumulator in
 another order, against the output check's tolerance (``export/check.py``: ``close`` with and without the sum's
-length, ``structure.narrow_float_reduction``), and how far a wrong program's lies.
+length, ``narrow_sum_rtol`` of ``structure.narrow_float_sums``), and how far a wrong program's lies.
 
 Per sum length n: the reference is the unscheduled 16x16 matmul over n values (float16 in, float16 accumulator);
 the correct programs are it with the reduction split into 4 and 16 partial sums (rfactor), the wrong one sums
 only the first 15/16 of the values. Each is built for this CPU and run on ``--seeds`` draws of uniform(-1, 1)
 inputs. Printed per program: the largest difference over the output's largest value (its least and its worst
 over the seeds), and
-on how many seeds the check accepts it with the fixed float16 tolerance (``narrow_sum=1``, the check before)
+on how many seeds the check accepts it with the fixed float16 tolerance (no ``narrow_rtol``, the check before)
 and with the length's tolerance. No timing: the host is recorded for the record only.
 
     .venv/bin/python benchmarks/half_sums.py --json benchmarks/results/half-sums-zen4.json
@@ -49,14 +49,14 @@ def _rfactor(mod, parts: int):
 def _length(n: int, seeds: int, target) -> list[dict]:
     import tvm
 
-    from costlab.export.check import close
-    from costlab.metaschedule.structure import narrow_float_reduction
+    from costlab.export.check import close, narrow_sum_rtol
+    from costlab.metaschedule.structure import narrow_float_sums
 
     reference = _gmm(n, n)
     programs = {"rfactor 4": _rfactor(reference, 4), "rfactor 16": _rfactor(reference, 16),
                 "wrong: 15/16 of the sum": _gmm(n, n - n // 16)}
     libs = {name: tvm.compile(mod, target=target) for name, mod in [("reference", reference), *programs.items()]}
-    narrow = narrow_float_reduction(reference)
+    narrow = narrow_sum_rtol(narrow_float_sums(reference))
     rows = {name: dict(n=n, program=name, least=math.inf, worst=0.0, before=0, now=0) for name in programs}
     for seed in range(seeds):
         rng = np.random.default_rng(seed)

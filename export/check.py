@@ -20,7 +20,7 @@ from costlab.common.errors import last_line
 from costlab.common.host import usable_cores
 from costlab.datasets.records import record_latency
 from costlab.metaschedule.pools import result_of, worker_pool
-from costlab.metaschedule.structure import index_bounds, narrow_float_reduction
+from costlab.metaschedule.structure import index_bounds, narrow_float_sums
 from costlab.metaschedule.targets import device_of, is_gpu
 from costlab.metaschedule.traces import plain_json, replay, trace_text
 
@@ -39,37 +39,49 @@ LOW_PRECISION_MAX = 0.25
 # the reference differs by up to 4.4% of the output's largest value, over 65,536 by 8.2%; about 0.35 times the
 # format's epsilon times the square root of the length, ``benchmarks/half_sums.py``): the tolerance grows to this
 # many times epsilon times that root (6.25% and 12.5%), below what a program that drops a sixteenth of the sum
-# differs by (14-38%, 1.5 to 7 times the tolerance); at most LOW_PRECISION_MAX
+# differs by (14-38%, 1.5 to 7 times the tolerance); at most LOW_PRECISION_MAX (bfloat16, of 8 times float16's
+# epsilon, reaches it at 4,096 values: there a correct sum and one missing a sixteenth are too coarse to tell apart)
 NARROW_SUM_EPS = 0.5
 # check workers at once on a GPU: each makes a CUDA context (hundreds of MiB of the GPU's memory)
 GPU_WORKERS = 4
 
 
-def close(expected, got, narrow_sum: int = 1) -> bool:
+def narrow_sum_rtol(sums: dict) -> float:
+    """The tolerance, relative to an output's largest value, that the narrow float sums of a module
+    (``structure.narrow_float_sums``: accumulator dtype -> longest sum) call for: ``NARROW_SUM_EPS`` times the
+    accumulator's epsilon times the square root of the sum's length, the largest of them, at most
+    ``LOW_PRECISION_MAX``; 0 for none."""
+    import ml_dtypes  # lazy: TVM's own dependency, which knows the extension float types' epsilons
+
+    return max([min(NARROW_SUM_EPS * float(ml_dtypes.finfo(dtype).eps) * math.sqrt(n), LOW_PRECISION_MAX)
+                for dtype, n in sums.items() if n > 1], default=0.0)
+
+
+def close(expected, got, narrow_rtol: float = 0.0) -> bool:
     """Whether an output matches the reference's (``RTOL``/``ATOL``; float16 outputs ``HALF_RTOL``, bfloat16 and
-    float8 ones ``LOW_PRECISION_EPS`` times their epsilon, both relative to the output's largest value and, for a
-    module that sums ``narrow_sum`` values in such a type (``structure.narrow_float_reduction``), at least
-    ``NARROW_SUM_EPS`` times epsilon times its square root; integer and boolean outputs exactly: their sums round
-    nowhere, and an int32 accumulator of thousands was let off by several units under ``RTOL``)."""
+    float8 ones ``LOW_PRECISION_EPS`` times their epsilon, both relative to the output's largest value; every float
+    output of a module that sums in a narrow float type at least ``narrow_rtol`` of its largest value
+    (``narrow_sum_rtol``: a float16 accumulator cast to a float32 output rounds as the float16 output would);
+    integer and boolean outputs exactly: their sums round nowhere, and an int32 accumulator of thousands was let
+    off by several units under ``RTOL``)."""
     if expected.shape != got.shape:
         return False
     if not _floating(expected.dtype):
         return bool(np.array_equal(expected, got))
-    if np.issubdtype(expected.dtype, np.inexact) and expected.dtype != np.float16:  # float32, float64
-        # ATOL of an output whose largest value is at least 1; of a smaller one, that share of ATOL: an output of
-        # small values (a softmax over thousands, a mean) is otherwise "close" to zeros or to any other row's
-        finite = np.abs(expected[np.isfinite(expected)]).astype(np.float64)
-        atol = ATOL * min(1.0, float(finite.max(initial=0.0)))
-        return bool(np.allclose(expected, got, rtol=RTOL, atol=atol, equal_nan=True))
-    import ml_dtypes  # lazy: TVM's own dependency, needed only for outputs of its extension float types
-
-    eps = float(ml_dtypes.finfo(expected.dtype).eps)
-    rtol = HALF_RTOL if expected.dtype == np.float16 else min(LOW_PRECISION_EPS * eps, LOW_PRECISION_MAX)
-    rtol = max(rtol, min(NARROW_SUM_EPS * eps * math.sqrt(max(1, narrow_sum)), LOW_PRECISION_MAX))
     a, b = expected.astype(np.float64), got.astype(np.float64)
     # the output's largest value, below 1 too: a float16 softmax over 128 columns (values near 1/128) was "close"
     # to zeros, or to another row's, within an atol of 2% of 1
     scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
+    if np.issubdtype(expected.dtype, np.inexact) and expected.dtype != np.float16:  # float32, float64
+        # ATOL of an output whose largest value is at least 1; of a smaller one, that share of ATOL: an output of
+        # small values (a softmax over thousands, a mean) is otherwise "close" to zeros or to any other row's
+        rtol, atol = max(RTOL, narrow_rtol), max(ATOL * min(1.0, scale), narrow_rtol * scale)
+        return bool(np.allclose(expected, got, rtol=rtol, atol=atol, equal_nan=True))
+    import ml_dtypes  # lazy: TVM's own dependency, needed only for outputs of its extension float types
+
+    eps = float(ml_dtypes.finfo(expected.dtype).eps)
+    rtol = HALF_RTOL if expected.dtype == np.float16 else min(LOW_PRECISION_EPS * eps, LOW_PRECISION_MAX)
+    rtol = max(rtol, narrow_rtol)
     return bool(np.allclose(a, b, rtol=rtol, atol=rtol * scale, equal_nan=True))
 
 
@@ -114,7 +126,7 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
     index_high = min([8, *(int(x) for i in infos if str(i.dtype).startswith(("float", "bfloat")) for x in i.shape
                            if int(x) > 1)])
     bounds = index_bounds(reference)
-    narrow_sum = narrow_float_reduction(reference)
+    narrow_rtol = narrow_sum_rtol(narrow_float_sums(reference))
     inputs = []
     for pos, info in enumerate(infos):
         dtype, shape = str(info.dtype), [int(x) for x in info.shape]
@@ -153,7 +165,7 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
             lines = [x for x in str(exc).strip().splitlines() if x.strip()]
             out.append(f"failed: {lines[-1][:200] if lines else type(exc).__name__}")
             continue
-        bad = [i for i, (a, b) in enumerate(zip(expected, got)) if not close(a, b, narrow_sum)]
+        bad = [i for i, (a, b) in enumerate(zip(expected, got)) if not close(a, b, narrow_rtol)]
         if bad:
             i = bad[0]
             diff = float(np.max(np.abs(expected[i].astype(np.float64) - got[i].astype(np.float64))))

@@ -89,8 +89,8 @@ def module_blocks(mod, root: bool = False):
 _EXPR_FIELDS = ("a", "b", "value", "args", "condition", "true_value", "false_value", "base", "stride")
 
 
-def _loads(expr, nested: bool = True) -> list:
-    """The buffer loads within a TIR expression, outermost first (``nested``: those within a load's indices too)."""
+def _loads(expr) -> list:
+    """The buffer loads within a TIR expression, outermost first."""
     found, stack = [], [expr]
     while stack:
         node = stack.pop()
@@ -101,8 +101,7 @@ def _loads(expr, nested: bool = True) -> list:
             continue
         if _kind(node) in ("TensorLoad", "BufferLoad"):
             found.append(node)
-            if nested:
-                stack.extend(node.indices)
+            stack.extend(node.indices)
             continue
         stack.extend(getattr(node, f, None) for f in _EXPR_FIELDS if hasattr(type(node), f))
     return found
@@ -120,12 +119,40 @@ def _slice_of(load):
     return constants[0] if len(constants) == 1 and len(load.indices) > 1 else None
 
 
-def _selections(mod) -> tuple[list, dict]:
+def _summed_loads(expr) -> int:
+    """How many loaded values an index adds (``a[i] + b[i]``: 2): the loads reached through additions,
+    subtractions and casts only. A load under a product (a flattened index's row, ``i0[k] * 16 + i1[k]``) or a
+    comparison (TVM's wrap of a negative index, ``a[k] + (a[k] < 0) * n``) is no term of the sum."""
+    k = _kind(expr)
+    if k in ("TensorLoad", "BufferLoad"):
+        return 1
+    if k in ("Add", "Sub"):
+        return _summed_loads(expr.a) + _summed_loads(expr.b)
+    return _summed_loads(expr.value) if k == "Cast" else 0
+
+
+def _copy_of(store):
+    """``(buffer, {axis of the stored buffer: axis of it})`` where ``store`` copies one buffer with its axes
+    permuted or kept (a transpose: ``T[i, j] = a[j, i]``, a cast of it too), else None."""
+    load = _strip_casts(store.value)
+    if _kind(load) not in ("TensorLoad", "BufferLoad"):
+        return None
+    if not all(_kind(x) in ("Var", "SizeVar") for x in [*store.indices, *load.indices]):
+        return None
+    axes = {}
+    for axis, var in enumerate(store.indices):
+        theirs = [k for k, x in enumerate(load.indices) if x.same_as(var)]
+        if theirs:
+            axes[axis] = theirs[0]
+    return _buffer_of(load), axes
+
+
+def _selections(mod) -> tuple[list, dict, list]:
     """``([(extent, [(buffer, slice)] whose values select along an axis of that extent)], {buffer: buffers its
-    stored values are computed from})`` over every store of ``mod``: a gather's load (a take's table, an embedding's
-    rows) and a scatter's store, whose index reads a value from a buffer; ``slice`` is the one constant position
-    the index reads of that buffer (``_slice_of``), or None."""
-    picks, sources = [], {}
+    stored values are computed from}, [(buffer, _copy_of its store)])`` over every store of ``mod``: a gather's
+    load (a take's table, an embedding's rows) and a scatter's store, whose index reads a value from a buffer;
+    ``slice`` is the one constant position the index reads of that buffer (``_slice_of``), or None."""
+    picks, sources, copies = [], {}, []
     for func in _prim_funcs(mod):
         # every store: those of every block with its init, and those in the loops of an opaque block (a scatter
         # written with TVM's IR builder)
@@ -133,6 +160,9 @@ def _selections(mod) -> tuple[list, dict]:
             value_loads = _loads(store.value)
             index_loads = [load for index in store.indices for load in _loads(index)]
             sources.setdefault(store.buffer, set()).update(_buffer_of(x) for x in value_loads + index_loads)
+            copy = _copy_of(store)
+            if copy is not None:
+                copies.append((store.buffer, copy))
             for buffer, indices in [(store.buffer, store.indices), *((_buffer_of(x), x.indices) for x in value_loads)]:
                 for extent, index in zip(getattr(buffer, "shape", ()), indices):
                     loads = _loads(index)
@@ -141,9 +171,9 @@ def _selections(mod) -> tuple[list, dict]:
                     if selecting and isinstance(getattr(extent, "value", None), int):
                         # an index that adds n loaded values (x[a[i] + b[i]]): each below 1/n of the extent, so that
                         # their sum stays within it (each alone below it read past a table of under 15 rows)
-                        n = len(_loads(index, nested=False))
+                        n = max(1, _summed_loads(index))
                         picks.append(((int(extent.value) - 1) // n + 1, selecting))
-    return picks, sources
+    return picks, sources, copies
 
 
 def index_bounds(mod) -> dict:
@@ -156,7 +186,7 @@ def index_bounds(mod) -> dict:
     takes it as ``high``): an axis of one (a batch of one) then bounds its own row only, not every row to 0."""
     import numpy as np
 
-    picks, sources = _selections(mod)
+    picks, sources, copies = _selections(mod)
     bound, sliced = {}, {}  # buffer -> its least extent; buffer -> {(axis, row): least extent}
     for extent, selecting in picks:
         todo, seen = list(selecting), set()
@@ -164,9 +194,17 @@ def index_bounds(mod) -> dict:
             buffer, part = todo.pop()
             if buffer is None or (part is None and any(buffer.same_as(b) for b in seen)):
                 continue
-            if part is not None:  # one row of the buffer: that row's bound; what the buffer is computed from (an
-                rows = next((v for b, v in sliced.items() if b.same_as(buffer)), None)  # intermediate's argument)
-                rows = sliced.setdefault(buffer, {}) if rows is None else rows  # is bounded whole, as before
+            if part is not None:
+                # one row of the buffer: that row's bound, followed through copies that keep it a row (Relax
+                # transposes a gather_nd's indices first); what a buffer reached otherwise is computed from is
+                # bounded whole, as before
+                for _ in range(len(copies)):
+                    copy = next((c for b, c in copies if b.same_as(buffer) and part[0] in c[1]), None)
+                    if copy is None:
+                        break
+                    buffer, part = copy[0], (copy[1][part[0]], part[1])
+                rows = next((v for b, v in sliced.items() if b.same_as(buffer)), None)
+                rows = sliced.setdefault(buffer, {}) if rows is None else rows
                 rows[part] = min(rows.get(part, extent), extent)
             else:
                 seen.add(buffer)
@@ -195,12 +233,12 @@ def index_bounds(mod) -> dict:
     return out
 
 
-def narrow_float_reduction(mod) -> int:
-    """The longest reduction (its reduction iterators' extents multiplied) of a block of ``mod`` that accumulates in
-    a float type narrower than 32 bits (float16, bfloat16, the float8 kinds), 1 if none: each add of such a sum
-    rounds to the accumulator's few bits, and two correct programs that add in another order differ by about the
-    format's epsilon times the square root of this length (a symbolic extent counts as 1)."""
-    longest = 1
+def narrow_float_sums(mod) -> dict[str, int]:
+    """``{accumulator dtype: the longest reduction in it}`` (its reduction iterators' extents multiplied) over the
+    blocks of ``mod`` that accumulate in a float type narrower than 32 bits (float16, bfloat16, the float8 kinds):
+    each add of such a sum rounds to the accumulator's few bits, and two correct programs that add in another order
+    differ by about the format's epsilon times the square root of this length (a symbolic extent counts as 1)."""
+    longest: dict[str, int] = {}
     for block in module_blocks(mod):
         body = block.body
         if _kind(body) != "BufferStore" or block.init is None:
@@ -212,7 +250,7 @@ def narrow_float_reduction(mod) -> int:
         for iv in block.iter_vars:
             if int(iv.iter_type) == 2 and isinstance(getattr(iv.dom.extent, "value", None), int):
                 n *= int(iv.dom.extent.value)
-        longest = max(longest, n)
+        longest[dtype] = max(longest.get(dtype, 1), n)
     return longest
 
 

@@ -496,38 +496,61 @@ def test_a_long_float16_sum_added_in_another_order_passes_and_one_missing_a_sixt
     """A float16 matmul over 16,384 values summed in a float16 accumulator: a correct program that adds in another
     order than the reference (an rfactor into 16 partial sums) differs by more than the fixed float16 tolerance
     (2% of the output's largest value) and was called wrong; the tolerance now grows with the sum's length
-    (``structure.narrow_float_reduction``), and a program that drops the last sixteenth of the sum is still
-    caught."""
+    (``structure.narrow_float_sums``), and a program that drops the last sixteenth of the sum is still
+    caught. So for the same sum cast to a float32 output, which the float32 tolerance judged alone."""
     import tvm
     from tvm import te
 
     from costlab.export.check import _compare_worker
-    from costlab.metaschedule.structure import narrow_float_reduction
+    from costlab.metaschedule.structure import narrow_float_sums
 
-    def gmm(k_used: int, n: int = 16384, dtype: str = "float16"):
+    def gmm(k_used: int, n: int = 16384, dtype: str = "float16", cast: bool = False):
         a, b = te.placeholder((16, n), dtype, name="A"), te.placeholder((n, 16), dtype, name="B")
         k = te.reduce_axis((0, k_used), name="k")
         z = te.compute((16, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="Z")
+        if cast:
+            z = te.compute((16, 16), lambda i, j: z[i, j].astype("float32"), name="out")
         return tvm.IRModule({"main": te.create_prim_func([a, b, z])})
 
-    reference = gmm(16384)
-    sch = tvm.s_tir.Schedule(reference)
-    _ko, ki = sch.split(sch.get_loops(sch.get_sblock("Z"))[-1], [None, 16])
-    sch.rfactor(ki, 0)
-    assert narrow_float_reduction(reference) == 16384
-    assert narrow_float_reduction(gmm(64, 64, "float32")) == 1  # a float32 accumulator rounds to 24 bits
+    def rfactor(mod):
+        sch = tvm.s_tir.Schedule(mod)
+        _ko, ki = sch.split(sch.get_loops(sch.get_sblock("Z"))[-1], [None, 16])
+        sch.rfactor(ki, 0)
+        return sch.mod
+
+    assert narrow_float_sums(gmm(16384)) == narrow_float_sums(gmm(16384, cast=True)) == {"float16": 16384}
+    assert narrow_float_sums(gmm(64, 64, "float32")) == {}  # a float32 accumulator rounds to 24 bits
     target = {"kind": "llvm", "num-cores": 2}
-    verdicts = _compare_worker(reference, [sch.mod, gmm(16384 - 1024)], target, 0)
-    assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output"), verdicts
+    for cast in (False, True):
+        reference = gmm(16384, cast=cast)
+        verdicts = _compare_worker(reference, [rfactor(reference), gmm(16384 - 1024, cast=cast)], target, 0)
+        assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output"), (cast, verdicts)
+
+
+def _legalized(op, shapes: list, dtypes: list):
+    """The TIR function Relax legalizes ``op`` of arguments of these shapes and dtypes into, as a task's module (how
+    a network's tasks are made)."""
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    args = [relax.Var(f"a{i}", relax.TensorType(s, d)) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    with bb.function("main", args):
+        with bb.dataflow():
+            out = bb.emit_output(op(*args))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps()(bb.get())
+    (func,) = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
 def test_a_gather_nds_rows_of_indices_are_each_bounded_by_their_own_axis():
     """A gather_nd's indices hold one row per data axis: a data axis of one (a batch of one) bounded every row to
     0, so a program that read the wrong position along the other axis passed the check. Each row is now drawn
-    below its own axis's extent."""
+    below its own axis's extent, through the transpose Relax puts before a gather_nd too."""
     import numpy as np
     import tvm
-    from tvm import te, topi
+    from tvm import relax, te, topi
 
     from costlab.export.check import _compare_worker
     from costlab.metaschedule.structure import index_bounds
@@ -537,8 +560,18 @@ def test_a_gather_nds_rows_of_indices_are_each_bounded_by_their_own_axis():
     wrong = te.compute((5, 4), lambda k, j: data[ind[0, k], ind[0, k], j], name="T_gather_nd")  # row 0 twice
     bounds = index_bounds(reference)
     assert list(bounds) == [1] and np.array_equal(bounds[1], [[1], [16]])
+    target = {"kind": "llvm", "num-cores": 2}
     verdicts = _compare_worker(reference, [reference, tvm.IRModule({"main": te.create_prim_func([data, ind, wrong])})],
-                               {"kind": "llvm", "num-cores": 2}, 0)
+                               target, 0)
+    assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output"), verdicts
+    # Relax: indices of shape (5, 2), transposed into rows first
+    legal = _legalized(relax.op.gather_nd, [(1, 16, 4), (5, 2)], ["float32", "int64"])
+    assert np.array_equal(index_bounds(legal)[1], [[1, 16]])
+    ind = te.placeholder((5, 2), "int64", name="i")
+    rows = te.compute((2, 5), lambda a, b: ind[b, a], name="T_transpose")
+    wrong = te.compute((5, 4), lambda k, j: data[rows[0, k], rows[0, k], j], name="T_gather_nd")
+    verdicts = _compare_worker(legal, [legal, tvm.IRModule({"main": te.create_prim_func([data, ind, wrong])})],
+                               target, 0)
     assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output"), verdicts
 
 
@@ -561,3 +594,11 @@ def test_indices_that_add_two_loaded_values_stay_within_the_table_together():
     through = te.compute((5, 4), lambda k, j: table[c[a[k]], j], name="out")
     assert index_bounds(tvm.IRModule({"main": te.create_prim_func([table, a, c, through])})) == {1: 3, 2: 6}
     assert _compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]
+    # no sum of two values: TVM's wrap of a negative index (a[k] + (a[k] < 0) * n), a flattened index (i * 16 + j)
+    from tvm import relax
+
+    assert index_bounds(_legalized(lambda d, i, u: relax.op.scatter_elements(d, i, u, axis=1),
+                                   [(3, 2), (3, 2), (3, 2)], ["float32", "int64", "float32"])) == {1: 2}
+    put = _legalized(lambda d, i, j, u: relax.op.index_put(d, relax.Tuple([i, j]), u),
+                     [(4, 16), (5,), (5,), (5,)], ["float32", "int64", "int64", "float32"])
+    assert index_bounds(put) == {1: 4, 2: 4}  # (both reach both axes through the flattened position: the least)
