@@ -33,7 +33,7 @@ from costlab.costmodels.metrics import pairwise_accuracy, tail_metrics
 from costlab.costmodels.momentum import MomentumTransfer
 from costlab.costmodels.recipe import fit_lists, list_metrics, lowers_a_guarded_metric, ranking_list, scores_of, take
 from costlab.costmodels.recipes import ADAPT_MODES, Recipe, recipe
-from costlab.costmodels.tensors import concat_features, take_rows
+from costlab.costmodels.tensors import concat_features
 
 # The online recipe: ``safe`` with fewer steps (it runs after every round, on a growing set), validated on
 # each task's own programs: a tuning run's model is asked about the very tasks it measures
@@ -57,6 +57,7 @@ class OnlineAdapter:
         self._feats: dict = {}  # task key -> list of feature dicts
         self._lat: dict = {}  # task key -> list of latency arrays
         self._val: dict = {}  # task key -> list of bool arrays: held out for validation, once and for good
+        self._read: dict = {}  # task key -> list of bool arrays: the featurizer could read the record
         self._rng = np.random.default_rng(seed)
         self.stats = dict(updates=0, trained=0, kept_pretrained=0, records=0, seconds=0.0)
         self.rounds: list[dict] = []  # per update: the new batch's pairwise before and after
@@ -65,13 +66,13 @@ class OnlineAdapter:
         """Measured candidates of one task: their features and mean latencies (``inf`` = failed). A net with a
         hardware input trains on the vector it scores with (the platform the predictor was told of)."""
         latency = np.asarray(latency, np.float64)
-        valid = np.asarray(features.get("valid", np.ones(len(latency), bool)), bool)
-        if not valid.all():  # a candidate the featurizer could not read: no features to learn from (scored last)
-            features, latency = take_rows(features, np.flatnonzero(valid)), latency[valid]
         if not len(latency):
             return
         self._feats.setdefault(task_key, []).append(self.predictor.with_hardware(features))
         self._lat.setdefault(task_key, []).append(latency)
+        # a candidate the featurizer could not read has no features to learn from (a tuning run scores it last
+        # without the net): in no list
+        self._read.setdefault(task_key, []).append(np.asarray(features.get("valid", np.ones(len(latency))), bool))
         # each record is a training or a validation record for the whole run: a net adapted by earlier updates
         # has never trained on what validates it now
         self._val.setdefault(task_key, []).append(self._rng.random(len(latency)) < self.recipe.val_fraction)
@@ -79,18 +80,20 @@ class OnlineAdapter:
 
     def _lists(self) -> tuple[list, list]:
         """Per task with at least two records, one of which ran: (features, scores = best / latency, 0 failed),
-        cut into the training lists and the validation lists (the records held out in ``add``)."""
+        cut into the training lists and the validation lists (the records held out in ``add``), the records the
+        featurizer could not read in neither."""
         train, val = [], []
         for key, parts in self._feats.items():
             lst = ranking_list(concat_features(parts), np.concatenate(self._lat[key]))
             if lst is None:
                 continue
             feats, score = lst
-            held = np.concatenate(self._val[key])
-            if (~held).sum() >= 2:  # a record held out is never trained on, even before it can validate
-                train.append(take(feats, score, np.flatnonzero(~held)))
-                if held.sum() >= 2:
-                    val.append(take(feats, score, np.flatnonzero(held)))
+            held, read = np.concatenate(self._val[key]), np.concatenate(self._read[key])
+            fit, check = np.flatnonzero(~held & read), np.flatnonzero(held & read)
+            if len(fit) >= 2:  # a record held out is never trained on, even before it can validate
+                train.append(take(feats, score, fit))
+                if len(check) >= 2:
+                    val.append(take(feats, score, check))
         return train, val
 
     def batch_pairwise(self, features: dict, latency) -> float:

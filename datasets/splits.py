@@ -6,6 +6,7 @@ stored under ``/splits/<name>``, so training and evaluation read the same one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -73,8 +74,19 @@ class Split:
             return f"by {self.by}, held out {', '.join(nets[:3])}{more}, {unit}"
         return f"by {self.by}, seed {self.seed}, test fraction {self.test_fraction:g}, {unit}"
 
-    def write(self, splits_group, replace: bool = False) -> bool:
-        """Store the split; False when an identical split of that name is stored already.
+    def widened(self, networks: dict) -> "Split":
+        """The split as it holds out now, by the dataset's ``networks``: a split by network holds out every task its
+        networks have, so a held-out network whose task list was replaced since (extracted again at another batch
+        size) has its new tasks held out too, beside those it had, never trained on as the tasks of no held-out
+        network."""
+        now = [t for n in self.held_out_networks for t, _ in networks.get(n, ())]
+        if self.by != "network" or np.isin(now, self.test_tasks).all():
+            return self
+        return dataclasses.replace(self, test_tasks=np.union1d(self.test_tasks, np.asarray(now, np.int64)))
+
+    def write(self, splits_group, replace: bool = False, networks: dict | None = None) -> bool:
+        """Store the split; False when an identical split of that name is stored already (as it holds out now,
+        by the dataset's ``networks``: ``widened``).
 
         A stored split that differs is never replaced silently (models trained on it would then be evaluated
         on their own training tasks): without ``replace`` it is refused with a ``UsageError``."""
@@ -82,6 +94,7 @@ class Split:
         if self.name in splits_group:
             try:
                 old = Split.read(splits_group[self.name], self.name)
+                old = old if networks is None else old.widened(networks)
             except ValueError as exc:  # a damaged stored split: never the same, replaced only with --replace
                 if not replace:
                     raise UsageError(f"the split named {self.name!r} stored already is damaged ({exc}): pass "

@@ -422,12 +422,7 @@ class Dataset:
             split = Split.read(self._f["splits"][name], name)
         except ValueError as exc:  # a damaged split: one line naming the file and the split
             raise DatasetFormatError(self.path, f"damaged dataset: split {name!r} {exc}") from None
-        # a held-out network's task list replaced since the split was made (extracted again at another batch size):
-        # its new tasks are held out too, never trained on as the tasks of no held-out network
-        now = [t for n in split.held_out_networks for t, _ in self.networks.get(n, ())]
-        if split.by == "network" and not np.isin(now, split.test_tasks).all():
-            split.test_tasks = np.union1d(split.test_tasks, np.asarray(now, np.int64))
-        return split
+        return split.widened(self.networks)
 
 
 def hdf5_read_failure(exc: OSError) -> bool:

@@ -179,6 +179,31 @@ def test_a_record_held_out_for_validation_is_never_trained_on(zen5):
     assert [len(score) for _, score in train] == [4] and [len(score) for _, score in val] == [2]
 
 
+def test_a_record_the_featurizer_cannot_read_is_in_no_list(zen5):
+    """A measured candidate the featurizer could not read trained with empty features online: it is in neither the
+    training nor the validation lists now (each scored within itself, as every cut list is)."""
+    from costlab.costmodels.adapt import OnlineAdapter
+    from costlab.featurizers.cache import features_of
+    from costlab.train.predict import load_predictor
+
+    pred = load_predictor("x86-cpu")
+    adapter = OnlineAdapter(pred, "finetune", seed=0)
+    with open_dataset(zen5) as ds:
+        if pred.hardware_dim:
+            pred.use_platform(ds.platforms[PLATFORM])
+        table = ds.records(PLATFORM)
+        rows = np.flatnonzero(table.task == table.task[0])[:6]
+        feats = features_of(ds, pred.featurizer, PLATFORM, rows)
+    latency = np.array([1.0, 2.0, 4.0, 4.0, 8.0, 8.0]) * 1e-3
+    feats["valid"] = np.array([False, True, True, True, True, True])  # the fastest one unread
+    adapter.add("t", feats, latency)
+    adapter._val["t"] = [np.array([False, False, False, False, True, True])]
+    train, val = adapter._lists()
+    assert [score.tolist() for _, score in train] == [[1.0, 0.5, 0.5]]  # records 1-3, without record 0
+    assert [score.tolist() for _, score in val] == [[1.0, 1.0]]
+    assert sum(len(score) for _, score in train + val) == 5
+
+
 def test_shipped_model_by_name_in_evaluate_and_export(zen5, tmp_path, capsys):
     """A shipped model's name is taken wherever a model is: finetune (above), evaluate, export, and tune's
     cost model (what `costlab tune --model x86-cpu` loads)."""

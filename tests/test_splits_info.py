@@ -302,3 +302,14 @@ def test_a_held_out_networks_new_tasks_are_held_out_too(data):
         table = ds.records("cpu-a")
         assert split.test_tasks.tolist() == [3, 4, 8]
         assert set(table.task[split.is_test(table.task)]) == {3, 4, 8}
+
+
+def test_the_same_held_out_network_split_again_after_its_network_grew_is_the_stored_one(data, capsys):
+    """The stored split is compared as it holds out now: splitting the grown network out again is the split stored
+    already (it was refused as a different one, and --replace was said to change what models trained on)."""
+    assert main(["dataset", "split", str(data), "--held-out", "bert"]) == 0
+    with DatasetWriter(data) as w:
+        w.set_network("bert", [(3, 12), (4, 12), (8, 12)])
+    capsys.readouterr()
+    assert main(["dataset", "split", str(data), "--held-out", "bert"]) == 0
+    assert "stored already, unchanged" in capsys.readouterr().err

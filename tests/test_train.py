@@ -758,10 +758,8 @@ def test_a_grown_copy_of_the_dataset_counts_only_the_tasks_the_model_saw(trained
     assert note.startswith(f"{seen} of the {seen + added} evaluated records") and str(data) in note
 
 
-def test_records_the_featurizer_cannot_read_are_left_out_of_training(tmp_path, capsys):
-    """A record whose schedule the featurizer cannot read trained with empty features (teaching the net a score for
-    no program at all, while a tuning run scores such a candidate last without the net). It is left out of training
-    and of fine-tuning, said with its count; its latency still sets its task's best."""
+def _with_an_unreadable_record(tmp_path) -> Path:
+    """The Ansor MLP fixture as a dataset (128 records), and one record more whose step list is cut off."""
     from costlab.datasets.ansor_log import import_ansor
 
     data = tmp_path / "d.h5"
@@ -770,6 +768,14 @@ def test_records_the_featurizer_cannot_read_are_left_out_of_training(tmp_path, c
         batch = RecordBatch()
         batch.append(0, '[["SP", 2, 0', [1e-3], 0, 0.0, 12345)  # a cut-off step list
         w.add_records("platinum-8358", batch)
+    return data
+
+
+def test_records_the_featurizer_cannot_read_are_left_out_of_training(tmp_path, capsys):
+    """A record whose schedule the featurizer cannot read trained with empty features (teaching the net a score for
+    no program at all, while a tuning run scores such a candidate last without the net). It is left out of training
+    and of fine-tuning, said with its count; its latency still sets its task's best."""
+    data = _with_an_unreadable_record(tmp_path)
     args = ["--data", str(data), "--platform", "platinum-8358", "--no-progress", *TINY]
     assert main(["train", *args, "--out", str(tmp_path / "run"), "--epochs", "1",
                  "--set", "data_options.val_fraction=0"]) == 0
@@ -779,3 +785,20 @@ def test_records_the_featurizer_cannot_read_are_left_out_of_training(tmp_path, c
                  "platinum-8358", "--out", str(tmp_path / "ft")]) == 0
     assert "they are left out of fine-tuning" in capsys.readouterr().err
     assert json.loads((tmp_path / "ft" / "summary.json").read_text())["records"] == 128
+
+
+def test_a_run_that_trained_on_unreadable_records_resumes_without_them(tmp_path, capsys, monkeypatch):
+    """A run an earlier costlab trained on records its featurizer cannot read recorded them among its training
+    records: its resume was refused as if the dataset had changed. It goes on without them, and says so."""
+    import costlab.train.fit as fit
+
+    data = _with_an_unreadable_record(tmp_path)
+    argv = ["train", "--data", str(data), "--platform", "platinum-8358", "--no-progress", *TINY,
+            "--out", str(tmp_path / "run"), "--set", "data_options.val_fraction=0"]
+    with monkeypatch.context() as m:
+        m.setattr(fit, "_check_readable", lambda data, dm: None)  # as the earlier costlab trained
+        assert main([*argv, "--epochs", "1"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--epochs", "2", "--resume"]) == 0
+    assert "it goes on without them" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["epochs"] == 2

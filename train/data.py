@@ -292,6 +292,7 @@ class CostDataModule(L.LightningDataModule):
             self.train_rows = np.flatnonzero(~test & ~val & has_label)
             self.val_rows = np.flatnonzero(val & has_label)
             self.test_rows = np.flatnonzero(test & has_label)
+            self.unread_rows = np.zeros(0, np.int64)  # training rows left out: the featurizer cannot read them
             self.split = split
         except BaseException:
             self.teardown()
@@ -301,12 +302,13 @@ class CostDataModule(L.LightningDataModule):
         # (another --config, --refit) or a write that adds records meanwhile renames a new file over it, and the
         # labels, the featurizer and the rows above are this one's
 
-    def parts_digest(self) -> str:
+    def parts_digest(self, train_rows=None) -> str:
         """A SHA-256 of the records the training and validation parts hold (each row's platform and program id, and
         which of its label columns it has: a multi-head model's other platforms label rows they gained records of),
-        so that a resumed run can tell that it would learn from, and validate on, other records than it began with."""
+        so that a resumed run can tell that it would learn from, and validate on, other records than it began with.
+        ``train_rows``: those of the training part, if not ``train_rows``."""
         h = hashlib.sha256()
-        for rows in (self.train_rows, self.val_rows):
+        for rows in (self.train_rows if train_rows is None else train_rows, self.val_rows):
             pairs = np.stack([self.row_platform[rows].astype(np.uint64),
                               self.labels.program_id[rows].astype(np.uint64)])
             order = np.lexsort(pairs[::-1])

@@ -398,7 +398,7 @@ def _check_readable(data, dm: CostDataModule) -> None:
         print(f"costlab: note: {len(ok) - int(ok.sum())} of the {len(ok)} training records have no "
               f"{dm.featurizer.name} features (unreadable by the featurizer); they are left out of training",
               file=sys.stderr)
-        dm.train_rows = dm.train_rows[ok]
+        dm.train_rows, dm.unread_rows = dm.train_rows[ok], dm.train_rows[~ok]
 
 
 def _check_heads(data, dm: CostDataModule) -> None:
@@ -596,7 +596,12 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
             raise UsageError(f"--resume: split {cfg['split']!r} of {cfg['data']} was replaced since {last} trained on "
                              f"it (it now holds out other records: {dm.split.describe() if dm.split else 'none'}); "
                              "train afresh with --overwrite (without --resume), or on the split it trained on")
-        if resumed.get("parts_digest") is not None and resumed["parts_digest"] != dm.parts_digest():
+        recorded_parts = resumed.get("parts_digest")
+        if recorded_parts is not None and recorded_parts == dm.parts_digest(np.union1d(dm.train_rows, dm.unread_rows)):
+            # a run that trained on the records its featurizer cannot read (an earlier costlab's) goes on without them
+            print(f"costlab: note: --resume: {last} trained on the {len(dm.unread_rows)} records without "
+                  f"{dm.featurizer.name} features too; it goes on without them", file=sys.stderr)
+        elif recorded_parts is not None and recorded_parts != dm.parts_digest():
             # records or tasks added to the dataset since: the validation part is drawn again among other tasks, so
             # the rest of the run would train on what validated its first part, and pick its best checkpoint by
             # scores of different validation sets

@@ -291,7 +291,7 @@ def _split(args) -> int:
         split = make_split(ds, by, seed=args.seed, test_fraction=args.test_fraction, held_out=held or None,
                            name=args.name)
     with DatasetWriter(args.data) as w:
-        written = split.write(w.h5.require_group("splits"), replace=args.replace)
+        written = split.write(w.h5.require_group("splits"), replace=args.replace, networks=w.networks)
     state = "stored" if written else "stored already, unchanged"
     print(f"split {split.name!r} ({split.describe()}): {state}", file=sys.stderr)
     return 0
