@@ -129,6 +129,7 @@ class TuneOptions:
             raise UsageError("tune either --workload(s) or one --network, not both")
         if self.task_filter and not self.network:
             raise UsageError("--task picks tasks of a --network")
+        canonical_workloads(self.workloads)  # a mistyped --workload before its work dir is made
         if self.network and function_network(self.network) and (self.batch, self.seq_len) != (1, 32):
             raise UsageError("--batch and --seq-len size a transformers model's inputs; a MODULE:FUNCTION network is "
                              "tuned at the example inputs its function returns (resize them there)")
@@ -449,8 +450,10 @@ def _tune(opts: TuneOptions, held: list) -> dict:
             # begun (a continued run's searched tasks go on from their own; a start a stop cut short is finished),
             # the transferred ones first, the library's after them
             library = opts.use_library and not opts.rpc_key
-            to_transfer, to_start = _starting_tasks(work, tasks, _done_per_task(database, tasks),
-                                                    bool(opts.transfer_from), library)
+            counts = _done_per_task(database, tasks)
+            to_transfer, to_start = _starting_tasks(work, tasks, counts, bool(opts.transfer_from), library)
+            if not opts.workloads:  # a network's start, within its --trials (_start_share)
+                to_transfer, to_start = _start_within(opts.trials - sum(counts), to_transfer, to_start)
             if opts.transfer_from and to_transfer:
                 transferred = _transfer(opts, to_transfer, target, database, builder, runner, clock, len(tasks))
             if library and to_start:
@@ -701,6 +704,18 @@ def _starting_tasks(work: WorkDir, tasks: list[Task], counts: list[int], transfe
     return to_transfer, to_start
 
 
+def _start_within(left: int, to_transfer: list[Task], to_start: list[Task]) -> tuple[list[Task], list[Task]]:
+    """The tasks of a network that start before the search when its ``--trials`` left are fewer than they are:
+    the heaviest (by weight; in the network's order among equals), as many as the trials left. Each task's start
+    measures at least one program (``_start_share``), so a start of every task spent more than ``--trials``."""
+    starting = {id(t): t for t in [*to_transfer, *to_start]}
+    if len(starting) <= left:
+        return to_transfer, to_start
+    order = list(starting)
+    chosen = set(sorted(order, key=lambda i: (-starting[i].weight, order.index(i)))[:max(0, left)])
+    return [t for t in to_transfer if id(t) in chosen], [t for t in to_start if id(t) in chosen]
+
+
 def _start_state(path: Path, afresh: str, needed: bool) -> dict:
     """``started_tasks`` of a start's state file; {} for a damaged one the run does not need."""
     try:
@@ -714,7 +729,8 @@ def _start_state(path: Path, afresh: str, needed: bool) -> dict:
 def _start_share(opts: TuneOptions, n_tasks: int) -> int:
     """What the start before the search (the transfer, then the library) may measure of one task: a workload's
     ``--trials``; a network's ``--trials`` shared by its tasks, at least one each, so that the start does not
-    spend a network's whole budget (19 tasks, ``--transfer-top 4``, ``--trials 32``: one each)."""
+    spend a network's whole budget (19 tasks, ``--transfer-top 4``, ``--trials 32``: one each; with fewer trials
+    than tasks, only the heaviest tasks start: ``_start_within``)."""
     return opts.trials if opts.workloads else max(1, opts.trials // max(1, n_tasks))
 
 

@@ -164,6 +164,26 @@ def test_list_prune_export_round_trip(library, tmp_path, capsys):
     assert not (root / "typo-llvm").exists()
 
 
+def test_one_bad_folder_under_the_root_leaves_the_other_libraries_listed(library, tmp_path, capsys):
+    """An export into the libraries' root made every `library list` fail (the export's library.json is another
+    platform's), as did one damaged library: the others were not listed either. An export there is refused now,
+    a bad folder is one error line and the rest are listed (exit 2); an export that cannot make its folder is one
+    line."""
+    root = tmp_path / "lib"
+    shutil.copytree(library, root)
+    assert main(["library", "export", str(root / "backup"), "--library", str(root)]) == 2
+    assert "is a folder of the libraries' root" in error_line(capsys) and not (root / "backup").exists()
+    shutil.copytree(root / _platform(), root / "llvm-other-1c")  # another platform's library, damaged
+    (root / "llvm-other-1c" / "library.json").write_text("{not json")
+    assert main(["library", "list", "--library", str(root), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert [row["platform"] for row in json.loads(out)] == [_platform()]
+    assert err.startswith("costlab: error: ") and "llvm-other-1c" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "notes.txt").write_text("")
+    assert main(["library", "export", str(tmp_path / "notes.txt" / "sub"), "--library", str(root)]) == 2
+    assert "cannot be created" in error_line(capsys)
+
+
 @pytest.mark.slow
 def test_another_hosts_library_is_a_start_only(library, tmp_path, monkeypatch):
     lib = _library(library)

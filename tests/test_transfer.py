@@ -484,3 +484,43 @@ def test_a_damaged_task_row_of_the_state_is_one_line_naming_it(tmp_path, capsys,
     assert f"{state}: is damaged (task {key}: {words}" in line and "remove it to transfer afresh" in line
     with pytest.raises(InputError, match=f"task {key}: {words}"):
         started_tasks(state)
+
+
+def test_a_folder_of_work_dirs_reads_each_once_and_the_work_dir_itself_is_no_source(tmp_path, capsys):
+    """A folder of tuning runs read each run twice: its database, and its result/ (the chosen programs, also in its
+    database) taken for a work dir of its own. And --from the very work dir transferred into was refused as holding
+    "no successfully measured program"."""
+    import shutil
+
+    from costlab.export.transfer.sources import read_sources
+
+    run = tmp_path / "runs" / "w"
+    shutil.copytree(FIXTURE, run)
+    shutil.copytree(FIXTURE, run / "result")
+    alone, _ = read_sources([run], 4)
+    under, _ = read_sources([tmp_path / "runs"], 4)
+    assert len(under) == len(alone) > 0
+    assert main(["transfer", "--from", str(run), "--workload", "GMM:1,8,8,8", "--work-dir", str(run),
+                 "--no-progress"]) == 2
+    assert "is the work dir the programs are transferred into (--work-dir)" in error_line(capsys)
+
+
+def test_a_transfer_whose_measurements_failed_says_so(tmp_path, capsys):
+    """Every build killed by --builder-timeout: the line said "2 measured, nothing measured". It says how many
+    failed and why."""
+    assert main(["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "2", "--work-dir",
+                 str(tmp_path / "w"), "--no-progress", "--builder-timeout", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "2 measured (2 failed: " in out and "no program ran" in out, out
+
+
+def test_a_transferred_task_has_its_own_name_in_the_library(tmp_path, capsys):
+    """A transfer's tasks went into the library under the names of their blocks (``conv2d_nhwc:1x10x10x4...``), a
+    tuning run's under the names it gave them (``C2D:1,10,10,4,8,3,1,1``): one task had two names, and `library prune
+    --remove 'C2D*'` missed the transferred ones. The work dir's own names are taken."""
+    assert main(["transfer", "--from", str(FIXTURE), "--workload", CONV, "--top", "1", "--work-dir",
+                 str(tmp_path / "w"), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["library", "list", "--json"]) == 0
+    (lib,) = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in lib["rows"]] == [CONV]

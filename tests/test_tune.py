@@ -595,6 +595,31 @@ def test_a_networks_trial_budget_holds_when_its_last_round_would_pass_it(tmp_pat
     assert len((work / "database_tuning_record.json").read_text().splitlines()) == 6
 
 
+def test_a_networks_start_keeps_its_trials_when_they_are_fewer_than_its_tasks(tmp_path, capsys, monkeypatch):
+    """Each task's start measures at least one program: a network of two tasks at --trials 1 measured two before
+    its search (the library start, on by default, as --transfer-from). Only the heaviest tasks start now, as many
+    as the trials."""
+    from costlab.export.tasks import Task
+    from costlab.export.tune import _start_within
+
+    spec = _torch_net(tmp_path, monkeypatch, "startnet",
+                      "import torch\n"
+                      "def f():\n"
+                      "    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))\n"
+                      "    return net, (torch.randn(2, 16),)\n")
+    argv = ["tune", "--network", spec, "--no-progress", "--no-check", "--no-library", "--json", "--final-top", "0"]
+    assert main([*argv, "--trials", "4", "--work-dir", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    work = tmp_path / "b"
+    assert main([*argv, "--trials", "1", "--transfer-from", str(tmp_path / "a"), "--work-dir", str(work)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert sum(row["measured"] for row in summary["transfer"].values()) == 1
+    assert len((work / "database_tuning_record.json").read_text().splitlines()) == 1
+    light, heavy, other = Task("a", None, 1.0), Task("b", None, 3.0), Task("c", None, 1.0)
+    assert _start_within(2, [light, heavy, other], [light, other]) == ([light, heavy], [light])
+    assert _start_within(3, [light, heavy], [other]) == ([light, heavy], [other])
+
+
 @pytest.mark.slow
 def test_every_task_of_a_network_is_measured_when_first_rounds_together_pass_the_budget(tmp_path, capsys, monkeypatch):
     """Three tasks, rounds of 4, a budget of 6: MetaSchedule's evolutionary search asks 4 for each task's first

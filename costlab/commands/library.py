@@ -6,7 +6,7 @@ import json
 import sys
 
 from costlab.commands.options import positive_int
-from costlab.common.errors import InputError, UsageError
+from costlab.common.errors import CostlabError, InputError, UsageError
 from costlab.common.host import describe_host
 from costlab.export.library.add import add_work_dirs
 from costlab.export.library.store import FILE, default_root, open_library, read_library, starter_library
@@ -75,12 +75,22 @@ def _list(args) -> int:
 
     root = Path(args.library) if args.library else default_root()
     platforms = [_existing(root, args.platform)] if args.platform else _platforms(root)
-    libs = [read_library(root, p) for p in platforms] + (starter_library() if args.starter else [])
+    libs, unread = [], []
+    for p in platforms:
+        try:
+            libs.append(read_library(root, p))
+        except CostlabError as exc:  # a damaged library, or a folder holding another's: one line each, the others
+            if args.platform:  # listed, exit 2
+                raise
+            unread.append(exc)
+    libs += starter_library() if args.starter else []
+    for exc in unread:
+        print(f"costlab: error: {exc}", file=sys.stderr)
     if args.json:
         print(json.dumps([dict(path=str(lib.path), platform=lib.platform, host=lib.host, rows=lib.rows())
                           for lib in libs]))
-        return 0
-    if not libs:
+        return 2 if unread else 0
+    if not libs and not unread:
         print(f"{root}: no library yet (every finished costlab tune adds one)", file=sys.stderr)
     for lib in libs:
         host = describe_host(lib.host) if lib.host else "host not recorded"
@@ -89,7 +99,7 @@ def _list(args) -> int:
         for r in lib.rows():
             best = f"{r['best_us']:.2f} us" if r["best_us"] is not None else "-"
             print(f"  {r['name'][:48]:48s} {r['programs']:2d} programs ({r['checked']} checked), best {best}")
-    return 0
+    return 2 if unread else 0
 
 
 def _add(args) -> int:
@@ -140,6 +150,9 @@ def _export(args) -> int:
 
     root = Path(args.library) if args.library else default_root()
     platform = _existing(root, args.platform or _this_platform())
+    if Path(args.out).resolve().parent == root.resolve():  # it would be read as the library of a platform so named
+        raise InputError(Path(args.out), f"is a folder of the libraries' root {root}, where each folder is a "
+                                         "platform's library: export into another folder")
     lib = read_library(root, platform)
     out = lib.export_database(args.out)
     print(f"{out}: {len(lib)} tasks, {lib.programs()} programs (database_workload.json, "

@@ -81,10 +81,14 @@ def _transfer(args) -> int:
         counts = row.get("counts", {})
         failed = sum(v for k, v in counts.items() if k.startswith("failed"))
         known = counts.get("already measured", 0) + counts.get("duplicate", 0)
-        best = f"best {row['best_us']} us" if row.get("best_us") is not None else "nothing measured"
+        measured = row.get("measured", [])
+        errors = [m["error"] for m in measured if m.get("error")]
+        # a program that failed its measurement is measured (a re-run never measures it again): the line says why
+        ran = f"{len(measured)} measured" + (f" ({len(errors)} failed: {errors[0][:120]})" if errors else "")
+        best = f"best {row['best_us']} us" if row.get("best_us") is not None else "no program ran"
         # tried = replayed + did not apply + already measured or duplicates (row["replayed"]: the new programs)
         print(f"  {row['name']}: {counts.get('source_tasks', 0)} matching source tasks, {counts.get('tried', 0)} "
               f"tried, {row.get('replayed', 0)} replayed ({failed} did not apply, {known} already measured or "
-              f"duplicates), {len(row.get('measured', []))} measured, {best}"
+              f"duplicates), {ran}, {best}"
               + (" (done by an earlier transfer: nothing measured now)" if this_run.get(key) else ""))
     return 0

@@ -11,11 +11,13 @@ added unchecked.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from costlab.datasets.records import record_latency
 from costlab.export.check import check_task, check_tasks, fastest_records
 from costlab.export.search.common import workload_key
 from costlab.export.transfer.match import structure
+from costlab.export.workdir import WorkDir
 from costlab.metaschedule.databases import work_dir_database
 from costlab.metaschedule.traces import plain_json, trace_json, trace_text
 from costlab.metaschedule.workloads import describe
@@ -57,6 +59,25 @@ def task_programs(database, mod, per_task: int, source: str, check=None, target=
     return [_program(right, source, True)] + [_program(r, source, False) for r in rest[:per_task - 1]]
 
 
+def _recorded_names(work) -> dict:
+    """``{workload's structural hash: task name}`` as costlab's runs in the work dir named their tasks (a tuning run's
+    summary, a transfer's state: ``GMM:1,16,16,16``, as a tuning run adds it to the library), so that one task has
+    one name in the library whichever command added it; {} where none did (a MetaSchedule work dir of its own)."""
+    names: dict = {}
+    folder = WorkDir(Path(work))
+    for path, rows in ((folder.summary_file, lambda d: [(r.get("workload_key"), r.get("name"))
+                                                        for r in d.get("tasks", []) if isinstance(r, dict)]),
+                       (folder.transfer_state, lambda d: [(k, r.get("name")) for k, r in d.get("tasks", {}).items()
+                                                          if isinstance(r, dict)])):
+        try:
+            data = json.loads(path.read_text())
+            pairs = rows(data) if isinstance(data, dict) else []
+        except (OSError, ValueError, AttributeError, TypeError):  # none, or damaged: the names are a courtesy
+            continue
+        names.update((k, n) for k, n in pairs if isinstance(k, str) and isinstance(n, str) and n)
+    return names
+
+
 def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progress=None, skipped=None):
     """Per workload of a work dir's database: ``(shash, base64 workload, name, structure, programs, target)``,
     each task checked here when ``may_check``. ``progress(done, total, name)`` is called after each task; the
@@ -70,7 +91,8 @@ def work_dir_programs(work, per_task: int, may_check: bool, seed: int = 0, progr
             shash = workload_key(rec.workload, keys)
             if shash not in workloads:
                 workloads[shash] = (rec.workload, plain_json(rec.target.export()))
-        names = {shash: describe(w.mod).name for shash, (w, _) in workloads.items()}
+        recorded = _recorded_names(work)
+        names = {shash: recorded.get(shash) or describe(w.mod).name for shash, (w, _) in workloads.items()}
         checks: dict = {}
         checked = [0]
 

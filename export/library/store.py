@@ -253,7 +253,10 @@ class Library:
                                   "directory (costlab never overwrites one)")
         # library.json first: a write that fails half-way (a full disk) leaves an export a re-run replaces, never a
         # database without its library.json, which a re-run would refuse as a tuning run's
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way, a folder of no permission or a read-only file system
+            raise InputError(out, f"cannot be created ({exc.strerror or exc})") from None
         try:
             self.save(out / FILE)
         except OSError as exc:

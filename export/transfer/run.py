@@ -38,7 +38,7 @@ from costlab.datasets.records import record_latency
 from costlab.export.machines import refuse_other_machine, run_target
 from costlab.export.search.common import measure_candidates, measured_hashes, model_order, schedule_hash
 from costlab.export.stop import recordable
-from costlab.export.tasks import measuring_target, workload_tasks
+from costlab.export.tasks import canonical_workloads, measuring_target, workload_tasks
 from costlab.export.transfer.match import match, structure
 from costlab.export.transfer.replay import TransferError, transfer_schedule
 from costlab.export.transfer.sources import read_sources
@@ -80,6 +80,9 @@ class TransferOptions:
             raise UsageError("name what to transfer to: --workload NAME[:ARGS] (repeatable) or --network NET")
         if self.workloads and self.network:
             raise UsageError("transfer to either --workload(s) or one --network, not both")
+        if self.task_filter and not self.network:  # it would be dropped without a word
+            raise UsageError("--task picks tasks of a --network")
+        canonical_workloads(self.workloads)  # a mistyped --workload before its work dir is made
         for source in self.sources:  # before the work dir is made: a mistyped --from leaves nothing behind
             if not Path(source).exists():
                 raise InputError(Path(source), "no such dataset or work dir (--from)")

@@ -107,9 +107,11 @@ def _dataset(path: Path, per_task: int, report: ImportReport, kind: str | None =
 
 
 def _work_dirs_under(folder: Path) -> list[Path]:
+    """The MetaSchedule work dirs at any depth under ``folder``; a database within one of them (a tuning run's
+    ``result/``, its chosen programs, which its own database holds too) is none: it would count them twice."""
     found = {p.parent for p in folder.rglob(WORKLOAD_FILE + "*")
              if p.name in (WORKLOAD_FILE, WORKLOAD_FILE + ".gz") and database_file(p.parent, RECORD_FILE)}
-    return sorted(found)
+    return sorted(d for d in found if not any(parent in found for parent in d.parents))
 
 
 def read_sources(paths, per_task: int = 4, exclude=(),
@@ -125,16 +127,22 @@ def read_sources(paths, per_task: int = 4, exclude=(),
         path = Path(given)
         if not path.exists():
             raise InputError(path, "no such dataset or work dir (--from)")
+        if path.resolve() in skip:  # (a folder holding it is a source of its other work dirs)
+            raise InputError(path, "is the work dir the programs are transferred into (--work-dir): it is no source of "
+                                   "its own (--from)")
         if path.is_file():
             if path.suffix not in (".h5", ".hdf5"):
                 raise InputError(path, "is neither a costlab dataset (.h5) nor a MetaSchedule work dir (--from)")
             out += _dataset(path, per_task, report, kind)
             continue
         dirs = [path] if database_file(path, WORKLOAD_FILE) and database_file(path, RECORD_FILE) else _work_dirs_under(path)
-        dirs = [d for d in dirs if d.resolve() not in skip]
-        if not dirs and path.resolve() not in skip:
+        if not dirs:
             raise InputError(path, f"holds no MetaSchedule database ({WORKLOAD_FILE} and {RECORD_FILE}, "
                                    "or .gz) at any depth (--from)")
+        dirs = [d for d in dirs if d.resolve() not in skip]
+        if not dirs:
+            raise InputError(path, "holds no work dir but the one the programs are transferred into (--work-dir), "
+                                   "which is no source of its own (--from)")
         for d in dirs:
             out += _work_dir(d, per_task, report, kind)
     return out, report
