@@ -620,3 +620,23 @@ def test_a_librarys_programs_of_another_target_kind_start_no_task(library, tmp_p
     assert library_sources([lib], [task])[0]  # every kind: the entry matches
     assert library_sources([lib], [task], kind="llvm")[0] == []
     assert library_sources([lib], [task], kind="cuda")[0]
+
+
+def test_a_gpu_runs_programs_go_in_unchecked_where_no_gpu_can_check_them(tmp_path, capsys):
+    """A work dir of a GPU run with no host recorded was taken as this machine's and checked here, where no GPU can
+    run its programs: every one was called wrong and none was added, said as "0 programs of 0 tasks added". They
+    are added unchecked, and the line says why (as for another machine's run)."""
+    from costlab.metaschedule.targets import local_gpu
+
+    if local_gpu() is not None:
+        pytest.skip("this machine has a GPU: the programs would be checked on it")
+    work = tmp_path / "gpu_run"
+    shutil.copytree(FIXTURE, work)
+    records = work / "database_tuning_record.json"
+    rows = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row[1][2] = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32}
+    records.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["library", "add", str(work), "--library", str(tmp_path / "lib"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "8 programs of 2 tasks added" in out and "this machine has none to check them on" in out, out

@@ -19,7 +19,7 @@ from costlab.export.library.collect import work_dir_programs
 from costlab.export.library.store import FILE, Library, default_root, open_library, read_library
 from costlab.export.workdir import WorkDir
 from costlab.metaschedule.databases import RECORD_FILE, database_file, read_records
-from costlab.metaschedule.targets import platform_id_for
+from costlab.metaschedule.targets import is_gpu, local_gpu, platform_id_for
 
 
 def _refuse_into_default(root: Path, host: dict | None, what: str) -> None:
@@ -54,13 +54,17 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     host = WorkDir(work).host()
     note = None if host is not None else "no host recorded: taken as this machine's"
     local = host is None or same_host(host, here)
-    first = platform or _records_platform(work)
+    target = _records_target(work)
+    first = platform or (platform_id_for(target) if target is not None else None)
     _refuse_into_default(root, host, f"the run in {work} was")
     if first is not None:  # refused before any program is checked
         # its bad entries are said once, by the write that moves them aside (open_library)
         read_library(root, first, say=False).check_host(host or here, f"the run in {work}")
     if check and not local:
         note = "measured on another machine: added unchecked"
+    elif check and target is not None and is_gpu(target) and local_gpu() is None:
+        # its programs cannot run here: a check would call every one wrong and add none, without a word
+        local, note = False, "its programs are a GPU's, and this machine has none to check them on: added unchecked"
     bar = None
     if progress:
         from tqdm import tqdm
@@ -93,14 +97,14 @@ def add_work_dir(work: Path, root: Path, per_task: int = 4, check: bool = True, 
     return out
 
 
-def _records_platform(work: Path) -> str | None:
-    """The platform of a work dir's first record's target, read without TVM (None when there is none)."""
+def _records_target(work: Path) -> dict | None:
+    """The target of a work dir's first record, read without TVM (None when there is none)."""
     path = database_file(work, RECORD_FILE)
     if path is None:
         return None
     for _i, _size, parsed in read_records(path, ImportReport()):
         if parsed is not None and parsed[3] is not None:
-            return platform_id_for(parsed[3])
+            return parsed[3]
     return None
 
 
