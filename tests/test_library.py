@@ -640,3 +640,20 @@ def test_a_gpu_runs_programs_go_in_unchecked_where_no_gpu_can_check_them(tmp_pat
     assert main(["library", "add", str(work), "--library", str(tmp_path / "lib"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "8 programs of 2 tasks added" in out and "this machine has none to check them on" in out, out
+
+
+def test_an_add_never_makes_an_entry_smaller(tmp_path):
+    """An entry grown to 8 programs (`library add --per-task 8`) was cut back to 4 by the next run's add, whose
+    default is 4: only prune makes an entry smaller; an add keeps the fastest of as many as the entry held."""
+    from costlab.export.library.store import Library
+
+    lib = Library(tmp_path / "library.json", "llvm-test-1c")
+
+    def programs(*us):
+        return [dict(trace=[[f"p{u}"]], run_secs=[u * 1e-6], us=u, target={}, args_info=[], checked=False,
+                     source="t") for u in us]
+
+    assert lib.add("w", "", "GMM", {}, programs(*range(10, 18)), per_task=8) == 8
+    assert lib.add("w", "", "GMM", {}, programs(1, 2)) == 2  # the default of 4
+    assert [p["us"] for p in lib.entries["w"]["programs"]] == [1, 2, 10, 11, 12, 13, 14, 15]
+    assert lib.add("v", "", "GMM", {}, programs(*range(1, 7))) == 4  # a new entry: the default

@@ -181,7 +181,9 @@ class Library:
     def add(self, shash: str, workload: str, name: str, structure: dict, programs: list[dict],
             per_task: int = PER_TASK) -> int:
         """Merge ``programs`` (dicts with trace, run_secs, us, target, args_info, checked, source) into the
-        workload's entry, keeping its ``per_task`` fastest; returns how many of them are now in it that were not."""
+        workload's entry, keeping its ``per_task`` fastest, or as many as it held (an entry grown by ``library add
+        --per-task 8`` keeps its 8 when a run adds with the default: only ``prune`` makes an entry smaller);
+        returns how many of them are now in it that were not."""
         now = round(time.time())
         entry = self.entries.setdefault(shash, dict(name=name, workload=workload, structure=structure, programs=[]))
         kept_before = {trace_key(p["trace"]): p for p in entry["programs"]}
@@ -194,7 +196,7 @@ class Library:
             if k not in have:
                 have.add(k)
                 fresh.append(dict(p, added=now))
-        merged = sorted(entry["programs"] + fresh, key=lambda p: p["us"])[:per_task]
+        merged = sorted(entry["programs"] + fresh, key=lambda p: p["us"])[:max(per_task, len(entry["programs"]))]
         kept = {id(p) for p in merged}
         entry["programs"], entry["added"] = merged, now if fresh else entry.get("added", now)
         if not entry["programs"]:
