@@ -125,7 +125,7 @@ def _compare_worker(reference, candidates, target_json: dict, seed: int) -> list
     # integer table gathered from, the index of another axis) are not all drawn 0 with it
     index_high = min([8, *(int(x) for i in infos if str(i.dtype).startswith(("float", "bfloat")) for x in i.shape
                            if int(x) > 1)])
-    bounds = index_bounds(reference)
+    bounds = index_bounds(reference, default=index_high)
     narrow_rtol = narrow_sum_rtol(narrow_float_sums(reference))
     inputs = []
     for pos, info in enumerate(infos):

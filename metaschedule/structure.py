@@ -119,16 +119,76 @@ def _slice_of(load):
     return constants[0] if len(constants) == 1 and len(load.indices) > 1 else None
 
 
-def _summed_loads(expr) -> int:
-    """How many loaded values an index adds (``a[i] + b[i]``: 2): the loads reached through additions,
-    subtractions and casts only. A load under a product (a flattened index's row, ``i0[k] * 16 + i1[k]``) or a
-    comparison (TVM's wrap of a negative index, ``a[k] + (a[k] < 0) * n``) is no term of the sum."""
+def _direct_loads(expr) -> list:
+    """The loaded values an index adds (``a[i] + b[i]``: both): the loads reached through additions, subtractions
+    and casts only. A load under a product or a division (a flattened index's row, ``(i0[k] * 16 + i1[k]) // 16``)
+    or a comparison (TVM's wrap of a negative index, ``a[k] + (a[k] < 0) * n``) is no term of the sum: its range
+    is the interval check's (``_interval``)."""
     k = _kind(expr)
     if k in ("TensorLoad", "BufferLoad"):
-        return 1
+        return [expr]
     if k in ("Add", "Sub"):
-        return _summed_loads(expr.a) + _summed_loads(expr.b)
-    return _summed_loads(expr.value) if k == "Cast" else 0
+        return _direct_loads(expr.a) + _direct_loads(expr.b)
+    return _direct_loads(expr.value) if k == "Cast" else []
+
+
+def _var_ranges(func) -> list:
+    """``[(var, least, greatest)]`` of the loop variables and block iterators of a PrimFunc of constant extents."""
+    out = []
+    for node in _statements(func.body, init=True):
+        k = _kind(node)
+        pairs = [(node.loop_var, node.min, node.extent)] if k == "For" else \
+            [(iv.var, iv.dom.min, iv.dom.extent) for iv in node.block.iter_vars] if k == "SBlockRealize" else []
+        for var, least, extent in pairs:
+            if _kind(least) == "IntImm" and _kind(extent) == "IntImm":
+                out.append((var, int(least.value), int(least.value) + int(extent.value) - 1))
+    return out
+
+
+_COMPARE = {"LT": lambda a, b: (a[1] < b[0], a[0] >= b[1]), "LE": lambda a, b: (a[1] <= b[0], a[0] > b[1]),
+            "GT": lambda a, b: (a[0] > b[1], a[1] <= b[0]), "GE": lambda a, b: (a[0] >= b[1], a[1] < b[0])}
+
+
+def _interval(expr, ranges: list, value_of) -> tuple | None:
+    """``(least, greatest)`` an integer index expression takes, its loops' variables over ``ranges`` and each load
+    over ``value_of(load)`` (None: unknown); None where it cannot tell (a node kind it does not know)."""
+    k = _kind(expr)
+    if k == "IntImm":
+        return int(expr.value), int(expr.value)
+    if k in ("Var", "SizeVar"):
+        return next(((lo, hi) for var, lo, hi in ranges if var.same_as(expr)), None)
+    if k in ("TensorLoad", "BufferLoad"):
+        return value_of(expr)
+    if k == "Cast":
+        return _interval(expr.value, ranges, value_of)
+    if k in ("Select", "Call"):
+        if k == "Call" and "if_then_else" not in str(getattr(expr.op, "name", "")):
+            return None
+        cond, yes, no = (expr.condition, expr.true_value, expr.false_value) if k == "Select" else expr.args
+        c, a, b = (_interval(x, ranges, value_of) for x in (cond, yes, no))
+        if c is not None and c[0] == c[1]:  # a condition it can decide
+            return a if c[0] else b
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    a, b = (_interval(getattr(expr, f, None), ranges, value_of) if hasattr(expr, f) else None for f in ("a", "b"))
+    if a is None or b is None:
+        return None
+    if k == "Add":
+        return a[0] + b[0], a[1] + b[1]
+    if k == "Sub":
+        return a[0] - b[1], a[1] - b[0]
+    if k in ("Mul", "Min", "Max"):
+        corners = [op(x, y) for x in a for y in b for op in [{"Mul": int.__mul__, "Min": min, "Max": max}[k]]]
+        return min(corners), max(corners)
+    if k in ("FloorDiv", "Div") and b[0] == b[1] > 0 and (k == "FloorDiv" or a[0] >= 0):
+        return a[0] // b[0], a[1] // b[0]
+    if k in ("FloorMod", "Mod") and b[0] == b[1] > 0 and (k == "FloorMod" or a[0] >= 0):
+        return (a[0], a[1]) if 0 <= a[0] and a[1] < b[0] else (0, b[0] - 1)
+    if k in _COMPARE:
+        true, false = _COMPARE[k](a, b)
+        return (1, 1) if true else (0, 0) if false else (0, 1)
+    if k in ("EQ", "NE", "And", "Or", "Not"):
+        return 0, 1
+    return None
 
 
 def _copy_of(store):
@@ -147,13 +207,15 @@ def _copy_of(store):
     return _buffer_of(load), axes
 
 
-def _selections(mod) -> tuple[list, dict, list]:
+def _selections(mod) -> tuple[list, dict, list, list]:
     """``([(extent, [(buffer, slice)] whose values select along an axis of that extent)], {buffer: buffers its
-    stored values are computed from}, [(buffer, _copy_of its store)])`` over every store of ``mod``: a gather's
-    load (a take's table, an embedding's rows) and a scatter's store, whose index reads a value from a buffer;
-    ``slice`` is the one constant position the index reads of that buffer (``_slice_of``), or None."""
-    picks, sources, copies = [], {}, []
+    stored values are computed from}, [(buffer, _copy_of its store)], [(shape, indices, loop ranges)] of every
+    access whose index reads a loaded value)`` over every store of ``mod``: a gather's load (a take's table, an
+    embedding's rows) and a scatter's store, whose index reads a value from a buffer; ``slice`` is the one constant
+    position the index reads of that buffer (``_slice_of``), or None."""
+    picks, sources, copies, accesses = [], {}, [], []
     for func in _prim_funcs(mod):
+        ranges = _var_ranges(func)
         # every store: those of every block with its init, and those in the loops of an opaque block (a scatter
         # written with TVM's IR builder)
         for store in (n for n in _statements(func.body, init=True) if _kind(n) == "BufferStore"):
@@ -164,29 +226,40 @@ def _selections(mod) -> tuple[list, dict, list]:
             if copy is not None:
                 copies.append((store.buffer, copy))
             for buffer, indices in [(store.buffer, store.indices), *((_buffer_of(x), x.indices) for x in value_loads)]:
+                if any(_loads(index) for index in indices):
+                    accesses.append((getattr(buffer, "shape", ()), indices, ranges))
                 for extent, index in zip(getattr(buffer, "shape", ()), indices):
-                    loads = _loads(index)
-                    selecting = [(_buffer_of(x), _slice_of(x)) for x in loads]
                     # (a symbolic extent, or a cast of one, bounds nothing)
-                    if selecting and isinstance(getattr(extent, "value", None), int):
-                        # an index that adds n loaded values (x[a[i] + b[i]]): each below 1/n of the extent, so that
-                        # their sum stays within it (each alone below it read past a table of under 15 rows)
-                        n = max(1, _summed_loads(index))
-                        picks.append(((int(extent.value) - 1) // n + 1, selecting))
-    return picks, sources, copies
+                    if not _loads(index) or not isinstance(getattr(extent, "value", None), int):
+                        continue
+                    # the loads the index adds: each below 1/n of the extent for n of them, so that their sum stays
+                    # within it; loads under a product or a division (a flattened index) are bounded by the interval
+                    # check, where it can tell the index's range; where it cannot, every load as one of the sum
+                    known = _interval(index, ranges, lambda load: (0, 0)) is not None
+                    terms = _direct_loads(index) if known else _loads(index)
+                    if terms:
+                        picks.append(((int(extent.value) - 1) // len(terms) + 1,
+                                      [(_buffer_of(x), _slice_of(x)) for x in terms]))
+    return picks, sources, copies, accesses
 
 
-def index_bounds(mod) -> dict:
+def index_bounds(mod, default: int | None = None) -> dict:
     """``{position of a buffer argument of main: bound}`` for the arguments whose values select along a buffer axis
     (directly, or through the intermediate buffers computed from them: a broadcast copy of an index, its cast):
     values drawn for an argument must stay below its bound. An argument that selects nothing (a table of integer
     values, a mask) has none. The bound is a number, or, for an argument whose rows along one axis each index
     another axis (a gather_nd's or scatter_nd's indices: row 0 into the data's first axis, row 1 into its second),
     an array of one bound per row, shaped to broadcast over the argument (``numpy.random.Generator.integers``
-    takes it as ``high``): an axis of one (a batch of one) then bounds its own row only, not every row to 0."""
+    takes it as ``high``): an axis of one (a batch of one) then bounds its own row only, not every row to 0.
+
+    ``default``: the bound of an integer argument read in an index that no axis bounds alone (a flattened index,
+    ``out[flat // 16, flat % 16]``: Relax's scatter_elements and index_put). Every index whose range can be told
+    (``_interval``) is then kept within its axis by lowering, one halving at a time, the bound of the argument
+    that moves it most (the row of a flattened index before its column): a size-one axis folded into another's
+    index read past the buffer otherwise."""
     import numpy as np
 
-    picks, sources, copies = _selections(mod)
+    picks, sources, copies, accesses = _selections(mod)
     bound, sliced = {}, {}  # buffer -> its least extent; buffer -> {(axis, row): least extent}
     for extent, selecting in picks:
         todo, seen = list(selecting), set()
@@ -198,11 +271,7 @@ def index_bounds(mod) -> dict:
                 # one row of the buffer: that row's bound, followed through copies that keep it a row (Relax
                 # transposes a gather_nd's indices first); what a buffer reached otherwise is computed from is
                 # bounded whole, as before
-                for _ in range(len(copies)):
-                    copy = next((c for b, c in copies if b.same_as(buffer) and part[0] in c[1]), None)
-                    if copy is None:
-                        break
-                    buffer, part = copy[0], (copy[1][part[0]], part[1])
+                buffer, part = _copied_row(buffer, part, copies)
                 rows = next((v for b, v in sliced.items() if b.same_as(buffer)), None)
                 rows = sliced.setdefault(buffer, {}) if rows is None else rows
                 rows[part] = min(rows.get(part, extent), extent)
@@ -230,7 +299,92 @@ def index_bounds(mod) -> dict:
             out[i] = np.minimum(per_row, min(whole)) if whole else per_row
         elif whole or rows:  # rows along several axes (or an axis of unknown extent): the least of all
             out[i] = min([*whole, *rows.values()])
+    if default is not None:
+        _keep_within(out, params, sources, copies, accesses, default)
     return out
+
+
+def _copied_row(buffer, part, copies: list) -> tuple:
+    """``(buffer, (axis, row))`` followed back through the copies that keep it a row (``_copy_of``) to the buffer
+    first holding it."""
+    for _ in range(len(copies)):
+        copy = next((c for b, c in copies if b.same_as(buffer) and part[0] in c[1]), None)
+        if copy is None:
+            break
+        buffer, part = copy[0], (copy[1][part[0]], part[1])
+    return buffer, part
+
+
+def _argument_sources(buffer, params: list, sources: dict) -> list[int]:
+    """The positions of the arguments a buffer's values come from: itself, or those an intermediate buffer is
+    computed from (a copy, a cast, a transpose of an index)."""
+    found, todo, seen = [], [buffer], []
+    while todo:
+        b = todo.pop()
+        if b is None or any(b.same_as(x) for x in seen):
+            continue
+        seen.append(b)
+        at = next((i for i, p in enumerate(params) if p.same_as(b)), None)
+        if at is not None:
+            found.append(at)
+        else:
+            todo.extend(x for k, v in sources.items() if k.same_as(b) for x in v)
+    return found
+
+
+def _keep_within(out: dict, params: list, sources: dict, copies: list, accesses: list, default: int) -> None:
+    """``index_bounds``' interval check, in place on ``out``: each integer argument read in an index bounded by
+    ``default`` at most, then lowered until every index whose range can be told stays within its axis."""
+    import numpy as np
+
+    def load_args(index) -> list[int]:
+        return sorted({i for load in _loads(index) for i in _argument_sources(_buffer_of(load), params, sources)})
+
+    for _shape, indices, _ranges in accesses:
+        for i in {i for index in indices for i in load_args(index)}:
+            if str(params[i].dtype).startswith(("int", "uint")):
+                out[i] = np.minimum(out[i], default) if i in out else default
+
+    def value_of(bounds: dict):
+        def read(load):
+            args = _argument_sources(_buffer_of(load), params, sources)
+            if not args or any(i not in bounds for i in args):
+                return None
+            highs = []
+            row = _slice_of(load)
+            held, part = _copied_row(_buffer_of(load), row, copies) if row is not None else (None, None)
+            for i in args:
+                b = bounds[i]
+                if isinstance(b, np.ndarray) and part is not None and params[i].same_as(held) \
+                        and b.shape[part[0]] > part[1]:  # one row of a per-row bound: that row's
+                    b = b[(slice(None),) * part[0] + (part[1],)]
+                highs.append(int(np.max(b)))
+            return 0, max(highs) - 1
+        return read
+
+    def excess(bounds: dict, shape, index, ranges) -> int:
+        extent = getattr(shape, "value", None)
+        span = _interval(index, ranges, value_of(bounds))
+        return 0 if span is None or not isinstance(extent, int) else max(0, span[1] - (extent - 1))
+
+    for _ in range(64 * max(1, len(accesses))):  # each round halves one bound: a few rounds an access
+        over = [(shape, index, ranges) for shapes, indices, ranges in accesses
+                for shape, index in zip(shapes, indices) if excess(out, shape, index, ranges)]
+        if not over:
+            return
+        shape, index, ranges = over[0]
+        now = excess(out, shape, index, ranges)
+        movers = []
+        for i in load_args(index):
+            if i in out and np.max(out[i]) > 1:
+                trial = {**out, i: np.ones_like(out[i]) if isinstance(out[i], np.ndarray) else 1}
+                movers.append((now - excess(trial, shape, index, ranges), -i, i))
+        movers = [m for m in movers if m[0] > 0]
+        if not movers:  # no argument's bound moves it: an index that reads past its axis whatever is drawn
+            accesses = [a for a in accesses if not any(x.same_as(index) for x in a[1])]
+            continue
+        i = max(movers)[2]
+        out[i] = np.maximum(1, out[i] // 2) if isinstance(out[i], np.ndarray) else max(1, out[i] // 2)
 
 
 def narrow_float_sums(mod) -> dict[str, int]:

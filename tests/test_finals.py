@@ -449,7 +449,7 @@ def test_each_index_argument_is_bounded_by_the_axis_it_selects_along():
     data, updates = te.placeholder((1, 16), "float32", name="x"), te.placeholder((1, 4), "float32", name="u")
     ids = te.placeholder((1, 4), "int64", name="i")
     scatter = topi.scatter_elements(data, ids, updates, 0)
-    assert index_bounds(tvm.IRModule({"main": te.create_prim_func([data, ids, updates, scatter])})) == {1: 1}
+    assert index_bounds(tvm.IRModule({"main": te.create_prim_func([data, ids, updates, scatter])}), default=8) == {1: 1}
 
 
 def test_half_precision_outputs_of_small_values_are_not_close_to_zeros():
@@ -594,11 +594,39 @@ def test_indices_that_add_two_loaded_values_stay_within_the_table_together():
     through = te.compute((5, 4), lambda k, j: table[c[a[k]], j], name="out")
     assert index_bounds(tvm.IRModule({"main": te.create_prim_func([table, a, c, through])})) == {1: 3, 2: 6}
     assert _compare_worker(mod, [mod], {"kind": "llvm", "num-cores": 2}, 0) == ["ok"]
-    # no sum of two values: TVM's wrap of a negative index (a[k] + (a[k] < 0) * n), a flattened index (i * 16 + j)
+
+
+
+def test_a_flattened_index_keeps_each_axis_within_its_extent_and_its_column_free():
+    """Relax writes scatter_elements and index_put through a flattened position, ``out[flat // W, flat % W]``, with
+    TVM's wrap of a negative index (``a[k] + (a[k] < 0) * n``) in it. Every index was bounded by every axis its
+    position reaches, so a batch of one drew every column 0 (a program ignoring the column passed); and an axis
+    of one folded into its neighbour's index let the indices' sum write past the buffer (the reference itself
+    crashed). Each index is now kept within its axis by its range (``structure._interval``), lowering the bound of
+    the index that moves it most: the row before the column."""
+    import tvm
     from tvm import relax
 
-    assert index_bounds(_legalized(lambda d, i, u: relax.op.scatter_elements(d, i, u, axis=1),
-                                   [(3, 2), (3, 2), (3, 2)], ["float32", "int64", "float32"])) == {1: 2}
+    from costlab.export.check import _compare_worker, _verdicts_of
+    from costlab.metaschedule.structure import index_bounds
+
+    scatter = _legalized(lambda d, i, u: relax.op.scatter_elements(d, i, u, axis=1),
+                         [(3, 2), (3, 2), (3, 2)], ["float32", "int64", "float32"])
+    assert index_bounds(scatter, default=8) == {1: 2}
     put = _legalized(lambda d, i, j, u: relax.op.index_put(d, relax.Tuple([i, j]), u),
                      [(4, 16), (5,), (5,), (5,)], ["float32", "int64", "int64", "float32"])
-    assert index_bounds(put) == {1: 4, 2: 4}  # (both reach both axes through the flattened position: the least)
+    assert index_bounds(put, default=8) == {1: 4, 2: 8}  # rows below 4, columns up to the cap of 8
+    # a batch of one: the row is 0, the column is drawn, and a program writing every value to column 0 is caught
+    one = _legalized(lambda d, i, j, u: relax.op.index_put(d, relax.Tuple([i, j]), u),
+                     [(1, 16), (5,), (5,), (5,)], ["float32", "int64", "int64", "float32"])
+    assert index_bounds(one, default=5) == {1: 1, 2: 5}
+    text = one.script()
+    column = "a2[v % T.int64(5)] + T.Cast(\"int64\", a2[v % T.int64(5)] < T.int64(0)) * T.int64(16)"
+    assert column in text
+    wrong = tvm.script.from_source(text.replace(column, "T.int64(0)"))
+    verdicts = _compare_worker(one, [one, wrong], {"kind": "llvm", "num-cores": 2}, 0)
+    assert verdicts[0] == "ok" and verdicts[1].startswith("wrong output"), verdicts
+    # an axis of one folded into its neighbour's index: the reference stays within its buffer (it crashed)
+    folded = _legalized(lambda d, i, u: relax.op.scatter_elements(d, i, u, axis=1),
+                        [(2, 1, 16), (2, 1, 16), (2, 1, 16)], ["float32", "int64", "float32"])
+    assert _verdicts_of([(folded, [folded])], {"kind": "llvm", "num-cores": 2}, 0, 120.0) == [["ok"]]
