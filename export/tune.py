@@ -452,8 +452,9 @@ def _tune(opts: TuneOptions, held: list) -> dict:
             library = opts.use_library and not opts.rpc_key
             counts = _done_per_task(database, tasks)
             to_transfer, to_start = _starting_tasks(work, tasks, counts, bool(opts.transfer_from), library)
-            if not opts.workloads:  # a network's start, within its --trials (_start_share)
-                to_transfer, to_start = _start_within(opts.trials - sum(counts), to_transfer, to_start)
+            if not opts.workloads:  # a network's start, within its --trials left (exploitation's are its own)
+                left = opts.trials - sum(_searched_per_task(work, database, tasks))
+                to_transfer, to_start = _start_within(left, to_transfer, to_start)
             if opts.transfer_from and to_transfer:
                 transferred = _transfer(opts, to_transfer, target, database, builder, runner, clock, len(tasks))
             if library and to_start:

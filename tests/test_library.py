@@ -172,7 +172,9 @@ def test_one_bad_folder_under_the_root_leaves_the_other_libraries_listed(library
     root = tmp_path / "lib"
     shutil.copytree(library, root)
     assert main(["library", "export", str(root / "backup"), "--library", str(root)]) == 2
-    assert "is a folder of the libraries' root" in error_line(capsys) and not (root / "backup").exists()
+    assert "or a folder of it" in error_line(capsys) and not (root / "backup").exists()
+    assert main(["library", "export", str(root), "--library", str(root)]) == 2
+    assert "is the libraries' root" in error_line(capsys) and not (root / "library.json").exists()
     shutil.copytree(root / _platform(), root / "llvm-other-1c")  # another platform's library, damaged
     (root / "llvm-other-1c" / "library.json").write_text("{not json")
     assert main(["library", "list", "--library", str(root), "--json"]) == 2

@@ -615,6 +615,12 @@ def test_a_networks_start_keeps_its_trials_when_they_are_fewer_than_its_tasks(tm
     summary = json.loads(capsys.readouterr().out)
     assert sum(row["measured"] for row in summary["transfer"].values()) == 1
     assert len((work / "database_tuning_record.json").read_text().splitlines()) == 1
+    # exploitation's trials are its own: continued at --trials 3, two are left for the start of the other task
+    assert main(["exploit", "--work-dir", str(work), "--trials", "2", "--no-progress", "--no-library"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--trials", "3", "--transfer-from", str(tmp_path / "a"), "--work-dir", str(work)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [row["measured"] for row in summary["transfer"].values()] == [1, 1]  # the task not started before too
     light, heavy, other = Task("a", None, 1.0), Task("b", None, 3.0), Task("c", None, 1.0)
     assert _start_within(2, [light, heavy, other], [light, other]) == ([light, heavy], [light])
     assert _start_within(3, [light, heavy], [other]) == ([light, heavy], [other])

@@ -597,7 +597,8 @@ def _train(cfg: dict, progress: bool, resume: bool, overwrite: bool) -> dict:
                              f"it (it now holds out other records: {dm.split.describe() if dm.split else 'none'}); "
                              "train afresh with --overwrite (without --resume), or on the split it trained on")
         recorded_parts = resumed.get("parts_digest")
-        if recorded_parts is not None and recorded_parts == dm.parts_digest(np.union1d(dm.train_rows, dm.unread_rows)):
+        if recorded_parts is not None and len(dm.unread_rows) and \
+                recorded_parts == dm.parts_digest(np.union1d(dm.train_rows, dm.unread_rows)):
             # a run that trained on the records its featurizer cannot read (an earlier costlab's) goes on without them
             print(f"costlab: note: --resume: {last} trained on the {len(dm.unread_rows)} records without "
                   f"{dm.featurizer.name} features too; it goes on without them", file=sys.stderr)

@@ -150,9 +150,10 @@ def _export(args) -> int:
 
     root = Path(args.library) if args.library else default_root()
     platform = _existing(root, args.platform or _this_platform())
-    if Path(args.out).resolve().parent == root.resolve():  # it would be read as the library of a platform so named
-        raise InputError(Path(args.out), f"is a folder of the libraries' root {root}, where each folder is a "
-                                         "platform's library: export into another folder")
+    # an export there would be read as the library of a platform named for its folder
+    if root.resolve() in (Path(args.out).resolve(), Path(args.out).resolve().parent):
+        raise InputError(Path(args.out), f"is the libraries' root {root}, or a folder of it, where each folder is "
+                                         "a platform's library: export into another folder")
     lib = read_library(root, platform)
     out = lib.export_database(args.out)
     print(f"{out}: {len(lib)} tasks, {lib.programs()} programs (database_workload.json, "

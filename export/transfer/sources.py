@@ -16,6 +16,7 @@ from pathlib import Path
 from costlab.common.errors import InputError
 from costlab.common.import_report import ImportReport
 from costlab.datasets.store import open_dataset
+from costlab.export.workdir import WorkDir
 from costlab.metaschedule.databases import RECORD_FILE, WORKLOAD_FILE, database_file, read_records, read_workloads
 from costlab.metaschedule.results import ERROR_NONE, costs_and_error
 
@@ -107,11 +108,11 @@ def _dataset(path: Path, per_task: int, report: ImportReport, kind: str | None =
 
 
 def _work_dirs_under(folder: Path) -> list[Path]:
-    """The MetaSchedule work dirs at any depth under ``folder``; a database within one of them (a tuning run's
-    ``result/``, its chosen programs, which its own database holds too) is none: it would count them twice."""
+    """The MetaSchedule work dirs at any depth under ``folder``; a tuning run's ``result/`` (its chosen programs,
+    which its own database holds too) is none: it would count them twice."""
     found = {p.parent for p in folder.rglob(WORKLOAD_FILE + "*")
              if p.name in (WORKLOAD_FILE, WORKLOAD_FILE + ".gz") and database_file(p.parent, RECORD_FILE)}
-    return sorted(d for d in found if not any(parent in found for parent in d.parents))
+    return sorted(d for d in found if not (d.name == WorkDir.RESULT and d.parent in found))
 
 
 def read_sources(paths, per_task: int = 4, exclude=(),
