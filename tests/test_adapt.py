@@ -156,9 +156,9 @@ def test_online_update_moves_scores_toward_the_measured_order(zen5):
     assert row["after_tail"]["pairwise_q25"] == row["after_q25"] and 0 < row["after_tail"]["pick8"] <= 1
 
 
-def test_a_record_held_out_for_validation_is_never_trained_on(zen5):
-    """A task whose held-out records are too few to validate yet (one here) trains on the others only: that
-    record validates a later update, which must not have trained on it."""
+def _adapter_and_six_records(zen5) -> tuple:
+    """The shipped model's online adapter, and six records of the fixture's first task: their features and
+    latencies."""
     from costlab.costmodels.adapt import OnlineAdapter
     from costlab.featurizers.cache import features_of
     from costlab.train.predict import load_predictor
@@ -170,7 +170,14 @@ def test_a_record_held_out_for_validation_is_never_trained_on(zen5):
             pred.use_platform(ds.platforms[PLATFORM])
         table = ds.records(PLATFORM)
         rows = np.flatnonzero(table.task == table.task[0])[:6]
-        adapter.add("t", features_of(ds, pred.featurizer, PLATFORM, rows), table.latency()[rows])
+        return adapter, features_of(ds, pred.featurizer, PLATFORM, rows), table.latency()[rows]
+
+
+def test_a_record_held_out_for_validation_is_never_trained_on(zen5):
+    """A task whose held-out records are too few to validate yet (one here) trains on the others only: that
+    record validates a later update, which must not have trained on it."""
+    adapter, feats, latency = _adapter_and_six_records(zen5)
+    adapter.add("t", feats, latency)
     adapter._val["t"] = [np.array([True, False, False, False, False, False])]
     train, val = adapter._lists()
     assert [len(score) for _, score in train] == [5] and val == []
@@ -182,18 +189,7 @@ def test_a_record_held_out_for_validation_is_never_trained_on(zen5):
 def test_a_record_the_featurizer_cannot_read_is_in_no_list(zen5):
     """A measured candidate the featurizer could not read trained with empty features online: it is in neither the
     training nor the validation lists now (each scored within itself, as every cut list is)."""
-    from costlab.costmodels.adapt import OnlineAdapter
-    from costlab.featurizers.cache import features_of
-    from costlab.train.predict import load_predictor
-
-    pred = load_predictor("x86-cpu")
-    adapter = OnlineAdapter(pred, "finetune", seed=0)
-    with open_dataset(zen5) as ds:
-        if pred.hardware_dim:
-            pred.use_platform(ds.platforms[PLATFORM])
-        table = ds.records(PLATFORM)
-        rows = np.flatnonzero(table.task == table.task[0])[:6]
-        feats = features_of(ds, pred.featurizer, PLATFORM, rows)
+    adapter, feats, _ = _adapter_and_six_records(zen5)
     latency = np.array([1.0, 2.0, 4.0, 4.0, 8.0, 8.0]) * 1e-3
     feats["valid"] = np.array([False, True, True, True, True, True])  # the fastest one unread
     adapter.add("t", feats, latency)
