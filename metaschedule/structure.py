@@ -132,6 +132,35 @@ def _direct_loads(expr) -> list:
     return _direct_loads(expr.value) if k == "Cast" else []
 
 
+def _wrapped(expr) -> list:
+    """``[(load, n)]`` of the loads an expression wraps as TVM wraps a negative index into an axis of ``n``:
+    ``x + (x < 0) * n`` (``x + (x < 0)`` for an axis of one), as index_put, scatter_elements and take write their
+    indices: ``n`` is the axis the loaded value indexes, whatever position it is flattened into."""
+    found, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        if node is None or isinstance(node, (int, float, str)):
+            continue
+        if isinstance(node, (list, tuple)) or _kind(node) == "Array":
+            stack.extend(node)
+            continue
+        if _kind(node) == "Add":
+            load, wrap = _strip_casts(node.a), node.b
+            n = 1
+            if _kind(wrap) == "Mul" and _kind(wrap.b) == "IntImm":
+                wrap, n = wrap.a, int(wrap.b.value)
+            test = _strip_casts(wrap)
+            if (_kind(load) in ("TensorLoad", "BufferLoad") and _kind(test) == "LT" and _kind(test.b) == "IntImm"
+                    and int(test.b.value) == 0 and _kind(_strip_casts(test.a)) in ("TensorLoad", "BufferLoad")
+                    and str(_strip_casts(test.a)) == str(load) and n > 0):
+                found.append((load, n))
+        if _kind(node) in ("TensorLoad", "BufferLoad"):
+            stack.extend(node.indices)
+            continue
+        stack.extend(getattr(node, f, None) for f in _EXPR_FIELDS if hasattr(type(node), f))
+    return found
+
+
 def _var_ranges(func) -> list:
     """``[(var, least, greatest)]`` of the loop variables and block iterators of a PrimFunc of constant extents."""
     out = []
@@ -240,6 +269,8 @@ def _selections(mod) -> tuple[list, dict, list, list]:
                     if terms:
                         picks.append(((int(extent.value) - 1) // len(terms) + 1,
                                       [(_buffer_of(x), _slice_of(x)) for x in terms]))
+                for index in indices:  # a wrapped index names its own axis's extent
+                    picks.extend((n, [(_buffer_of(load), _slice_of(load))]) for load, n in _wrapped(index))
     return picks, sources, copies, accesses
 
 
@@ -253,10 +284,11 @@ def index_bounds(mod, default: int | None = None) -> dict:
     takes it as ``high``): an axis of one (a batch of one) then bounds its own row only, not every row to 0.
 
     ``default``: the bound of an integer argument read in an index that no axis bounds alone (a flattened index,
-    ``out[flat // 16, flat % 16]``: Relax's scatter_elements and index_put). Every index whose range can be told
-    (``_interval``) is then kept within its axis by lowering, one halving at a time, the bound of the argument
-    that moves it most (the row of a flattened index before its column): a size-one axis folded into another's
-    index read past the buffer otherwise."""
+    ``out[flat // 16, flat % 16]``: Relax's scatter_elements and index_put; int32 and int64 arguments, at most 8
+    for other integer types, as the check draws them). Every index whose range can be told (``_interval``) is
+    then kept within its axis by lowering, one at a time, the bound of the argument that moves it most: a
+    size-one axis folded into another's index read past the buffer otherwise. An index TVM wraps as a negative
+    one (``x + (x < 0) * n``) is bounded by its own axis's ``n`` first (``_wrapped``)."""
     import numpy as np
 
     picks, sources, copies, accesses = _selections(mod)
@@ -342,8 +374,10 @@ def _keep_within(out: dict, params: list, sources: dict, copies: list, accesses:
 
     for _shape, indices, _ranges in accesses:
         for i in {i for index in indices for i in load_args(index)}:
-            if str(params[i].dtype).startswith(("int", "uint")):
-                out[i] = np.minimum(out[i], default) if i in out else default
+            dtype = str(params[i].dtype)
+            if dtype.startswith(("int", "uint")):  # the check's caps: default for int32/int64, 8 for other types
+                cap = default if dtype in ("int32", "int64") else max(default, 8)
+                out[i] = np.minimum(out[i], cap) if i in out else cap
 
     def value_of(bounds: dict):
         def read(load):
@@ -367,7 +401,7 @@ def _keep_within(out: dict, params: list, sources: dict, copies: list, accesses:
         span = _interval(index, ranges, value_of(bounds))
         return 0 if span is None or not isinstance(extent, int) else max(0, span[1] - (extent - 1))
 
-    for _ in range(64 * max(1, len(accesses))):  # each round halves one bound: a few rounds an access
+    for _ in range(64 * max(1, len(accesses))):  # each round lowers one bound by one: a few rounds an access
         over = [(shape, index, ranges) for shapes, indices, ranges in accesses
                 for shape, index in zip(shapes, indices) if excess(out, shape, index, ranges)]
         if not over:
@@ -378,13 +412,15 @@ def _keep_within(out: dict, params: list, sources: dict, copies: list, accesses:
         for i in load_args(index):
             if i in out and np.max(out[i]) > 1:
                 trial = {**out, i: np.ones_like(out[i]) if isinstance(out[i], np.ndarray) else 1}
-                movers.append((now - excess(trial, shape, index, ranges), -i, i))
+                movers.append((now - excess(trial, shape, index, ranges), i))
         movers = [m for m in movers if m[0] > 0]
         if not movers:  # no argument's bound moves it: an index that reads past its axis whatever is drawn
             accesses = [a for a in accesses if not any(x.same_as(index) for x in a[1])]
             continue
-        i = max(movers)[2]
-        out[i] = np.maximum(1, out[i] // 2) if isinstance(out[i], np.ndarray) else max(1, out[i] // 2)
+        # the one that moves it most; among equals the later argument (index_put's: the inner axes' indices,
+        # where a folded axis of one adds its index to its neighbour's)
+        i = max(movers)[1]
+        out[i] = np.maximum(1, out[i] - 1) if isinstance(out[i], np.ndarray) else max(1, out[i] - 1)
 
 
 def narrow_float_sums(mod) -> dict[str, int]:

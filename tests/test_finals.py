@@ -630,3 +630,16 @@ def test_a_flattened_index_keeps_each_axis_within_its_extent_and_its_column_free
     folded = _legalized(lambda d, i, u: relax.op.scatter_elements(d, i, u, axis=1),
                         [(2, 1, 16), (2, 1, 16), (2, 1, 16)], ["float32", "int64", "float32"])
     assert _verdicts_of([(folded, [folded])], {"kind": "llvm", "num-cores": 2}, 0, 120.0) == [["ok"]]
+    # each index by its own axis, which TVM's wrap of a negative index names (x + (x < 0) * n): the index into the
+    # axis of one is the one drawn 0, not the row's (the first version lowered the first argument among equals)
+    for shape, cap, bounds in [((4, 1, 6), 4, {1: 4, 2: 1, 3: 4}), ((3, 4, 1), 3, {1: 3, 2: 3, 3: 1})]:
+        put = _legalized(lambda d, i, j, k, u: relax.op.index_put(d, relax.Tuple([i, j, k]), u),
+                         [shape, (5,), (5,), (5,), (5,)], ["float32", "int64", "int64", "int64", "float32"])
+        assert index_bounds(put, default=cap) == bounds
+    # a bound is lowered one at a time (halved, 3 went to 1 where 3 fits), and a narrow integer index keeps the cap
+    # of 8 the check gives it (it took the check's least float extent)
+    rows = _legalized(lambda d, i, u: relax.op.scatter_elements(d, i, u, axis=0),
+                      [(3, 6), (3, 6), (3, 6)], ["int32", "int64", "int32"])
+    assert index_bounds(rows, default=8) == {1: 3}
+    take = _legalized(lambda d, i: relax.op.take(d, i, axis=0), [(4, 1), (2, 3)], ["float32", "uint8"])
+    assert index_bounds(take, default=2) == {1: 4}
