@@ -500,6 +500,8 @@ def test_a_folder_of_work_dirs_reads_each_once_and_the_work_dir_itself_is_no_sou
     alone, _ = read_sources([run], 4)
     under, _ = read_sources([tmp_path / "runs"], 4)
     assert len(under) == len(alone) > 0
+    shutil.copytree(FIXTURE, run / "kept")  # a work dir kept inside another is a source of its own
+    assert len(read_sources([tmp_path / "runs"], 4)[0]) == 2 * len(alone)
     assert main(["transfer", "--from", str(run), "--workload", "GMM:1,8,8,8", "--work-dir", str(run),
                  "--no-progress"]) == 2
     assert "is the work dir the programs are transferred into (--work-dir)" in error_line(capsys)
