@@ -89,9 +89,9 @@ def module_blocks(mod, root: bool = False):
 _EXPR_FIELDS = ("a", "b", "value", "args", "condition", "true_value", "false_value", "base", "stride")
 
 
-def _loads(expr) -> list:
-    """The buffer loads within a TIR expression, outermost first."""
-    found, stack = [], [expr]
+def _exprs(expr):
+    """Every node of a TIR expression (itself first), a load's indices included, outermost first."""
+    stack = [expr]
     while stack:
         node = stack.pop()
         if node is None or isinstance(node, (int, float, str)):
@@ -99,12 +99,16 @@ def _loads(expr) -> list:
         if isinstance(node, (list, tuple)) or _kind(node) == "Array":
             stack.extend(node)
             continue
+        yield node
         if _kind(node) in ("TensorLoad", "BufferLoad"):
-            found.append(node)
             stack.extend(node.indices)
             continue
         stack.extend(getattr(node, f, None) for f in _EXPR_FIELDS if hasattr(type(node), f))
-    return found
+
+
+def _loads(expr) -> list:
+    """The buffer loads within a TIR expression, outermost first."""
+    return [node for node in _exprs(expr) if _kind(node) in ("TensorLoad", "BufferLoad")]
 
 
 def _buffer_of(load):
@@ -136,28 +140,17 @@ def _wrapped(expr) -> list:
     """``[(load, n)]`` of the loads an expression wraps as TVM wraps a negative index into an axis of ``n``:
     ``x + (x < 0) * n`` (``x + (x < 0)`` for an axis of one), as index_put, scatter_elements and take write their
     indices: ``n`` is the axis the loaded value indexes, whatever position it is flattened into."""
-    found, stack = [], [expr]
-    while stack:
-        node = stack.pop()
-        if node is None or isinstance(node, (int, float, str)):
-            continue
-        if isinstance(node, (list, tuple)) or _kind(node) == "Array":
-            stack.extend(node)
-            continue
-        if _kind(node) == "Add":
-            load, wrap = _strip_casts(node.a), node.b
-            n = 1
-            if _kind(wrap) == "Mul" and _kind(wrap.b) == "IntImm":
-                wrap, n = wrap.a, int(wrap.b.value)
-            test = _strip_casts(wrap)
-            if (_kind(load) in ("TensorLoad", "BufferLoad") and _kind(test) == "LT" and _kind(test.b) == "IntImm"
-                    and int(test.b.value) == 0 and _kind(_strip_casts(test.a)) in ("TensorLoad", "BufferLoad")
-                    and str(_strip_casts(test.a)) == str(load) and n > 0):
-                found.append((load, n))
-        if _kind(node) in ("TensorLoad", "BufferLoad"):
-            stack.extend(node.indices)
-            continue
-        stack.extend(getattr(node, f, None) for f in _EXPR_FIELDS if hasattr(type(node), f))
+    found = []
+    for node in (n for n in _exprs(expr) if _kind(n) == "Add"):
+        load, wrap = _strip_casts(node.a), node.b
+        n = 1
+        if _kind(wrap) == "Mul" and _kind(wrap.b) == "IntImm":
+            wrap, n = wrap.a, int(wrap.b.value)
+        test = _strip_casts(wrap)
+        if (_kind(load) in ("TensorLoad", "BufferLoad") and _kind(test) == "LT" and _kind(test.b) == "IntImm"
+                and int(test.b.value) == 0 and _kind(_strip_casts(test.a)) in ("TensorLoad", "BufferLoad")
+                and str(_strip_casts(test.a)) == str(load) and n > 0):
+            found.append((load, n))
     return found
 
 
